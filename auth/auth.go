@@ -1,0 +1,256 @@
+// Package auth mints and verifies okso's JSON Web Tokens (EdDSA by default)
+// and names the scopes that guard tools and device connections.
+//
+// A [Signer] holds the Ed25519 key kept in a data directory
+// ([LoadOrCreateSigner]); a [Verifier] checks signature, algorithm,
+// audience, expiry and okso's own claims. Both are safe for concurrent use.
+package auth
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/oklog/ulid/v2"
+)
+
+// Scopes (DESIGN.md §5).
+const (
+	ScopeReadOnly      = "tools:call:read_only"
+	ScopeMutating      = "tools:call:mutating"
+	ScopeDestructive   = "tools:call:destructive"
+	ScopeDeviceConnect = "device:connect"
+)
+
+// Default audiences: agent tokens are for the gateway, device tokens for the tier.
+const (
+	AudienceGateway = "okso-mcp"
+	AudienceDevice  = "okso-device"
+	Issuer          = "okso"
+)
+
+// Key files inside a data directory.
+const (
+	KeyFile    = "signing.key"
+	PubKeyFile = "signing.pub"
+)
+
+// ScopeFor returns the scope a caller needs for a safety class, and "" for
+// an unknown class (which nothing may call: deny by default).
+func ScopeFor(safetyClass string) string {
+	switch safetyClass {
+	case "read_only":
+		return ScopeReadOnly
+	case "mutating":
+		return ScopeMutating
+	case "destructive":
+		return ScopeDestructive
+	}
+	return ""
+}
+
+// Claims are the claims of an okso token.
+type Claims struct {
+	jwt.RegisteredClaims
+	Tenant string `json:"tenant"`
+	Scope  string `json:"scope,omitempty"` // space separated
+}
+
+// HasScope reports whether the token grants scope s.
+func (c *Claims) HasScope(s string) bool {
+	return s != "" && slices.Contains(strings.Fields(c.Scope), s)
+}
+
+// Scopes returns the granted scopes.
+func (c *Claims) Scopes() []string { return strings.Fields(c.Scope) }
+
+// Signer signs tokens with an Ed25519 key.
+type Signer struct {
+	key ed25519.PrivateKey
+	kid string
+}
+
+// LoadOrCreateSigner reads the signing key in dir, creating the directory
+// and a fresh key on first use.
+func LoadOrCreateSigner(dir string) (*Signer, error) {
+	path := filepath.Join(dir, KeyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return createSigner(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read signing key: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("signing key %s: not PEM", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("signing key %s: not an Ed25519 key", path)
+	}
+	return newSigner(ek), nil
+}
+
+func createSigner(dir string) (*Signer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(priv.Public())
+	if err != nil {
+		return nil, err
+	}
+	// O_EXCL: when two processes start on one fresh data dir, one key wins
+	// and the other process reads it.
+	path := filepath.Join(dir, KeyFile)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadOrCreateSigner(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	pub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	if err := os.WriteFile(filepath.Join(dir, PubKeyFile), pub, 0o644); err != nil {
+		return nil, fmt.Errorf("write public key: %w", err)
+	}
+	return newSigner(priv), nil
+}
+
+func newSigner(k ed25519.PrivateKey) *Signer {
+	sum := sha256.Sum256(k.Public().(ed25519.PublicKey))
+	return &Signer{key: k, kid: hex.EncodeToString(sum[:8])}
+}
+
+// Public returns the verification key.
+func (s *Signer) Public() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
+
+// KeyID returns the key id put in the kid header of every token.
+func (s *Signer) KeyID() string { return s.kid }
+
+// MintOptions describe one token. Audience defaults to [AudienceGateway]
+// and TTL to one hour.
+type MintOptions struct {
+	Subject  string
+	Tenant   string
+	Scopes   []string
+	Audience string
+	TTL      time.Duration
+	Now      time.Time // zero: the current time
+}
+
+// Mint signs a token.
+func (s *Signer) Mint(o MintOptions) (string, error) {
+	if o.Subject == "" || o.Tenant == "" {
+		return "", errors.New("mint token: subject and tenant are required")
+	}
+	if o.Audience == "" {
+		o.Audience = AudienceGateway
+	}
+	if o.TTL <= 0 {
+		o.TTL = time.Hour
+	}
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	c := Claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    Issuer,
+			Subject:   o.Subject,
+			Audience:  jwt.ClaimStrings{o.Audience},
+			ExpiresAt: jwt.NewNumericDate(now.Add(o.TTL)),
+			IssuedAt:  jwt.NewNumericDate(now),
+			NotBefore: jwt.NewNumericDate(now.Add(-time.Second)),
+			ID:        strings.ToLower(ulid.Make().String()),
+		},
+		Tenant: o.Tenant,
+		Scope:  strings.Join(o.Scopes, " "),
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
+	t.Header["kid"] = s.kid
+	return t.SignedString(s.key)
+}
+
+// ErrInvalid is wrapped by every verification failure.
+var ErrInvalid = errors.New("invalid token")
+
+var tenantRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Verifier checks tokens for one audience. The zero value is not usable;
+// call [NewVerifier].
+type Verifier struct {
+	key      ed25519.PublicKey
+	audience string
+	parser   *jwt.Parser
+}
+
+// NewVerifier returns a verifier of EdDSA tokens signed by key for audience.
+// Only EdDSA is accepted: "none" and HMAC tokens (the key-confusion attack)
+// are refused before any signature check.
+func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
+	return &Verifier{
+		key:      key,
+		audience: audience,
+		parser: jwt.NewParser(
+			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
+			jwt.WithAudience(audience),
+			jwt.WithExpirationRequired(),
+			jwt.WithIssuedAt(),
+			jwt.WithLeeway(5*time.Second),
+		),
+	}
+}
+
+// Verify parses and checks a token and returns its claims. Every failure
+// wraps [ErrInvalid].
+func (v *Verifier) Verify(token string) (*Claims, error) {
+	if len(token) > 8192 {
+		return nil, fmt.Errorf("%w: too long", ErrInvalid)
+	}
+	var c Claims
+	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	switch {
+	case c.Subject == "":
+		return nil, fmt.Errorf("%w: no subject", ErrInvalid)
+	case !tenantRe.MatchString(c.Tenant):
+		return nil, fmt.Errorf("%w: missing or malformed tenant", ErrInvalid)
+	case c.ID == "":
+		return nil, fmt.Errorf("%w: no jti", ErrInvalid)
+	}
+	return &c, nil
+}

@@ -1,0 +1,82 @@
+// Package bus is okso's NATS layer: the embedded server, the subject names,
+// the message shapes that cross between the gateway and the device tier, the
+// node registry (JetStream KV) and the closed error envelope.
+//
+// The gateway and the device tier never share memory; they meet only here.
+// Start an embedded server with [StartServer], connect with [Connect] (or
+// [ConnectURL] for an external cluster), then open the registry with
+// [OpenRegistry].
+package bus
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Subjects (DESIGN.md §4).
+const (
+	subjectPrefix = "okso.v1."
+	// QueueNode is the queue group of the per-node cmd subject, so that two
+	// sessions of one node briefly alive never both answer one request.
+	QueueNode = "okso.node"
+)
+
+// NodeCmd is the request/reply subject of one node.
+func NodeCmd(nodeID string) string { return subjectPrefix + "node." + nodeID + ".cmd" }
+
+// NodeCancel is the subject that stops a stream or an in-flight call.
+func NodeCancel(nodeID string) string { return subjectPrefix + "node." + nodeID + ".cancel" }
+
+// Stream is the subject that carries the frames of one subscription.
+func Stream(streamID string) string { return subjectPrefix + "stream." + streamID }
+
+// Audit is the subject of a tenant's audit events.
+func Audit(tenant string) string { return subjectPrefix + "audit." + tenant }
+
+// Headers carried by a call request.
+const (
+	HeaderRequestID   = "Okso-Request-Id"
+	HeaderTraceparent = "traceparent"
+	HeaderBudgetMs    = "Okso-Budget-Ms" // remaining caller budget, decimal milliseconds
+	HeaderTenant      = "Okso-Tenant"
+	HeaderSubject     = "Okso-Subject"
+)
+
+var (
+	nodeIDRe = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
+	toolRe   = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+){3}$`)
+	tokenRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+)
+
+// MaxToolName is the longest projected tool name (seed 000 §2).
+const MaxToolName = 64
+
+// ValidNodeID reports whether s is a lower-case ULID, the form of a node id.
+func ValidNodeID(s string) bool { return nodeIDRe.MatchString(s) }
+
+// ValidTenant reports whether s can name a tenant (it becomes a subject token).
+func ValidTenant(s string) bool { return tokenRe.MatchString(s) }
+
+// ToolName is a parsed projected tool name {kind_short}.{node_id}.{cap_id}.{verb}.
+type ToolName struct {
+	KindShort, NodeID, CapID, Verb string
+}
+
+// String returns the projected form.
+func (t ToolName) String() string {
+	return t.KindShort + "." + t.NodeID + "." + t.CapID + "." + t.Verb
+}
+
+// ParseToolName parses and checks a projected tool name: the DESIGN.md §2
+// regex, at most 64 characters, and a valid node id in the second segment.
+func ParseToolName(s string) (ToolName, bool) {
+	if len(s) > MaxToolName || !toolRe.MatchString(s) {
+		return ToolName{}, false
+	}
+	p := strings.Split(s, ".")
+	t := ToolName{KindShort: p[0], NodeID: p[1], CapID: p[2], Verb: p[3]}
+	if !ValidNodeID(t.NodeID) {
+		return ToolName{}, false
+	}
+	return t, true
+}

@@ -1,0 +1,216 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketNodes is the JetStream KV bucket of live nodes, keyed by node id.
+const BucketNodes = "okso_nodes"
+
+// Node is the registry record of one connected node, written by the tier
+// session that owns it.
+type Node struct {
+	NodeID       string       `json:"node_id"`
+	Tenant       string       `json:"tenant"`
+	SessionID    string       `json:"session_id"`
+	Tier         string       `json:"tier"`
+	Agent        Agent        `json:"agent"`
+	Capabilities []Capability `json:"capabilities"`
+	ConnectedAt  time.Time    `json:"connected_at"`
+}
+
+// Agent names the software a node runs.
+type Agent struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Capability is one entry of a node's manifest (seed 000 §9 shape).
+type Capability struct {
+	CapID       string      `json:"cap_id"`
+	Kind        string      `json:"kind"`
+	SchemaRef   string      `json:"schema_ref"`
+	Verbs       []string    `json:"verbs"`
+	SafetyClass string      `json:"safety_class"`
+	Idempotent  bool        `json:"idempotent,omitempty"`
+	Constraints Constraints `json:"constraints,omitzero"`
+}
+
+// Constraints limit how a capability may be called.
+type Constraints struct {
+	RateLimitRPS      float64 `json:"rate_limit_rps,omitempty"`
+	MaxConcurrency    int     `json:"max_concurrency,omitempty"`
+	DeadlineMsDefault int     `json:"deadline_ms_default,omitempty"`
+}
+
+// Capability returns the node's capability with the given cap_id.
+func (n *Node) Capability(capID string) (Capability, bool) {
+	for _, c := range n.Capabilities {
+		if c.CapID == capID {
+			return c, true
+		}
+	}
+	return Capability{}, false
+}
+
+// RegistryOptions configures the registry bucket. The zero value keeps it in
+// memory, on one replica, with a 15 s lease.
+type RegistryOptions struct {
+	// TTL is how long a record outlives the last refresh of its lease.
+	TTL      time.Duration
+	Replicas int
+	File     bool // file storage instead of memory
+}
+
+// Registry is the node registry (KV okso_nodes). It is safe for concurrent use.
+type Registry struct {
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	ttl time.Duration
+}
+
+// OpenRegistry creates or updates the registry bucket and opens it.
+func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Registry, error) {
+	if opts.TTL <= 0 {
+		opts.TTL = 15 * time.Second
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open jetstream: %w", err)
+	}
+	storage := jetstream.MemoryStorage
+	if opts.File {
+		storage = jetstream.FileStorage
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         BucketNodes,
+		Description:    "okso live nodes",
+		History:        1,
+		Storage:        storage,
+		Replicas:       max(opts.Replicas, 1),
+		LimitMarkerTTL: opts.TTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", BucketNodes, err)
+	}
+	return &Registry{js: js, kv: kv, ttl: opts.TTL}, nil
+}
+
+// TTL returns the lease duration; a holder refreshes well within it.
+func (r *Registry) TTL() time.Duration { return r.ttl }
+
+// ErrLeaseLost is returned by [Lease.Refresh] when the record is no longer
+// the one this lease wrote (a newer session took the node, or it expired).
+var ErrLeaseLost = errors.New("registry lease lost")
+
+// Lease is one session's claim on a node's record.
+// It is not safe for concurrent use; its owner refreshes and releases it.
+type Lease struct {
+	r    *Registry
+	key  string
+	data []byte
+	rev  uint64
+}
+
+// Claim writes n's record with a TTL, replacing any record of the node.
+func (r *Registry) Claim(ctx context.Context, n Node) (*Lease, error) {
+	data, err := json.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lease{r: r, key: n.NodeID, data: data}
+	ack, err := r.js.Publish(ctx, l.subject(), data, jetstream.WithMsgTTL(r.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("claim node %s: %w", n.NodeID, err)
+	}
+	l.rev = ack.Sequence
+	return l, nil
+}
+
+func (l *Lease) subject() string { return "$KV." + BucketNodes + "." + l.key }
+
+// Refresh extends the lease, only if the record is still the one it wrote.
+func (l *Lease) Refresh(ctx context.Context) error {
+	ack, err := l.r.js.Publish(ctx, l.subject(), l.data,
+		jetstream.WithMsgTTL(l.r.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return ErrLeaseLost
+		}
+		return fmt.Errorf("refresh node %s: %w", l.key, err)
+	}
+	l.rev = ack.Sequence
+	return nil
+}
+
+// Release removes the record, only if it is still the one this lease wrote:
+// a newer session's record is never removed.
+func (l *Lease) Release(ctx context.Context) error {
+	err := l.r.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev), jetstream.PurgeTTL(l.r.ttl))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return nil // a newer record; not ours to remove
+		}
+		return fmt.Errorf("release node %s: %w", l.key, err)
+	}
+	return nil
+}
+
+// Event is one change of the registry seen by [Registry.Watch].
+type Event struct {
+	NodeID  string
+	Node    *Node // nil when the node went away
+	Initial bool  // part of the initial state
+}
+
+// Watch calls fn for every record present, then calls ready once, then
+// calls fn for every change, until ctx is done. It returns ctx's error, or
+// the watch's if it fails. fn and ready run on Watch's goroutine.
+func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) error {
+	w, err := r.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch kv %s: %w", BucketNodes, err)
+	}
+	defer func() { _ = w.Stop() }()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("watch kv %s: closed", BucketNodes)
+			}
+			if e == nil {
+				initial = false
+				if ready != nil {
+					ready()
+				}
+				continue
+			}
+			ev := Event{NodeID: e.Key(), Initial: initial}
+			if e.Operation() == jetstream.KeyValuePut {
+				var n Node
+				if err := json.Unmarshal(e.Value(), &n); err != nil || n.NodeID != e.Key() {
+					continue // not a record okso wrote; ignore it
+				}
+				ev.Node = &n
+			}
+			fn(ev)
+		}
+	}
+}

@@ -1,0 +1,322 @@
+package device
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// Handler answers one verb of one capability. args has passed the verb's
+// input schema. The result is sent as cmd_ack.payload.result; an error
+// becomes cmd_ack.payload.error (a *bus.Error keeps its code).
+type Handler func(ctx context.Context, args json.RawMessage) (any, error)
+
+// Options configure a [Device]. URLs, Token, NodeID, Capabilities, Handlers
+// and Schemas are required.
+type Options struct {
+	// URLs of device tiers (ws://host:port/v1/device/ws), tried in turn.
+	URLs         []string
+	Token        string
+	NodeID       string
+	Agent        bus.Agent
+	Capabilities []bus.Capability
+	// Handlers by "cap_id.verb".
+	Handlers map[string]Handler
+	Schemas  *schemas.Set
+	Logger   *slog.Logger
+	// MinBackoff and MaxBackoff bound the jittered exponential wait between
+	// connection attempts (250 ms, 30 s).
+	MinBackoff, MaxBackoff time.Duration
+	// OnReady, if set, is called after each accepted announce with the
+	// projected tool names.
+	OnReady func(tools []string)
+}
+
+// Device is the device end of the protocol: it dials a tier, authenticates,
+// announces its capabilities and answers cmds until its context ends,
+// reconnecting after a loss. It is safe to Run once.
+type Device struct {
+	o   Options
+	log *slog.Logger
+}
+
+// CloseError is returned by [Device.Run] when a tier refused the device for
+// good (authentication, authorization, protocol, or a newer session).
+type CloseError struct {
+	Code   int
+	Reason string
+}
+
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("device tier closed the session with %d: %s", e.Code, e.Reason)
+}
+
+// NewDevice checks opts.
+func NewDevice(o Options) (*Device, error) {
+	if len(o.URLs) == 0 || o.Token == "" || !bus.ValidNodeID(o.NodeID) || o.Schemas == nil {
+		return nil, errors.New("device: URLs, Token, a valid NodeID and Schemas are required")
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 250 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.Agent.Name == "" {
+		o.Agent = bus.Agent{Name: "okso", Version: "dev"}
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Device{o: o, log: log.With("node_id", o.NodeID)}, nil
+}
+
+// NodeID returns the device's node id.
+func (d *Device) NodeID() string { return d.o.NodeID }
+
+// Run connects and serves until ctx ends (then it returns nil) or a tier
+// refuses the device for good (a *CloseError).
+func (d *Device) Run(ctx context.Context) error {
+	backoff := d.o.MinBackoff
+	for i := 0; ; i++ {
+		url := d.o.URLs[i%len(d.o.URLs)]
+		ready, err := d.session(ctx, url)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var ce *CloseError
+		if errors.As(err, &ce) {
+			return err
+		}
+		if ready {
+			backoff = d.o.MinBackoff
+		}
+		d.log.Debug("device session ended", "url", url, "err", err)
+		wait := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(backoff*2, d.o.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// permanent reports whether a close code means "do not come back".
+func permanent(code websocket.StatusCode) bool {
+	switch code {
+	case CloseMalformed, CloseAuthFailed, CloseForbidden, CloseReplaced, CloseTooLarge:
+		return true
+	}
+	return false
+}
+
+// conn wraps one connection of a device.
+type conn struct {
+	d *Device
+	c *websocket.Conn
+}
+
+func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) error {
+	b, err := Encode(typ, inReplyTo, payload)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.c.Write(wctx, websocket.MessageText, b)
+}
+
+func (c *conn) recv(ctx context.Context, want string) (Envelope, error) {
+	typ, b, err := c.c.Read(ctx)
+	if err != nil {
+		return Envelope{}, closeErr(err)
+	}
+	if typ != websocket.MessageText {
+		return Envelope{}, errors.New("tier sent a binary frame")
+	}
+	e, err := DecodeEnvelope(b)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if e.Type == TypeError {
+		// The close that follows carries the code; read it.
+		_, _, err := c.c.Read(ctx)
+		return Envelope{}, closeErr(err)
+	}
+	if want != "" && e.Type != want {
+		return Envelope{}, fmt.Errorf("tier sent %s, want %s", e.Type, want)
+	}
+	return e, nil
+}
+
+func closeErr(err error) error {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) && permanent(ce.Code) {
+		return &CloseError{Code: int(ce.Code), Reason: ce.Reason}
+	}
+	return err
+}
+
+// session runs one connection; ready reports whether it got as far as
+// announce_ok.
+func (d *Device) session(ctx context.Context, url string) (ready bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{Subprotocol}})
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("dial device tier %s: %w", url, err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	cn := &conn{d: d, c: c}
+
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cn.recv(hctx, TypeHello); err != nil {
+		return false, err
+	}
+	if err := cn.send(hctx, TypeAuth, "", Auth{Token: d.o.Token}); err != nil {
+		return false, err
+	}
+	if _, err := cn.recv(hctx, TypeAuthOK); err != nil {
+		return false, err
+	}
+	err = cn.send(hctx, TypeAnnounce, "", map[string]any{
+		"node_id": d.o.NodeID, "agent": d.o.Agent, "capabilities": d.o.Capabilities,
+	})
+	if err != nil {
+		return false, err
+	}
+	e, err := cn.recv(hctx, TypeAnnounceOK)
+	if err != nil {
+		return false, err
+	}
+	var ok AnnounceOK
+	if err := DecodePayload(e, &ok); err != nil {
+		return false, err
+	}
+	cancel()
+	tools := make(map[string]bool, len(ok.Tools))
+	for _, t := range ok.Tools {
+		tools[t] = true
+	}
+	if d.o.OnReady != nil {
+		d.o.OnReady(ok.Tools)
+	}
+	return true, cn.serve(ctx, tools)
+}
+
+// serve answers cmds until the connection or ctx ends.
+func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		cancels = map[string]context.CancelFunc{}
+	)
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() {
+		_ = c.c.Close(websocket.StatusNormalClosure, "device shutting down")
+	})
+	defer stop()
+	for {
+		e, err := c.recv(context.Background(), "")
+		if err != nil {
+			mu.Lock()
+			for _, cancel := range cancels {
+				cancel()
+			}
+			mu.Unlock()
+			return err
+		}
+		switch e.Type {
+		case TypeCmd:
+			hctx, cancel := context.WithCancel(ctx)
+			mu.Lock()
+			cancels[e.MsgID] = cancel
+			mu.Unlock()
+			wg.Go(func() {
+				c.handle(hctx, e, tools)
+				mu.Lock()
+				delete(cancels, e.MsgID)
+				mu.Unlock()
+				cancel()
+			})
+		case TypeCancel:
+			mu.Lock()
+			if cancel := cancels[e.InReplyTo]; cancel != nil {
+				cancel()
+			}
+			mu.Unlock()
+		}
+	}
+}
+
+func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]bool) {
+	ack := func(a CmdAck) {
+		if err := c.send(context.Background(), TypeCmdAck, e.MsgID, a); err != nil {
+			c.d.log.Debug("send cmd_ack", "err", err)
+		}
+	}
+	fail := func(code string) { ack(CmdAck{Error: &AckError{Code: code}}) }
+	var cmd Cmd
+	if err := DecodePayload(e, &cmd); err != nil {
+		fail(bus.CodeBadRequest)
+		return
+	}
+	name, ok := bus.ParseToolName(cmd.Tool)
+	h := c.d.o.Handlers[name.CapID+"."+name.Verb]
+	if !ok || !tools[cmd.Tool] || h == nil {
+		fail(bus.CodeToolNotFound)
+		return
+	}
+	var input string
+	for _, cp := range c.d.o.Capabilities {
+		if cp.CapID == name.CapID {
+			if k, ok := schemas.LookupKind(cp.Kind); ok {
+				v, _ := k.Verb(name.Verb)
+				input = v.Input
+			}
+		}
+	}
+	if input == "" || c.d.o.Schemas.ValidateJSON(input, cmd.Arguments) != nil {
+		fail(bus.CodeManifestInvalid)
+		return
+	}
+	deadline := time.Duration(cmd.DeadlineMs) * time.Millisecond
+	if deadline <= 0 {
+		deadline = DefaultDeadlineMs * time.Millisecond
+	}
+	hctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	res, err := h(hctx, cmd.Arguments)
+	if err != nil {
+		var be *bus.Error
+		switch {
+		case errors.As(err, &be):
+			fail(be.Code)
+		case hctx.Err() != nil:
+			fail(bus.CodeDeadlineExceeded)
+		default:
+			fail(bus.CodeInternal)
+		}
+		return
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		fail(bus.CodeInternal)
+		return
+	}
+	ack(CmdAck{OK: true, Result: b})
+}

@@ -1,0 +1,177 @@
+// Package device is the devices' side of okso: the okso.v1 WebSocket wire
+// protocol, the device tier that owns one session per connected node
+// ([Tier]), and the device end of the protocol ([Device]) with the
+// handlers that simulated and real devices run.
+//
+// A Tier meets the gateway only on NATS (package bus); it never imports
+// the gateway.
+package device
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Subprotocol is the WebSocket subprotocol of the device protocol.
+const Subprotocol = "okso.v1"
+
+// Path is where the tier serves the device protocol.
+const Path = "/v1/device/ws"
+
+// Envelope types (the closed set of DESIGN.md §3).
+const (
+	TypeHello      = "hello"
+	TypeAuth       = "auth"
+	TypeAuthOK     = "auth_ok"
+	TypeAnnounce   = "announce"
+	TypeAnnounceOK = "announce_ok"
+	TypeCmd        = "cmd"
+	TypeCmdAck     = "cmd_ack"
+	TypeStream     = "stream"
+	TypeCancel     = "cancel"
+	TypeError      = "error"
+)
+
+// Close codes.
+const (
+	CloseNormal     = 1000
+	CloseGoingAway  = 1001 // tier shutting down: reconnect elsewhere
+	CloseMalformed  = 4400 // malformed or unexpected frame
+	CloseAuthFailed = 4401 // authentication failed or late
+	CloseForbidden  = 4403 // token valid but not allowed
+	CloseLiveness   = 4408 // missed pings
+	CloseReplaced   = 4409 // a newer session of the same node
+	CloseTooLarge   = 4413 // frame larger than the limit
+	CloseTooMany    = 4429 // too many connection attempts
+)
+
+// Defaults of the protocol.
+const (
+	DefaultMaxFrameBytes = 64 << 10
+	DefaultAuthTimeoutMs = 5000
+	DefaultDeadlineMs    = 2000
+)
+
+// Envelope is one frame: {"type","msg_id","in_reply_to"?,"payload"}.
+type Envelope struct {
+	Type      string          `json:"type"`
+	MsgID     string          `json:"msg_id"`
+	InReplyTo string          `json:"in_reply_to,omitempty"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// Payloads.
+type (
+	Hello struct {
+		Proto          string `json:"proto"`
+		AuthDeadlineMs int    `json:"auth_deadline_ms"`
+		MaxFrameBytes  int    `json:"max_frame_bytes"`
+	}
+	Auth struct {
+		Token string `json:"token"`
+	}
+	AuthOK struct {
+		NodeID    string `json:"node_id"`
+		Tenant    string `json:"tenant"`
+		SessionID string `json:"session_id"`
+	}
+	AnnounceOK struct {
+		Tools []string `json:"tools"`
+	}
+	Cmd struct {
+		Tool       string          `json:"tool"`
+		Arguments  json.RawMessage `json:"arguments"`
+		DeadlineMs int             `json:"deadline_ms"`
+	}
+	CmdAck struct {
+		OK     bool            `json:"ok"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Error  *AckError       `json:"error,omitempty"`
+	}
+	AckError struct {
+		Code    string `json:"code"`
+		Message string `json:"message,omitempty"`
+	}
+	StreamFrame struct {
+		Event string          `json:"event"`
+		Data  json.RawMessage `json:"data"`
+	}
+	Cancel struct{}
+	// ErrorFrame is the payload of an error envelope, sent before a close.
+	ErrorFrame struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+)
+
+var msgIDRe = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$`)
+
+// NewMsgID returns a fresh ULID for an envelope.
+func NewMsgID() string { return ulid.Make().String() }
+
+// ErrMalformed is wrapped by every decoding failure.
+var ErrMalformed = errors.New("malformed envelope")
+
+func knownType(t string) bool {
+	switch t {
+	case TypeHello, TypeAuth, TypeAuthOK, TypeAnnounce, TypeAnnounceOK,
+		TypeCmd, TypeCmdAck, TypeStream, TypeCancel, TypeError:
+		return true
+	}
+	return false
+}
+
+// DecodeEnvelope decodes one frame strictly: unknown fields, an unknown
+// type, a missing or malformed msg_id or in_reply_to, a payload that is not
+// an object, or trailing data are all errors wrapping [ErrMalformed].
+func DecodeEnvelope(b []byte) (Envelope, error) {
+	var e Envelope
+	if err := strictUnmarshal(b, &e); err != nil {
+		return Envelope{}, err
+	}
+	switch {
+	case !knownType(e.Type):
+		return Envelope{}, fmt.Errorf("%w: unknown type", ErrMalformed)
+	case !msgIDRe.MatchString(e.MsgID):
+		return Envelope{}, fmt.Errorf("%w: msg_id is not a ULID", ErrMalformed)
+	case e.InReplyTo != "" && !msgIDRe.MatchString(e.InReplyTo):
+		return Envelope{}, fmt.Errorf("%w: in_reply_to is not a ULID", ErrMalformed)
+	case len(e.Payload) == 0 || e.Payload[0] != '{':
+		return Envelope{}, fmt.Errorf("%w: payload is not an object", ErrMalformed)
+	}
+	return e, nil
+}
+
+// DecodePayload decodes an envelope's payload strictly into v.
+func DecodePayload(e Envelope, v any) error { return strictUnmarshal(e.Payload, v) }
+
+func strictUnmarshal(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
+		return fmt.Errorf("%w: trailing data", ErrMalformed)
+	}
+	return nil
+}
+
+// Encode builds a frame with a fresh msg_id.
+func Encode(typ, inReplyTo string, payload any) ([]byte, error) {
+	return EncodeID(typ, NewMsgID(), inReplyTo, payload)
+}
+
+// EncodeID builds a frame with the given msg_id.
+func EncodeID(typ, msgID, inReplyTo string, payload any) ([]byte, error) {
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	return json.Marshal(Envelope{Type: typ, MsgID: msgID, InReplyTo: inReplyTo, Payload: p})
+}

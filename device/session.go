@@ -1,0 +1,628 @@
+package device
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// errClosed means the session has been closed by the tier; the read loop
+// stops without closing again.
+var errClosed = errors.New("session closed")
+
+// session is one device connection. Its run goroutine owns the read loop;
+// NATS callbacks, timers and the pinger share the pending map under mu.
+type session struct {
+	t      *Tier
+	c      *websocket.Conn
+	id     string
+	remote string
+	bearer string
+
+	// Set once by run before the session is attached; read-only after.
+	nodeID, tenant, subject, jti string
+	agent                        bus.Agent
+	caps                         map[string]*capState
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by close
+
+	mu       sync.Mutex
+	pending  map[string]*pendingCall
+	sub      *nats.Subscription
+	detached bool
+}
+
+type capState struct {
+	bus.Capability
+	kind     schemas.Kind
+	limiter  *rate.Limiter // nil: unlimited
+	inflight int           // under session.mu
+}
+
+type pendingCall struct {
+	reply     string
+	cap       *capState
+	tool      string
+	timer     *time.Timer
+	start     time.Time
+	requestID string
+	subject   string
+}
+
+func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
+	s := &session{
+		t:       t,
+		c:       c,
+		id:      NewMsgID(),
+		remote:  r.RemoteAddr,
+		done:    make(chan struct{}),
+		pending: map[string]*pendingCall{},
+	}
+	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
+		s.bearer = f[1]
+	}
+	return s
+}
+
+// errorCodeFor names the error envelope code sent before a close.
+func errorCodeFor(closeCode int) string {
+	switch closeCode {
+	case CloseMalformed, CloseTooLarge:
+		return bus.CodeBadRequest
+	case CloseAuthFailed, CloseForbidden:
+		return bus.CodeSafetyDenied
+	case CloseTooMany:
+		return bus.CodeRateLimited
+	case CloseLiveness:
+		return bus.CodeDeadlineExceeded
+	}
+	return ""
+}
+
+// close sends an error frame (when code is not a normal close) and closes
+// the socket with code. It is idempotent and may block until the peer
+// answers the close or the close times out, so callers on another
+// session's path run it in a goroutine.
+func (s *session) close(code int, errCode, reason string) {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		if errCode == "" {
+			errCode = errorCodeFor(code)
+		}
+		if errCode != "" {
+			if b, err := Encode(TypeError, "", ErrorFrame{Code: errCode, Message: reason}); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = s.c.Write(ctx, websocket.MessageText, b)
+				cancel()
+			}
+		}
+		if code != CloseNormal && code != CloseGoingAway && code != CloseReplaced {
+			s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+				Decision: bus.DecisionProtocol, Code: strconv.Itoa(code)})
+		}
+		_ = s.c.Close(websocket.StatusCode(code), reason)
+	})
+}
+
+func (s *session) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any) error {
+	b, err := Encode(typ, inReplyTo, payload)
+	if err != nil {
+		return err
+	}
+	return s.writeRaw(ctx, b)
+}
+
+func (s *session) writeRaw(ctx context.Context, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, s.t.o.WriteTimeout)
+	defer cancel()
+	return s.c.Write(ctx, websocket.MessageText, b)
+}
+
+// read returns the next envelope. On a protocol violation it closes the
+// session with the matching code and returns errClosed.
+func (s *session) read(ctx context.Context) (Envelope, error) {
+	typ, r, err := s.c.Reader(ctx)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if typ != websocket.MessageText {
+		s.close(CloseMalformed, "", "binary frames are not allowed")
+		return Envelope{}, errClosed
+	}
+	max := s.t.o.MaxFrameBytes
+	b, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
+	if err != nil {
+		return Envelope{}, err
+	}
+	if len(b) > max {
+		s.close(CloseTooLarge, "", "frame larger than "+strconv.Itoa(max)+" bytes")
+		return Envelope{}, errClosed
+	}
+	e, err := DecodeEnvelope(b)
+	if err != nil {
+		s.close(CloseMalformed, "", "malformed envelope")
+		return Envelope{}, errClosed
+	}
+	return e, nil
+}
+
+// expect reads the next envelope and requires its type.
+func (s *session) expect(ctx context.Context, typ string) (Envelope, error) {
+	e, err := s.read(ctx)
+	if err != nil {
+		return e, err
+	}
+	if e.Type != typ {
+		s.close(CloseMalformed, "", "expected "+typ)
+		return e, errClosed
+	}
+	return e, nil
+}
+
+func (s *session) run(ctx context.Context) {
+	// The session lives until its socket closes; the HTTP request context
+	// only ends when the connection does.
+	ctx = context.WithoutCancel(ctx)
+	defer s.cleanup()
+
+	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() {
+		s.close(CloseAuthFailed, "", "authentication timeout")
+	})
+	defer deadline.Stop()
+
+	err := s.write(ctx, TypeHello, "", Hello{
+		Proto:          Subprotocol,
+		AuthDeadlineMs: int(s.t.o.AuthTimeout / time.Millisecond),
+		MaxFrameBytes:  s.t.o.MaxFrameBytes,
+	})
+	if err != nil {
+		return
+	}
+	if s.c.Subprotocol() != Subprotocol {
+		s.close(CloseMalformed, "", "subprotocol okso.v1 required")
+		return
+	}
+	if !s.authenticate(ctx) {
+		return
+	}
+	if !deadline.Stop() {
+		return // the deadline fired while we verified
+	}
+	deadline.Reset(s.t.o.AuthTimeout)
+	lease := s.announce(ctx)
+	if lease == nil {
+		return
+	}
+	deadline.Stop()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { s.keepAlive(lease) })
+	defer wg.Wait()
+	defer s.close(CloseNormal, "", "") // stops keepAlive when the read loop ends first
+
+	for {
+		e, err := s.read(ctx)
+		if err != nil {
+			return
+		}
+		switch e.Type {
+		case TypeCmdAck:
+			s.onAck(e)
+		default:
+			s.close(CloseMalformed, "", "unexpected "+e.Type+" frame")
+			return
+		}
+	}
+}
+
+func (s *session) authenticate(ctx context.Context) bool {
+	token := s.bearer
+	if token == "" {
+		e, err := s.expect(ctx, TypeAuth)
+		if err != nil {
+			return false
+		}
+		var a Auth
+		if err := DecodePayload(e, &a); err != nil || a.Token == "" {
+			s.close(CloseMalformed, "", "malformed auth payload")
+			return false
+		}
+		token = a.Token
+	}
+	claims, err := s.t.o.Verifier.Verify(token)
+	if err != nil {
+		s.close(CloseAuthFailed, "", "authentication failed")
+		return false
+	}
+	s.tenant, s.subject, s.jti = claims.Tenant, claims.Subject, claims.ID
+	if !claims.HasScope(auth.ScopeDeviceConnect) {
+		s.close(CloseForbidden, "", "token lacks scope device:connect")
+		return false
+	}
+	if !bus.ValidNodeID(claims.Subject) {
+		s.close(CloseForbidden, "", "token subject is not a node id")
+		return false
+	}
+	s.nodeID = claims.Subject
+	return s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id}) == nil
+}
+
+// announce reads and checks the manifest, takes the node's subject and
+// registry record, and confirms to the device. It returns the record's
+// lease, or nil when the session must end.
+func (s *session) announce(ctx context.Context) *bus.Lease {
+	e, err := s.expect(ctx, TypeAnnounce)
+	if err != nil {
+		return nil
+	}
+	if err := s.t.o.Schemas.ValidateJSON(schemas.Manifest, e.Payload); err != nil {
+		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		return nil
+	}
+	var a struct {
+		NodeID       string           `json:"node_id"`
+		Agent        bus.Agent        `json:"agent"`
+		Capabilities []bus.Capability `json:"capabilities"`
+	}
+	if err := DecodePayload(e, &a); err != nil {
+		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		return nil
+	}
+	if a.NodeID != s.nodeID {
+		s.close(CloseForbidden, "", "announced node_id differs from the token subject")
+		return nil
+	}
+	tools, caps, msg := project(s.nodeID, a.Capabilities)
+	if msg != "" {
+		s.close(CloseMalformed, bus.CodeManifestInvalid, msg)
+		return nil
+	}
+	s.caps, s.agent = caps, a.Agent
+
+	if !s.t.attach(s) {
+		s.close(CloseGoingAway, "", "tier shutting down")
+		return nil
+	}
+	sub, err := s.t.o.NC.QueueSubscribe(bus.NodeCmd(s.nodeID), bus.QueueNode, s.onCall)
+	if err == nil {
+		err = s.t.o.NC.FlushTimeout(5 * time.Second)
+	}
+	if err != nil {
+		s.t.log.Error("subscribe node subject", "node_id", s.nodeID, "err", err)
+		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot reach NATS")
+		return nil
+	}
+	s.mu.Lock()
+	if s.detached { // replaced while subscribing
+		s.mu.Unlock()
+		_ = sub.Unsubscribe()
+		return nil
+	}
+	s.sub = sub
+	s.mu.Unlock()
+
+	// Online only once the subject is served: claim after the flush.
+	lease, err := s.t.o.Registry.Claim(ctx, s.record())
+	if err != nil {
+		s.t.log.Error("claim registry record", "node_id", s.nodeID, "err", err)
+		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
+		return nil
+	}
+	if err := s.write(ctx, TypeAnnounceOK, e.MsgID, AnnounceOK{Tools: tools}); err != nil {
+		releaseLease(s, lease)
+		return nil
+	}
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+		Decision: bus.DecisionConnected})
+	return lease
+}
+
+// project checks a manifest beyond its schema and returns the projected
+// tool names. A non-empty msg explains the refusal.
+func project(nodeID string, caps []bus.Capability) (tools []string, byID map[string]*capState, msg string) {
+	byID = make(map[string]*capState, len(caps))
+	for _, c := range caps {
+		if _, dup := byID[c.CapID]; dup {
+			return nil, nil, "duplicate cap_id"
+		}
+		k, ok := schemas.LookupKind(c.Kind)
+		if !ok {
+			return nil, nil, "unknown kind"
+		}
+		for _, v := range c.Verbs {
+			if _, ok := k.Verb(v); !ok {
+				return nil, nil, "verb not allowed for its kind"
+			}
+			name := bus.ToolName{KindShort: k.Short, NodeID: nodeID, CapID: c.CapID, Verb: v}.String()
+			if len(name) > bus.MaxToolName {
+				return nil, nil, "projected tool name longer than 64 characters"
+			}
+			tools = append(tools, name)
+		}
+		cs := &capState{Capability: c, kind: k}
+		if c.Constraints.RateLimitRPS > 0 {
+			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
+			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)
+		}
+		byID[c.CapID] = cs
+	}
+	return tools, byID, ""
+}
+
+// keepAlive refreshes the registry lease and pings the device until the
+// session closes.
+func (s *session) keepAlive(lease *bus.Lease) {
+	ctx := context.Background()
+	defer releaseLease(s, lease)
+	refresh := time.NewTicker(s.t.o.Registry.TTL() / 3)
+	defer refresh.Stop()
+	ping := time.NewTicker(s.t.o.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-refresh.C:
+			if err := lease.Refresh(ctx); err != nil {
+				if errors.Is(err, bus.ErrLeaseLost) {
+					s.close(CloseReplaced, "", "registry record taken by a newer session")
+					return
+				}
+				s.t.log.Warn("refresh registry record", "node_id", s.nodeID, "err", err)
+			}
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, s.t.o.PingInterval)
+			err := s.c.Ping(pctx)
+			cancel()
+			if err != nil {
+				s.close(CloseLiveness, "", "device missed a ping")
+				return
+			}
+		}
+	}
+}
+
+func releaseLease(s *session, lease *bus.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		s.t.log.Warn("release registry record", "node_id", s.nodeID, "err", err)
+	}
+}
+
+func (s *session) record() bus.Node {
+	caps := make([]bus.Capability, 0, len(s.caps))
+	for _, c := range s.caps {
+		caps = append(caps, c.Capability)
+	}
+	return bus.Node{
+		NodeID:       s.nodeID,
+		Tenant:       s.tenant,
+		SessionID:    s.id,
+		Tier:         s.t.o.Name,
+		Agent:        s.agent,
+		Capabilities: caps,
+		ConnectedAt:  time.Now().UTC(),
+	}
+}
+
+// detach stops s serving its node's subject, because a newer session took
+// the node. Pending calls still complete or fail.
+func (s *session) detach() {
+	s.mu.Lock()
+	s.detached = true
+	sub := s.sub
+	s.sub = nil
+	s.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+}
+
+func (s *session) cleanup() {
+	s.close(CloseNormal, "", "")
+	s.detach()
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = map[string]*pendingCall{}
+	s.mu.Unlock()
+	for _, p := range pending {
+		p.timer.Stop()
+		s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device disconnected during the call"),
+			bus.DecisionOffline, bus.CodeNodeOffline)
+	}
+	s.t.release(s)
+	if s.nodeID != "" && s.caps != nil {
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionDisconnect})
+	}
+}
+
+// onCall serves one request on the node's subject.
+func (s *session) onCall(m *nats.Msg) {
+	start := time.Now()
+	reqID := m.Header.Get(bus.HeaderRequestID)
+	fail := func(code, msg, decision, tool string) {
+		s.respond(m.Reply, bus.ErrorReply(code, msg))
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: m.Header.Get(bus.HeaderSubject), Tool: tool,
+			NodeID: s.nodeID, Decision: decision, Code: code, Duration: time.Since(start), RequestID: reqID})
+	}
+	var call bus.Call
+	if err := json.Unmarshal(m.Data, &call); err != nil {
+		fail(bus.CodeBadRequest, "malformed call", bus.DecisionInvalid, "")
+		return
+	}
+	name, ok := bus.ParseToolName(call.Tool)
+	if !ok || name.NodeID != s.nodeID {
+		fail(bus.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
+		return
+	}
+	cs := s.caps[name.CapID]
+	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.Verbs, name.Verb) {
+		fail(bus.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, call.Tool)
+		return
+	}
+	if m.Header.Get(bus.HeaderTenant) != s.tenant {
+		fail(bus.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
+		return
+	}
+	if v, _ := cs.kind.Verb(name.Verb); v.Stream {
+		fail(bus.CodeBadRequest, "streaming verbs are not served on this subject", bus.DecisionInvalid, call.Tool)
+		return
+	}
+	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
+	if deadline <= 0 {
+		deadline = DefaultDeadlineMs * time.Millisecond
+	}
+	if b, err := strconv.Atoi(m.Header.Get(bus.HeaderBudgetMs)); err == nil && b > 0 {
+		deadline = min(deadline, time.Duration(b)*time.Millisecond)
+	}
+	args := call.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+
+	cmdID := NewMsgID()
+	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond)})
+	if err != nil {
+		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
+		return
+	}
+
+	s.mu.Lock()
+	if s.detached {
+		s.mu.Unlock()
+		fail(bus.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
+		return
+	}
+	if cs.limiter != nil && !cs.limiter.Allow() {
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
+		return
+	}
+	if mc := cs.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
+		return
+	}
+	cs.inflight++
+	p := &pendingCall{reply: m.Reply, cap: cs, tool: call.Tool, start: start, requestID: reqID,
+		subject: m.Header.Get(bus.HeaderSubject)}
+	s.pending[cmdID] = p
+	p.timer = time.AfterFunc(deadline, func() { s.expire(cmdID) })
+	s.mu.Unlock()
+
+	if err := s.writeRaw(context.Background(), frame); err != nil {
+		if p := s.take(cmdID); p != nil {
+			s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, bus.CodeNodeOffline)
+		}
+	}
+}
+
+func containsVerb(verbs []string, v string) bool {
+	for _, x := range verbs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// take removes and returns a pending call, or nil if it already ended.
+func (s *session) take(cmdID string) *pendingCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pending[cmdID]
+	if p == nil {
+		return nil
+	}
+	delete(s.pending, cmdID)
+	p.cap.inflight--
+	return p
+}
+
+func (s *session) finish(p *pendingCall, reply []byte, decision, code string) {
+	s.respond(p.reply, reply)
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: p.subject, Tool: p.tool, NodeID: s.nodeID,
+		Decision: decision, Code: code, Duration: time.Since(p.start), RequestID: p.requestID})
+}
+
+func (s *session) respond(reply string, data []byte) {
+	if reply == "" {
+		return
+	}
+	if err := s.t.o.NC.Publish(reply, data); err != nil {
+		s.t.log.Warn("publish reply", "node_id", s.nodeID, "err", err)
+	}
+}
+
+// expire ends a call whose device deadline passed, and tells the device to
+// stop working on it.
+func (s *session) expire(cmdID string) {
+	p := s.take(cmdID)
+	if p == nil {
+		return
+	}
+	s.finish(p, bus.ErrorReply(bus.CodeDeadlineExceeded, "device did not answer within its deadline"),
+		bus.DecisionTimeout, bus.CodeDeadlineExceeded)
+	_ = s.write(context.Background(), TypeCancel, cmdID, Cancel{})
+}
+
+// onAck completes the call a cmd_ack answers; a late or unknown ack is
+// dropped and audited.
+func (s *session) onAck(e Envelope) {
+	if e.InReplyTo == "" {
+		s.close(CloseMalformed, "", "cmd_ack without in_reply_to")
+		return
+	}
+	var ack CmdAck
+	if err := DecodePayload(e, &ack); err != nil {
+		s.close(CloseMalformed, "", "malformed cmd_ack payload")
+		return
+	}
+	p := s.take(e.InReplyTo)
+	if p == nil {
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionLateAck, RequestID: e.InReplyTo})
+		return
+	}
+	p.timer.Stop()
+	switch {
+	case ack.OK && len(ack.Result) > 0:
+		s.finish(p, bus.OKReply(ack.Result), bus.DecisionAllowed, "")
+	case ack.OK:
+		s.finish(p, bus.ErrorReply(bus.CodeInternal, "device answered without a result"), bus.DecisionFailed, bus.CodeInternal)
+	default:
+		code := bus.CodeInternal
+		if ack.Error != nil && bus.KnownCode(ack.Error.Code) {
+			code = ack.Error.Code
+		}
+		s.finish(p, bus.ErrorReply(code, fmt.Sprintf("device reported %s", code)), bus.DecisionFailed, code)
+	}
+}

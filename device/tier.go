@@ -1,0 +1,188 @@
+package device
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// TierOptions configure a [Tier]. NC, Registry, Schemas and Verifier are
+// required; every other zero value means the protocol default.
+type TierOptions struct {
+	NC       *nats.Conn
+	Registry *bus.Registry
+	Schemas  *schemas.Set
+	Verifier *auth.Verifier // for device tokens (audience okso-device)
+	Auditor  *bus.Auditor
+	Logger   *slog.Logger
+
+	// Name identifies this tier replica in the registry.
+	Name string
+	// AuthTimeout bounds the time from upgrade to auth, and from auth to
+	// announce (5 s).
+	AuthTimeout time.Duration
+	// MaxFrameBytes is the largest frame a device may send (64 KiB).
+	MaxFrameBytes int
+	// PingInterval is how often the tier pings each device (15 s); a device
+	// that does not answer within the next interval is dropped with 4408.
+	PingInterval time.Duration
+	// WriteTimeout bounds one frame write (5 s).
+	WriteTimeout time.Duration
+}
+
+// Tier is the device tier: it accepts device WebSockets at [Path], keeps one
+// session per node, and serves each node's NATS subject. It is safe for
+// concurrent use.
+type Tier struct {
+	o   TierOptions
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session // by node id
+	all      map[*session]struct{}
+	closing  bool
+	wg       sync.WaitGroup
+}
+
+// NewTier checks opts and returns a tier ready to serve.
+func NewTier(o TierOptions) (*Tier, error) {
+	if o.NC == nil || o.Registry == nil || o.Schemas == nil || o.Verifier == nil {
+		return nil, errors.New("device tier: NC, Registry, Schemas and Verifier are required")
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = DefaultAuthTimeoutMs * time.Millisecond
+	}
+	if o.MaxFrameBytes <= 0 {
+		o.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 15 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 5 * time.Second
+	}
+	if o.Name == "" {
+		o.Name = "tier-" + strings.ToLower(NewMsgID()[16:])
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{}}, nil
+}
+
+// Handler returns the tier's HTTP handler: the device protocol at [Path]
+// and a liveness probe at /healthz.
+func (t *Tier) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+Path, t.serveWS)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Sessions returns the number of nodes with a live session.
+func (t *Tier) Sessions() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+// Shutdown closes every session with 1001 (devices reconnect elsewhere),
+// refuses new ones, and waits for the sessions to end or ctx to expire.
+func (t *Tier) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	t.closing = true
+	all := make([]*session, 0, len(t.all))
+	for s := range t.all {
+		all = append(all, s)
+	}
+	t.mu.Unlock()
+	for _, s := range all {
+		go s.close(CloseGoingAway, "", "tier shutting down")
+	}
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("device tier shutdown: %w", ctx.Err())
+	}
+}
+
+func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		http.Error(w, "tier shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	defer t.wg.Done()
+
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:    []string{Subprotocol},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return // Accept has written the HTTP error
+	}
+	// The tier enforces its own frame limit so that an oversize frame closes
+	// with 4413, not the library's 1009.
+	c.SetReadLimit(-1)
+	s := newSession(t, c, r)
+	t.mu.Lock()
+	t.all[s] = struct{}{}
+	t.mu.Unlock()
+	s.run(r.Context())
+	t.mu.Lock()
+	delete(t.all, s)
+	t.mu.Unlock()
+}
+
+// attach makes s the session of its node, detaching any older one, which is
+// then closed with 4409 off this goroutine (Close waits for the peer).
+func (t *Tier) attach(s *session) bool {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return false
+	}
+	old := t.sessions[s.nodeID]
+	t.sessions[s.nodeID] = s
+	t.mu.Unlock()
+	if old != nil {
+		old.detach()
+		go old.close(CloseReplaced, "", "replaced by a newer session")
+	}
+	return true
+}
+
+// release forgets s if it is still its node's session.
+func (t *Tier) release(s *session) {
+	t.mu.Lock()
+	if t.sessions[s.nodeID] == s {
+		delete(t.sessions, s.nodeID)
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tier) audit(e bus.AuditEvent) {
+	e.Actor = "tier"
+	t.o.Auditor.Record(e)
+}

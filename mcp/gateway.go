@@ -1,0 +1,418 @@
+// Package mcp is the agents' side of okso: the gateway that serves MCP
+// (Streamable HTTP, official Go SDK) at /mcp, projects every capability of
+// every live node of the caller's tenant as a tool, checks each call
+// (name, tenant, scope, arguments) before it reaches NATS, and checks each
+// answer (output schema, node id) before it reaches the agent.
+//
+// Create a [Gateway] with [New], run its registry watch with
+// [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
+// tier: the two meet on NATS (package bus).
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// Options configure a [Gateway]. NC, Registry, Schemas and Verifier are
+// required; every other zero value means the default.
+type Options struct {
+	NC       *nats.Conn
+	Registry *bus.Registry
+	Schemas  *schemas.Set
+	Verifier *auth.Verifier // for agent tokens
+	Auditor  *bus.Auditor
+	Logger   *slog.Logger
+
+	// Budget is the end-to-end deadline of one call (5 s).
+	Budget time.Duration
+	// Stateful serves MCP sessions (Mcp-Session-Id) for single-replica use;
+	// the default is stateless, so any replica answers any request.
+	Stateful bool
+	// AllowedOrigins are extra browser origins trusted to call /mcp.
+	AllowedOrigins []string
+	// Version is reported to MCP clients.
+	Version string
+}
+
+// Gateway serves MCP for every tenant. It is safe for concurrent use.
+type Gateway struct {
+	o       Options
+	log     *slog.Logger
+	handler http.Handler
+	ready   chan struct{}
+
+	mu      sync.RWMutex
+	nodes   map[string]*node   // by node id
+	tenants map[string]*tenant // by tenant
+	changed chan struct{}      // closed and replaced on every change
+}
+
+type node struct {
+	rec   bus.Node
+	tools map[string]*tool // by projected name
+}
+
+type tool struct {
+	name   string
+	cap    bus.Capability
+	verb   schemas.Verb
+	scope  string
+	schema *sdk.Tool
+}
+
+type tenant struct {
+	srv *sdk.Server
+}
+
+// New checks opts and builds a gateway.
+func New(o Options) (*Gateway, error) {
+	if o.NC == nil || o.Registry == nil || o.Schemas == nil || o.Verifier == nil {
+		return nil, errors.New("gateway: NC, Registry, Schemas and Verifier are required")
+	}
+	if o.Budget <= 0 {
+		o.Budget = 5 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{
+		o:       o,
+		log:     log,
+		ready:   make(chan struct{}),
+		nodes:   map[string]*node{},
+		tenants: map[string]*tenant{},
+		changed: make(chan struct{}),
+	}
+	g.handler = g.routes()
+	return g, nil
+}
+
+// Handler returns the gateway's HTTP handler.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Ready is closed once the gateway has loaded the registry.
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// Run watches the registry and keeps every tenant's tools in step with it,
+// until ctx ends.
+func (g *Gateway) Run(ctx context.Context) error {
+	var once sync.Once
+	err := g.o.Registry.Watch(ctx, g.apply, func() { once.Do(func() { close(g.ready) }) })
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Wait blocks until cond holds over the gateway's view of the fleet, or ctx
+// ends. cond is called with the number of live nodes per tenant.
+func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]int) bool) error {
+	for {
+		g.mu.RLock()
+		counts := map[string]int{}
+		for _, n := range g.nodes {
+			counts[n.rec.Tenant]++
+		}
+		ch := g.changed
+		g.mu.RUnlock()
+		if cond(counts) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (g *Gateway) routes() http.Handler {
+	mux := http.NewServeMux()
+	mcpHandler := sdk.NewStreamableHTTPHandler(g.server, &sdk.StreamableHTTPOptions{
+		Stateless:                    !g.o.Stateful,
+		PropagateRequestCancellation: true,
+		Logger:                       g.sdkLog(),
+	})
+	cop := http.NewCrossOriginProtection()
+	for _, o := range g.o.AllowedOrigins {
+		if err := cop.AddTrustedOrigin(o); err != nil {
+			g.log.Warn("ignoring allowed origin", "origin", o, "err", err)
+		}
+	}
+	mux.Handle("/mcp", cop.Handler(g.authenticate(mcpHandler)))
+	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
+	meta := http.HandlerFunc(g.serveResourceMetadata)
+	mux.Handle("/.well-known/oauth-protected-resource", meta)
+	mux.Handle("/.well-known/oauth-protected-resource/mcp", meta)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+func (g *Gateway) sdkLog() *slog.Logger {
+	return slog.New(quietHandler{g.log.Handler(), slog.LevelWarn})
+}
+
+// baseURL is the gateway's own URL as the client addressed it.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) {
+	base := baseURL(r)
+	sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               base + "/mcp",
+		AuthorizationServers:   []string{},
+		ScopesSupported:        []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive},
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "okso MCP gateway",
+	}).ServeHTTP(w, r)
+}
+
+// authenticate requires a valid agent token; a missing or invalid one gets
+// 401 with WWW-Authenticate pointing at the protected-resource metadata.
+func (g *Gateway) authenticate(next http.Handler) http.Handler {
+	verify := func(_ context.Context, token string, _ *http.Request) (*sdkauth.TokenInfo, error) {
+		c, err := g.o.Verifier.Verify(token)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", sdkauth.ErrInvalidToken, err)
+		}
+		return &sdkauth.TokenInfo{
+			Scopes:     c.Scopes(),
+			Expiration: c.ExpiresAt.Time,
+			UserID:     c.Tenant + "/" + c.Subject,
+			Extra:      map[string]any{claimsKey: c},
+		}, nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
+			ResourceMetadataURL: baseURL(r) + "/.well-known/oauth-protected-resource/mcp",
+		})(next).ServeHTTP(w, r)
+	})
+}
+
+const claimsKey = "okso.claims"
+
+func claimsOf(ti *sdkauth.TokenInfo) *auth.Claims {
+	if ti == nil {
+		return nil
+	}
+	c, _ := ti.Extra[claimsKey].(*auth.Claims)
+	return c
+}
+
+// server returns the cached MCP server of the caller's tenant.
+func (g *Gateway) server(r *http.Request) *sdk.Server {
+	c := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
+	if c == nil {
+		return nil
+	}
+	g.mu.RLock()
+	t := g.tenants[c.Tenant]
+	g.mu.RUnlock()
+	if t != nil {
+		return t.srv
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.tenantLocked(c.Tenant).srv
+}
+
+func (g *Gateway) tenantLocked(name string) *tenant {
+	if t := g.tenants[name]; t != nil {
+		return t
+	}
+	srv := sdk.NewServer(&sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: g.o.Version},
+		&sdk.ServerOptions{
+			Instructions: "Each tool is one capability of one device of your fleet, " +
+				"named {kind}.{node_id}.{capability}.{verb}.",
+			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+			Logger:       g.sdkLog(),
+			// Tool lists are per tenant and change as devices come and go.
+			SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) {
+				c.CacheScope, c.TTLMs = "private", 0
+			},
+		})
+	srv.AddReceivingMiddleware(g.intercept)
+	t := &tenant{srv: srv}
+	g.tenants[name] = t
+	return t
+}
+
+// intercept routes every tools/call through [Gateway.call], including
+// names the tenant's server does not list, so that each gets its exact
+// error.
+func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if r, ok := req.(*sdk.CallToolRequest); ok && method == "tools/call" {
+			return g.call(ctx, r)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// apply folds one registry event into the gateway's view and the tenants'
+// tool lists. It runs on the watch goroutine only.
+func (g *Gateway) apply(ev bus.Event) {
+	g.mu.Lock()
+	old := g.nodes[ev.NodeID]
+	if old != nil && ev.Node != nil && old.rec.SessionID == ev.Node.SessionID && old.rec.Tenant == ev.Node.Tenant {
+		g.mu.Unlock()
+		return // a lease refresh: nothing changed
+	}
+	var (
+		removeFrom *sdk.Server
+		removed    []string
+		addTo      *sdk.Server
+		added      []*tool
+	)
+	if old != nil {
+		delete(g.nodes, ev.NodeID)
+		removeFrom = g.tenants[old.rec.Tenant].srv
+		for name := range old.tools {
+			removed = append(removed, name)
+		}
+	}
+	if ev.Node != nil && bus.ValidTenant(ev.Node.Tenant) {
+		n := g.project(ev.Node)
+		g.nodes[ev.NodeID] = n
+		addTo = g.tenantLocked(ev.Node.Tenant).srv
+		for _, t := range n.tools {
+			added = append(added, t)
+		}
+	}
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.mu.Unlock()
+
+	// The SDK notifies sessions on change; do that outside our lock.
+	if removeFrom != nil && len(removed) > 0 {
+		removeFrom.RemoveTools(removed...)
+	}
+	for _, t := range added {
+		addTo.AddTool(t.schema, unreachable)
+	}
+}
+
+// unreachable is the handler registered with the SDK; [Gateway.intercept]
+// answers every tools/call before the SDK would call it.
+func unreachable(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	return nil, errors.New("tools/call bypassed the gateway")
+}
+
+// project builds the tools of one node record (RFC projection
+// {kind_short}.{node_id}.{cap_id}.{verb}).
+func (g *Gateway) project(rec *bus.Node) *node {
+	n := &node{rec: *rec, tools: map[string]*tool{}}
+	for _, c := range rec.Capabilities {
+		k, ok := schemas.LookupKind(c.Kind)
+		if !ok {
+			continue
+		}
+		for _, vn := range c.Verbs {
+			v, ok := k.Verb(vn)
+			if !ok {
+				continue
+			}
+			name := bus.ToolName{KindShort: k.Short, NodeID: rec.NodeID, CapID: c.CapID, Verb: vn}.String()
+			if len(name) > bus.MaxToolName {
+				continue
+			}
+			in, _ := g.o.Schemas.Raw(v.Input)
+			st := &sdk.Tool{
+				Name:        name,
+				Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
+				Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, vn, rec.NodeID, c.SafetyClass),
+				InputSchema: in,
+				Annotations: &sdk.ToolAnnotations{
+					Title:          v.Title,
+					ReadOnlyHint:   c.SafetyClass == schemas.SafetyReadOnly,
+					IdempotentHint: k.Idempotent || c.Idempotent,
+				},
+				Meta: sdk.Meta{
+					"io.okso/node_id":      rec.NodeID,
+					"io.okso/kind":         c.Kind,
+					"io.okso/safety_class": c.SafetyClass,
+				},
+			}
+			if c.SafetyClass == schemas.SafetyDestructive {
+				yes := true
+				st.Annotations.DestructiveHint = &yes
+			} else if c.SafetyClass != schemas.SafetyReadOnly {
+				no := false
+				st.Annotations.DestructiveHint = &no
+			}
+			if !v.Stream {
+				out, _ := g.o.Schemas.Raw(v.Output)
+				st.OutputSchema = out
+			}
+			n.tools[name] = &tool{name: name, cap: c, verb: v, scope: auth.ScopeFor(c.SafetyClass), schema: st}
+		}
+	}
+	return n
+}
+
+// lookup returns the node and tool a projected name addresses.
+func (g *Gateway) lookup(nodeID, name string) (*node, *tool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n := g.nodes[nodeID]
+	if n == nil {
+		return nil, nil
+	}
+	return n, n.tools[name]
+}
+
+func trimASCII(s string, max int) string {
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < max; i++ {
+		if c := s[i]; c >= 0x20 && c <= 0x7e {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// quietHandler passes on only records at or above min: the SDK logs every
+// stateless request's session at Info, which would drown the audit log.
+type quietHandler struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h quietHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(a), h.min}
+}
+
+func (h quietHandler) WithGroup(n string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(n), h.min}
+}

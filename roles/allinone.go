@@ -1,0 +1,154 @@
+package roles
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/spf13/cobra"
+
+	"github.com/okso-io/okso/auth"
+)
+
+// AllInOneConfig configures [AllInOne].
+type AllInOneConfig struct {
+	Gateway    gatewayConfig
+	Tier       tierConfig
+	NATSListen string
+	DataDir    string
+	Mock       int
+	Tenant     string
+}
+
+// AllInOne is embedded NATS, the gateway, the device tier and simulated
+// devices in one process, each part with its own NATS connection.
+type AllInOne struct {
+	c     *common
+	nats  *natsPart
+	gw    *gatewayPart
+	tier  *tierPart
+	fleet *fleetPart
+}
+
+// NewAllInOne starts NATS and binds both listeners; [AllInOne.Run] serves.
+func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *AllInOne, err error) {
+	c, err := loadCommon(log, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	a := &AllInOne{c: c}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	if a.nats, err = openNATS("", cfg.NATSListen); err != nil {
+		return nil, err
+	}
+	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {
+		return nil, err
+	}
+	cfg.Gateway.Version = Version
+	if a.gw, err = newGatewayPart(ctx, c, a.nats, cfg.Gateway); err != nil {
+		return nil, err
+	}
+	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// MCPURL is the agents' endpoint.
+func (a *AllInOne) MCPURL() string { return a.gw.url() }
+
+// DeviceURL is the devices' endpoint.
+func (a *AllInOne) DeviceURL() string { return a.tier.url() }
+
+// NATSURL is where other processes reach the embedded NATS ("" unless
+// --nats-listen).
+func (a *AllInOne) NATSURL() string { return a.nats.clientURL() }
+
+// Signer signs tokens with the data dir's key.
+func (a *AllInOne) Signer() *auth.Signer { return a.c.signer }
+
+// Run serves until ctx ends or a part fails, then stops every part.
+func (a *AllInOne) Run(ctx context.Context) error {
+	defer a.close()
+	var g run.Group
+	g.Add(run.ContextHandler(ctx))
+	a.gw.actors(&g)
+	a.tier.actors(&g)
+	a.fleet.actors(&g)
+	err := g.Run()
+	if _, ok := err.(run.SignalError); ok || err == context.Canceled {
+		return nil
+	}
+	return err
+}
+
+func (a *AllInOne) close() {
+	if a.gw != nil {
+		a.gw.close()
+	}
+	if a.tier != nil {
+		a.tier.close()
+	}
+	if a.nats != nil {
+		a.nats.close()
+	}
+}
+
+func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		cfg  AllInOneConfig
+		logs logFlags
+		ttl  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "all-in-one",
+		Short: "Run NATS, the gateway, the device tier and simulated devices in one process",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(stderr)
+			if err != nil {
+				return err
+			}
+			ctx := contextOf(cmd)
+			a, err := NewAllInOne(ctx, log, cfg)
+			if err != nil {
+				return err
+			}
+			token, err := a.Signer().Mint(auth.MintOptions{
+				Subject: "agent", Tenant: cfg.Tenant, Scopes: []string{auth.ScopeReadOnly}, TTL: ttl,
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "okso %s all-in-one\n", Version)
+			fmt.Fprintf(stdout, "  MCP endpoint : %s\n", a.MCPURL())
+			fmt.Fprintf(stdout, "  device tier  : %s\n", a.DeviceURL())
+			if u := a.NATSURL(); u != "" {
+				fmt.Fprintf(stdout, "  NATS         : %s\n", u)
+			}
+			fmt.Fprintf(stdout, "  mock devices : %d (tenant %s)\n", cfg.Mock, cfg.Tenant)
+			fmt.Fprintf(stdout, "  agent token  : %s\n", token)
+			fmt.Fprintf(stdout, "                (tenant %s, scope %s, valid %s)\n", cfg.Tenant, auth.ScopeReadOnly, ttl)
+			fmt.Fprintf(stdout, "  try it       : npx @modelcontextprotocol/inspector --cli %s --transport http "+
+				"--header \"Authorization: Bearer %s\" --method tools/list\n", a.MCPURL(), token)
+			return a.Run(ctx)
+		},
+	}
+	fs := cmd.Flags()
+	addGatewayFlags(fs, &cfg.Gateway)
+	addTierFlags(fs, &cfg.Tier)
+	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start)")
+	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
+	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
+	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")
+	logs.add(fs)
+	return cmd
+}

@@ -1,0 +1,142 @@
+// Package roles is okso's composition root: one cobra command per role
+// (all-in-one, gateway, device, mock-fleet, token), flags and OKSO_*
+// environment variables turned into config, and the parts wired and run
+// in one run group. Nothing else in okso reads flags.
+package roles
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Version is the okso version, set at build time with -ldflags.
+var Version = "dev"
+
+// Defaults, all on loopback.
+const (
+	DefaultMCPAddr    = "127.0.0.1:8080"
+	DefaultDeviceAddr = "127.0.0.1:8081"
+	DefaultTenant     = "demo"
+)
+
+// NewRoot returns the okso command with every role.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "okso",
+		Short: "okso lets AI agents operate a fleet of edge devices through MCP",
+		Long: "okso serves every capability of every connected device as an MCP tool.\n" +
+			"Start with `okso all-in-one`. Every flag can also be set as OKSO_<FLAG>,\n" +
+			"e.g. OKSO_MCP_ADDR for --mcp-addr.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return bindEnv(cmd.Flags())
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		allInOneCmd(stdout, stderr),
+		gatewayCmd(stderr),
+		deviceCmd(stderr),
+		mockFleetCmd(stderr),
+		tokenCmd(stdout),
+	)
+	return root
+}
+
+// bindEnv sets every flag not given on the command line from OKSO_<NAME>.
+func bindEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		env := "OKSO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s: %w", env, e)
+			}
+		}
+	})
+	return err
+}
+
+func defaultDataDir() string {
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".okso")
+	}
+	return ".okso"
+}
+
+// logFlags are shared by the server roles.
+type logFlags struct {
+	level  string
+	format string
+}
+
+func (l *logFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&l.format, "log-format", "json", "log format: json or text")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch l.format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
+}
+
+// natsFlags select embedded or external NATS.
+type natsFlags struct {
+	url    string
+	listen string
+}
+
+func (n *natsFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&n.url, "nats-url", "", "connect to this NATS server or cluster instead of embedding one")
+	fs.StringVar(&n.listen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
+}
+
+// gatewayFlags are the flags of the agents' door.
+func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
+	fs.StringVar(&c.Addr, "mcp-addr", DefaultMCPAddr, "gateway HTTP listen address (MCP at /mcp)")
+	fs.DurationVar(&c.Budget, "budget", 5*time.Second, "end-to-end deadline of one tool call")
+	fs.BoolVar(&c.Stateful, "stateful", false, "serve MCP sessions (single replica only); default stateless")
+	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
+	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
+}
+
+func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
+	fs.StringVar(&c.Addr, "device-addr", DefaultDeviceAddr, "device tier listen address (WebSocket at /v1/device/ws)")
+	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 64<<10, "largest frame a device may send")
+	fs.DurationVar(&c.AuthTimeout, "auth-timeout", 5*time.Second, "time a device has to authenticate, and then to announce")
+	fs.DurationVar(&c.PingInterval, "ping-interval", 15*time.Second, "how often the tier pings each device")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 15*time.Second, "how long a node outlives its tier in the registry")
+}
+
+// runUntil runs fn until ctx is cancelled (by a signal, in main).
+func contextOf(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}

@@ -1,0 +1,245 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/oklog/run"
+	"github.com/spf13/cobra"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device"
+)
+
+// runGroup runs the actors until ctx ends or one returns; a cancelled ctx
+// is a clean stop.
+func runGroup(ctx context.Context, add func(*run.Group)) error {
+	var g run.Group
+	g.Add(run.ContextHandler(ctx))
+	add(&g)
+	err := g.Run()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// announceListeners logs where a split role listens, for operators and for
+// scripts that start it on port 0.
+func announceListeners(log *slog.Logger, np *natsPart, attrs ...any) {
+	if np.srv != nil {
+		if u := np.clientURL(); u != "" {
+			attrs = append(attrs, "nats_url", u)
+		}
+	}
+	log.Info("listening", attrs...)
+}
+
+func gatewayCmd(stderr io.Writer) *cobra.Command {
+	var (
+		cfg     gatewayConfig
+		nf      natsFlags
+		logs    logFlags
+		dataDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the agents' door: MCP over Streamable HTTP at /mcp",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(stderr)
+			if err != nil {
+				return err
+			}
+			ctx := contextOf(cmd)
+			c, err := loadCommon(log, dataDir)
+			if err != nil {
+				return err
+			}
+			np, err := openNATS(nf.url, nf.listen)
+			if err != nil {
+				return err
+			}
+			defer np.close()
+			cfg.Version = Version
+			gp, err := newGatewayPart(ctx, c, np, cfg)
+			if err != nil {
+				return err
+			}
+			defer gp.close()
+			announceListeners(log, np, "role", "gateway", "mcp_url", gp.url())
+			return runGroup(ctx, gp.actors)
+		},
+	}
+	fs := cmd.Flags()
+	addGatewayFlags(fs, &cfg)
+	nf.add(fs)
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key")
+	logs.add(fs)
+	return cmd
+}
+
+func deviceCmd(stderr io.Writer) *cobra.Command {
+	var (
+		cfg     tierConfig
+		nf      natsFlags
+		logs    logFlags
+		dataDir string
+		mock    int
+		tenant  string
+	)
+	cmd := &cobra.Command{
+		Use:   "device",
+		Short: "Run the devices' door: the okso.v1 WebSocket endpoint at /v1/device/ws",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(stderr)
+			if err != nil {
+				return err
+			}
+			ctx := contextOf(cmd)
+			c, err := loadCommon(log, dataDir)
+			if err != nil {
+				return err
+			}
+			np, err := openNATS(nf.url, nf.listen)
+			if err != nil {
+				return err
+			}
+			defer np.close()
+			tp, err := newTierPart(ctx, c, np, cfg)
+			if err != nil {
+				return err
+			}
+			defer tp.close()
+			fleet, err := newFleetPart(c, mock, tenant, []string{tp.url()})
+			if err != nil {
+				return err
+			}
+			announceListeners(log, np, "role", "device", "device_url", tp.url())
+			return runGroup(ctx, func(g *run.Group) {
+				tp.actors(g)
+				fleet.actors(g)
+			})
+		},
+	}
+	fs := cmd.Flags()
+	addTierFlags(fs, &cfg)
+	nf.add(fs)
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key")
+	fs.IntVar(&mock, "mock", 0, "number of simulated devices to run against this tier")
+	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
+	logs.add(fs)
+	return cmd
+}
+
+func mockFleetCmd(stderr io.Writer) *cobra.Command {
+	var (
+		n       int
+		urls    []string
+		tenant  string
+		dataDir string
+		logs    logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "mock-fleet",
+		Short: "Run N simulated devices against a device tier",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(stderr)
+			if err != nil {
+				return err
+			}
+			if len(urls) == 0 {
+				return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
+			}
+			for _, u := range urls {
+				if !strings.HasPrefix(u, "ws://") && !strings.HasPrefix(u, "wss://") {
+					return fmt.Errorf("--connect %q: want a ws:// or wss:// URL", u)
+				}
+			}
+			if n < 1 {
+				return errors.New("-n must be at least 1")
+			}
+			c, err := loadCommon(log, dataDir)
+			if err != nil {
+				return err
+			}
+			fleet, err := newFleetPart(c, n, tenant, urls)
+			if err != nil {
+				return err
+			}
+			return runGroup(contextOf(cmd), fleet.actors)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVarP(&n, "count", "n", 50, "number of simulated devices")
+	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+device.Path+" (repeatable: tried in turn)")
+	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
+	logs.add(fs)
+	return cmd
+}
+
+func tokenCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Manage okso tokens"}
+	var (
+		o       auth.MintOptions
+		dataDir string
+		isDev   bool
+		nodeID  string
+	)
+	mint := &cobra.Command{
+		Use:   "mint",
+		Short: "Print a signed token: an agent token, or with --device a device token",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			signer, err := auth.LoadOrCreateSigner(dataDir)
+			if err != nil {
+				return err
+			}
+			if !bus.ValidTenant(o.Tenant) {
+				return fmt.Errorf("--tenant %q: use 1-64 letters, digits, _ or -", o.Tenant)
+			}
+			if isDev {
+				if !bus.ValidNodeID(nodeID) {
+					return fmt.Errorf("--node-id %q: want a lower-case ULID (26 characters)", nodeID)
+				}
+				o.Subject = nodeID
+				o.Scopes = []string{auth.ScopeDeviceConnect}
+				if o.Audience == "" {
+					o.Audience = auth.AudienceDevice
+				}
+			} else if !cmd.Flags().Changed("scope") {
+				o.Scopes = []string{auth.ScopeReadOnly}
+			}
+			var scopes []string
+			for _, s := range o.Scopes {
+				scopes = append(scopes, strings.Fields(s)...)
+			}
+			o.Scopes = scopes
+			tok, err := signer.Mint(o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, tok)
+			return nil
+		},
+	}
+	fs := mint.Flags()
+	fs.StringVar(&o.Tenant, "tenant", DefaultTenant, "tenant of the token")
+	fs.StringSliceVar(&o.Scopes, "scope", nil, "scopes (repeatable, or space separated); default tools:call:read_only")
+	fs.DurationVar(&o.TTL, "ttl", 0, "validity (default 1h)")
+	fs.StringVar(&o.Subject, "subject", "agent", "subject (sub) of an agent token")
+	fs.StringVar(&o.Audience, "audience", "", "audience (default okso-mcp, or okso-device with --device)")
+	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
+	fs.StringVar(&nodeID, "node-id", "", "node id of a device token")
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key (created if missing)")
+	cmd.AddCommand(mint)
+	return cmd
+}

@@ -1,0 +1,58 @@
+package schemas
+
+// Safety classes of a capability (seed 000 §5).
+const (
+	SafetyReadOnly    = "read_only"
+	SafetyMutating    = "mutating"
+	SafetyDestructive = "destructive"
+)
+
+// Kinds in the closed enum of the manifest.
+const (
+	KindEcho    = "system.echo"
+	KindMetrics = "system.metrics"
+)
+
+// Verb describes one verb of a capability kind: the schemas of its
+// arguments and of its result, and whether it streams.
+type Verb struct {
+	Name   string
+	Input  string // $id of the arguments schema
+	Output string // $id of the result schema (of each frame when Stream)
+	Stream bool
+	Title  string
+}
+
+// Kind is one entry of the closed kind table (DESIGN.md §5).
+type Kind struct {
+	Name       string
+	Short      string // kind_short, the first segment of a projected name
+	Idempotent bool
+	Verbs      []Verb
+}
+
+// LookupKind returns the table entry for a kind name.
+func LookupKind(name string) (Kind, bool) {
+	switch name {
+	case KindEcho:
+		return Kind{Name: KindEcho, Short: "sysecho", Idempotent: true, Verbs: []Verb{
+			{Name: "invoke", Input: EchoInput, Output: EchoOutput, Title: "Echo a message"},
+		}}, true
+	case KindMetrics:
+		return Kind{Name: KindMetrics, Short: "sys", Idempotent: true, Verbs: []Verb{
+			{Name: "snapshot", Input: MetricsSnapInput, Output: MetricsSnapshot, Title: "Metrics snapshot"},
+			{Name: "subscribe", Input: MetricsSubInput, Output: MetricsFrame, Stream: true, Title: "Stream metrics"},
+		}}, true
+	}
+	return Kind{}, false
+}
+
+// Verb returns the named verb of k.
+func (k Kind) Verb(name string) (Verb, bool) {
+	for _, v := range k.Verbs {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Verb{}, false
+}

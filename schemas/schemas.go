@@ -1,0 +1,166 @@
+// Package schemas holds okso's JSON contracts: the JSON Schema (draft
+// 2020-12) files in this directory, embedded in the binary, and the closed
+// table of capability kinds that says which schema each verb uses.
+//
+// Start with [Load], which compiles every schema once; then validate with
+// [Set.Validate] or [Set.ValidateJSON] and serve the files with
+// [Set.Handler]. A schema is named by its $id, mcp://schemas/<name>@<version>.
+// References are resolved only inside the embedded set: nothing is ever
+// fetched from the network or the file system.
+package schemas
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// IDPrefix begins the $id of every okso schema.
+const IDPrefix = "mcp://schemas/"
+
+// Well-known schema ids.
+const (
+	EchoInput        = IDPrefix + "system.echo.invoke.input@1.0.0"
+	EchoOutput       = IDPrefix + "system.echo.invoke.output@1.0.0"
+	MetricsSnapInput = IDPrefix + "system.metrics.snapshot.input@1.0.0"
+	MetricsSnapshot  = IDPrefix + "system.metrics.snapshot.output@1.0.0"
+	MetricsSubInput  = IDPrefix + "system.metrics.subscribe.input@1.0.0"
+	MetricsFrame     = IDPrefix + "system.metrics.subscribe.frame@1.0.0"
+	Manifest         = IDPrefix + "manifest@1.0.0"
+	Envelope         = IDPrefix + "envelope@1.0.0"
+	ErrorEnvelope    = IDPrefix + "error@1.0.0"
+)
+
+//go:embed *.json
+var files embed.FS
+
+// Set is the compiled, read-only set of embedded schemas. It is safe for
+// concurrent use. The zero value is not usable; call [Load].
+type Set struct {
+	compiled map[string]*jsonschema.Schema
+	raw      map[string][]byte // by $id
+	decoded  map[string]json.RawMessage
+}
+
+// refuseLoader refuses every URL that is not one of the embedded resources,
+// so a schema can never make okso fetch http:// or file:// documents.
+type refuseLoader struct{}
+
+func (refuseLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schema %s is not in the embedded set", url)
+}
+
+// Load compiles every embedded schema. It fails if a file is malformed, has
+// no $id under [IDPrefix], or refers outside the embedded set.
+func Load() (*Set, error) {
+	s := &Set{
+		compiled: map[string]*jsonschema.Schema{},
+		raw:      map[string][]byte{},
+		decoded:  map[string]json.RawMessage{},
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(refuseLoader{})
+	names, err := fs.Glob(files, "*.json")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		b, err := files.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("schema file %s: %w", name, err)
+		}
+		obj, _ := doc.(map[string]any)
+		id, _ := obj["$id"].(string)
+		if !strings.HasPrefix(id, IDPrefix) || strings.TrimSuffix(name, ".json") != strings.TrimPrefix(id, IDPrefix) {
+			return nil, fmt.Errorf("schema file %s: $id %q does not match its file name", name, id)
+		}
+		if err := c.AddResource(id, doc); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", id, err)
+		}
+		s.raw[id] = b
+		s.decoded[id] = json.RawMessage(b)
+	}
+	for id := range s.raw {
+		sch, err := c.Compile(id)
+		if err != nil {
+			return nil, fmt.Errorf("compile schema %s: %w", id, err)
+		}
+		s.compiled[id] = sch
+	}
+	return s, nil
+}
+
+// Has reports whether id names an embedded schema.
+func (s *Set) Has(id string) bool { _, ok := s.compiled[id]; return ok }
+
+// Raw returns the schema document with the given $id, as embedded. The
+// returned slice must not be modified.
+func (s *Set) Raw(id string) (json.RawMessage, bool) {
+	b, ok := s.decoded[id]
+	return b, ok
+}
+
+// ErrUnknownSchema is returned when validating against an id that is not in
+// the embedded set.
+var ErrUnknownSchema = errors.New("unknown schema")
+
+// Validate checks a value decoded by [jsonschema.UnmarshalJSON] (or made of
+// map[string]any, []any, string, json.Number, bool and nil) against the
+// schema with the given $id.
+func (s *Set) Validate(id string, v any) error {
+	sch, ok := s.compiled[id]
+	if !ok {
+		return fmt.Errorf("%w %s", ErrUnknownSchema, id)
+	}
+	return sch.Validate(v)
+}
+
+// ValidateJSON decodes one JSON document and validates it against the
+// schema with the given $id. Trailing data after the document is an error.
+func (s *Set) ValidateJSON(id string, doc []byte) error {
+	v, err := Decode(doc)
+	if err != nil {
+		return err
+	}
+	return s.Validate(id, v)
+}
+
+// Decode decodes one JSON document for validation, keeping numbers exact.
+func Decode(doc []byte) (any, error) {
+	if len(bytes.TrimSpace(doc)) == 0 {
+		return nil, errors.New("empty JSON document")
+	}
+	return jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+}
+
+// Handler serves GET /schemas/<name>@<version> (the $id without its
+// prefix) with the embedded document.
+func (s *Set) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		name := strings.TrimPrefix(r.URL.Path, "/schemas/")
+		b, ok := s.raw[IDPrefix+name]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/schema+json")
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(b)
+	})
+}
