@@ -309,6 +309,11 @@ func (g *Gateway) apply(ev bus.Event) {
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.mu.Unlock()
+	if ev.Node != nil {
+		g.log.Debug("node online", "node_id", ev.NodeID, "tenant", ev.Node.Tenant, "tools", len(added))
+	} else {
+		g.log.Debug("node offline", "node_id", ev.NodeID)
+	}
 
 	// The SDK notifies sessions on change; do that outside our lock.
 	if removeFrom != nil && len(removed) > 0 {
@@ -375,6 +380,13 @@ func (g *Gateway) project(rec *bus.Node) *node {
 		}
 	}
 	return n
+}
+
+// HasNode reports whether the gateway currently lists the node.
+func (g *Gateway) HasNode(nodeID string) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.nodes[nodeID] != nil
 }
 
 // lookup returns the node and tool a projected name addresses.

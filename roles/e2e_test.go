@@ -1,0 +1,532 @@
+package roles
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device"
+)
+
+// syncBuffer is a log sink shared by the parts and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixture is a running all-in-one on ephemeral ports.
+type fixture struct {
+	t    *testing.T
+	a    *AllInOne
+	logs *syncBuffer
+	nc   *nats.Conn // a test connection to the embedded NATS
+}
+
+func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture {
+	t.Helper()
+	cfg := AllInOneConfig{
+		Gateway: gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second},
+		Tier:    tierConfig{Addr: "127.0.0.1:0"},
+		DataDir: t.TempDir(),
+		Mock:    mock,
+		Tenant:  DefaultTenant,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	a, err := NewAllInOne(t.Context(), log, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := a.nats.connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		nc.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("all-in-one stopped with %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("all-in-one did not stop")
+		}
+	})
+	f := &fixture{t: t, a: a, logs: logs, nc: nc}
+	f.waitNodes(cfg.Tenant, mock)
+	return f
+}
+
+// waitNodes waits until the gateway sees n nodes of tenant.
+func (f *fixture) waitNodes(tenant string, n int) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), 10*time.Second)
+	defer cancel()
+	err := f.a.gw.gw.Wait(ctx, func(m map[string]int) bool { return m[tenant] == n })
+	if err != nil {
+		f.t.Fatalf("gateway never saw %d nodes of tenant %s: %v", n, tenant, err)
+	}
+}
+
+func (f *fixture) token(o auth.MintOptions) string {
+	f.t.Helper()
+	if o.Subject == "" {
+		o.Subject = "test-agent"
+	}
+	if o.Tenant == "" {
+		o.Tenant = DefaultTenant
+	}
+	if o.Scopes == nil {
+		o.Scopes = []string{auth.ScopeReadOnly}
+	}
+	tok, err := f.a.Signer().Mint(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return tok
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+func (f *fixture) client(token, version string) *sdk.ClientSession {
+	f.t.Helper()
+	c := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
+	tr := &sdk.StreamableClientTransport{
+		Endpoint:   f.a.MCPURL(),
+		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		MaxRetries: -1,
+	}
+	s, err := c.Connect(f.t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		f.t.Fatalf("connect MCP client: %v", err)
+	}
+	f.t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// device connects a device with the given capability and handlers, and
+// waits until the gateway lists it.
+func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]device.Handler) string {
+	f.t.Helper()
+	id := device.NewNodeID()
+	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: tenant,
+		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	o := device.MockOptions(id, f.a.c.schemas)
+	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
+	if caps != nil {
+		o.Capabilities = caps
+	}
+	if handlers != nil {
+		o.Handlers = handlers
+	}
+	d, err := device.NewDevice(o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx) }()
+	f.t.Cleanup(func() { cancel(); <-done })
+	ctx2, cancel2 := context.WithTimeout(f.t.Context(), 10*time.Second)
+	defer cancel2()
+	err = f.a.gw.gw.Wait(ctx2, func(map[string]int) bool {
+		return f.a.gw.gw.HasNode(id)
+	})
+	if err != nil {
+		f.t.Fatalf("gateway never listed node %s", id)
+	}
+	return id
+}
+
+func echoName(node string) string { return "sysecho." + node + ".echo.invoke" }
+
+// envelope returns the error envelope of a failed call.
+func envelope(t *testing.T, res *sdk.CallToolResult) bus.Error {
+	t.Helper()
+	if !res.IsError {
+		t.Fatalf("call succeeded, want an error: %+v", res.StructuredContent)
+	}
+	var e bus.Error
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("error result is not an envelope: %s", b)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("error result has %d content items", len(res.Content))
+	}
+	if txt, ok := res.Content[0].(*sdk.TextContent); !ok || txt.Text != string(e.JSON()) {
+		t.Errorf("text content %v differs from the envelope %s", res.Content[0], e.JSON())
+	}
+	return e
+}
+
+func TestEndToEndEcho(t *testing.T) {
+	const mock = 3
+	f := startAllInOne(t, mock, nil)
+	for _, version := range []string{"2026-07-28", "2025-11-25"} {
+		t.Run(version, func(t *testing.T) {
+			s := f.client(f.token(auth.MintOptions{}), version)
+			list, err := s.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, tl := range list.Tools {
+				if strings.HasPrefix(tl.Name, "sysecho.") {
+					names = append(names, tl.Name)
+				}
+				if tl.Annotations == nil || !tl.Annotations.ReadOnlyHint || tl.Title == "" ||
+					tl.InputSchema == nil || tl.OutputSchema == nil {
+					t.Errorf("tool %s lacks title, readOnlyHint or schemas: %+v", tl.Name, tl)
+				}
+			}
+			if len(names) != mock {
+				t.Fatalf("listed %d sysecho tools, want %d: %v", len(names), mock, names)
+			}
+			for _, name := range names {
+				res, err := s.CallTool(t.Context(), &sdk.CallToolParams{
+					Name: name, Arguments: map[string]any{"message": "ping"},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.IsError {
+					t.Fatalf("call %s failed: %v", name, res.StructuredContent)
+				}
+				b, _ := json.Marshal(res.StructuredContent)
+				if err := f.a.c.schemas.ValidateJSON("mcp://schemas/system.echo.invoke.output@1.0.0", b); err != nil {
+					t.Errorf("result %s fails the output schema: %v", b, err)
+				}
+				var out device.EchoResult
+				_ = json.Unmarshal(b, &out)
+				node, _ := bus.ParseToolName(name)
+				if out.Message != "ping" || out.NodeID != node.NodeID {
+					t.Errorf("result %s: want message ping from node %s", b, node.NodeID)
+				}
+				var fromText device.EchoResult
+				txt := res.Content[0].(*sdk.TextContent).Text
+				if json.Unmarshal([]byte(txt), &fromText) != nil || fromText != out {
+					t.Errorf("text content %s differs from structuredContent %s", txt, b)
+				}
+				if id, _ := res.Meta["io.okso/request_id"].(string); id == "" {
+					t.Error("result has no request id in _meta")
+				}
+			}
+		})
+	}
+}
+
+// TestAuditCarriesNoPayload checks that arguments and results never reach
+// the logs, and that each call decision is logged once.
+func TestAuditCarriesNoPayload(t *testing.T) {
+	f := startAllInOne(t, 1, nil)
+	s := f.client(f.token(auth.MintOptions{}), "")
+	node := f.device(DefaultTenant, nil, nil)
+	const secret = "SECRET-ARGUMENT-7f3a"
+	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{
+		Name: echoName(node), Arguments: map[string]any{"message": secret},
+	})
+	if err != nil || res.IsError {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	logs := f.logs.String()
+	if strings.Contains(logs, secret) {
+		t.Fatal("an argument or result reached the logs")
+	}
+	var decisions []string
+	for _, line := range strings.Split(logs, "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil || e["msg"] != "audit" || e["node_id"] != node {
+			continue
+		}
+		if e["tool"] == echoName(node) {
+			decisions = append(decisions, e["actor"].(string)+":"+e["decision"].(string))
+		}
+	}
+	want := []string{"tier:allowed", "gateway:allowed"}
+	if strings.Join(decisions, ",") != strings.Join(want, ",") {
+		t.Errorf("audit decisions %v, want %v", decisions, want)
+	}
+}
+
+func TestCallFailures(t *testing.T) {
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.Budget = 400 * time.Millisecond })
+	demo := f.token(auth.MintOptions{})
+	s := f.client(demo, "")
+
+	good := f.device(DefaultTenant, nil, nil)
+	other := f.device("other", nil, nil)
+	release := make(chan struct{})
+	block := func(ctx context.Context, _ json.RawMessage) (any, error) {
+		<-release
+		return nil, errors.New("released")
+	}
+	silent := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": block})
+	t.Cleanup(func() { close(release) }) // before the device's own cleanup waits for it
+	var wrongNode string
+	wrongNode = f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+		return device.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: device.NewNodeID()}, nil
+	}})
+	badOutput := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+		return map[string]any{"message": 5, "node_id": "x"}, nil
+	}})
+
+	// A node in the registry with no session behind it: no responders.
+	reg, err := bus.OpenRegistry(t.Context(), f.nc, bus.RegistryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := device.NewNodeID()
+	if _, err := reg.Claim(t.Context(), bus.Node{NodeID: ghost, Tenant: DefaultTenant, SessionID: "ghost",
+		Capabilities: []bus.Capability{device.EchoCapability()}}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitNodes(DefaultTenant, 5)
+
+	long := strings.Repeat("a", 1025)
+	cases := []struct {
+		name  string
+		token string
+		tool  string
+		args  any
+		code  string
+	}{
+		{"non-ASCII argument", demo, echoName(good), map[string]any{"message": "pïng"}, bus.CodeManifestInvalid},
+		{"argument too long", demo, echoName(good), map[string]any{"message": long}, bus.CodeManifestInvalid},
+		{"extra property", demo, echoName(good), map[string]any{"message": "a", "x": 1}, bus.CodeManifestInvalid},
+		{"missing argument", demo, echoName(good), map[string]any{}, bus.CodeManifestInvalid},
+		{"missing scope", f.token(auth.MintOptions{Scopes: []string{auth.ScopeMutating}}), echoName(good),
+			map[string]any{"message": "a"}, bus.CodeSafetyDenied},
+		{"other tenant", demo, echoName(other), map[string]any{"message": "a"}, bus.CodeSafetyDenied},
+		{"node offline", demo, echoName(ghost), map[string]any{"message": "a"}, bus.CodeNodeOffline},
+		{"device never answers", demo, echoName(silent), map[string]any{"message": "a"}, bus.CodeDeadlineExceeded},
+		{"wrong node_id in result", demo, echoName(wrongNode), map[string]any{"message": "a"}, bus.CodeInternal},
+		{"result fails output schema", demo, echoName(badOutput), map[string]any{"message": "a"}, bus.CodeInternal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cs := s
+			if c.token != demo {
+				cs = f.client(c.token, "")
+			}
+			res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: c.tool, Arguments: c.args})
+			if err != nil {
+				t.Fatalf("want an isError result, got %v", err)
+			}
+			e := envelope(t, res)
+			if e.Code != c.code || e.Category != bus.Category(c.code) {
+				t.Errorf("got %s/%s (%s), want %s", e.Code, e.Category, e.Message, c.code)
+			}
+		})
+	}
+
+	// Other-tenant tools never appear in the list.
+	list, err := s.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range list.Tools {
+		if strings.Contains(tl.Name, other) {
+			t.Errorf("tenant demo sees %s of tenant other", tl.Name)
+		}
+	}
+
+	// Names that are no tool of the caller's are JSON-RPC errors.
+	for _, name := range []string{"not-a-tool", echoName(device.NewNodeID()), "sysecho." + good + ".echo.nope",
+		"sysecho." + good + ".echo.invoke.extra", strings.Repeat("a", 70)} {
+		t.Run("unknown "+name[:min(len(name), 20)], func(t *testing.T) {
+			_, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: name, Arguments: map[string]any{"message": "a"}})
+			var rpcErr *jsonrpc.Error
+			if !errors.As(err, &rpcErr) {
+				t.Fatalf("want a JSON-RPC error, got %v", err)
+			}
+			var e bus.Error
+			if json.Unmarshal(rpcErr.Data, &e) != nil || e.Code != bus.CodeToolNotFound {
+				t.Errorf("JSON-RPC error data %s, want E_TOOL_NOT_FOUND", rpcErr.Data)
+			}
+		})
+	}
+}
+
+// TestLateAck: a device that answers after its deadline gets the caller
+// E_DEADLINE_EXCEEDED, and its late cmd_ack is dropped and audited.
+func TestLateAck(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	audit, err := f.nc.SubscribeSync(bus.Audit(DefaultTenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := []bus.Capability{device.EchoCapability()}
+	caps[0].Constraints.DeadlineMsDefault = 100
+	late := f.device(DefaultTenant, caps, map[string]device.Handler{
+		"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
+			<-ctx.Done() // the tier's cancel, or the device deadline
+			var in struct{ Message string }
+			_ = json.Unmarshal(args, &in)
+			return device.EchoResult{Message: in.Message, ReceivedAtMs: time.Now().UnixMilli()}, nil
+		},
+	})
+	s := f.client(f.token(auth.MintOptions{}), "")
+	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echoName(late), Arguments: map[string]any{"message": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := envelope(t, res); e.Code != bus.CodeDeadlineExceeded {
+		t.Fatalf("got %s, want E_DEADLINE_EXCEEDED", e.Code)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := audit.NextMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("no late_ack_dropped audit event: %v", err)
+		}
+		var e bus.AuditEvent
+		if json.Unmarshal(m.Data, &e) == nil && e.Decision == bus.DecisionLateAck && e.NodeID == late {
+			return
+		}
+	}
+}
+
+func TestHTTPAuth(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	cases := []struct {
+		name  string
+		token string
+	}{
+		{"no token", ""},
+		{"expired", f.token(auth.MintOptions{Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour})},
+		{"wrong audience", f.token(auth.MintOptions{Audience: "someone-else"})},
+		{"device token", f.token(auth.MintOptions{Audience: auth.AudienceDevice, Scopes: []string{auth.ScopeDeviceConnect}})},
+		{"garbage", "not.a.token"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", f.a.MCPURL(), strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("status %d, want 401", resp.StatusCode)
+			}
+			h := resp.Header.Get("WWW-Authenticate")
+			if !strings.HasPrefix(h, "Bearer ") || !strings.Contains(h, `resource_metadata="http://`) {
+				t.Errorf("WWW-Authenticate %q lacks resource_metadata", h)
+			}
+		})
+	}
+	resp, err := http.Get(strings.TrimSuffix(f.a.MCPURL(), "/mcp") + "/.well-known/oauth-protected-resource/mcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var meta struct {
+		Resource        string   `json:"resource"`
+		ScopesSupported []string `json:"scopes_supported"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil || meta.Resource != f.a.MCPURL() {
+		t.Errorf("protected resource metadata: %+v, %v", meta, err)
+	}
+
+	// A cross-origin browser request is refused.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", f.a.MCPURL(), strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+f.token(auth.MintOptions{}))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Origin", "http://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin request: status %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestToolsFollowDevices: a device that connects appears in its tenant's
+// list, and disappears when it leaves.
+func TestToolsFollowDevices(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	s := f.client(f.token(auth.MintOptions{}), "")
+	id := device.NewNodeID()
+	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
+		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
+	o := device.MockOptions(id, f.a.c.schemas)
+	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
+	d, _ := device.NewDevice(o)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx) }()
+	f.waitNodes(DefaultTenant, 1)
+	list, err := s.ListTools(t.Context(), nil)
+	if err != nil || len(list.Tools) != 1 || list.Tools[0].Name != echoName(id) {
+		t.Fatalf("list %+v, %v: want exactly %s", list, err, echoName(id))
+	}
+	cancel()
+	<-done
+	f.waitNodes(DefaultTenant, 0)
+	list, err = s.ListTools(t.Context(), nil)
+	if err != nil || len(list.Tools) != 0 {
+		t.Fatalf("list after disconnect %+v, %v: want none", list, err)
+	}
+}
+
+type tokenClient struct{ http.Client }
+
+func httpClientWithToken(token string) *tokenClient {
+	return &tokenClient{http.Client{Transport: bearer{token, http.DefaultTransport}}}
+}

@@ -1,0 +1,217 @@
+package roles
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/bus"
+)
+
+// buildOnce builds the okso binary for the process tests.
+var buildOnce = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "okso-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "okso")
+	out, err := exec.Command("go", "build", "-race", "-o", bin, "github.com/okso-io/okso").CombinedOutput()
+	if err != nil {
+		return "", &exec.ExitError{Stderr: out}
+	}
+	return bin, nil
+})
+
+func oksoBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatalf("build okso: %v", err)
+	}
+	return bin
+}
+
+// proc is a running okso process whose JSON log lines the test can wait on.
+type proc struct {
+	t     *testing.T
+	name  string
+	cmd   *exec.Cmd
+	lines chan map[string]any
+	out   strings.Builder
+	mu    sync.Mutex
+	done  chan error
+}
+
+func startProc(t *testing.T, bin, name string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan map[string]any, 1024), done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				select {
+				case p.lines <- m:
+				default:
+				}
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// wait returns the first log line for which match holds.
+func (p *proc) wait(match func(map[string]any) bool) map[string]any {
+	p.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-p.lines:
+			if match(m) {
+				return m
+			}
+		case err := <-p.done:
+			p.t.Fatalf("%s exited (%v) before the expected log line:\n%s", p.name, err, p.log())
+		case <-timeout:
+			p.t.Fatalf("%s: expected log line not seen:\n%s", p.name, p.log())
+		}
+	}
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			p.t.Errorf("%s exited with %v:\n%s", p.name, err, p.log())
+		}
+	case <-time.After(20 * time.Second):
+		p.t.Errorf("%s did not stop on SIGTERM", p.name)
+	}
+}
+
+func msgIs(msg string) func(map[string]any) bool {
+	return func(m map[string]any) bool { return m["msg"] == msg }
+}
+
+// TestSplitMode runs a device tier (exposing its embedded NATS), a
+// gateway joined to it by --nats-url, and a mock fleet, as three processes.
+func TestSplitMode(t *testing.T) {
+	bin := oksoBinary(t)
+	data := t.TempDir()
+	const n = 3
+
+	tier := startProc(t, bin, "device", "device", "--data-dir", data, "--device-addr", "127.0.0.1:0",
+		"--nats-listen", "127.0.0.1:0")
+	l := tier.wait(msgIs("listening"))
+	natsURL, _ := l["nats_url"].(string)
+	deviceURL, _ := l["device_url"].(string)
+	if !strings.HasPrefix(natsURL, "nats://") || !strings.HasPrefix(deviceURL, "ws://") {
+		t.Fatalf("device role listening line %v", l)
+	}
+
+	gw := startProc(t, bin, "gateway", "gateway", "--data-dir", data, "--mcp-addr", "127.0.0.1:0",
+		"--nats-url", natsURL, "--log-level", "debug")
+	mcpURL, _ := gw.wait(msgIs("listening"))["mcp_url"].(string)
+
+	fleet := startProc(t, bin, "mock-fleet", "mock-fleet", "-n", "3", "--connect", deviceURL, "--data-dir", data)
+	fleet.wait(msgIs("mock devices connected"))
+	for range n {
+		gw.wait(msgIs("node online"))
+	}
+
+	out, err := exec.Command(bin, "token", "mint", "--data-dir", data, "--tenant", "demo").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
+	s, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{
+		Endpoint:   mcpURL,
+		HTTPClient: &httpClientWithToken(strings.TrimSpace(string(out))).Client,
+		MaxRetries: -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	list, err := s.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Tools) != n {
+		t.Fatalf("listed %d tools, want %d", len(list.Tools), n)
+	}
+	for _, tl := range list.Tools {
+		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tl.Name, Arguments: map[string]any{"message": "split"}})
+		if err != nil || res.IsError {
+			t.Fatalf("call %s: %v %+v", tl.Name, err, res)
+		}
+		var out struct {
+			Message string `json:"message"`
+			NodeID  string `json:"node_id"`
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &out)
+		name, _ := bus.ParseToolName(tl.Name)
+		if out.Message != "split" || out.NodeID != name.NodeID {
+			t.Errorf("call %s: result %s", tl.Name, b)
+		}
+	}
+
+	fleet.stop()
+	for range n {
+		gw.wait(msgIs("node offline"))
+	}
+	gw.stop()
+	tier.stop()
+}
+
+// TestAllInOneSignal: all-in-one stops cleanly on SIGTERM.
+func TestAllInOneSignal(t *testing.T) {
+	bin := oksoBinary(t)
+	p := startProc(t, bin, "all-in-one", "all-in-one", "--data-dir", t.TempDir(),
+		"--mcp-addr", "127.0.0.1:0", "--device-addr", "127.0.0.1:0", "--mock", "2")
+	p.wait(msgIs("mock devices connected"))
+	p.stop()
+}
