@@ -124,21 +124,31 @@ func createSigner(dir string) (*Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	// O_EXCL: when two processes start on one fresh data dir, one key wins
-	// and the other process reads it.
+	// The key is written whole to a temporary file, then linked into place:
+	// when two processes start on one fresh data dir, one key wins, and the
+	// other never reads a half-written file.
 	path := filepath.Join(dir, KeyFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return LoadOrCreateSigner(dir)
+	f, err := os.CreateTemp(dir, "."+KeyFile+"-*")
+	if err != nil {
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	err = pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write signing key: %w", err)
 	}
-	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write signing key: %w", err)
+	err = os.Link(tmp, path)
+	if errors.Is(err, os.ErrExist) {
+		return LoadOrCreateSigner(dir)
 	}
-	if err := f.Close(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("write signing key: %w", err)
 	}
 	pub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})

@@ -24,7 +24,11 @@ func ErrorReply(code, message string) []byte {
 }
 
 // OKReply encodes a successful [Reply] around an already encoded result.
+// An empty result is encoded as null, so the reply is always valid JSON.
 func OKReply(result json.RawMessage) []byte {
+	if len(result) == 0 {
+		result = json.RawMessage("null")
+	}
 	b := make([]byte, 0, len(result)+24)
 	b = append(b, `{"ok":true,"result":`...)
 	b = append(b, result...)

@@ -202,6 +202,9 @@ func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) erro
 				}
 				continue
 			}
+			if initial && e.Operation() != jetstream.KeyValuePut {
+				continue // a removal marker: the node is not present
+			}
 			ev := Event{NodeID: e.Key(), Initial: initial}
 			if e.Operation() == jetstream.KeyValuePut {
 				var n Node

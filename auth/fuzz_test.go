@@ -1,0 +1,82 @@
+package auth_test
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/okso-io/okso/auth"
+)
+
+// FuzzVerify feeds arbitrary strings to a verifier. It must never panic,
+// every failure must wrap ErrInvalid, and only a token minted by the signer
+// may verify: its signed part must be one the signer produced, and the
+// claims must be the ones minted.
+func FuzzVerify(f *testing.F) {
+	s, err := auth.LoadOrCreateSigner(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	v := auth.NewVerifier(s.Public(), auth.AudienceGateway)
+
+	// Tokens minted by the signer, by their signed part (header.claims).
+	minted := map[string]string{} // signed part -> jti
+	add := func(o auth.MintOptions) {
+		tok, err := s.Mint(o)
+		if err != nil {
+			f.Fatal(err)
+		}
+		c, err := v.Verify(tok)
+		if o.Audience == "" || o.Audience == auth.AudienceGateway {
+			if err != nil {
+				f.Fatalf("minted token does not verify: %v", err)
+			}
+			i := strings.LastIndexByte(tok, '.')
+			minted[tok[:i]] = c.ID
+		}
+		f.Add(tok)
+	}
+	add(auth.MintOptions{Subject: "agent-1", Tenant: "acme", Scopes: []string{auth.ScopeReadOnly}})
+	add(auth.MintOptions{Subject: "agent-2", Tenant: "other", Scopes: []string{auth.ScopeMutating, auth.ScopeDestructive}, TTL: 24 * time.Hour})
+	add(auth.MintOptions{Subject: "01hzx9k3m4p7q8r9s0t1v2w3xy", Tenant: "acme", Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
+
+	// Forgeries of the kinds TestVerifyRejects covers.
+	_, other, _ := ed25519.GenerateKey(nil)
+	now := time.Now()
+	hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, validClaims(now)).SignedString([]byte(s.Public()))
+	ed, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, validClaims(now)).SignedString(other)
+	f.Add(hs)
+	f.Add(ed)
+	f.Add(b64(map[string]string{"alg": "none", "typ": "JWT"}) + "." + b64(validClaims(now)) + ".")
+	f.Add("")
+	f.Add("a.b.c")
+	f.Add(strings.Repeat("A", 9000))
+
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := v.Verify(tok)
+		if err != nil {
+			if !errors.Is(err, auth.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			if c != nil {
+				t.Fatalf("claims returned with an error")
+			}
+			return
+		}
+		i := strings.LastIndexByte(tok, '.')
+		if i < 0 {
+			t.Fatalf("verified a token with no signature: %q", tok)
+		}
+		jti, ok := minted[tok[:i]]
+		if !ok {
+			t.Fatalf("verified a token the signer never minted: %q", tok)
+		}
+		if c.ID != jti {
+			t.Fatalf("verified claims jti %s, minted %s", c.ID, jti)
+		}
+	})
+}

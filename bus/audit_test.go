@@ -1,0 +1,131 @@
+package bus_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/okso-io/okso/bus"
+)
+
+func auditEvent() bus.AuditEvent {
+	return bus.AuditEvent{
+		Time:      time.Date(2026, 4, 21, 12, 0, 0, 0, time.UTC),
+		Actor:     "gateway",
+		Tenant:    "acme",
+		Subject:   "agent-1",
+		JTI:       "01hzxc0000000000000000jt10",
+		Tool:      "sysecho." + node + ".echo.invoke",
+		NodeID:    node,
+		Decision:  bus.DecisionDenied,
+		Code:      bus.CodeSafetyDenied,
+		Duration:  1500 * time.Microsecond,
+		RequestID: "req-1",
+	}
+}
+
+func TestAuditorLog(t *testing.T) {
+	var buf bytes.Buffer
+	a := &bus.Auditor{Log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	a.Record(auditEvent())
+
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want 1:\n%s", len(lines), buf.String())
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &got); err != nil {
+		t.Fatalf("log line is not JSON: %v\n%s", err, lines[0])
+	}
+	want := map[string]any{
+		"level":      "INFO",
+		"msg":        "audit",
+		"actor":      "gateway",
+		"tenant":     "acme",
+		"subject":    "agent-1",
+		"jti":        "01hzxc0000000000000000jt10",
+		"tool":       "sysecho." + node + ".echo.invoke",
+		"node_id":    node,
+		"decision":   "denied",
+		"code":       "E_SAFETY_DENIED",
+		"duration":   float64(1500 * time.Microsecond),
+		"request_id": "req-1",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("field %s = %#v, want %#v", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok && k != "time" {
+			t.Errorf("unexpected field %s = %v", k, got[k])
+		}
+	}
+}
+
+func TestAuditorPublish(t *testing.T) {
+	srv, pub := startBus(t)
+	sub := connect(t, srv, "audit-reader")
+	s, err := sub.SubscribeSync("okso.v1.audit.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	a := &bus.Auditor{Log: slog.New(slog.NewJSONHandler(&buf, nil)), NC: pub}
+
+	// Events whose tenant cannot be a subject token are logged, not published.
+	for _, tenant := range []string{"", "a.b", "*", ">", "a b"} {
+		e := auditEvent()
+		e.Tenant = tenant
+		a.Record(e)
+	}
+	e := auditEvent()
+	e.Time = time.Time{} // filled in by Record
+	before := time.Now()
+	a.Record(e)
+
+	// Messages from one connection arrive in order: the first one seen must
+	// be the valid event.
+	m, err := s.NextMsg(eventTimeout)
+	if err != nil {
+		t.Fatalf("no audit message: %v", err)
+	}
+	if m.Subject != bus.Audit("acme") {
+		t.Fatalf("published on %s, want %s", m.Subject, bus.Audit("acme"))
+	}
+	var got bus.AuditEvent
+	if err := json.Unmarshal(m.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Time.Before(before.Add(-time.Second)) || got.Time.After(time.Now().Add(time.Second)) {
+		t.Errorf("time %v not filled in with now", got.Time)
+	}
+	want := auditEvent()
+	got.Time = want.Time
+	if got != want {
+		t.Errorf("published\n got %+v\nwant %+v", got, want)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(m.Data, &raw)
+	for _, k := range []string{"arguments", "result", "message"} {
+		if _, ok := raw[k]; ok {
+			t.Errorf("audit message carries %q", k)
+		}
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 6 {
+		t.Errorf("%d log lines, want 6 (every event is logged)", n)
+	}
+}
+
+// The zero Auditor and a nil *Auditor discard events.
+func TestAuditorZero(t *testing.T) {
+	var nilAuditor *bus.Auditor
+	nilAuditor.Record(auditEvent())
+	(&bus.Auditor{}).Record(auditEvent())
+}

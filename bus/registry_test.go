@@ -1,0 +1,463 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/okso-io/okso/bus"
+)
+
+// eventTimeout bounds every wait for a registry event; it is a failure
+// deadline, not a synchronisation delay.
+const eventTimeout = 15 * time.Second
+
+// startBus starts a fresh embedded server and connects to it. Both are
+// closed when the test ends.
+func startBus(t *testing.T) (*bus.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := bus.StartServer(bus.ServerOptions{})
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv, connect(t, srv, t.Name())
+}
+
+func connect(t *testing.T, srv *bus.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := srv.Connect(name)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func openRegistry(t *testing.T, nc *nats.Conn, opts bus.RegistryOptions) *bus.Registry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
+	defer cancel()
+	r, err := bus.OpenRegistry(ctx, nc, opts)
+	if err != nil {
+		t.Fatalf("OpenRegistry: %v", err)
+	}
+	return r
+}
+
+// watcher runs Registry.Watch until the test ends and checks it returns
+// the context's error.
+type watcher struct {
+	events chan bus.Event
+	ready  chan struct{}
+}
+
+func watch(t *testing.T, r *bus.Registry) *watcher {
+	t.Helper()
+	w := &watcher{events: make(chan bus.Event, 64), ready: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	readyCalls := 0
+	go func() {
+		done <- r.Watch(ctx, func(e bus.Event) {
+			select {
+			case w.events <- e:
+			case <-ctx.Done():
+			}
+		}, func() {
+			readyCalls++
+			if readyCalls == 1 {
+				close(w.ready)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Watch returned %v, want context.Canceled", err)
+			}
+		case <-time.After(eventTimeout):
+			t.Error("Watch did not return after cancel")
+		}
+		if readyCalls != 1 {
+			t.Errorf("ready called %d times, want 1", readyCalls)
+		}
+	})
+	return w
+}
+
+func (w *watcher) waitReady(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w.ready:
+	case <-time.After(eventTimeout):
+		t.Fatal("watch never became ready")
+	}
+}
+
+func (w *watcher) next(t *testing.T) bus.Event {
+	t.Helper()
+	select {
+	case e := <-w.events:
+		return e
+	case <-time.After(eventTimeout):
+		t.Fatal("no registry event")
+		return bus.Event{}
+	}
+}
+
+// nextFor skips events of other nodes.
+func (w *watcher) nextFor(t *testing.T, nodeID string) bus.Event {
+	t.Helper()
+	for {
+		if e := w.next(t); e.NodeID == nodeID {
+			return e
+		}
+	}
+}
+
+func newNode(session string) bus.Node {
+	return bus.Node{
+		NodeID:    strings.ToLower(ulid.Make().String()),
+		Tenant:    "acme",
+		SessionID: session,
+		Tier:      "tier-1",
+		Agent:     bus.Agent{Name: "okso-mock", Version: "0.1.0"},
+		Capabilities: []bus.Capability{{
+			CapID:       "echo",
+			Kind:        "system.echo",
+			SchemaRef:   "mcp://schemas/system.echo.invoke.input@1.0.0",
+			Verbs:       []string{"invoke"},
+			SafetyClass: "read_only",
+			Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000},
+		}},
+		ConnectedAt: time.Now().UTC().Truncate(time.Millisecond),
+	}
+}
+
+func claim(t *testing.T, r *bus.Registry, n bus.Node) *bus.Lease {
+	t.Helper()
+	l, err := r.Claim(ctx(t), n)
+	if err != nil {
+		t.Fatalf("Claim %s: %v", n.NodeID, err)
+	}
+	return l
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), eventTimeout)
+	t.Cleanup(cancel)
+	return c
+}
+
+func sameNode(t *testing.T, got *bus.Node, want bus.Node) {
+	t.Helper()
+	if got == nil {
+		t.Fatalf("node %s: got removal, want record", want.NodeID)
+	}
+	g := *got
+	if !g.ConnectedAt.Equal(want.ConnectedAt) {
+		t.Errorf("connected_at %v, want %v", g.ConnectedAt, want.ConnectedAt)
+	}
+	g.ConnectedAt = want.ConnectedAt
+	if !reflect.DeepEqual(g, want) {
+		t.Errorf("record\n got %+v\nwant %+v", g, want)
+	}
+}
+
+func TestRegistryClaimWatchRelease(t *testing.T) {
+	srv, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	if r.TTL() != 15*time.Second {
+		t.Errorf("default TTL %v, want 15s", r.TTL())
+	}
+
+	n1 := newNode("s1")
+	l1 := claim(t, r, n1)
+
+	// Initial state: the record claimed before the watch began.
+	w := watch(t, r)
+	e := w.next(t)
+	if e.NodeID != n1.NodeID || !e.Initial {
+		t.Fatalf("first event %+v, want initial %s", e, n1.NodeID)
+	}
+	sameNode(t, e.Node, n1)
+	w.waitReady(t)
+
+	// A second replica, on its own connection, opens the same bucket.
+	r2 := openRegistry(t, connect(t, srv, "replica-2"), bus.RegistryOptions{})
+	w2 := watch(t, r2)
+	if e := w2.next(t); e.NodeID != n1.NodeID || !e.Initial || e.Node == nil {
+		t.Fatalf("replica 2 first event %+v", e)
+	}
+	w2.waitReady(t)
+
+	// Live: a new claim, made through the other replica.
+	n2 := newNode("s2")
+	l2 := claim(t, r2, n2)
+	for _, w := range []*watcher{w, w2} {
+		e := w.next(t)
+		if e.NodeID != n2.NodeID || e.Initial {
+			t.Fatalf("live event %+v, want %s not initial", e, n2.NodeID)
+		}
+		sameNode(t, e.Node, n2)
+	}
+
+	// Refresh keeps the record: it is rewritten, unchanged.
+	if err := l1.Refresh(ctx(t)); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	for _, w := range []*watcher{w, w2} {
+		e := w.next(t)
+		if e.NodeID != n1.NodeID || e.Initial {
+			t.Fatalf("event after refresh %+v", e)
+		}
+		sameNode(t, e.Node, n1)
+	}
+
+	// Release removes it.
+	if err := l1.Release(ctx(t)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for _, w := range []*watcher{w, w2} {
+		if e := w.next(t); e.NodeID != n1.NodeID || e.Node != nil || e.Initial {
+			t.Fatalf("event after release %+v, want removal of %s", e, n1.NodeID)
+		}
+	}
+	// A released lease is gone for good.
+	if err := l1.Refresh(ctx(t)); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("Refresh after Release: %v, want ErrLeaseLost", err)
+	}
+	if err := l1.Release(ctx(t)); err != nil {
+		t.Errorf("second Release: %v", err)
+	}
+
+	// A watch that starts now sees only the live node.
+	w3 := watch(t, r)
+	if e := w3.next(t); e.NodeID != n2.NodeID || !e.Initial {
+		t.Fatalf("new watch first event %+v, want initial %s", e, n2.NodeID)
+	}
+	w3.waitReady(t)
+	if err := l2.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e := w3.next(t); e.NodeID != n2.NodeID || e.Node != nil {
+		t.Fatalf("event %+v, want removal of %s", e, n2.NodeID)
+	}
+
+	// Nothing is present: a new watch is ready at once, with no events for
+	// the removal markers left in the bucket.
+	w4 := watch(t, r)
+	w4.waitReady(t)
+	w4.empty(t)
+}
+
+// empty checks that no event was delivered. Called after ready, it is
+// exact for the initial state: fn runs before ready on Watch's goroutine.
+func (w *watcher) empty(t *testing.T) {
+	t.Helper()
+	select {
+	case e := <-w.events:
+		t.Fatalf("unexpected event %+v", e)
+	default:
+	}
+}
+
+// A newer session of the same node takes the record; the older lease can
+// neither refresh it nor remove it.
+func TestRegistryNewerSessionWins(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	w := watch(t, r)
+	w.waitReady(t)
+
+	old := newNode("old-session")
+	l1 := claim(t, r, old)
+	sameNode(t, w.next(t).Node, old)
+
+	newer := old
+	newer.SessionID = "new-session"
+	newer.Tier = "tier-2"
+	l2 := claim(t, r, newer)
+	sameNode(t, w.next(t).Node, newer)
+
+	if err := l1.Refresh(ctx(t)); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("old lease Refresh: %v, want ErrLeaseLost", err)
+	}
+	if err := l1.Release(ctx(t)); err != nil {
+		t.Fatalf("old lease Release: %v, want nil", err)
+	}
+	// The newer record was not touched: its lease still refreshes, which
+	// it could not if anything had been written after it.
+	if err := l2.Refresh(ctx(t)); err != nil {
+		t.Fatalf("newer lease Refresh after the old Release: %v", err)
+	}
+	e := w.next(t)
+	if e.NodeID != old.NodeID || e.Node == nil || e.Node.SessionID != "new-session" {
+		t.Fatalf("event %+v, want the newer session's refresh", e)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx(t), old.NodeID)
+	if err != nil {
+		t.Fatalf("Get after old Release: %v", err)
+	}
+	if !strings.Contains(string(entry.Value()), `"session_id":"new-session"`) {
+		t.Fatalf("record %s, want the new session", entry.Value())
+	}
+
+	if err := l2.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e := w.next(t); e.NodeID != old.NodeID || e.Node != nil {
+		t.Fatalf("event %+v, want removal", e)
+	}
+}
+
+// A record whose lease is not refreshed expires, and watchers see it go.
+func TestRegistryExpiry(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	if r.TTL() != time.Second {
+		t.Fatalf("TTL %v", r.TTL())
+	}
+	w := watch(t, r)
+	w.waitReady(t)
+
+	n := newNode("s1")
+	l := claim(t, r, n)
+	claimed := time.Now()
+	sameNode(t, w.next(t).Node, n)
+
+	e := w.nextFor(t, n.NodeID)
+	if e.Node != nil {
+		t.Fatalf("event %+v, want expiry", e)
+	}
+	if d := time.Since(claimed); d < r.TTL()-100*time.Millisecond {
+		t.Errorf("record expired after %v, before its TTL %v", d, r.TTL())
+	}
+	if err := l.Refresh(ctx(t)); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("Refresh after expiry: %v, want ErrLeaseLost", err)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Errorf("Release after expiry: %v", err)
+	}
+	// A watch started now does not report the expired node.
+	w2 := watch(t, r)
+	w2.waitReady(t)
+	w2.empty(t)
+
+	// The node can be claimed again.
+	l2 := claim(t, r, n)
+	sameNode(t, w.nextFor(t, n.NodeID).Node, n)
+	if err := l2.Refresh(ctx(t)); err != nil {
+		t.Errorf("Refresh of the new claim: %v", err)
+	}
+}
+
+// A lease refreshed well within its TTL keeps the record alive for several
+// TTLs; once refreshing stops, it expires.
+func TestRegistryRefreshKeepsAlive(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	w := watch(t, r)
+	w.waitReady(t)
+
+	n := newNode("s1")
+	l := claim(t, r, n)
+	sameNode(t, w.next(t).Node, n)
+
+	tick := time.NewTicker(r.TTL() / 4)
+	defer tick.Stop()
+	until := time.After(3 * r.TTL())
+	refreshes := 0
+keep:
+	for {
+		select {
+		case <-tick.C:
+			if err := l.Refresh(ctx(t)); err != nil {
+				t.Fatalf("Refresh %d: %v", refreshes, err)
+			}
+			refreshes++
+		case e := <-w.events:
+			if e.Node == nil {
+				t.Fatalf("record removed while refreshed (after %d refreshes)", refreshes)
+			}
+		case <-until:
+			break keep
+		}
+	}
+	tick.Stop()
+	if refreshes < 4 {
+		t.Fatalf("only %d refreshes", refreshes)
+	}
+	for {
+		e := w.nextFor(t, n.NodeID)
+		if e.Node == nil {
+			break
+		}
+	}
+	if err := l.Refresh(ctx(t)); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("Refresh after expiry: %v, want ErrLeaseLost", err)
+	}
+}
+
+// Values okso did not write are not reported as nodes.
+func TestRegistryWatchIgnoresForeignRecords(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mismatch := newNode("s")
+	other := newNode("s")
+	for key, val := range map[string]string{
+		"garbage":        "not json",
+		mismatch.NodeID:  `{"node_id":"` + other.NodeID + `","tenant":"acme"}`,
+		"01hzx9k3m4p7q8": `[1,2,3]`,
+	} {
+		if _, err := kv.Put(ctx(t), key, []byte(val)); err != nil {
+			t.Fatalf("Put %s: %v", key, err)
+		}
+	}
+	w := watch(t, r)
+	w.waitReady(t)
+	n := newNode("s1")
+	claim(t, r, n)
+	e := w.next(t)
+	if e.NodeID != n.NodeID {
+		t.Fatalf("first event %+v, want %s (foreign records must be skipped)", e, n.NodeID)
+	}
+	sameNode(t, e.Node, n)
+}
+
+func TestNodeCapability(t *testing.T) {
+	n := newNode("s")
+	c, ok := n.Capability("echo")
+	if !ok || c.Kind != "system.echo" {
+		t.Errorf("Capability(echo) = %+v, %v", c, ok)
+	}
+	if _, ok := n.Capability("nope"); ok {
+		t.Error("Capability(nope) found")
+	}
+}
