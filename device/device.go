@@ -152,8 +152,10 @@ func (c *conn) recv(ctx context.Context, want string) (Envelope, error) {
 	}
 	if e.Type == TypeError {
 		// The close that follows carries the code; read it.
-		_, _, err := c.c.Read(ctx)
-		return Envelope{}, closeErr(err)
+		if _, _, err := c.c.Read(ctx); err != nil {
+			return Envelope{}, closeErr(err)
+		}
+		return Envelope{}, errors.New("tier sent an error frame without closing")
 	}
 	if want != "" && e.Type != want {
 		return Envelope{}, fmt.Errorf("tier sent %s, want %s", e.Type, want)

@@ -36,6 +36,8 @@ type session struct {
 	bearer string
 
 	// Set once by run before the session is attached; read-only after.
+	// nodeID, tenant, subject and jti are written under mu: the auth
+	// deadline may close (and audit) the session while run sets them.
 	nodeID, tenant, subject, jti string
 	agent                        bus.Agent
 	caps                         map[string]*capState
@@ -114,8 +116,11 @@ func (s *session) close(code int, errCode, reason string) {
 			}
 		}
 		if code != CloseNormal && code != CloseGoingAway && code != CloseReplaced {
-			s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
-				Decision: bus.DecisionProtocol, Code: strconv.Itoa(code)})
+			s.mu.Lock()
+			e := bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+				Decision: bus.DecisionProtocol, Code: strconv.Itoa(code)}
+			s.mu.Unlock()
+			s.t.audit(e)
 		}
 		_ = s.c.Close(websocket.StatusCode(code), reason)
 	})
@@ -260,7 +265,9 @@ func (s *session) authenticate(ctx context.Context) bool {
 		s.close(CloseAuthFailed, "", "authentication failed")
 		return false
 	}
+	s.mu.Lock()
 	s.tenant, s.subject, s.jti = claims.Tenant, claims.Subject, claims.ID
+	s.mu.Unlock()
 	if !claims.HasScope(auth.ScopeDeviceConnect) {
 		s.close(CloseForbidden, "", "token lacks scope device:connect")
 		return false
@@ -269,7 +276,9 @@ func (s *session) authenticate(ctx context.Context) bool {
 		s.close(CloseForbidden, "", "token subject is not a node id")
 		return false
 	}
+	s.mu.Lock()
 	s.nodeID = claims.Subject
+	s.mu.Unlock()
 	return s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id}) == nil
 }
 
@@ -408,7 +417,15 @@ func (s *session) keepAlive(lease *bus.Lease) {
 	}
 }
 
+// releaseLease takes the node offline in the reverse order of announce:
+// first the session stops serving the node's subject (and NATS has the
+// unsubscribe), then the registry record goes. A caller who sees the record
+// disappear thus never reaches the dead session.
 func releaseLease(s *session, lease *bus.Lease) {
+	s.detach()
+	if err := s.t.o.NC.FlushTimeout(5 * time.Second); err != nil {
+		s.t.log.Warn("flush unsubscribe", "node_id", s.nodeID, "err", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
@@ -441,7 +458,10 @@ func (s *session) detach() {
 	s.sub = nil
 	s.mu.Unlock()
 	if sub != nil {
-		_ = sub.Unsubscribe()
+		// Drain, not Unsubscribe: requests already queued on the
+		// subscription still reach onCall, which answers them
+		// E_NODE_OFFLINE instead of leaving the caller to its deadline.
+		_ = sub.Drain()
 	}
 }
 

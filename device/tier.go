@@ -159,7 +159,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 // then closed with 4409 off this goroutine (Close waits for the peer).
 func (t *Tier) attach(s *session) bool {
 	t.mu.Lock()
-	if t.closing {
+	if t.closing || s.closed() { // a session its deadline closed takes no node
 		t.mu.Unlock()
 		return false
 	}

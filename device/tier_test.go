@@ -1,0 +1,604 @@
+package device_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/schemas"
+)
+
+// tenant is the tenant of every device token the tests mint unless a test
+// says otherwise.
+const tenant = "acme"
+
+// registryTTL keeps records for a minute, so that the sessions' lease
+// refresh (every 20 s) never runs during a test and cannot mask a missing
+// prompt reaction (a replaced session must be closed at once, not when its
+// lease is found lost).
+const registryTTL = time.Minute
+
+// waitFor bounds every wait of the tests for an event that should come at
+// once: long enough for a loaded -race run, short enough to fail quickly.
+const waitFor = 5 * time.Second
+
+// testTier is one device tier with everything real around it: an embedded
+// nats-server, the tier on its own in-process connection, the tier's HTTP
+// handler behind httptest, and a signer in a temporary directory. The test
+// talks to NATS on a second connection, as the gateway would.
+type testTier struct {
+	server *bus.Server
+	tier   *device.Tier
+	url    string // ws://…/v1/device/ws
+	nc     *nats.Conn
+	reg    *bus.Registry
+	kv     jetstream.KeyValue
+	signer *auth.Signer
+	set    *schemas.Set
+	audit  *auditLog
+}
+
+// newTestTier starts a tier configured by o; NC, Registry, Schemas,
+// Verifier and Auditor are filled in. Everything stops when the test ends.
+func newTestTier(t *testing.T, o device.TierOptions) *testTier {
+	t.Helper()
+	srv, err := bus.StartServer(bus.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	testNC := connect(t, srv, "okso-test")
+	testReg, err := bus.OpenRegistry(t.Context(), testNC, bus.RegistryOptions{TTL: registryTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(testNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := auth.LoadOrCreateSigner(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := &testTier{
+		server: srv,
+		nc:     testNC,
+		reg:    testReg,
+		kv:     kv,
+		signer: signer,
+		set:    set,
+		audit:  newAuditLog(),
+	}
+	tt.tier, tt.url = tt.startReplica(t, o)
+	return tt
+}
+
+// startReplica starts one more tier on the same NATS server, with the same
+// signer, schemas and audit log, and returns it with its device URL.
+func (tt *testTier) startReplica(t *testing.T, o device.TierOptions) (*device.Tier, string) {
+	t.Helper()
+	nc := connect(t, tt.server, "okso-device-tier")
+	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: registryTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.NC, o.Registry, o.Schemas = nc, reg, tt.set
+	o.Verifier = auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice)
+	o.Auditor = &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}
+	tier, err := device.NewTier(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(tier.Handler())
+	t.Cleanup(func() {
+		// Sessions still open get 1001 and end; then the listener stops.
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		if err := tier.Shutdown(ctx); err != nil {
+			t.Errorf("tier shutdown: %v", err)
+		}
+		hs.Close()
+	})
+	return tier, "ws" + strings.TrimPrefix(hs.URL, "http") + device.Path
+}
+
+func connect(t *testing.T, srv *bus.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := srv.Connect(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// token mints a device token for node in [tenant] with device:connect.
+func (tt *testTier) token(t *testing.T, node string) string {
+	t.Helper()
+	return tt.mint(t, auth.MintOptions{Subject: node, Tenant: tenant,
+		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
+}
+
+func (tt *testTier) mint(t *testing.T, o auth.MintOptions) string {
+	t.Helper()
+	tok, err := tt.signer.Mint(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// record returns the registry record of node, or nil when there is none.
+func (tt *testTier) record(t *testing.T, node string) *bus.Node {
+	t.Helper()
+	e, err := tt.kv.Get(t.Context(), node)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("get registry record %s: %v", node, err)
+	}
+	var n bus.Node
+	if err := json.Unmarshal(e.Value(), &n); err != nil {
+		t.Fatalf("registry record %s: %v", node, err)
+	}
+	return &n
+}
+
+// watch starts a registry watch and returns its changes after the initial
+// state. The watch stops when the test ends.
+func (tt *testTier) watch(t *testing.T) <-chan bus.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	events := make(chan bus.Event, 64)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- tt.reg.Watch(ctx, func(e bus.Event) {
+			if e.Initial {
+				return
+			}
+			select {
+			case events <- e:
+			case <-ctx.Done():
+			}
+		}, func() { close(ready) })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("registry watch: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("registry watch: %v", err)
+	case <-time.After(waitFor):
+		t.Fatal("registry watch: no initial state")
+	}
+	return events
+}
+
+// waitEvent returns the first of events that match accepts.
+func waitEvent(t *testing.T, events <-chan bus.Event, match func(bus.Event) bool) bus.Event {
+	t.Helper()
+	timeout := time.After(waitFor)
+	for {
+		select {
+		case e := <-events:
+			if match(e) {
+				return e
+			}
+		case <-timeout:
+			t.Fatal("no matching registry event")
+			return bus.Event{}
+		}
+	}
+}
+
+// callResult is the outcome of one request on a node's subject.
+type callResult struct {
+	reply   bus.Reply
+	err     error
+	elapsed time.Duration
+}
+
+func (r callResult) String() string {
+	switch {
+	case r.err != nil:
+		return fmt.Sprintf("error %q after %v", r.err, r.elapsed)
+	case r.reply.Error != nil:
+		return fmt.Sprintf("reply %s after %v", r.reply.Error, r.elapsed)
+	}
+	return fmt.Sprintf("reply ok=%v %s after %v", r.reply.OK, r.reply.Result, r.elapsed)
+}
+
+// call sends one bus.Call for tool on node's subject as a caller of
+// callerTenant, as the gateway does, and decodes the reply.
+func (tt *testTier) call(ctx context.Context, node, callerTenant, tool, args string) callResult {
+	b, _ := json.Marshal(bus.Call{Tool: tool, Arguments: json.RawMessage(args)})
+	m := nats.NewMsg(bus.NodeCmd(node))
+	m.Data = b
+	m.Header.Set(bus.HeaderTenant, callerTenant)
+	m.Header.Set(bus.HeaderBudgetMs, strconv.Itoa(int(waitFor/time.Millisecond)))
+	m.Header.Set(bus.HeaderRequestID, device.NewMsgID())
+	ctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	start := time.Now()
+	resp, err := tt.nc.RequestMsgWithContext(ctx, m)
+	r := callResult{err: err, elapsed: time.Since(start)}
+	if err == nil {
+		if err := json.Unmarshal(resp.Data, &r.reply); err != nil {
+			r.err = errors.New("reply does not decode: " + string(resp.Data))
+		}
+	}
+	return r
+}
+
+// goCall runs call on its own goroutine; the result arrives on the channel.
+func (tt *testTier) goCall(ctx context.Context, node, callerTenant, tool, args string) <-chan callResult {
+	ch := make(chan callResult, 1)
+	go func() { ch <- tt.call(ctx, node, callerTenant, tool, args) }()
+	return ch
+}
+
+// wantOK fails the test unless r is a successful reply.
+func wantOK(t *testing.T, r callResult) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("call: %v", r.err)
+	}
+	if !r.reply.OK || r.reply.Error != nil || len(r.reply.Result) == 0 {
+		t.Fatalf("call: got %v, want ok with a result", r)
+	}
+}
+
+// wantCode fails the test unless r is an error reply with code.
+func wantCode(t *testing.T, r callResult, code string) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("call: %v, want a %s reply", r.err, code)
+	}
+	if r.reply.OK || r.reply.Error == nil || r.reply.Error.Code != code {
+		t.Fatalf("call: got %v, want %s", r, code)
+	}
+	if got, want := r.reply.Error.Category, bus.Category(code); got != want {
+		t.Errorf("call: category %q, want %q", got, want)
+	}
+}
+
+// echoTool is the projected name of node's echo capability.
+func echoTool(node string) string { return tool(node, "echo") }
+
+// tool is the projected name of a system.echo capability of node.
+func tool(node, capID string) string {
+	return bus.ToolName{KindShort: "sysecho", NodeID: node, CapID: capID, Verb: "invoke"}.String()
+}
+
+// echo checks that node answers an echo call.
+func (tt *testTier) echo(t *testing.T, node string) {
+	t.Helper()
+	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	wantOK(t, r)
+	var res device.EchoResult
+	if err := json.Unmarshal(r.reply.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Message != "hi" || res.NodeID != node {
+		t.Fatalf("echo result %+v, want message hi from %s", res, node)
+	}
+}
+
+// runningDevice is a device.Device running on its own goroutine.
+type runningDevice struct {
+	node   string
+	ready  <-chan struct{} // a value after each accepted announce but the first
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// runDevice runs a device.Device with o (URLs, Token and Schemas filled in
+// when empty) until the test ends, and returns once the tier accepted its
+// announce.
+func (tt *testTier) runDevice(t *testing.T, o device.Options) *runningDevice {
+	t.Helper()
+	if len(o.URLs) == 0 {
+		o.URLs = []string{tt.url}
+	}
+	if o.Token == "" {
+		o.Token = tt.token(t, o.NodeID)
+	}
+	if o.Schemas == nil {
+		o.Schemas = tt.set
+	}
+	ready := make(chan struct{}, 1)
+	o.OnReady = func([]string) {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
+	d, err := device.NewDevice(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	rd := &runningDevice{node: o.NodeID, ready: ready, cancel: cancel, done: make(chan error, 1)}
+	go func() { rd.done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := rd.stop(); err != nil {
+			t.Errorf("device %s: %v", rd.node, err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-rd.done:
+		rd.done <- err // for stop
+		t.Fatalf("device %s stopped before it was ready: %v", rd.node, err)
+	case <-time.After(waitFor):
+		t.Fatalf("device %s not ready", rd.node)
+	}
+	return rd
+}
+
+// runMock runs a simulated device with the echo capability: a well-behaved
+// bystander.
+func (tt *testTier) runMock(t *testing.T) *runningDevice {
+	t.Helper()
+	return tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set))
+}
+
+// stop ends the device and returns what Run returned. It may be called
+// more than once.
+func (rd *runningDevice) stop() error {
+	rd.cancel()
+	select {
+	case err := <-rd.done:
+		rd.done <- err
+		return err
+	case <-time.After(waitFor):
+		return errors.New("Run did not return")
+	}
+}
+
+// rawClient is a device written by hand, to break the protocol on purpose.
+type rawClient struct {
+	c *websocket.Conn
+}
+
+// dial opens a raw WebSocket to the tier with the okso.v1 subprotocol
+// unless o says otherwise.
+func (tt *testTier) dial(t *testing.T, o *websocket.DialOptions) *rawClient {
+	t.Helper()
+	if o == nil {
+		o = &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, tt.url, o)
+	if err != nil {
+		t.Fatalf("dial %s: %v", tt.url, err)
+	}
+	if resp.Body != nil {
+		resp.Body.Close()
+	}
+	c.SetReadLimit(1 << 20)
+	t.Cleanup(func() { _ = c.CloseNow() })
+	return &rawClient{c: c}
+}
+
+func (rc *rawClient) sendRaw(t *testing.T, typ websocket.MessageType, b []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	if err := rc.c.Write(ctx, typ, b); err != nil {
+		t.Fatalf("write frame: %v", err)
+	}
+}
+
+func (rc *rawClient) send(t *testing.T, typ, inReplyTo string, payload any) {
+	t.Helper()
+	b, err := device.Encode(typ, inReplyTo, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.sendRaw(t, websocket.MessageText, b)
+}
+
+// recv reads the next frame, which must be a valid envelope of type want,
+// and decodes its payload into v when v is not nil.
+func (rc *rawClient) recv(t *testing.T, want string, v any) device.Envelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	typ, b, err := rc.c.Read(ctx)
+	if err != nil {
+		t.Fatalf("read %s: %v", want, err)
+	}
+	if typ != websocket.MessageText {
+		t.Fatalf("read %s: got a binary frame", want)
+	}
+	e, err := device.DecodeEnvelope(b)
+	if err != nil {
+		t.Fatalf("read %s: %v in %s", want, err, b)
+	}
+	if e.Type != want {
+		t.Fatalf("read %s: got %s", want, b)
+	}
+	if v != nil {
+		if err := device.DecodePayload(e, v); err != nil {
+			t.Fatalf("read %s: %v", want, err)
+		}
+	}
+	return e
+}
+
+// waitClose reads until the tier closes the connection and returns the
+// close code and the error frames that came before it. Any other frame
+// fails the test.
+func (rc *rawClient) waitClose(t *testing.T) (websocket.StatusCode, []device.ErrorFrame) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	var frames []device.ErrorFrame
+	for {
+		_, b, err := rc.c.Read(ctx)
+		if err != nil {
+			code := websocket.CloseStatus(err)
+			if code == -1 {
+				t.Fatalf("read: %v, want a close frame", err)
+			}
+			return code, frames
+		}
+		e, err := device.DecodeEnvelope(b)
+		if err != nil || e.Type != device.TypeError {
+			t.Fatalf("got frame %s, want an error frame or a close", b)
+		}
+		var f device.ErrorFrame
+		if err := device.DecodePayload(e, &f); err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+}
+
+// authenticate reads hello, sends an auth frame with token and returns
+// auth_ok.
+func (rc *rawClient) authenticate(t *testing.T, token string) device.AuthOK {
+	t.Helper()
+	rc.recv(t, device.TypeHello, nil)
+	rc.send(t, device.TypeAuth, "", device.Auth{Token: token})
+	var ok device.AuthOK
+	rc.recv(t, device.TypeAuthOK, &ok)
+	return ok
+}
+
+// announce sends a manifest and returns the announce_ok.
+func (rc *rawClient) announce(t *testing.T, node string, caps ...bus.Capability) device.AnnounceOK {
+	t.Helper()
+	rc.send(t, device.TypeAnnounce, "", manifest(node, caps...))
+	var ok device.AnnounceOK
+	rc.recv(t, device.TypeAnnounceOK, &ok)
+	return ok
+}
+
+// connectRaw runs the whole handshake of a raw client for node with the
+// echo capability and returns it with its auth_ok.
+func (tt *testTier) connectRaw(t *testing.T, node string) (*rawClient, device.AuthOK) {
+	t.Helper()
+	rc := tt.dial(t, nil)
+	ok := rc.authenticate(t, tt.token(t, node))
+	rc.announce(t, node, device.EchoCapability())
+	return rc, ok
+}
+
+// answerEcho reads one cmd and answers it as system.echo would.
+func (rc *rawClient) answerEcho(t *testing.T, node string) {
+	t.Helper()
+	var cmd device.Cmd
+	e := rc.recv(t, device.TypeCmd, &cmd)
+	if cmd.Tool != echoTool(node) {
+		t.Fatalf("cmd for %s, want %s", cmd.Tool, echoTool(node))
+	}
+	var in struct{ Message string }
+	if err := json.Unmarshal(cmd.Arguments, &in); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := json.Marshal(device.EchoResult{Message: in.Message, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+	rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: res})
+}
+
+// manifest is an announce payload.
+func manifest(node string, caps ...bus.Capability) map[string]any {
+	return map[string]any{
+		"node_id":      node,
+		"agent":        bus.Agent{Name: "raw-test", Version: "1.0.0"},
+		"capabilities": caps,
+	}
+}
+
+// auditLog collects the JSON lines of a bus.Auditor's logger. It is safe for
+// concurrent use.
+type auditLog struct {
+	mu      sync.Mutex
+	lines   []auditEntry
+	changed chan struct{} // closed and replaced on every write
+}
+
+type auditEntry struct {
+	Decision  string `json:"decision"`
+	Tenant    string `json:"tenant"`
+	NodeID    string `json:"node_id"`
+	Tool      string `json:"tool"`
+	Code      string `json:"code"`
+	RequestID string `json:"request_id"`
+}
+
+func newAuditLog() *auditLog { return &auditLog{changed: make(chan struct{})} }
+
+// Write takes one or more JSON lines; slog writes one record per call.
+func (a *auditLog) Write(p []byte) (int, error) {
+	var entries []auditEntry
+	sc := bufio.NewScanner(bytes.NewReader(p))
+	for sc.Scan() {
+		var e auditEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return 0, err
+		}
+		entries = append(entries, e)
+	}
+	a.mu.Lock()
+	a.lines = append(a.lines, entries...)
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.mu.Unlock()
+	return len(p), nil
+}
+
+// wait returns the first audit entry that matches, waiting for it.
+func (a *auditLog) wait(t *testing.T, match func(auditEntry) bool) auditEntry {
+	t.Helper()
+	timeout := time.After(waitFor)
+	for seen := 0; ; {
+		a.mu.Lock()
+		lines, changed := a.lines, a.changed
+		a.mu.Unlock()
+		for ; seen < len(lines); seen++ {
+			if match(lines[seen]) {
+				return lines[seen]
+			}
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("no matching audit event in %+v", lines)
+			return auditEntry{}
+		}
+	}
+}
