@@ -530,3 +530,7 @@ type tokenClient struct{ http.Client }
 func httpClientWithToken(token string) *tokenClient {
 	return &tokenClient{http.Client{Transport: bearer{token, http.DefaultTransport}}}
 }
+
+func verifierFor(c *common) *auth.Verifier {
+	return auth.NewVerifier(c.signer.Public(), auth.AudienceGateway)
+}
