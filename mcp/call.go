@@ -46,16 +46,147 @@ func correlation(h http.Header) (requestID, traceparent string) {
 	return requestID, traceparent
 }
 
-// outcome is how one call ended, for the audit log.
-type outcome struct {
-	decision, code string
+// callCtx is one call as the gateway sees it, whatever door it came in by.
+type callCtx struct {
+	g           *Gateway
+	start       time.Time
+	claims      *auth.Claims
+	name        string
+	tool        bus.ToolName
+	requestID   string
+	traceparent string
+	ev          bus.AuditEvent
 }
 
-// call serves one tools/call: every check before NATS, the request, every
-// check of the answer. It returns a JSON-RPC error only for a name that is
-// no tool of the caller's.
+func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *callCtx {
+	c := &callCtx{g: g, start: time.Now(), claims: claims, name: name}
+	c.requestID, c.traceparent = correlation(h)
+	c.ev = bus.AuditEvent{Actor: "gateway", RequestID: c.requestID}
+	if claims != nil {
+		c.ev.Tenant, c.ev.Subject, c.ev.JTI = claims.Tenant, claims.Subject, claims.ID
+	}
+	return c
+}
+
+// audit records the call's decision once.
+func (c *callCtx) audit(decision, code string) {
+	c.ev.Decision, c.ev.Code, c.ev.Duration = decision, code, time.Since(c.start)
+	c.g.o.Auditor.Record(c.ev)
+}
+
+// fail audits and returns an error envelope.
+func (c *callCtx) fail(code, msg string) *bus.Error {
+	c.audit(decisionFor(code), code)
+	return bus.NewError(code, msg)
+}
+
+// check runs every check that comes before NATS: name, node, tenant,
+// scope, arguments. It returns the tool and the arguments to send. A
+// non-nil error is audited already.
+func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *bus.Error) {
+	if c.claims == nil {
+		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "no verified token")
+	}
+	name, ok := bus.ParseToolName(c.name)
+	if !ok {
+		return nil, nil, nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
+	}
+	c.tool = name
+	c.ev.Tool, c.ev.NodeID = c.name, name.NodeID
+	n, t := c.g.lookup(name.NodeID, c.name)
+	switch {
+	case n == nil || t == nil:
+		return nil, nil, nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
+	case n.rec.Tenant != c.claims.Tenant:
+		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "node belongs to another tenant")
+	case !c.claims.HasScope(t.scope):
+		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "token lacks scope "+t.scope)
+	}
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	if err := c.g.o.Schemas.ValidateJSON(t.verb.Input, args); err != nil {
+		return nil, nil, nil, c.fail(bus.CodeManifestInvalid, "arguments fail schema "+t.verb.Input)
+	}
+	return n, t, args, nil
+}
+
+// request sends the call to the node and returns the tier's reply.
+// Headers carry the correlation, the caller and the remaining budget.
+func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, extra nats.Header) (*bus.Reply, *bus.Error) {
+	body, err := json.Marshal(bus.Call{Tool: t.name, Arguments: args})
+	if err != nil {
+		return nil, c.fail(bus.CodeBadRequest, "arguments do not encode")
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.g.o.Budget)
+	defer cancel()
+	budget := c.g.o.Budget
+	if d, ok := cctx.Deadline(); ok {
+		budget = time.Until(d)
+	}
+	msg := &nats.Msg{Subject: bus.NodeCmd(c.tool.NodeID), Data: body, Header: nats.Header{}}
+	for k, v := range extra {
+		msg.Header[k] = v
+	}
+	msg.Header.Set(bus.HeaderRequestID, c.requestID)
+	msg.Header.Set(bus.HeaderTraceparent, c.traceparent)
+	msg.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(budget.Milliseconds(), 10))
+	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)
+	msg.Header.Set(bus.HeaderSubject, c.claims.Subject)
+	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, c.fail(bus.CodeNodeOffline, "node is offline")
+	case err != nil && ctx.Err() != nil:
+		return nil, c.fail(bus.CodeDeadlineExceeded, "call cancelled by the client")
+	case err != nil && cctx.Err() != nil:
+		return nil, c.fail(bus.CodeDeadlineExceeded, "node did not answer within "+c.g.o.Budget.String())
+	case err != nil:
+		c.g.log.Error("nats request", "node_id", c.tool.NodeID, "err", err)
+		return nil, c.fail(bus.CodeInternal, "message bus unavailable")
+	}
+	var rep bus.Reply
+	if err := json.Unmarshal(resp.Data, &rep); err != nil || (!rep.OK && rep.Error == nil) {
+		return nil, c.fail(bus.CodeInternal, "malformed reply from the device tier")
+	}
+	if !rep.OK {
+		return nil, c.fail(rep.Error.Code, trimASCII(rep.Error.Message, 200))
+	}
+	return &rep, nil
+}
+
+// checkResult validates a device's result: the output schema, and the
+// node id it claims to come from.
+func (c *callCtx) checkResult(schema string, result json.RawMessage) *bus.Error {
+	if err := c.g.o.Schemas.ValidateJSON(schema, result); err != nil {
+		return c.fail(bus.CodeInternal, "device result fails schema "+schema)
+	}
+	var who struct {
+		NodeID string `json:"node_id"`
+	}
+	if json.Unmarshal(result, &who) != nil || who.NodeID != c.tool.NodeID {
+		return c.fail(bus.CodeInternal, "device answered for another node")
+	}
+	return nil
+}
+
+// unary runs a whole unary call after check: request, result checks, audit.
+func (c *callCtx) unary(ctx context.Context, t *tool, args json.RawMessage) (json.RawMessage, *bus.Error) {
+	rep, e := c.request(ctx, t, args, nil)
+	if e != nil {
+		return nil, e
+	}
+	if e := c.checkResult(t.verb.Output, rep.Result); e != nil {
+		return nil, e
+	}
+	c.audit(bus.DecisionAllowed, "")
+	return rep.Result, nil
+}
+
+// call serves one MCP tools/call. It returns a JSON-RPC error only for a
+// name that is no tool of the caller's; every other failure is an isError
+// result carrying the envelope.
 func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Result, error) {
-	start := time.Now()
 	var (
 		claims *auth.Claims
 		header http.Header
@@ -64,105 +195,25 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 		claims = claimsOf(req.Extra.TokenInfo)
 		header = req.Extra.Header
 	}
-	requestID, traceparent := correlation(header)
-	ev := bus.AuditEvent{Actor: "gateway", RequestID: requestID}
-	if claims != nil {
-		ev.Tenant, ev.Subject, ev.JTI = claims.Tenant, claims.Subject, claims.ID
-	}
-	record := func(o outcome) {
-		ev.Decision, ev.Code, ev.Duration = o.decision, o.code, time.Since(start)
-		g.o.Auditor.Record(ev)
-	}
-	fail := func(code, msg string) (sdk.Result, error) {
-		e := bus.NewError(code, msg)
-		record(outcome{decisionFor(code), code})
-		return errorResult(e, requestID), nil
-	}
-	notFound := func() (sdk.Result, error) {
-		record(outcome{bus.DecisionNotFound, bus.CodeToolNotFound})
-		e := bus.NewError(bus.CodeToolNotFound, "no such tool for this caller")
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool", Data: e.JSON()}
-	}
-
-	if claims == nil {
-		return fail(bus.CodeSafetyDenied, "no verified token")
-	}
-	name, ok := bus.ParseToolName(req.Params.Name)
-	if !ok {
-		return notFound()
-	}
-	ev.Tool, ev.NodeID = req.Params.Name, name.NodeID
-	n, t := g.lookup(name.NodeID, req.Params.Name)
-	switch {
-	case n == nil || t == nil:
-		return notFound()
-	case n.rec.Tenant != claims.Tenant:
-		return fail(bus.CodeSafetyDenied, "node belongs to another tenant")
-	case !claims.HasScope(t.scope):
-		return fail(bus.CodeSafetyDenied, "token lacks scope "+t.scope)
-	case t.verb.Stream:
-		return fail(bus.CodeBadRequest, "streaming tools are served at POST /mcp/tools/call")
-	}
-	args := req.Params.Arguments
-	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage("{}")
-	}
-	if err := g.o.Schemas.ValidateJSON(t.verb.Input, args); err != nil {
-		return fail(bus.CodeManifestInvalid, "arguments fail schema "+t.verb.Input)
-	}
-
-	body, err := json.Marshal(bus.Call{Tool: t.name, Arguments: args})
-	if err != nil {
-		return fail(bus.CodeBadRequest, "arguments do not encode")
-	}
-	cctx, cancel := context.WithTimeout(ctx, g.o.Budget)
-	defer cancel()
-	budget := g.o.Budget
-	if d, ok := cctx.Deadline(); ok {
-		budget = time.Until(d)
-	}
-	msg := &nats.Msg{Subject: bus.NodeCmd(name.NodeID), Data: body, Header: nats.Header{}}
-	msg.Header.Set(bus.HeaderRequestID, requestID)
-	msg.Header.Set(bus.HeaderTraceparent, traceparent)
-	msg.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(budget.Milliseconds(), 10))
-	msg.Header.Set(bus.HeaderTenant, claims.Tenant)
-	msg.Header.Set(bus.HeaderSubject, claims.Subject)
-	resp, err := g.o.NC.RequestMsgWithContext(cctx, msg)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return fail(bus.CodeNodeOffline, "node is offline")
-	case err != nil && ctx.Err() != nil:
-		return fail(bus.CodeDeadlineExceeded, "call cancelled by the client")
-	case err != nil && cctx.Err() != nil:
-		return fail(bus.CodeDeadlineExceeded, "node did not answer within "+g.o.Budget.String())
-	case err != nil:
-		g.log.Error("nats request", "node_id", name.NodeID, "err", err)
-		return fail(bus.CodeInternal, "message bus unavailable")
-	}
-	var rep bus.Reply
-	if err := json.Unmarshal(resp.Data, &rep); err != nil {
-		return fail(bus.CodeInternal, "malformed reply from the device tier")
-	}
-	if !rep.OK {
-		if rep.Error == nil {
-			return fail(bus.CodeInternal, "malformed reply from the device tier")
+	c := g.newCall(claims, req.Params.Name, header)
+	_, t, args, e := c.check(req.Params.Arguments)
+	if e != nil {
+		if e.Code == bus.CodeToolNotFound {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool", Data: e.JSON()}
 		}
-		return fail(rep.Error.Code, trimASCII(rep.Error.Message, 200))
+		return errorResult(e, c.requestID), nil
 	}
-	if err := g.o.Schemas.ValidateJSON(t.verb.Output, rep.Result); err != nil {
-		return fail(bus.CodeInternal, "device result fails schema "+t.verb.Output)
+	if t.verb.Stream {
+		return g.subscribeMCP(ctx, req, c, t, args)
 	}
-	var who struct {
-		NodeID string `json:"node_id"`
+	result, e := c.unary(ctx, t, args)
+	if e != nil {
+		return errorResult(e, c.requestID), nil
 	}
-	if json.Unmarshal(rep.Result, &who) != nil || who.NodeID != name.NodeID {
-		return fail(bus.CodeInternal, "device answered for another node")
-	}
-	record(outcome{bus.DecisionAllowed, ""})
 	return &sdk.CallToolResult{
-		Meta:              sdk.Meta{MetaRequestID: requestID},
-		Content:           []sdk.Content{&sdk.TextContent{Text: string(rep.Result)}},
-		StructuredContent: rep.Result,
+		Meta:              sdk.Meta{MetaRequestID: c.requestID},
+		Content:           []sdk.Content{&sdk.TextContent{Text: string(result)}},
+		StructuredContent: result,
 	}, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
@@ -48,6 +49,12 @@ type Options struct {
 	AllowedOrigins []string
 	// Version is reported to MCP clients.
 	Version string
+	// MaxStreamsPerTenant bounds the streams a tenant holds open (256);
+	// one more is closed at once with 4429.
+	MaxStreamsPerTenant int
+	// PingInterval and IdleTimeout are the stream heartbeat (25 s) and the
+	// time a client may make no read progress (90 s).
+	PingInterval, IdleTimeout time.Duration
 }
 
 // Gateway serves MCP for every tenant. It is safe for concurrent use.
@@ -61,6 +68,11 @@ type Gateway struct {
 	nodes   map[string]*node   // by node id
 	tenants map[string]*tenant // by tenant
 	changed chan struct{}      // closed and replaced on every change
+
+	droppedFrames   atomic.Int64
+	streamsMu       sync.Mutex
+	streamsByTenant map[string]int
+	streamsByNode   map[string]map[*stream]struct{}
 }
 
 type node struct {
@@ -91,6 +103,15 @@ func New(o Options) (*Gateway, error) {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
+	if o.MaxStreamsPerTenant <= 0 {
+		o.MaxStreamsPerTenant = 256
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = DefaultPingInterval
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -102,6 +123,9 @@ func New(o Options) (*Gateway, error) {
 		nodes:   map[string]*node{},
 		tenants: map[string]*tenant{},
 		changed: make(chan struct{}),
+
+		streamsByTenant: map[string]int{},
+		streamsByNode:   map[string]map[*stream]struct{}{},
 	}
 	g.handler = g.routes()
 	return g, nil
@@ -160,6 +184,7 @@ func (g *Gateway) routes() http.Handler {
 		}
 	}
 	mux.Handle("/mcp", cop.Handler(g.authenticate(mcpHandler)))
+	mux.Handle("POST /mcp/tools/call", cop.Handler(g.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
 	meta := http.HandlerFunc(g.serveResourceMetadata)
 	mux.Handle("/.well-known/oauth-protected-resource", meta)
@@ -309,6 +334,9 @@ func (g *Gateway) apply(ev bus.Event) {
 	close(g.changed)
 	g.changed = make(chan struct{})
 	g.mu.Unlock()
+	if old != nil && (ev.Node == nil || ev.Node.SessionID != old.rec.SessionID) {
+		g.nodeGone(ev.NodeID) // its streams were served by the old session
+	}
 	if ev.Node != nil {
 		g.log.Debug("node online", "node_id", ev.NodeID, "tenant", ev.Node.Tenant, "tools", len(added))
 	} else {

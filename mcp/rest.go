@@ -1,0 +1,270 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/bus"
+)
+
+// maxCallBody bounds the body of POST /mcp/tools/call.
+const maxCallBody = 64 << 10
+
+// callBody is the body of POST /mcp/tools/call (seed 001 §3).
+type callBody struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// decodeCallBody decodes the body strictly: unknown fields, a missing tool,
+// arguments that are not an object, and trailing data are all refused.
+func decodeCallBody(r io.Reader) (callBody, error) {
+	var b callBody
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return b, errors.New("body too large or unreadable")
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&b); err != nil {
+		return b, errors.New("body is not a JSON object {tool, arguments}")
+	}
+	if len(bytes.TrimSpace(raw[d.InputOffset():])) > 0 {
+		return b, errors.New("trailing data after the body")
+	}
+	if b.Tool == "" {
+		return b, errors.New("tool is required")
+	}
+	if a := bytes.TrimSpace(b.Arguments); len(a) > 0 && a[0] != '{' && string(a) != "null" {
+		return b, errors.New("arguments must be an object")
+	}
+	return b, nil
+}
+
+// httpStatus maps an error code to the REST door's HTTP status.
+func httpStatus(code string) int {
+	switch code {
+	case bus.CodeBadRequest, bus.CodeManifestInvalid:
+		return http.StatusBadRequest
+	case bus.CodeToolNotFound:
+		return http.StatusNotFound
+	case bus.CodeSafetyDenied:
+		return http.StatusForbidden
+	case bus.CodeNodeOffline:
+		return http.StatusServiceUnavailable
+	case bus.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case bus.CodeRateLimited:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, status int, e *bus.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(e.JSON())
+}
+
+// accepts reports whether the Accept header admits mediaType; with
+// allowAny, an absent header or */* does too.
+func accepts(r *http.Request, mediaType string, allowAny bool) bool {
+	h := r.Header.Values("Accept")
+	if len(h) == 0 {
+		return allowAny
+	}
+	for _, v := range h {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			if mt == mediaType || (allowAny && (mt == "*/*" || mt == "application/*")) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// serveToolsCall is POST /mcp/tools/call: a streaming tool as Server-Sent
+// Events (seed 001), or a unary tool as plain JSON, for clients that do
+// not speak MCP.
+func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
+	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
+	body, err := decodeCallBody(http.MaxBytesReader(w, r.Body, maxCallBody))
+	c := g.newCall(claims, body.Tool, r.Header)
+	w.Header().Set("X-Request-Id", c.requestID)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, c.fail(bus.CodeBadRequest, err.Error()))
+		return
+	}
+	_, t, args, e := c.check(body.Arguments)
+	if e != nil {
+		writeError(w, httpStatus(e.Code), e)
+		return
+	}
+	if !t.verb.Stream {
+		if !accepts(r, "application/json", true) {
+			writeError(w, http.StatusNotAcceptable, c.fail(bus.CodeBadRequest, "unary tools answer with Accept: application/json"))
+			return
+		}
+		result, e := c.unary(r.Context(), t, args)
+		if e != nil {
+			writeError(w, httpStatus(e.Code), e)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(result)
+		return
+	}
+	if !accepts(r, "text/event-stream", false) {
+		writeError(w, http.StatusNotAcceptable, c.fail(bus.CodeBadRequest, "streaming tools need Accept: text/event-stream"))
+		return
+	}
+	s, e, err := c.openStream(r.Context(), t, args)
+	if e != nil {
+		writeError(w, httpStatus(e.Code), e)
+		return
+	}
+	out := newSSESink(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if errors.Is(err, errQuota) {
+		_ = out.send("close", closeData(bus.StreamRateLimited))
+		return
+	}
+	_ = out.rc.Flush()
+	code := s.pump(r.Context(), out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
+	g.finishStream(c, s, code)
+}
+
+func metricEvent(f []byte) (string, []byte) { return "metric", f }
+
+// finishStream releases a stream and audits how it ended.
+func (g *Gateway) finishStream(c *callCtx, s *stream, code int) {
+	s.close(code != bus.StreamDeviceOffline)
+	c.ev.Decision, c.ev.Code = "stream_closed", strconv.Itoa(code)
+	c.ev.Duration = time.Since(c.start)
+	g.o.Auditor.Record(c.ev)
+}
+
+func closeData(code int) []byte {
+	return fmt.Appendf(nil, `{"code":%d,"reason":%q}`, code, bus.StreamReason(code))
+}
+
+// sseSink writes events to an HTTP response, flushing each.
+type sseSink struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte
+}
+
+func newSSESink(w http.ResponseWriter) *sseSink {
+	return &sseSink{w: w, rc: http.NewResponseController(w)}
+}
+
+func (s *sseSink) send(event string, data []byte) error {
+	s.buf = append(s.buf[:0], "event: "...)
+	s.buf = append(s.buf, event...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
+	if _, err := s.w.Write(s.buf); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+func (s *sseSink) setWriteDeadline(t time.Time) error { return s.rc.SetWriteDeadline(t) }
+
+// subscribeMCP serves a streaming tool over MCP: each frame is a progress
+// notification of the call (message = the frame JSON) until the client
+// cancels or the stream ends; the result says how it ended.
+func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, t *tool, args json.RawMessage) (sdk.Result, error) {
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return errorResult(c.fail(bus.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
+	}
+	s, e, err := c.openStream(ctx, t, args)
+	if e != nil {
+		return errorResult(e, c.requestID), nil
+	}
+	code := bus.StreamRateLimited
+	var frames int64
+	if !errors.Is(err, errQuota) {
+		out := &progressSink{ctx: ctx, session: req.Session, token: token}
+		code = s.pump(ctx, out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
+		frames = s.count.Load()
+		g.finishStream(c, s, code)
+	}
+	res := map[string]any{"code": code, "reason": bus.StreamReason(code), "frames": frames}
+	b, _ := json.Marshal(res)
+	return &sdk.CallToolResult{
+		Meta:              sdk.Meta{MetaRequestID: c.requestID},
+		Content:           []sdk.Content{&sdk.TextContent{Text: string(b)}},
+		StructuredContent: json.RawMessage(b),
+		IsError:           code != bus.StreamNormal,
+	}, nil
+}
+
+// progressSink sends metric events as progress notifications; pings and the
+// close event have no MCP form (the call's result carries the close).
+type progressSink struct {
+	ctx     context.Context
+	session *sdk.ServerSession
+	token   any
+	n       float64
+
+	mu       sync.Mutex
+	deadline time.Time
+	cancel   context.CancelFunc // of the send in progress
+}
+
+func (p *progressSink) send(event string, data []byte) error {
+	if event != "metric" {
+		return nil
+	}
+	p.mu.Lock()
+	ctx, cancel := context.WithCancel(p.ctx)
+	if !p.deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(p.ctx, p.deadline)
+	}
+	p.cancel = cancel
+	p.mu.Unlock()
+	defer cancel()
+	p.n++
+	err := p.session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{
+		ProgressToken: p.token, Progress: p.n, Message: string(data),
+	})
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return errDeadline
+	}
+	return err
+}
+
+func (p *progressSink) setWriteDeadline(t time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deadline = t
+	if p.cancel != nil && !t.IsZero() && !t.After(time.Now()) {
+		p.cancel()
+	}
+	return nil
+}

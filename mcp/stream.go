@@ -1,0 +1,297 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/okso-io/okso/bus"
+)
+
+// Stream defaults (seed 001 §5–7).
+const (
+	DefaultPingInterval = 25 * time.Second
+	DefaultIdleTimeout  = 90 * time.Second
+	StreamBuffer        = 3 // frames a client may fall behind before 4413
+	closeWriteTimeout   = time.Second
+)
+
+// sink is where one stream's events go: an SSE response, or the progress
+// notifications of an MCP call.
+type sink interface {
+	// send delivers one event; it returns once the event is written.
+	send(event string, data []byte) error
+	// setWriteDeadline bounds the send in progress and later ones; a
+	// deadline in the past unblocks a stuck send.
+	setWriteDeadline(t time.Time) error
+}
+
+// stream is one open subscription, from the gateway's side. Frames from
+// NATS go into a buffer of [StreamBuffer]; the pump writes them to a sink.
+type stream struct {
+	g      *Gateway
+	id     string
+	schema string // $id of each frame's schema
+	nodeID string
+	tenant string
+	sub    *nats.Subscription
+	frames chan []byte
+
+	once   sync.Once
+	code   atomic.Int32 // the close code once decided
+	done   chan struct{}
+	sinkMu sync.Mutex
+	sink   sink // set by pump; end unblocks it
+	count  atomic.Int64
+}
+
+// end decides the stream's close code (first caller wins) and unblocks a
+// send that may be stuck on a client that stopped reading.
+func (s *stream) end(code int) {
+	s.once.Do(func() {
+		s.code.Store(int32(code))
+		close(s.done)
+		s.sinkMu.Lock()
+		if s.sink != nil {
+			_ = s.sink.setWriteDeadline(time.Now())
+		}
+		s.sinkMu.Unlock()
+	})
+}
+
+// onFrame is the NATS callback of the stream subject.
+func (s *stream) onFrame(m *nats.Msg) {
+	if m.Header.Get(bus.HeaderStreamEnd) != "" {
+		s.end(bus.StreamDeviceOffline)
+		return
+	}
+	data, ok := s.g.validFrame(s.schema, s.nodeID, m.Data)
+	if !ok {
+		return
+	}
+	select {
+	case s.frames <- data:
+	default:
+		s.end(bus.StreamBackpressure)
+	}
+}
+
+// validFrame checks one frame against its schema and the addressed node,
+// and returns it compacted to one line (a device's newlines must never
+// reach an SSE stream). A frame that fails is dropped and counted.
+func (g *Gateway) validFrame(schema, nodeID string, data []byte) ([]byte, bool) {
+	if g.o.Schemas.ValidateJSON(schema, data) != nil {
+		g.droppedFrames.Add(1)
+		return nil, false
+	}
+	var who struct {
+		NodeID string `json:"node_id"`
+	}
+	var buf bytes.Buffer
+	if json.Unmarshal(data, &who) != nil || who.NodeID != nodeID || json.Compact(&buf, data) != nil {
+		g.droppedFrames.Add(1)
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// DroppedFrames is the number of stream frames dropped for failing their
+// schema or naming another node.
+func (g *Gateway) DroppedFrames() int64 { return g.droppedFrames.Load() }
+
+// OpenStreams is the number of streams the gateway holds open.
+func (g *Gateway) OpenStreams() int {
+	g.streamsMu.Lock()
+	defer g.streamsMu.Unlock()
+	n := 0
+	for _, c := range g.streamsByTenant {
+		n += c
+	}
+	return n
+}
+
+// errQuota means the tenant holds as many streams as it may.
+var errQuota = errors.New("stream quota")
+
+// openStream subscribes to a new stream subject and asks the node to start
+// it. On success the caller must call close.
+func (c *callCtx) openStream(ctx context.Context, t *tool, args json.RawMessage) (*stream, *bus.Error, error) {
+	g := c.g
+	if !g.takeStreamSlot(c.claims.Tenant) {
+		c.audit(bus.DecisionRateLimit, strconv.Itoa(bus.StreamRateLimited))
+		return nil, nil, errQuota
+	}
+	s := &stream{
+		g:      g,
+		id:     strings.ToLower(ulid.Make().String()),
+		schema: t.verb.Output,
+		nodeID: c.tool.NodeID,
+		tenant: c.claims.Tenant,
+		frames: make(chan []byte, StreamBuffer),
+		done:   make(chan struct{}),
+	}
+	sub, err := g.o.NC.Subscribe(bus.Stream(s.id), s.onFrame)
+	if err == nil {
+		err = g.o.NC.FlushTimeout(5 * time.Second)
+	}
+	if err != nil {
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		g.releaseStreamSlot(s.tenant)
+		return nil, c.fail(bus.CodeInternal, "message bus unavailable"), nil
+	}
+	s.sub = sub
+	g.trackStream(s, true)
+	if _, e := c.request(ctx, t, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
+		s.close(false)
+		return nil, e, nil
+	}
+	c.audit(bus.DecisionAllowed, "")
+	return s, nil, nil
+}
+
+// close stops the stream on every side: the subscription, the device (a
+// cancel on the node's subject, unless the device is gone) and the quota.
+func (s *stream) close(cancelDevice bool) {
+	_ = s.sub.Unsubscribe()
+	if cancelDevice {
+		_ = s.g.o.NC.Publish(bus.NodeCancel(s.nodeID), []byte(s.id))
+	}
+	s.g.trackStream(s, false)
+	s.g.releaseStreamSlot(s.tenant)
+}
+
+func (g *Gateway) takeStreamSlot(tenant string) bool {
+	g.streamsMu.Lock()
+	defer g.streamsMu.Unlock()
+	if g.streamsByTenant[tenant] >= g.o.MaxStreamsPerTenant {
+		return false
+	}
+	g.streamsByTenant[tenant]++
+	return true
+}
+
+func (g *Gateway) releaseStreamSlot(tenant string) {
+	g.streamsMu.Lock()
+	defer g.streamsMu.Unlock()
+	if g.streamsByTenant[tenant]--; g.streamsByTenant[tenant] <= 0 {
+		delete(g.streamsByTenant, tenant)
+	}
+}
+
+// trackStream adds or removes s from the streams of its node, which end
+// with 4503 when the registry says the node went away.
+func (g *Gateway) trackStream(s *stream, add bool) {
+	g.streamsMu.Lock()
+	defer g.streamsMu.Unlock()
+	set := g.streamsByNode[s.nodeID]
+	if add {
+		if set == nil {
+			set = map[*stream]struct{}{}
+			g.streamsByNode[s.nodeID] = set
+		}
+		set[s] = struct{}{}
+		return
+	}
+	delete(set, s)
+	if len(set) == 0 {
+		delete(g.streamsByNode, s.nodeID)
+	}
+}
+
+// nodeGone ends every stream of a node that left the registry.
+func (g *Gateway) nodeGone(nodeID string) {
+	g.streamsMu.Lock()
+	var ss []*stream
+	for s := range g.streamsByNode[nodeID] {
+		ss = append(ss, s)
+	}
+	g.streamsMu.Unlock()
+	for _, s := range ss {
+		s.end(bus.StreamDeviceOffline)
+	}
+}
+
+// pump writes the stream's events to out until the stream ends: frames as
+// they come, a ping every ping interval, and a last close event. ctx ending
+// (client gone or gateway stopping) is a normal close. It returns the close
+// code.
+func (s *stream) pump(ctx context.Context, out sink, ping, idle time.Duration, frame func([]byte) (string, []byte)) int {
+	s.sinkMu.Lock()
+	s.sink = out
+	s.sinkMu.Unlock()
+	select {
+	case <-s.done: // ended before the pump started
+		_ = out.setWriteDeadline(time.Time{})
+	default:
+	}
+	send := func(event string, data []byte) bool {
+		if err := out.setWriteDeadline(time.Now().Add(idle)); err != nil {
+			return false
+		}
+		if err := out.send(event, data); err != nil {
+			if errors.Is(err, errDeadline) || isTimeout(err) {
+				s.end(bus.StreamIdleTimeout) // no-op if backpressure came first
+			} else {
+				s.end(bus.StreamNormal) // the client went away
+			}
+			return false
+		}
+		return true
+	}
+	ticker := time.NewTicker(ping)
+	defer ticker.Stop()
+loop:
+	for {
+		select {
+		case <-s.done: // an ended stream sends nothing more
+			break loop
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			s.end(bus.StreamNormal)
+			break loop
+		case <-s.done:
+			break loop
+		case f := <-s.frames:
+			ev, data := frame(f)
+			if !send(ev, data) {
+				break loop
+			}
+			s.count.Add(1)
+		case <-ticker.C:
+			if !send("ping", []byte("{}")) {
+				break loop
+			}
+		}
+	}
+	code := int(s.code.Load())
+	// The close event is best effort: a client that stopped reading will
+	// not get it.
+	_ = out.setWriteDeadline(time.Now().Add(closeWriteTimeout))
+	b, _ := json.Marshal(struct {
+		Code   int    `json:"code"`
+		Reason string `json:"reason"`
+	}{code, bus.StreamReason(code)})
+	_ = out.send("close", b)
+	return code
+}
+
+// errDeadline is returned by sinks whose deadline passed.
+var errDeadline = errors.New("write deadline exceeded")
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
