@@ -21,6 +21,12 @@ import (
 // becomes cmd_ack.payload.error (a *bus.Error keeps its code).
 type Handler func(ctx context.Context, args json.RawMessage) (any, error)
 
+// StreamHandler serves one streaming verb: it calls emit with each frame
+// until ctx ends (the tier cancelled the stream, or the device is
+// stopping). args has passed the verb's input schema. Returning on its own
+// ends the stream.
+type StreamHandler func(ctx context.Context, args json.RawMessage, emit func(frame any) error) error
+
 // Options configure a [Device]. URLs, Token, NodeID, Capabilities, Handlers
 // and Schemas are required.
 type Options struct {
@@ -30,8 +36,9 @@ type Options struct {
 	NodeID       string
 	Agent        bus.Agent
 	Capabilities []bus.Capability
-	// Handlers by "cap_id.verb".
+	// Handlers and Streams by "cap_id.verb".
 	Handlers map[string]Handler
+	Streams  map[string]StreamHandler
 	Schemas  *schemas.Set
 	Logger   *slog.Logger
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between
@@ -278,22 +285,35 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]bool) {
 		return
 	}
 	name, ok := bus.ParseToolName(cmd.Tool)
-	h := c.d.o.Handlers[name.CapID+"."+name.Verb]
-	if !ok || !tools[cmd.Tool] || h == nil {
+	key := name.CapID + "." + name.Verb
+	h, sh := c.d.o.Handlers[key], c.d.o.Streams[key]
+	if !ok || !tools[cmd.Tool] || (h == nil && sh == nil) {
 		fail(bus.CodeToolNotFound)
 		return
 	}
-	var input string
+	var verb schemas.Verb
 	for _, cp := range c.d.o.Capabilities {
 		if cp.CapID == name.CapID {
 			if k, ok := schemas.LookupKind(cp.Kind); ok {
-				v, _ := k.Verb(name.Verb)
-				input = v.Input
+				verb, _ = k.Verb(name.Verb)
 			}
 		}
 	}
-	if input == "" || c.d.o.Schemas.ValidateJSON(input, cmd.Arguments) != nil {
+	if verb.Input == "" || c.d.o.Schemas.ValidateJSON(verb.Input, cmd.Arguments) != nil {
 		fail(bus.CodeManifestInvalid)
+		return
+	}
+	c.d.log.Debug("cmd", "tool", cmd.Tool, "request_id", cmd.RequestID)
+	if verb.Stream {
+		if sh == nil {
+			fail(bus.CodeToolNotFound)
+			return
+		}
+		c.stream(ctx, e.MsgID, cmd, sh, fail)
+		return
+	}
+	if h == nil {
+		fail(bus.CodeToolNotFound)
 		return
 	}
 	deadline := time.Duration(cmd.DeadlineMs) * time.Millisecond
@@ -321,4 +341,28 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]bool) {
 		return
 	}
 	ack(CmdAck{OK: true, Result: b})
+}
+
+// stream runs a stream handler until the tier cancels it (ctx ends): each
+// frame goes out as a stream envelope in reply to the cmd. A handler that
+// ends on its own, or fails, is reported with a cmd_ack.
+func (c *conn) stream(ctx context.Context, cmdID string, cmd Cmd, h StreamHandler, fail func(string)) {
+	emit := func(frame any) error {
+		data, err := json.Marshal(frame)
+		if err != nil {
+			return err
+		}
+		return c.send(ctx, TypeStream, cmdID, StreamFrame{Event: "metric", Data: data})
+	}
+	err := h(ctx, cmd.Arguments, emit)
+	switch {
+	case ctx.Err() != nil:
+		// cancelled: the tier has forgotten the stream, nothing to say
+	case err != nil:
+		fail(bus.CodeInternal)
+	default:
+		if err := c.send(context.Background(), TypeCmdAck, cmdID, CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
+			c.d.log.Debug("send cmd_ack", "err", err)
+		}
+	}
 }

@@ -50,13 +50,36 @@ func Echo(nodeID string) Handler {
 }
 
 // MockOptions returns the options of a simulated device with the echo
-// capability; the caller adds URLs, Token and whatever else it needs.
-func MockOptions(nodeID string, set *schemas.Set) Options {
-	return Options{
+// capability and synthetic metrics (a walk fixed by seed and the node id);
+// the caller adds URLs, Token and whatever else it needs.
+func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
+	return withMetrics(Options{
 		NodeID:       nodeID,
 		Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
 		Capabilities: []bus.Capability{EchoCapability()},
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
 		Schemas:      set,
+	}, NewMockSampler(seed, nodeID))
+}
+
+// AgentOptions returns the options of a real device agent: echo, and the
+// metrics of the host it runs on.
+func AgentOptions(nodeID string, set *schemas.Set, version string) Options {
+	return withMetrics(Options{
+		NodeID:       nodeID,
+		Agent:        bus.Agent{Name: "okso-agent", Version: version},
+		Capabilities: []bus.Capability{EchoCapability()},
+		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
+		Schemas:      set,
+	}, &HostSampler{})
+}
+
+func withMetrics(o Options, s Sampler) Options {
+	h, st := Metrics(o.NodeID, s)
+	o.Capabilities = append(o.Capabilities, MetricsCapability())
+	for k, v := range h {
+		o.Handlers[k] = v
 	}
+	o.Streams = st
+	return o
 }

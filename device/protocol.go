@@ -83,10 +83,14 @@ type (
 	AnnounceOK struct {
 		Tools []string `json:"tools"`
 	}
+	// Cmd asks the device to run a tool. DeadlineMs is 0 for a streaming
+	// verb (it runs until cancelled). RequestID correlates the call with
+	// the gateway's and the tier's logs.
 	Cmd struct {
 		Tool       string          `json:"tool"`
 		Arguments  json.RawMessage `json:"arguments"`
 		DeadlineMs int             `json:"deadline_ms"`
+		RequestID  string          `json:"request_id,omitempty"`
 	}
 	CmdAck struct {
 		OK     bool            `json:"ok"`

@@ -41,14 +41,20 @@ type session struct {
 	nodeID, tenant, subject, jti string
 	agent                        bus.Agent
 	caps                         map[string]*capState
+	manifest                     []bus.Capability // as announced, in order
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
 
-	mu       sync.Mutex
-	pending  map[string]*pendingCall
-	sub      *nats.Subscription
-	detached bool
+	mu          sync.Mutex
+	pending     map[string]*pendingCall
+	sub         *nats.Subscription // the node's cmd subject
+	cancelSub   *nats.Subscription // the node's cancel subject
+	detached    bool
+	streams     map[string]*tierStream // by cmd msg_id
+	streamsByID map[string]string      // stream id -> cmd msg_id
+	inbox       string                 // reply subject prefix of stream frames
+	inboxSub    *nats.Subscription
 }
 
 type capState struct {
@@ -76,6 +82,9 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 		remote:  r.RemoteAddr,
 		done:    make(chan struct{}),
 		pending: map[string]*pendingCall{},
+
+		streams:     map[string]*tierStream{},
+		streamsByID: map[string]string{},
 	}
 	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
 		s.bearer = f[1]
@@ -239,6 +248,8 @@ func (s *session) run(ctx context.Context) {
 		switch e.Type {
 		case TypeCmdAck:
 			s.onAck(e)
+		case TypeStream:
+			s.onStream(e)
 		default:
 			s.close(CloseMalformed, "", "unexpected "+e.Type+" frame")
 			return
@@ -312,13 +323,17 @@ func (s *session) announce(ctx context.Context) *bus.Lease {
 		s.close(CloseMalformed, bus.CodeManifestInvalid, msg)
 		return nil
 	}
-	s.caps, s.agent = caps, a.Agent
+	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
 
 	if !s.t.attach(s) {
 		s.close(CloseGoingAway, "", "tier shutting down")
 		return nil
 	}
 	sub, err := s.t.o.NC.QueueSubscribe(bus.NodeCmd(s.nodeID), bus.QueueNode, s.onCall)
+	var cancelSub *nats.Subscription
+	if err == nil {
+		cancelSub, err = s.t.o.NC.Subscribe(bus.NodeCancel(s.nodeID), s.onCancel)
+	}
 	if err == nil {
 		err = s.t.o.NC.FlushTimeout(5 * time.Second)
 	}
@@ -331,9 +346,10 @@ func (s *session) announce(ctx context.Context) *bus.Lease {
 	if s.detached { // replaced while subscribing
 		s.mu.Unlock()
 		_ = sub.Unsubscribe()
+		_ = cancelSub.Unsubscribe()
 		return nil
 	}
-	s.sub = sub
+	s.sub, s.cancelSub = sub, cancelSub
 	s.mu.Unlock()
 
 	// Online only once the subject is served: claim after the flush.
@@ -434,17 +450,13 @@ func releaseLease(s *session, lease *bus.Lease) {
 }
 
 func (s *session) record() bus.Node {
-	caps := make([]bus.Capability, 0, len(s.caps))
-	for _, c := range s.caps {
-		caps = append(caps, c.Capability)
-	}
 	return bus.Node{
 		NodeID:       s.nodeID,
 		Tenant:       s.tenant,
 		SessionID:    s.id,
 		Tier:         s.t.o.Name,
 		Agent:        s.agent,
-		Capabilities: caps,
+		Capabilities: s.manifest,
 		ConnectedAt:  time.Now().UTC(),
 	}
 }
@@ -454,9 +466,12 @@ func (s *session) record() bus.Node {
 func (s *session) detach() {
 	s.mu.Lock()
 	s.detached = true
-	sub := s.sub
-	s.sub = nil
+	sub, cancelSub := s.sub, s.cancelSub
+	s.sub, s.cancelSub = nil, nil
 	s.mu.Unlock()
+	if cancelSub != nil {
+		_ = cancelSub.Unsubscribe()
+	}
 	if sub != nil {
 		// Drain, not Unsubscribe: requests already queued on the
 		// subscription still reach onCall, which answers them
@@ -477,6 +492,7 @@ func (s *session) cleanup() {
 		s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device disconnected during the call"),
 			bus.DecisionOffline, bus.CodeNodeOffline)
 	}
+	s.endStreams(bus.ReasonDeviceOffline)
 	s.t.release(s)
 	if s.nodeID != "" && s.caps != nil {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
@@ -512,10 +528,6 @@ func (s *session) onCall(m *nats.Msg) {
 		fail(bus.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
 		return
 	}
-	if v, _ := cs.kind.Verb(name.Verb); v.Stream {
-		fail(bus.CodeBadRequest, "streaming verbs are not served on this subject", bus.DecisionInvalid, call.Tool)
-		return
-	}
 	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
 	if deadline <= 0 {
 		deadline = DefaultDeadlineMs * time.Millisecond
@@ -527,9 +539,14 @@ func (s *session) onCall(m *nats.Msg) {
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
+	if v, _ := cs.kind.Verb(name.Verb); v.Stream {
+		s.openStream(m, call, cs, args, fail)
+		return
+	}
 
 	cmdID := NewMsgID()
-	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond)})
+	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args,
+		DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID})
 	if err != nil {
 		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
 		return
@@ -628,6 +645,13 @@ func (s *session) onAck(e Envelope) {
 	}
 	p := s.take(e.InReplyTo)
 	if p == nil {
+		if st := s.dropStream(e.InReplyTo, false); st != nil {
+			// The device ended a stream on its own: its gateway sees the
+			// device as gone for this stream.
+			_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: st.subject,
+				Header: nats.Header{bus.HeaderStreamEnd: {bus.ReasonDeviceOffline}}})
+			return
+		}
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionLateAck, RequestID: e.InReplyTo})
 		return

@@ -500,7 +500,7 @@ func TestCall(t *testing.T) {
 	t.Run("device never answers", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := device.NewNodeID()
-		o := device.MockOptions(node, tt.set)
+		o := device.MockOptions(node, tt.set, 1)
 		o.Capabilities = append(o.Capabilities, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
 		o.Handlers["slow.invoke"] = func(context.Context, json.RawMessage) (any, error) {
 			<-t.Context().Done() // until the test ends, whatever the deadline says
@@ -523,7 +523,7 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := device.NewNodeID()
 		release := make(chan struct{})
-		o := device.MockOptions(node, tt.set)
+		o := device.MockOptions(node, tt.set, 1)
 		o.Capabilities = []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 100})}
 		o.Handlers = map[string]device.Handler{"slow.invoke": func(context.Context, json.RawMessage) (any, error) {
 			wait(t, release) // past the deadline
@@ -543,7 +543,7 @@ func TestCall(t *testing.T) {
 	t.Run("rate_limit_rps", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := device.NewNodeID()
-		o := device.MockOptions(node, tt.set)
+		o := device.MockOptions(node, tt.set, 1)
 		// One call per 100 s: the second call of the test is always over.
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{RateLimitRPS: 0.01})}
 		tt.runDevice(t, o)
@@ -558,7 +558,7 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := device.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
-		o := device.MockOptions(node, tt.set)
+		o := device.MockOptions(node, tt.set, 1)
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{MaxConcurrency: 1})}
 		echo := device.Echo(node)
 		o.Handlers = map[string]device.Handler{"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
@@ -584,7 +584,7 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := device.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
-		o := device.MockOptions(node, tt.set)
+		o := device.MockOptions(node, tt.set, 1)
 		o.Handlers = map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
 			started <- struct{}{}
 			wait(t, release) // never answers before the device is gone
@@ -653,7 +653,7 @@ func TestDisconnectRemovesNode(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	d := tt.runMock(t)
 	events := tt.watch(t)
-	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 1 {
+	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 2 {
 		t.Fatalf("registry record %+v, want the mock's", r)
 	}
 
@@ -794,7 +794,7 @@ func TestDeviceRefused(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := device.MockOptions(node, tt.set)
+			o := device.MockOptions(node, tt.set, 1)
 			o.URLs, o.Token = []string{tt.url}, tc.token
 			d, err := device.NewDevice(o)
 			if err != nil {
@@ -816,7 +816,7 @@ func TestDeviceRefused(t *testing.T) {
 func TestFailover(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
 	tierB, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	o := device.MockOptions(device.NewNodeID(), tt.set)
+	o := device.MockOptions(device.NewNodeID(), tt.set, 1)
 	o.URLs = []string{tt.url, urlB}
 	o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
 	d := tt.runDevice(t, o)

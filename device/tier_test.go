@@ -371,7 +371,7 @@ func (tt *testTier) runDevice(t *testing.T, o device.Options) *runningDevice {
 // bystander.
 func (tt *testTier) runMock(t *testing.T) *runningDevice {
 	t.Helper()
-	return tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set))
+	return tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set, 1))
 }
 
 // stop ends the device and returns what Run returned. It may be called

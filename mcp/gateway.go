@@ -400,9 +400,12 @@ func (g *Gateway) project(rec *bus.Node) *node {
 				no := false
 				st.Annotations.DestructiveHint = &no
 			}
-			if !v.Stream {
-				out, _ := g.o.Schemas.Raw(v.Output)
-				st.OutputSchema = out
+			if v.Stream {
+				st.OutputSchema, _ = g.o.Schemas.Raw(v.Result)
+				st.Description += " Streams each frame as a progress notification (send a progressToken) " +
+					"until cancelled; the result tells how the stream ended."
+			} else {
+				st.OutputSchema, _ = g.o.Schemas.Raw(v.Output)
 			}
 			n.tools[name] = &tool{name: name, cap: c, verb: v, scope: auth.ScopeFor(c.SafetyClass), schema: st}
 		}

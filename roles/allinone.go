@@ -20,7 +20,10 @@ type AllInOneConfig struct {
 	NATSListen string
 	DataDir    string
 	Mock       int
+	Seed       uint64
 	Tenant     string
+	// LocalAgent runs a device agent for this host.
+	LocalAgent bool
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -31,6 +34,7 @@ type AllInOne struct {
 	gw    *gatewayPart
 	tier  *tierPart
 	fleet *fleetPart
+	agent *agentPart
 }
 
 // NewAllInOne starts NATS and binds both listeners; [AllInOne.Run] serves.
@@ -55,8 +59,13 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if a.gw, err = newGatewayPart(ctx, c, a.nats, cfg.Gateway); err != nil {
 		return nil, err
 	}
-	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}); err != nil {
+	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, cfg.Seed); err != nil {
 		return nil, err
+	}
+	if cfg.LocalAgent {
+		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, "", cfg.DataDir, cfg.Tenant); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -82,6 +91,7 @@ func (a *AllInOne) Run(ctx context.Context) error {
 	a.gw.actors(&g)
 	a.tier.actors(&g)
 	a.fleet.actors(&g)
+	a.agent.actors(&g)
 	err := g.Run()
 	if _, ok := err.(run.SignalError); ok || err == context.Canceled {
 		return nil
@@ -134,6 +144,9 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 				fmt.Fprintf(stdout, "  NATS         : %s\n", u)
 			}
 			fmt.Fprintf(stdout, "  mock devices : %d (tenant %s)\n", cfg.Mock, cfg.Tenant)
+			if a.agent != nil {
+				fmt.Fprintf(stdout, "  this host    : node %s (okso agent)\n", a.agent.d.NodeID())
+			}
 			fmt.Fprintf(stdout, "  agent token  : %s\n", token)
 			fmt.Fprintf(stdout, "                (tenant %s, scope %s, valid %s)\n", cfg.Tenant, auth.ScopeReadOnly, ttl)
 			fmt.Fprintf(stdout, "  try it       : npx @modelcontextprotocol/inspector --cli %s --transport http "+
@@ -147,6 +160,8 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start)")
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics")
+	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
 	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")
 	logs.add(fs)

@@ -156,7 +156,7 @@ func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[stri
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	o := device.MockOptions(id, f.a.c.schemas)
+	o := device.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
 	if caps != nil {
 		o.Capabilities = caps
@@ -272,7 +272,7 @@ func TestAuditCarriesNoPayload(t *testing.T) {
 		Name: echoName(node), Arguments: map[string]any{"message": secret},
 	})
 	if err != nil || res.IsError {
-		t.Fatalf("call: %v %+v", err, res)
+		t.Fatalf("call: %v %+v\n%s", err, res, f.logs.String())
 	}
 	logs := f.logs.String()
 	if strings.Contains(logs, secret) {
@@ -403,16 +403,18 @@ func TestLateAck(t *testing.T) {
 	}
 	caps := []bus.Capability{device.EchoCapability()}
 	caps[0].Constraints.DeadlineMsDefault = 100
+	answer := make(chan struct{})
+	var id string
 	late := f.device(DefaultTenant, caps, map[string]device.Handler{
 		"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
-			<-ctx.Done() // the tier's cancel, or the device deadline
-			var in struct{ Message string }
-			_ = json.Unmarshal(args, &in)
-			return device.EchoResult{Message: in.Message, ReceivedAtMs: time.Now().UnixMilli()}, nil
+			<-answer // only once the caller has had its E_DEADLINE_EXCEEDED
+			return device.EchoResult{Message: "a", ReceivedAtMs: time.Now().UnixMilli(), NodeID: id}, nil
 		},
 	})
+	id = late
 	s := f.client(f.token(auth.MintOptions{}), "")
 	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echoName(late), Arguments: map[string]any{"message": "a"}})
+	close(answer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +507,7 @@ func TestToolsFollowDevices(t *testing.T) {
 	id := device.NewNodeID()
 	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	o := device.MockOptions(id, f.a.c.schemas)
+	o := device.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
 	d, _ := device.NewDevice(o)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -513,8 +515,14 @@ func TestToolsFollowDevices(t *testing.T) {
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	f.waitNodes(DefaultTenant, 1)
 	list, err := s.ListTools(t.Context(), nil)
-	if err != nil || len(list.Tools) != 1 || list.Tools[0].Name != echoName(id) {
-		t.Fatalf("list %+v, %v: want exactly %s", list, err, echoName(id))
+	want := map[string]bool{echoName(id): true, "sys." + id + ".metrics.snapshot": true, "sys." + id + ".metrics.subscribe": true}
+	if err != nil || len(list.Tools) != len(want) {
+		t.Fatalf("list %+v, %v: want %v", list, err, want)
+	}
+	for _, tl := range list.Tools {
+		if !want[tl.Name] {
+			t.Errorf("unexpected tool %s", tl.Name)
+		}
 	}
 	cancel()
 	<-done

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,12 +138,15 @@ type gatewayPart struct {
 }
 
 type gatewayConfig struct {
-	Addr           string
-	Budget         time.Duration
-	Stateful       bool
-	AllowedOrigins []string
-	Audience       string
-	Version        string
+	Addr                string
+	Budget              time.Duration
+	Stateful            bool
+	AllowedOrigins      []string
+	Audience            string
+	Version             string
+	MaxStreamsPerTenant int
+	StreamPing          time.Duration
+	StreamIdle          time.Duration
 }
 
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
@@ -168,6 +174,10 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Stateful:       cfg.Stateful,
 		AllowedOrigins: cfg.AllowedOrigins,
 		Version:        cfg.Version,
+
+		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant,
+		PingInterval:        cfg.StreamPing,
+		IdleTimeout:         cfg.StreamIdle,
 	})
 	if err != nil {
 		nc.Close()
@@ -254,7 +264,7 @@ type fleetPart struct {
 	ready   sync.WaitGroup
 }
 
-func newFleetPart(c *common, n int, tenant string, urls []string) (*fleetPart, error) {
+func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (*fleetPart, error) {
 	if !bus.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
@@ -268,7 +278,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string) (*fleetPart, e
 		if err != nil {
 			return nil, err
 		}
-		o := device.MockOptions(id, c.schemas)
+		o := device.MockOptions(id, c.schemas, seed)
 		o.URLs, o.Token, o.Logger = urls, tok, f.log
 		var once sync.Once
 		f.ready.Add(1)
@@ -301,6 +311,79 @@ func (f *fleetPart) actors(g *run.Group) {
 		}()
 		wg.Wait()
 		<-ctx.Done() // a device that gave up does not stop the role
+		return nil
+	})
+}
+
+// agentPart is the real device agent of this host.
+type agentPart struct {
+	log *slog.Logger
+	d   *device.Device
+}
+
+// newAgentPart builds the agent. With a token, the node id is the token's
+// subject; without, it mints a device token with the data dir's key for a
+// node id kept in the data dir, so this host keeps its node id.
+func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*agentPart, error) {
+	var id string
+	if token != "" {
+		var err error
+		if id, err = auth.UnverifiedSubject(token); err != nil {
+			return nil, fmt.Errorf("--token: %w", err)
+		}
+		if !bus.ValidNodeID(id) {
+			return nil, fmt.Errorf("--token: its subject %q is not a node id", id)
+		}
+	} else {
+		var err error
+		if id, err = hostNodeID(dataDir); err != nil {
+			return nil, err
+		}
+		if token, err = c.signer.Mint(auth.MintOptions{Subject: id, Tenant: tenant,
+			Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour}); err != nil {
+			return nil, err
+		}
+	}
+	log := c.log.With("role", "agent", "node_id", id)
+	o := device.AgentOptions(id, c.schemas, Version)
+	o.URLs, o.Token, o.Logger = urls, token, log
+	o.OnReady = func(tools []string) { log.Info("agent connected", "tools", len(tools)) }
+	d, err := device.NewDevice(o)
+	if err != nil {
+		return nil, err
+	}
+	return &agentPart{log: log, d: d}, nil
+}
+
+// hostNodeID reads this host's node id from the data dir, creating it once.
+func hostNodeID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "agent-node-id")
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if !bus.ValidNodeID(id) {
+			return "", fmt.Errorf("%s: not a node id", path)
+		}
+		return id, nil
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("create data dir: %w", err)
+	}
+	id := device.NewNodeID()
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write agent node id: %w", err)
+	}
+	return id, nil
+}
+
+func (a *agentPart) actors(g *run.Group) {
+	if a == nil {
+		return
+	}
+	contextActor(g, func(ctx context.Context) error {
+		if err := a.d.Run(ctx); err != nil {
+			a.log.Error("agent stopped", "err", err)
+		}
+		<-ctx.Done() // an agent that was refused does not stop its role
 		return nil
 	})
 }

@@ -50,6 +50,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		gatewayCmd(stderr),
 		deviceCmd(stderr),
 		mockFleetCmd(stderr),
+		agentCmd(stderr),
 		tokenCmd(stdout),
 	)
 	return root
@@ -123,6 +124,9 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.BoolVar(&c.Stateful, "stateful", false, "serve MCP sessions (single replica only); default stateless")
 	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
 	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
+	fs.IntVar(&c.MaxStreamsPerTenant, "max-streams-per-tenant", 256, "streams a tenant may hold open; one more is closed with 4429")
+	fs.DurationVar(&c.StreamPing, "stream-ping-interval", 25*time.Second, "heartbeat of metric streams")
+	fs.DurationVar(&c.StreamIdle, "stream-idle-timeout", 90*time.Second, "a stream whose client makes no read progress this long is closed with 4408")
 }
 
 func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {

@@ -14,6 +14,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/schemas"
 )
 
 // runGroup runs the actors until ctx ends or one returns; a cancelled ctx
@@ -92,6 +93,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 		dataDir string
 		mock    int
 		tenant  string
+		seed    uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "device",
@@ -117,7 +119,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer tp.close()
-			fleet, err := newFleetPart(c, mock, tenant, []string{tp.url()})
+			fleet, err := newFleetPart(c, mock, tenant, []string{tp.url()}, seed)
 			if err != nil {
 				return err
 			}
@@ -133,6 +135,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 	nf.add(fs)
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key")
 	fs.IntVar(&mock, "mock", 0, "number of simulated devices to run against this tier")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the simulated devices' metrics")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	logs.add(fs)
 	return cmd
@@ -144,6 +147,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 		urls    []string
 		tenant  string
 		dataDir string
+		seed    uint64
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -170,7 +174,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fleet, err := newFleetPart(c, n, tenant, urls)
+			fleet, err := newFleetPart(c, n, tenant, urls, seed)
 			if err != nil {
 				return err
 			}
@@ -182,6 +186,56 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+device.Path+" (repeatable: tried in turn)")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
+	logs.add(fs)
+	return cmd
+}
+
+func agentCmd(stderr io.Writer) *cobra.Command {
+	var (
+		urls    []string
+		token   string
+		tenant  string
+		dataDir string
+		logs    logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the device agent of this machine: echo, and its real metrics",
+		Long: "okso agent dials a device tier (several --connect URLs are tried in turn, with\n" +
+			"jittered exponential backoff after a loss), authenticates with --token, and serves\n" +
+			"system.echo and system.metrics with this host's real figures. Without --token it\n" +
+			"mints a device token with the signing key in --data-dir, for a node id it keeps there.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(stderr)
+			if err != nil {
+				return err
+			}
+			if len(urls) == 0 {
+				return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
+			}
+			c := &common{log: log}
+			if c.schemas, err = schemas.Load(); err != nil {
+				return err
+			}
+			if token == "" {
+				if c.signer, err = auth.LoadOrCreateSigner(dataDir); err != nil {
+					return err
+				}
+			}
+			ap, err := newAgentPart(c, urls, token, dataDir, tenant)
+			if err != nil {
+				return err
+			}
+			return runGroup(contextOf(cmd), ap.actors)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+device.Path+" (repeatable: tried in turn)")
+	fs.StringVar(&token, "token", "", "device token (its subject is the node id)")
+	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the minted token, without --token")
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")
 	logs.add(fs)
 	return cmd
 }

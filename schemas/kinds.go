@@ -20,6 +20,9 @@ type Verb struct {
 	Input  string // $id of the arguments schema
 	Output string // $id of the result schema (of each frame when Stream)
 	Stream bool
+	// Result is the $id of the schema of a stream's final result (how it
+	// ended); empty for unary verbs, whose result is Output.
+	Result string
 	Title  string
 }
 
@@ -41,7 +44,8 @@ func LookupKind(name string) (Kind, bool) {
 	case KindMetrics:
 		return Kind{Name: KindMetrics, Short: "sys", Idempotent: true, Verbs: []Verb{
 			{Name: "snapshot", Input: MetricsSnapInput, Output: MetricsSnapshot, Title: "Metrics snapshot"},
-			{Name: "subscribe", Input: MetricsSubInput, Output: MetricsFrame, Stream: true, Title: "Stream metrics"},
+			{Name: "subscribe", Input: MetricsSubInput, Output: MetricsFrame, Stream: true, Result: MetricsSubOutput,
+				Title: "Stream metrics"},
 		}}, true
 	}
 	return Kind{}, false

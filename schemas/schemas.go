@@ -33,6 +33,7 @@ const (
 	MetricsSnapshot  = IDPrefix + "system.metrics.snapshot.output@1.0.0"
 	MetricsSubInput  = IDPrefix + "system.metrics.subscribe.input@1.0.0"
 	MetricsFrame     = IDPrefix + "system.metrics.subscribe.frame@1.0.0"
+	MetricsSubOutput = IDPrefix + "system.metrics.subscribe.output@1.0.0"
 	Manifest         = IDPrefix + "manifest@1.0.0"
 	Envelope         = IDPrefix + "envelope@1.0.0"
 	ErrorEnvelope    = IDPrefix + "error@1.0.0"

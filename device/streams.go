@@ -1,0 +1,196 @@
+package device
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/bus"
+)
+
+// tierStream is one subscription a session serves: the device sends
+// stream frames in reply to cmd cmdID; the tier publishes them on subject.
+type tierStream struct {
+	cmdID   string
+	id      string // the gateway's stream id
+	subject string
+	cap     *capState
+	start   time.Time
+	reqID   string
+	caller  string // the caller's subject, for the audit
+}
+
+var streamIDRe = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
+
+// openStream starts a subscription for a request on a streaming verb: it
+// sends the cmd to the device and answers the request at once; frames
+// follow on the stream subject. Called from onCall with s.mu not held.
+func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []byte, fail func(code, msg, decision, tool string)) {
+	sid := m.Header.Get(bus.HeaderStreamID)
+	if !streamIDRe.MatchString(sid) {
+		fail(bus.CodeBadRequest, "streaming call without a valid stream id", bus.DecisionInvalid, call.Tool)
+		return
+	}
+	cmdID := NewMsgID()
+	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args,
+		RequestID: m.Header.Get(bus.HeaderRequestID)})
+	if err != nil {
+		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
+		return
+	}
+	st := &tierStream{cmdID: cmdID, id: sid, subject: bus.Stream(sid), cap: cs, start: time.Now(),
+		reqID: m.Header.Get(bus.HeaderRequestID), caller: m.Header.Get(bus.HeaderSubject)}
+
+	s.mu.Lock()
+	switch {
+	case s.detached:
+		s.mu.Unlock()
+		fail(bus.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
+		return
+	case s.streamsByID[sid] != "":
+		s.mu.Unlock()
+		fail(bus.CodeBadRequest, "stream id already in use", bus.DecisionInvalid, call.Tool)
+		return
+	case cs.limiter != nil && !cs.limiter.Allow():
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
+		return
+	case cs.Constraints.MaxConcurrency > 0 && cs.inflight >= cs.Constraints.MaxConcurrency:
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
+		return
+	}
+	if s.inbox == "" {
+		// One reply inbox per session, made on its first stream: a frame
+		// published to a stream nobody listens to comes back here as "no
+		// responders", and the stream stops.
+		s.inbox = nats.NewInbox()
+		sub, err := s.t.o.NC.Subscribe(s.inbox+".*", s.onNoListener)
+		if err != nil {
+			s.inbox = ""
+			s.mu.Unlock()
+			fail(bus.CodeInternal, "tier cannot reach NATS", bus.DecisionFailed, call.Tool)
+			return
+		}
+		s.inboxSub = sub
+	}
+	cs.inflight++
+	s.streams[cmdID] = st
+	s.streamsByID[sid] = cmdID
+	s.mu.Unlock()
+
+	if err := s.writeRaw(context.Background(), frame); err != nil {
+		s.dropStream(cmdID, false)
+		fail(bus.CodeNodeOffline, "device connection failed", bus.DecisionOffline, call.Tool)
+		return
+	}
+	s.respond(m.Reply, bus.OKReply([]byte(`{"stream_id":"`+sid+`"}`)))
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: st.caller, Tool: call.Tool, NodeID: s.nodeID,
+		Decision: bus.DecisionAllowed, RequestID: st.reqID, Duration: time.Since(st.start)})
+}
+
+// dropStream forgets a stream; with cancel it also tells the device to stop.
+// It reports whether the stream was still open.
+func (s *session) dropStream(cmdID string, cancel bool) *tierStream {
+	s.mu.Lock()
+	st := s.streams[cmdID]
+	if st != nil {
+		delete(s.streams, cmdID)
+		delete(s.streamsByID, st.id)
+		st.cap.inflight--
+	}
+	s.mu.Unlock()
+	if st != nil && cancel {
+		_ = s.write(context.Background(), TypeCancel, cmdID, Cancel{})
+	}
+	return st
+}
+
+// onCancel stops the stream whose id the gateway published on the node's
+// cancel subject.
+func (s *session) onCancel(m *nats.Msg) {
+	s.mu.Lock()
+	cmdID := s.streamsByID[string(m.Data)]
+	s.mu.Unlock()
+	if cmdID != "" {
+		s.dropStream(cmdID, true)
+	}
+}
+
+// onNoListener handles a "no responders" status for a frame: the gateway
+// that held the stream is gone.
+func (s *session) onNoListener(m *nats.Msg) {
+	if m.Header.Get("Status") != "503" {
+		return
+	}
+	sid := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	s.mu.Lock()
+	cmdID := s.streamsByID[sid]
+	s.mu.Unlock()
+	if cmdID != "" {
+		s.dropStream(cmdID, true)
+	}
+}
+
+// onStream forwards one frame of the device to the stream's subject.
+// Frames of streams already stopped are dropped: they race the cancel.
+func (s *session) onStream(e Envelope) {
+	var f StreamFrame
+	if e.InReplyTo == "" || DecodePayload(e, &f) != nil || f.Event != "metric" || len(f.Data) == 0 {
+		s.close(CloseMalformed, "", "malformed stream frame")
+		return
+	}
+	s.mu.Lock()
+	st := s.streams[e.InReplyTo]
+	inbox := s.inbox
+	s.mu.Unlock()
+	if st == nil {
+		return
+	}
+	msg := &nats.Msg{Subject: st.subject, Reply: inbox + "." + st.id, Data: f.Data,
+		Header: nats.Header{bus.HeaderEvent: {f.Event}}}
+	if err := s.t.o.NC.PublishMsg(msg); err != nil {
+		s.t.log.Warn("publish stream frame", "node_id", s.nodeID, "err", err)
+	}
+}
+
+// endStreams tells the gateways of every open stream that the device went
+// away (the session is ending).
+func (s *session) endStreams(reason string) {
+	s.mu.Lock()
+	streams := s.streams
+	s.streams = map[string]*tierStream{}
+	s.streamsByID = map[string]string{}
+	for _, st := range streams {
+		st.cap.inflight--
+	}
+	sub := s.inboxSub
+	s.inboxSub = nil
+	s.mu.Unlock()
+	for _, st := range streams {
+		_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: st.subject, Header: nats.Header{bus.HeaderStreamEnd: {reason}}})
+	}
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// Streams returns the number of streams the tier's sessions serve.
+func (t *Tier) Streams() int {
+	t.mu.Lock()
+	all := make([]*session, 0, len(t.all))
+	for s := range t.all {
+		all = append(all, s)
+	}
+	t.mu.Unlock()
+	n := 0
+	for _, s := range all {
+		s.mu.Lock()
+		n += len(s.streams)
+		s.mu.Unlock()
+	}
+	return n
+}
