@@ -42,7 +42,7 @@ fuzz:
 
 ## fuzz-ci: every fuzz target, briefly
 fuzz-ci:
-	./scripts/fuzz.sh 10s
+	./scripts/fuzz.sh 5s
 
 clean:
 	rm -rf bin

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // maxCallBody bounds the body of POST /mcp/tools/call.
@@ -29,27 +29,36 @@ type callBody struct {
 	Arguments json.RawMessage `json:"arguments"`
 }
 
-// decodeCallBody decodes the body strictly: unknown fields, a missing tool,
-// arguments that are not an object, and trailing data are all refused.
+// decodeCallBody decodes the body strictly: exactly the keys "tool" and
+// "arguments" (no case variants, no duplicates, nothing else), a tool
+// name, arguments that are an object, and no trailing data.
 func decodeCallBody(r io.Reader) (callBody, error) {
 	var b callBody
 	raw, err := io.ReadAll(r)
 	if err != nil {
 		return b, errors.New("body too large or unreadable")
 	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&b); err != nil {
+	doc, err := schemas.Decode(raw) // refuses duplicate keys and trailing data
+	obj, ok := doc.(map[string]any)
+	if err != nil || !ok {
 		return b, errors.New("body is not a JSON object {tool, arguments}")
 	}
-	if len(bytes.TrimSpace(raw[d.InputOffset():])) > 0 {
-		return b, errors.New("trailing data after the body")
+	for k := range obj {
+		if k != "tool" && k != "arguments" {
+			return b, errors.New("body has a field other than tool and arguments")
+		}
 	}
-	if b.Tool == "" {
+	tool, ok := obj["tool"].(string)
+	if !ok || tool == "" {
 		return b, errors.New("tool is required")
 	}
-	if a := bytes.TrimSpace(b.Arguments); len(a) > 0 && a[0] != '{' && string(a) != "null" {
-		return b, errors.New("arguments must be an object")
+	if a, ok := obj["arguments"]; ok && a != nil {
+		if _, ok := a.(map[string]any); !ok {
+			return b, errors.New("arguments must be an object")
+		}
+	}
+	if err := json.Unmarshal(raw, &b); err != nil { // keys are exact: cannot differ now
+		return b, errors.New("body is not a JSON object {tool, arguments}")
 	}
 	return b, nil
 }
