@@ -85,6 +85,13 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
+	// Bind to the bucket when it exists, so that one process's options
+	// never rewrite another's; the first process creates it.
+	if kv, err := js.KeyValue(ctx, BucketNodes); err == nil {
+		return &Registry{js: js, kv: kv, ttl: opts.TTL}, nil
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open kv %s: %w", BucketNodes, err)
+	}
 	storage := jetstream.MemoryStorage
 	if opts.File {
 		storage = jetstream.FileStorage
@@ -165,6 +172,22 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("release node %s: %w", l.key, err)
 	}
 	return nil
+}
+
+// Get returns the live record of a node, or nil when there is none.
+func (r *Registry) Get(ctx context.Context, nodeID string) (*Node, error) {
+	e, err := r.kv.Get(ctx, nodeID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", nodeID, err)
+	}
+	var n Node
+	if err := json.Unmarshal(e.Value(), &n); err != nil {
+		return nil, nil
+	}
+	return &n, nil
 }
 
 // Event is one change of the registry seen by [Registry.Watch].

@@ -47,6 +47,10 @@ type Options struct {
 	// OnReady, if set, is called after each accepted announce with the
 	// projected tool names.
 	OnReady func(tools []string)
+	// PingInterval is how often the device pings its tier (30 s): a
+	// connection that died without a close (a crashed host, a NAT that
+	// forgot it) is noticed and replaced.
+	PingInterval time.Duration
 }
 
 // Device is the device end of the protocol: it dials a tier, authenticates,
@@ -79,6 +83,9 @@ func NewDevice(o Options) (*Device, error) {
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 30 * time.Second
 	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 30 * time.Second
+	}
 	if o.Agent.Name == "" {
 		o.Agent = bus.Agent{Name: "okso", Version: "dev"}
 	}
@@ -109,6 +116,11 @@ func (d *Device) Run(ctx context.Context) error {
 		if ready {
 			backoff = d.o.MinBackoff
 		}
+		var wce websocket.CloseError
+		if errors.As(err, &wce) && wce.Code == CloseReplaced {
+			// Another connection took this node: leave it alone a while.
+			backoff = d.o.MaxBackoff
+		}
 		d.log.Debug("device session ended", "url", url, "err", err)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(backoff*2, d.o.MaxBackoff)
@@ -123,7 +135,7 @@ func (d *Device) Run(ctx context.Context) error {
 // permanent reports whether a close code means "do not come back".
 func permanent(code websocket.StatusCode) bool {
 	switch code {
-	case CloseMalformed, CloseAuthFailed, CloseForbidden, CloseReplaced, CloseTooLarge:
+	case CloseMalformed, CloseAuthFailed, CloseForbidden, CloseTooLarge:
 		return true
 	}
 	return false
@@ -239,6 +251,26 @@ func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
 		_ = c.c.Close(websocket.StatusNormalClosure, "device shutting down")
 	})
 	defer stop()
+	pingDone := make(chan struct{})
+	defer close(pingDone)
+	wg.Go(func() {
+		t := time.NewTicker(c.d.o.PingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pingDone:
+				return
+			case <-t.C:
+				pctx, cancel := context.WithTimeout(ctx, c.d.o.PingInterval)
+				err := c.c.Ping(pctx)
+				cancel()
+				if err != nil {
+					_ = c.c.CloseNow() // the read below fails; Run reconnects
+					return
+				}
+			}
+		}
+	})
 	for {
 		e, err := c.recv(context.Background(), "")
 		if err != nil {

@@ -31,6 +31,9 @@ type cpuTimes struct{ busy, total uint64 }
 
 const cpuWindow = 200 * time.Millisecond
 
+// Fork returns a sampler of the same host with its own CPU window.
+func (h *HostSampler) Fork() Sampler { return &HostSampler{Root: h.Root} }
+
 // Sample reads the host's figures.
 func (h *HostSampler) Sample(ctx context.Context) (MetricsSample, error) {
 	var m MetricsSample
@@ -77,7 +80,7 @@ func (h *HostSampler) cpu(ctx context.Context) (float64, error) {
 	h.mu.Lock()
 	h.prev, h.at = now, time.Now()
 	h.mu.Unlock()
-	if now.total <= prev.total {
+	if now.total <= prev.total || now.busy < prev.busy {
 		return 0, nil
 	}
 	pct := 100 * float64(now.busy-prev.busy) / float64(now.total-prev.total)

@@ -57,8 +57,20 @@ func Metrics(nodeID string, s Sampler) (map[string]Handler, map[string]StreamHan
 	}
 	snapshot := func(ctx context.Context, _ json.RawMessage) (any, error) { return sample(ctx) }
 	subscribe := func(ctx context.Context, args json.RawMessage, emit func(any) error) error {
+		sample := sample
+		if f, ok := s.(interface{ Fork() Sampler }); ok {
+			// A sampler that measures between samples gets one per stream,
+			// so that two streams do not shorten each other's window.
+			fs := f.Fork()
+			sample = func(ctx context.Context) (MetricsSample, error) {
+				m, err := fs.Sample(ctx)
+				m.TsMs, m.NodeID = time.Now().UnixMilli(), nodeID
+				return m, err
+			}
+		}
+		// A float: 1e3 and 1000.0 are integers to the schema, not to Go's int.
 		in := struct {
-			IntervalMs int `json:"interval_ms"`
+			IntervalMs float64 `json:"interval_ms"`
 		}{DefaultIntervalMs}
 		if err := json.Unmarshal(args, &in); err != nil {
 			return err

@@ -22,6 +22,9 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
+// closeGrace bounds a close handshake.
+const closeGrace = 2 * time.Second
+
 // errClosed means the session has been closed by the tier; the read loop
 // stops without closing again.
 var errClosed = errors.New("session closed")
@@ -61,7 +64,8 @@ type capState struct {
 	bus.Capability
 	kind     schemas.Kind
 	limiter  *rate.Limiter // nil: unlimited
-	inflight int           // under session.mu
+	inflight int           // unary calls in flight, under session.mu
+	streams  int           // open streams, under session.mu; limited apart
 }
 
 type pendingCall struct {
@@ -131,7 +135,11 @@ func (s *session) close(code int, errCode, reason string) {
 			s.mu.Unlock()
 			s.t.audit(e)
 		}
+		// Close waits for the peer's close and reads the rest of a frame
+		// left half-read; a peer that stalls must not pin the session.
+		force := time.AfterFunc(closeGrace, func() { _ = s.c.CloseNow() })
 		_ = s.c.Close(websocket.StatusCode(code), reason)
+		force.Stop()
 	})
 }
 
@@ -404,7 +412,7 @@ func project(nodeID string, caps []bus.Capability) (tools []string, byID map[str
 // session closes.
 func (s *session) keepAlive(lease *bus.Lease) {
 	ctx := context.Background()
-	defer releaseLease(s, lease)
+	defer func() { releaseLease(s, lease) }() // lease may be claimed again below
 	refresh := time.NewTicker(s.t.o.Registry.TTL() / 3)
 	defer refresh.Stop()
 	ping := time.NewTicker(s.t.o.PingInterval)
@@ -414,11 +422,24 @@ func (s *session) keepAlive(lease *bus.Lease) {
 		case <-s.done:
 			return
 		case <-refresh.C:
-			if err := lease.Refresh(ctx); err != nil {
-				if errors.Is(err, bus.ErrLeaseLost) {
+			err := lease.Refresh(ctx)
+			if errors.Is(err, bus.ErrLeaseLost) {
+				// Replaced only if another session holds the node; a record
+				// that expired (NATS was away longer than the lease) is
+				// simply claimed again.
+				n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
+				if gerr == nil && n != nil && n.SessionID != s.id {
 					s.close(CloseReplaced, "", "registry record taken by a newer session")
 					return
 				}
+				if gerr == nil {
+					var l *bus.Lease
+					if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
+						lease = l
+					}
+				}
+			}
+			if err != nil {
 				s.t.log.Warn("refresh registry record", "node_id", s.nodeID, "err", err)
 			}
 		case <-ping.C:

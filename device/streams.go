@@ -58,9 +58,9 @@ func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []by
 		s.mu.Unlock()
 		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
-	case cs.Constraints.MaxConcurrency > 0 && cs.inflight >= cs.Constraints.MaxConcurrency:
+	case cs.Constraints.MaxConcurrency > 0 && cs.streams >= cs.Constraints.MaxConcurrency:
 		s.mu.Unlock()
-		fail(bus.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
+		fail(bus.CodeRateLimited, "capability stream limit reached", bus.DecisionRateLimit, call.Tool)
 		return
 	}
 	if s.inbox == "" {
@@ -77,7 +77,7 @@ func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []by
 		}
 		s.inboxSub = sub
 	}
-	cs.inflight++
+	cs.streams++
 	s.streams[cmdID] = st
 	s.streamsByID[sid] = cmdID
 	s.mu.Unlock()
@@ -100,7 +100,7 @@ func (s *session) dropStream(cmdID string, cancel bool) *tierStream {
 	if st != nil {
 		delete(s.streams, cmdID)
 		delete(s.streamsByID, st.id)
-		st.cap.inflight--
+		st.cap.streams--
 	}
 	s.mu.Unlock()
 	if st != nil && cancel {
@@ -165,7 +165,7 @@ func (s *session) endStreams(reason string) {
 	s.streams = map[string]*tierStream{}
 	s.streamsByID = map[string]string{}
 	for _, st := range streams {
-		st.cap.inflight--
+		st.cap.streams--
 	}
 	sub := s.inboxSub
 	s.inboxSub = nil

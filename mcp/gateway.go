@@ -49,6 +49,9 @@ type Options struct {
 	AllowedOrigins []string
 	// Version is reported to MCP clients.
 	Version string
+	// PublicURL is the gateway's URL as clients reach it (scheme://host),
+	// for the protected-resource metadata; empty: as each request says.
+	PublicURL string
 	// MaxStreamsPerTenant bounds the streams a tenant holds open (256);
 	// one more is closed at once with 4429.
 	MaxStreamsPerTenant int
@@ -183,7 +186,7 @@ func (g *Gateway) routes() http.Handler {
 			g.log.Warn("ignoring allowed origin", "origin", o, "err", err)
 		}
 	}
-	mux.Handle("/mcp", cop.Handler(g.authenticate(mcpHandler)))
+	mux.Handle("/mcp", cop.Handler(g.authenticate(withResponseController(mcpHandler))))
 	mux.Handle("POST /mcp/tools/call", cop.Handler(g.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
 	meta := http.HandlerFunc(g.serveResourceMetadata)
@@ -199,8 +202,12 @@ func (g *Gateway) sdkLog() *slog.Logger {
 	return slog.New(quietHandler{g.log.Handler(), slog.LevelWarn})
 }
 
-// baseURL is the gateway's own URL as the client addressed it.
-func baseURL(r *http.Request) string {
+// baseURL is the gateway's own URL: --public-url, or as the client
+// addressed it.
+func (g *Gateway) baseURL(r *http.Request) string {
+	if g.o.PublicURL != "" {
+		return strings.TrimSuffix(g.o.PublicURL, "/")
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -209,7 +216,7 @@ func baseURL(r *http.Request) string {
 }
 
 func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) {
-	base := baseURL(r)
+	base := g.baseURL(r)
 	sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               base + "/mcp",
 		AuthorizationServers:   []string{},
@@ -236,7 +243,7 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
-			ResourceMetadataURL: baseURL(r) + "/.well-known/oauth-protected-resource/mcp",
+			ResourceMetadataURL: g.baseURL(r) + "/.well-known/oauth-protected-resource/mcp",
 		})(next).ServeHTTP(w, r)
 	})
 }

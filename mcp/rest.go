@@ -219,17 +219,19 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 	var frames int64
 	if !errors.Is(err, errQuota) {
 		out := &progressSink{ctx: ctx, session: req.Session, token: token}
+		out.rc, _ = ctx.Value(responseControllerKey{}).(*http.ResponseController)
 		code = s.pump(ctx, out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
 		frames = s.count.Load()
 		g.finishStream(c, s, code)
 	}
+	// The result describes how the stream ended (its outputSchema); it is
+	// not an error envelope, so it is not marked isError.
 	res := map[string]any{"code": code, "reason": bus.StreamReason(code), "frames": frames}
 	b, _ := json.Marshal(res)
 	return &sdk.CallToolResult{
 		Meta:              sdk.Meta{MetaRequestID: c.requestID},
 		Content:           []sdk.Content{&sdk.TextContent{Text: string(b)}},
 		StructuredContent: json.RawMessage(b),
-		IsError:           code != bus.StreamNormal,
 	}, nil
 }
 
@@ -240,6 +242,10 @@ type progressSink struct {
 	session *sdk.ServerSession
 	token   any
 	n       float64
+
+	// rc, when the request context carries it, bounds the SDK's own write
+	// of each notification (which does not watch the context).
+	rc *http.ResponseController
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -275,5 +281,19 @@ func (p *progressSink) setWriteDeadline(t time.Time) error {
 	if p.cancel != nil && !t.IsZero() && !t.After(time.Now()) {
 		p.cancel()
 	}
+	if p.rc != nil {
+		_ = p.rc.SetWriteDeadline(t)
+	}
 	return nil
+}
+
+// responseControllerKey carries the /mcp response's controller into the
+// tool handlers, for write deadlines on streamed notifications.
+type responseControllerKey struct{}
+
+func withResponseController(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := context.WithValue(r.Context(), responseControllerKey{}, http.NewResponseController(w))
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }

@@ -54,18 +54,29 @@ type stream struct {
 	count  atomic.Int64
 }
 
-// end decides the stream's close code (first caller wins) and unblocks a
-// send that may be stuck on a client that stopped reading.
+// end decides the stream's close code (first caller wins). A send in
+// progress gets closeWriteTimeout more to finish (a client that is slow
+// but reading then still gets the close event); one stuck on a client that
+// stopped reading is cut then.
 func (s *stream) end(code int) {
 	s.once.Do(func() {
 		s.code.Store(int32(code))
 		close(s.done)
 		s.sinkMu.Lock()
 		if s.sink != nil {
-			_ = s.sink.setWriteDeadline(time.Now())
+			_ = s.sink.setWriteDeadline(time.Now().Add(closeWriteTimeout))
 		}
 		s.sinkMu.Unlock()
 	})
+}
+
+func (s *stream) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // onFrame is the NATS callback of the stream subject.
@@ -153,7 +164,8 @@ func (c *callCtx) openStream(ctx context.Context, t *tool, args json.RawMessage)
 	s.sub = sub
 	g.trackStream(s, true)
 	if _, e := c.request(ctx, t, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
-		s.close(false)
+		// After a timeout the device may have started: stop it.
+		s.close(e.Code == bus.CodeDeadlineExceeded)
 		return nil, e, nil
 	}
 	c.audit(bus.DecisionAllowed, "")
@@ -209,6 +221,22 @@ func (g *Gateway) trackStream(s *stream, add bool) {
 	}
 }
 
+// CloseStreams ends every open stream with 1000 (the gateway is stopping);
+// each client gets its close event.
+func (g *Gateway) CloseStreams() {
+	g.streamsMu.Lock()
+	var ss []*stream
+	for _, set := range g.streamsByNode {
+		for s := range set {
+			ss = append(ss, s)
+		}
+	}
+	g.streamsMu.Unlock()
+	for _, s := range ss {
+		s.end(bus.StreamNormal)
+	}
+}
+
 // nodeGone ends every stream of a node that left the registry.
 func (g *Gateway) nodeGone(nodeID string) {
 	g.streamsMu.Lock()
@@ -238,6 +266,9 @@ func (s *stream) pump(ctx context.Context, out sink, ping, idle time.Duration, f
 	send := func(event string, data []byte) bool {
 		if err := out.setWriteDeadline(time.Now().Add(idle)); err != nil {
 			return false
+		}
+		if s.ended() { // end ran just before: keep its shorter deadline
+			_ = out.setWriteDeadline(time.Now().Add(closeWriteTimeout))
 		}
 		if err := out.send(event, data); err != nil {
 			if errors.Is(err, errDeadline) || isTimeout(err) {

@@ -82,7 +82,8 @@ func listen(addr string, h http.Handler) (*httpPart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}, nil
+	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute}}, nil
 }
 
 func (p *httpPart) addr() string { return p.ln.Addr().String() }
@@ -147,6 +148,7 @@ type gatewayConfig struct {
 	MaxStreamsPerTenant int
 	StreamPing          time.Duration
 	StreamIdle          time.Duration
+	PublicURL           string
 }
 
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
@@ -174,6 +176,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Stateful:       cfg.Stateful,
 		AllowedOrigins: cfg.AllowedOrigins,
 		Version:        cfg.Version,
+		PublicURL:      cfg.PublicURL,
 
 		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant,
 		PingInterval:        cfg.StreamPing,
@@ -195,7 +198,28 @@ func (p *gatewayPart) url() string { return "http://" + p.http.addr() + "/mcp" }
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
-	p.http.actor(g, nil)
+	// Serve once the registry is loaded, so the first tools/list is whole;
+	// on stop, streams get their 1000 close before the server drains.
+	ready := p.gw.Ready()
+	ctx, cancel := context.WithCancel(context.Background())
+	g.Add(func() error {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil
+		}
+		if err := p.http.srv.Serve(p.http.ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}, func(error) {
+		cancel()
+		p.gw.CloseStreams()
+		sctx, scancel := shutdownCtx()
+		defer scancel()
+		_ = p.http.srv.Shutdown(sctx)
+		_ = p.http.ln.Close() // if Serve never started
+	})
 }
 
 func (p *gatewayPart) close() { p.nc.Close() }

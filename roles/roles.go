@@ -124,6 +124,7 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.BoolVar(&c.Stateful, "stateful", false, "serve MCP sessions (single replica only); default stateless")
 	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
 	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
+	fs.StringVar(&c.PublicURL, "public-url", "", "the gateway's URL as clients reach it (e.g. https://okso.example.com), for OAuth metadata")
 	fs.IntVar(&c.MaxStreamsPerTenant, "max-streams-per-tenant", 256, "streams a tenant may hold open; one more is closed with 4429")
 	fs.DurationVar(&c.StreamPing, "stream-ping-interval", 25*time.Second, "heartbeat of metric streams")
 	fs.DurationVar(&c.StreamIdle, "stream-idle-timeout", 90*time.Second, "a stream whose client makes no read progress this long is closed with 4408")

@@ -277,7 +277,7 @@ func TestSSERefusals(t *testing.T) {
 		{"interval 60001", "text/event-stream", subscribeBody(node, `{"interval_ms":60001}`), 400, bus.CodeManifestInvalid},
 		{"interval string", "text/event-stream", subscribeBody(node, `{"interval_ms":"5000"}`), 400, bus.CodeManifestInvalid},
 		{"extra property", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"x":1}`), 400, bus.CodeManifestInvalid},
-		{"duplicate key", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"interval_ms":1}`), 400, bus.CodeManifestInvalid},
+		{"duplicate key", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"interval_ms":1}`), 400, bus.CodeBadRequest},
 		{"body not JSON", "text/event-stream", `{`, 400, bus.CodeBadRequest},
 		{"extra body field", "text/event-stream", `{"tool":"x","arguments":{},"y":1}`, 400, bus.CodeBadRequest},
 		{"missing tool", "text/event-stream", `{"arguments":{}}`, 400, bus.CodeBadRequest},
@@ -467,8 +467,8 @@ func TestMCPSubscribe(t *testing.T) {
 		Frames int    `json:"frames"`
 	}
 	b, _ := json.Marshal(r.StructuredContent)
-	if json.Unmarshal(b, &end); end.Code != bus.StreamDeviceOffline || end.Reason != "device_offline" || end.Frames < 1 || !r.IsError {
-		t.Errorf("result %s (isError %v), want 4503 device_offline after >= 1 frame", b, r.IsError)
+	if json.Unmarshal(b, &end); end.Code != bus.StreamDeviceOffline || end.Reason != "device_offline" || end.Frames < 1 || r.IsError {
+		t.Errorf("result %s (isError %v), want 4503 device_offline after >= 1 frame, not an error", b, r.IsError)
 	}
 	if err := f.a.c.schemas.ValidateJSON(schemas.MetricsSubOutput, b); err != nil {
 		t.Errorf("result %s fails the subscribe output schema: %v", b, err)
