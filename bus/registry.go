@@ -81,6 +81,9 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	if opts.TTL <= 0 {
 		opts.TTL = 15 * time.Second
 	}
+	if opts.TTL < time.Second {
+		return nil, fmt.Errorf("registry lease %v: NATS message TTLs count whole seconds, use at least 1s", opts.TTL)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)

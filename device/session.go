@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ var errClosed = errors.New("session closed")
 type session struct {
 	t      *Tier
 	c      *websocket.Conn
+	raw    net.Conn // under c; dropped when a close handshake stalls
 	id     string
 	remote string
 	bearer string
@@ -137,7 +139,11 @@ func (s *session) close(code int, errCode, reason string) {
 		}
 		// Close waits for the peer's close and reads the rest of a frame
 		// left half-read; a peer that stalls must not pin the session.
-		force := time.AfterFunc(closeGrace, func() { _ = s.c.CloseNow() })
+		force := time.AfterFunc(closeGrace, func() {
+			if s.raw != nil {
+				_ = s.raw.Close()
+			}
+		})
 		_ = s.c.Close(websocket.StatusCode(code), reason)
 		force.Stop()
 	})

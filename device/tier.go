@@ -1,10 +1,12 @@
 package device
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -135,7 +137,8 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	t.mu.Unlock()
 	defer t.wg.Done()
 
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	hw := &hijackRecorder{ResponseWriter: w}
+	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		Subprotocols:    []string{Subprotocol},
 		CompressionMode: websocket.CompressionDisabled,
 	})
@@ -146,6 +149,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// with 4413, not the library's 1009.
 	c.SetReadLimit(-1)
 	s := newSession(t, c, r)
+	s.raw = hw.conn
 	t.mu.Lock()
 	t.all[s] = struct{}{}
 	t.mu.Unlock()
@@ -185,4 +189,18 @@ func (t *Tier) release(s *session) {
 func (t *Tier) audit(e bus.AuditEvent) {
 	e.Actor = "tier"
 	t.o.Auditor.Record(e)
+}
+
+// hijackRecorder keeps the connection the WebSocket library hijacks, so a
+// session can drop it when a close handshake stalls (the library reads the
+// rest of a half-read frame without a deadline).
+type hijackRecorder struct {
+	http.ResponseWriter
+	conn net.Conn
+}
+
+func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	h.conn = c
+	return c, brw, err
 }

@@ -1,0 +1,87 @@
+package device_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device"
+)
+
+// TestLeaseReclaimed: a session whose registry record vanished (as when
+// NATS was away longer than the lease) claims it again at its next refresh
+// instead of closing its device with 4409.
+func TestLeaseReclaimed(t *testing.T) {
+	tt := newTestTier(t, device.TierOptions{})
+	nc := connect(t, tt.server, "short-lease-tier")
+	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier, err := device.NewTier(device.TierOptions{NC: nc, Registry: reg, Schemas: tt.set,
+		Verifier: auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice),
+		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(tier.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		_ = tier.Shutdown(ctx)
+		hs.Close()
+	})
+	events := tt.watch(t)
+	o := device.MockOptions(device.NewNodeID(), tt.set, 1)
+	o.URLs = []string{"ws" + strings.TrimPrefix(hs.URL, "http") + device.Path}
+	d := tt.runDevice(t, o)
+	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
+
+	if err := tt.kv.Purge(t.Context(), d.node); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
+	again := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
+	if again.Node.SessionID != first.Node.SessionID {
+		t.Errorf("record came back for session %s, want the same session %s", again.Node.SessionID, first.Node.SessionID)
+	}
+	select {
+	case <-d.ready:
+		t.Error("the device had to reconnect")
+	default:
+	}
+	tt.echo(t, d.node)
+}
+
+// TestCloseHandshakeBounded: a client that sends part of an oversize frame
+// and then stalls gets 4413, and cannot keep its session (or the tier's
+// shutdown) waiting on the close handshake.
+func TestCloseHandshakeBounded(t *testing.T) {
+	tt := newTestTier(t, device.TierOptions{MaxFrameBytes: 1024})
+	rc := tt.dial(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	w, err := rc.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := []byte(strings.Repeat("x", 512))
+	for range 40 { // 20 KiB, past the limit and the writer's buffer; never finished
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionProtocol && e.Code == "4413" })
+	sctx, scancel := context.WithTimeout(t.Context(), waitFor)
+	defer scancel()
+	if err := tt.tier.Shutdown(sctx); err != nil {
+		t.Fatalf("a stalled peer held the tier: %v", err)
+	}
+}
