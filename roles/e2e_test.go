@@ -74,6 +74,8 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		nc.Close()
+		// Keep-alive connections of the tests' clients would outlive the run.
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 		cancel()
 		select {
 		case err := <-done:
