@@ -42,7 +42,7 @@ type Options struct {
 	Schemas  *schemas.Set
 	Logger   *slog.Logger
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between
-	// connection attempts (250 ms, 30 s).
+	// connection attempts (1 s, 30 s).
 	MinBackoff, MaxBackoff time.Duration
 	// OnReady, if set, is called after each accepted announce with the
 	// projected tool names.
@@ -78,7 +78,7 @@ func NewDevice(o Options) (*Device, error) {
 		return nil, errors.New("device: URLs, Token, a valid NodeID and Schemas are required")
 	}
 	if o.MinBackoff <= 0 {
-		o.MinBackoff = 250 * time.Millisecond
+		o.MinBackoff = time.Second
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 30 * time.Second
@@ -122,7 +122,9 @@ func (d *Device) Run(ctx context.Context) error {
 			backoff = d.o.MaxBackoff
 		}
 		d.log.Debug("device session ended", "url", url, "err", err)
-		wait := backoff/2 + rand.N(backoff/2+1)
+		// Full jitter: a fleet dropped at once (a tier's 1001) comes back
+		// spread over the whole backoff, not in one wave.
+		wait := time.Millisecond + rand.N(backoff)
 		backoff = min(backoff*2, d.o.MaxBackoff)
 		select {
 		case <-ctx.Done():

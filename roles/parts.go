@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -283,9 +284,11 @@ func (p *tierPart) close() { p.nc.Close() }
 
 // fleetPart is a set of simulated devices.
 type fleetPart struct {
-	log     *slog.Logger
-	devices []*device.Device
-	ready   sync.WaitGroup
+	log       *slog.Logger
+	devices   []*device.Device
+	connected atomic.Int64 // devices that got their first announce_ok
+	// rate is how many devices start dialling per second (0: all at once).
+	rate int
 }
 
 func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (*fleetPart, error) {
@@ -305,8 +308,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		o := device.MockOptions(id, c.schemas, seed)
 		o.URLs, o.Token, o.Logger = urls, tok, f.log
 		var once sync.Once
-		f.ready.Add(1)
-		o.OnReady = func([]string) { once.Do(f.ready.Done) }
+		o.OnReady = func([]string) { once.Do(func() { f.connected.Add(1) }) }
 		d, err := device.NewDevice(o)
 		if err != nil {
 			return nil, err
@@ -322,21 +324,53 @@ func (f *fleetPart) actors(g *run.Group) {
 	}
 	contextActor(g, func(ctx context.Context) error {
 		var wg sync.WaitGroup
+		wg.Go(func() { f.progress(ctx) })
+		var pace <-chan time.Time
+		if f.rate > 0 && len(f.devices) > f.rate {
+			t := time.NewTicker(time.Second / time.Duration(f.rate))
+			defer t.Stop()
+			pace = t.C
+		}
+	start:
 		for _, d := range f.devices {
+			if pace != nil {
+				select {
+				case <-ctx.Done():
+					break start
+				case <-pace:
+				}
+			}
 			wg.Go(func() {
 				if err := d.Run(ctx); err != nil {
 					f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
 				}
 			})
 		}
-		go func() {
-			f.ready.Wait()
-			f.log.Info("mock devices connected", "count", len(f.devices))
-		}()
-		wg.Wait()
 		<-ctx.Done() // a device that gave up does not stop the role
+		wg.Wait()
 		return nil
 	})
+}
+
+// progress logs how many devices are connected, every second until all
+// are, then once more with the time it took.
+func (f *fleetPart) progress(ctx context.Context) {
+	start := time.Now()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	n := int64(len(f.devices))
+	for {
+		if c := f.connected.Load(); c == n {
+			f.log.Info("mock devices connected", "count", n, "elapsed", time.Since(start).Round(time.Millisecond).String())
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.log.Info("mock devices connecting", "connected", f.connected.Load(), "of", n)
+		}
+	}
 }
 
 // agentPart is the real device agent of this host.

@@ -148,6 +148,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 		tenant  string
 		dataDir string
 		seed    uint64
+		rate    int
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -178,6 +179,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			fleet.rate = rate
 			return runGroup(contextOf(cmd), fleet.actors)
 		},
 	}
@@ -187,6 +189,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
+	fs.IntVar(&rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
 	logs.add(fs)
 	return cmd
 }
