@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 )
 
 // ServerOptions configures an embedded NATS server. The zero value runs a
@@ -22,6 +24,18 @@ type ServerOptions struct {
 	Listen string
 	// StoreDir, when set, is where JetStream keeps file-backed data.
 	StoreDir string
+	// Name is the server's name, unique in a cluster (default: random).
+	Name string
+	// Cluster, when its Listen is set, joins the embedded servers of
+	// several okso processes into one NATS cluster (JetStream clustered).
+	Cluster ClusterOptions
+}
+
+// ClusterOptions configure an embedded server's cluster membership.
+type ClusterOptions struct {
+	Name   string   // cluster name, the same on every member ("okso")
+	Listen string   // host:port for routes from the other members
+	Routes []string // nats-route://host:port of the other members (or all)
 }
 
 // Server is a running embedded nats-server.
@@ -33,8 +47,12 @@ type Server struct {
 // StartServer starts an embedded nats-server and waits until it accepts
 // connections. NoSigs is always on, so signals stay with okso.
 func StartServer(opts ServerOptions) (*Server, error) {
+	name := opts.Name
+	if name == "" {
+		name = "okso-" + nuid.Next()[:10]
+	}
 	o := &server.Options{
-		ServerName: "okso",
+		ServerName: name,
 		JetStream:  true,
 		NoSigs:     true,
 		NoLog:      true,
@@ -52,18 +70,24 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		o.StoreDir = filepath.Join(tmp, "jetstream")
 	}
 	if opts.Listen != "" {
-		host, port, err := net.SplitHostPort(opts.Listen)
+		host, port, err := splitHostPort(opts.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("nats listen address %q: %w", opts.Listen, err)
+			return nil, fmt.Errorf("nats listen address: %w", err)
 		}
-		p, err := strconv.Atoi(port)
+		o.Host, o.Port = host, port
+	}
+	if opts.Cluster.Listen != "" {
+		host, port, err := splitHostPort(opts.Cluster.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("nats listen port %q: %w", port, err)
+			return nil, fmt.Errorf("nats cluster listen address: %w", err)
 		}
-		if p == 0 {
-			p = server.RANDOM_PORT
+		o.Cluster = server.ClusterOpts{Name: opts.Cluster.Name, Host: host, Port: port}
+		if o.Cluster.Name == "" {
+			o.Cluster.Name = "okso"
 		}
-		o.Host, o.Port = host, p
+		if len(opts.Cluster.Routes) > 0 {
+			o.Routes = server.RoutesFromStr(strings.Join(opts.Cluster.Routes, ","))
+		}
 	}
 	ns, err := server.NewServer(o)
 	if err != nil {
@@ -77,6 +101,31 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		return nil, errors.New("start embedded nats: not ready after 10s")
 	}
 	return &Server{ns: ns, tmp: tmp}, nil
+}
+
+// splitHostPort parses host:port; port 0 means any free port.
+func splitHostPort(addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("%q: bad port", addr)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	return host, p, nil
+}
+
+// ClusterURL returns the nats-route:// URL other members route to, or ""
+// when the server is not clustered.
+func (s *Server) ClusterURL() string {
+	if a := s.ns.ClusterAddr(); a != nil {
+		return "nats-route://" + a.String()
+	}
+	return ""
 }
 
 // ClientURL returns the nats:// URL other processes can connect to, or ""
@@ -110,11 +159,13 @@ func removeAll(dir string) {
 	}
 }
 
-// ConnectURL connects to an external NATS server or cluster; it keeps
-// reconnecting for ever once connected.
+// ConnectURL connects to an external NATS server or cluster (url may list
+// several servers, comma separated); once connected it reconnects for
+// ever, with jittered waits.
 func ConnectURL(url, name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false))
+		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second),
+		nats.RetryOnFailedConnect(false))
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s as %s: %w", url, name, err)
 	}

@@ -13,7 +13,12 @@ const (
 	HeaderStreamID  = "Okso-Stream-Id"
 	HeaderEvent     = "Okso-Event"
 	HeaderStreamEnd = "Okso-Stream-End" // the SSE close reason, e.g. device_offline
-	HeaderInterval  = "Okso-Interval-Ms"
+	// HeaderProbe marks a request that only asks whether the node's
+	// subject is served (the gateway probes before listing a node).
+	HeaderProbe = "Okso-Probe"
+	// HeaderTakeover, on a node's cancel subject, announces a new session
+	// of the node (its session id): older sessions anywhere close with 4409.
+	HeaderTakeover = "Okso-Takeover"
 )
 
 // Stream close codes and reasons (seed 001 §7), shared by the SSE endpoint

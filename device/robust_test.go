@@ -85,3 +85,49 @@ func TestCloseHandshakeBounded(t *testing.T) {
 		t.Fatalf("a stalled peer held the tier: %v", err)
 	}
 }
+
+// TestTakeoverAcrossTiers: a node that connects again through another tier
+// replica is owned by the new session at once: the older one, on the other
+// tier, gets 4409, its late cleanup leaves the new record alone, and each
+// call gets exactly one reply, from the new session.
+func TestTakeoverAcrossTiers(t *testing.T) {
+	tt := newTestTier(t, device.TierOptions{})
+	_, urlB := tt.startReplica(t, device.TierOptions{})
+	node := device.NewNodeID()
+	events := tt.watch(t)
+
+	first, _ := tt.connectRaw(t, node)
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, urlB, &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Body != nil {
+		resp.Body.Close()
+	}
+	t.Cleanup(func() { _ = c.CloseNow() })
+	second := &rawClient{c: c}
+	ok := second.authenticate(t, tt.token(t, node))
+	second.announce(t, node, device.EchoCapability())
+
+	if code, _ := first.waitClose(t); code != device.CloseReplaced {
+		t.Fatalf("older session closed with %d, want 4409", code)
+	}
+	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
+	if r := tt.record(t, node); r == nil || r.SessionID != ok.SessionID {
+		t.Fatalf("registry record %+v, want the newer session %s", r, ok.SessionID)
+	}
+	for range 3 {
+		res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+		second.answerEcho(t, node)
+		wantOK(t, <-res)
+	}
+	select {
+	case e := <-events:
+		if e.NodeID == node && e.Node == nil {
+			t.Error("the older session's cleanup removed the node")
+		}
+	default:
+	}
+}

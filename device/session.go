@@ -373,6 +373,8 @@ func (s *session) announce(ctx context.Context) *bus.Lease {
 		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
 		return nil
 	}
+	// Older sessions of this node on other tier replicas close with 4409.
+	s.announceTakeover()
 	if err := s.write(ctx, TypeAnnounceOK, e.MsgID, AnnounceOK{Tools: tools}); err != nil {
 		releaseLease(s, lease)
 		return nil
@@ -529,6 +531,10 @@ func (s *session) cleanup() {
 
 // onCall serves one request on the node's subject.
 func (s *session) onCall(m *nats.Msg) {
+	if m.Header.Get(bus.HeaderProbe) != "" {
+		s.respond(m.Reply, bus.OKReply([]byte("{}")))
+		return
+	}
 	start := time.Now()
 	reqID := m.Header.Get(bus.HeaderRequestID)
 	fail := func(code, msg, decision, tool string) {

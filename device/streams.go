@@ -109,9 +109,33 @@ func (s *session) dropStream(cmdID string, cancel bool) *tierStream {
 	return st
 }
 
+// announceTakeover tells every session of this node, on any tier, that
+// this one is the newest.
+func (s *session) announceTakeover() {
+	_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: bus.NodeCancel(s.nodeID),
+		Header: nats.Header{bus.HeaderTakeover: {s.id}}})
+}
+
+// onTakeover handles another session's takeover of this node. Session ids
+// are ULIDs: the greater is the newer, and the older one leaves with 4409.
+// An older session announcing itself late hears from this one again.
+func (s *session) onTakeover(other string) {
+	switch {
+	case other > s.id:
+		s.detach()
+		go s.close(CloseReplaced, "", "replaced by a newer session")
+	case other < s.id:
+		s.announceTakeover()
+	}
+}
+
 // onCancel stops the stream whose id the gateway published on the node's
-// cancel subject.
+// cancel subject, or handles a takeover.
 func (s *session) onCancel(m *nats.Msg) {
+	if other := m.Header.Get(bus.HeaderTakeover); other != "" {
+		s.onTakeover(other)
+		return
+	}
 	s.mu.Lock()
 	cmdID := s.streamsByID[string(m.Data)]
 	s.mu.Unlock()

@@ -93,6 +93,19 @@ func (t *Tier) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		t.mu.Lock()
+		closing := t.closing
+		t.mu.Unlock()
+		switch {
+		case closing:
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case !t.o.NC.IsConnected():
+			http.Error(w, "NATS disconnected", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ready\n"))
+		}
+	})
 	return mux
 }
 

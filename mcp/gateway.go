@@ -72,6 +72,11 @@ type Gateway struct {
 	tenants map[string]*tenant // by tenant
 	changed chan struct{}      // closed and replaced on every change
 
+	pending map[string]string // node id -> session id being probed before listing
+	sdkMu   sync.Mutex        // orders the changes made to the SDK servers
+	probes  chan struct{}     // bounds concurrent probes
+	probeWG sync.WaitGroup
+
 	droppedFrames   atomic.Int64
 	streamsMu       sync.Mutex
 	streamsByTenant map[string]int
@@ -126,6 +131,8 @@ func New(o Options) (*Gateway, error) {
 		nodes:   map[string]*node{},
 		tenants: map[string]*tenant{},
 		changed: make(chan struct{}),
+		pending: map[string]string{},
+		probes:  make(chan struct{}, 64),
 
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
@@ -139,17 +146,6 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Ready is closed once the gateway has loaded the registry.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
-
-// Run watches the registry and keeps every tenant's tools in step with it,
-// until ctx ends.
-func (g *Gateway) Run(ctx context.Context) error {
-	var once sync.Once
-	err := g.o.Registry.Watch(ctx, g.apply, func() { once.Do(func() { close(g.ready) }) })
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
 
 // Wait blocks until cond holds over the gateway's view of the fleet, or ctx
 // ends. cond is called with the number of live nodes per tenant.
@@ -194,6 +190,19 @@ func (g *Gateway) routes() http.Handler {
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", meta)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-g.ready:
+		default:
+			http.Error(w, "registry not loaded yet", http.StatusServiceUnavailable)
+			return
+		}
+		if !g.o.NC.IsConnected() {
+			http.Error(w, "NATS disconnected", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux
 }
@@ -308,62 +317,8 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 	}
 }
 
-// apply folds one registry event into the gateway's view and the tenants'
-// tool lists. It runs on the watch goroutine only.
-func (g *Gateway) apply(ev bus.Event) {
-	g.mu.Lock()
-	old := g.nodes[ev.NodeID]
-	if old != nil && ev.Node != nil && old.rec.SessionID == ev.Node.SessionID && old.rec.Tenant == ev.Node.Tenant {
-		g.mu.Unlock()
-		return // a lease refresh: nothing changed
-	}
-	var (
-		removeFrom *sdk.Server
-		removed    []string
-		addTo      *sdk.Server
-		added      []*tool
-	)
-	if old != nil {
-		delete(g.nodes, ev.NodeID)
-		removeFrom = g.tenants[old.rec.Tenant].srv
-		for name := range old.tools {
-			removed = append(removed, name)
-		}
-	}
-	if ev.Node != nil && bus.ValidTenant(ev.Node.Tenant) {
-		n := g.project(ev.Node)
-		g.nodes[ev.NodeID] = n
-		addTo = g.tenantLocked(ev.Node.Tenant).srv
-		for _, t := range n.tools {
-			added = append(added, t)
-		}
-	}
-	close(g.changed)
-	g.changed = make(chan struct{})
-	g.mu.Unlock()
-	if old != nil && (ev.Node == nil || ev.Node.SessionID != old.rec.SessionID) {
-		g.nodeGone(ev.NodeID) // its streams were served by the old session
-	}
-	if ev.Node != nil {
-		g.log.Debug("node online", "node_id", ev.NodeID, "tenant", ev.Node.Tenant, "tools", len(added))
-	} else {
-		g.log.Debug("node offline", "node_id", ev.NodeID)
-	}
-
-	// The SDK notifies sessions on change; do that outside our lock.
-	if removeFrom != nil && len(removed) > 0 {
-		removeFrom.RemoveTools(removed...)
-	}
-	for _, t := range added {
-		addTo.AddTool(t.schema, unreachable)
-	}
-}
-
-// unreachable is the handler registered with the SDK; [Gateway.intercept]
-// answers every tools/call before the SDK would call it.
-func unreachable(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	return nil, errors.New("tools/call bypassed the gateway")
-}
+// errNotIntercepted would mean a tools/call reached the SDK's own handler.
+var errNotIntercepted = errors.New("tools/call bypassed the gateway")
 
 // project builds the tools of one node record (RFC projection
 // {kind_short}.{node_id}.{cap_id}.{verb}).

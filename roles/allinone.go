@@ -49,7 +49,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 			a.close()
 		}
 	}()
-	if a.nats, err = openNATS("", cfg.NATSListen); err != nil {
+	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen}); err != nil {
 		return nil, err
 	}
 	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {

@@ -323,12 +323,24 @@ func TestCallFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// It answers the gateway's probe (so it is listed), then its session
+	// vanishes without cleanup, as with a tier killed mid-flight.
 	ghost := device.NewNodeID()
+	probe, err := f.nc.Subscribe(bus.NodeCmd(ghost), func(m *nats.Msg) { _ = m.Respond(bus.OKReply([]byte("{}"))) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := reg.Claim(t.Context(), bus.Node{NodeID: ghost, Tenant: DefaultTenant, SessionID: "ghost",
 		Capabilities: []bus.Capability{device.EchoCapability()}}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitNodes(DefaultTenant, 5)
+	if err := probe.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	long := strings.Repeat("a", 1025)
 	cases := []struct {

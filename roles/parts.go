@@ -33,22 +33,45 @@ func shutdownCtx() (context.Context, context.CancelFunc) {
 
 // natsPart is the NATS a role uses: an embedded server, or an external one.
 type natsPart struct {
-	srv *bus.Server // nil when external
-	url string
+	srv      *bus.Server // nil when external
+	url      string
+	replicas int // of the JetStream buckets okso creates
 }
 
-func openNATS(url, listen string) (*natsPart, error) {
-	if url != "" {
-		if listen != "" {
-			return nil, errors.New("--nats-url and --nats-listen exclude each other")
+// natsConfig selects the NATS of a role.
+type natsConfig struct {
+	URL      string   // external server(s); excludes the rest
+	Listen   string   // expose the embedded server to clients
+	Name     string   // embedded server name
+	Cluster  string   // cluster name: with ClusterAddr, join a cluster
+	Addr     string   // cluster listen address
+	Routes   []string // the other members
+	Replicas int      // bucket replicas; 0: 3 in a cluster of 3 or more, else 1
+}
+
+func openNATS(c natsConfig) (*natsPart, error) {
+	replicas := c.Replicas
+	if c.URL != "" {
+		if c.Listen != "" || c.Addr != "" {
+			return nil, errors.New("--nats-url excludes --nats-listen and --nats-cluster-addr")
 		}
-		return &natsPart{url: url}, nil
+		return &natsPart{url: c.URL, replicas: max(replicas, 1)}, nil
 	}
-	srv, err := bus.StartServer(bus.ServerOptions{Listen: listen})
+	if (c.Addr == "") != (c.Cluster == "") {
+		return nil, errors.New("--nats-cluster and --nats-cluster-addr go together")
+	}
+	if replicas <= 0 {
+		replicas = 1
+		if len(c.Routes) >= 2 { // this member and at least two others
+			replicas = 3
+		}
+	}
+	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: c.Name,
+		Cluster: bus.ClusterOptions{Name: c.Cluster, Listen: c.Addr, Routes: c.Routes}})
 	if err != nil {
 		return nil, err
 	}
-	return &natsPart{srv: srv}, nil
+	return &natsPart{srv: srv, replicas: replicas}, nil
 }
 
 func (p *natsPart) connect(name string) (*nats.Conn, error) {
@@ -157,7 +180,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		return nil, err
 	}
-	reg, err := bus.OpenRegistry(ctx, nc, bus.RegistryOptions{})
+	reg, err := bus.OpenRegistry(ctx, nc, bus.RegistryOptions{Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -245,7 +268,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if err != nil {
 		return nil, err
 	}
-	reg, err := bus.OpenRegistry(ctx, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL})
+	reg, err := bus.OpenRegistry(ctx, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -37,6 +37,9 @@ func announceListeners(log *slog.Logger, np *natsPart, attrs ...any) {
 		if u := np.clientURL(); u != "" {
 			attrs = append(attrs, "nats_url", u)
 		}
+		if u := np.srv.ClusterURL(); u != "" {
+			attrs = append(attrs, "nats_route_url", u)
+		}
 	}
 	log.Info("listening", attrs...)
 }
@@ -62,7 +65,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			np, err := openNATS(nf.url, nf.listen)
+			np, err := openNATS(nf.config())
 			if err != nil {
 				return err
 			}
@@ -109,7 +112,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			np, err := openNATS(nf.url, nf.listen)
+			np, err := openNATS(nf.config())
 			if err != nil {
 				return err
 			}
