@@ -103,7 +103,9 @@ func (d *Device) NodeID() string { return d.o.NodeID }
 // refuses the device for good (a *CloseError).
 func (d *Device) Run(ctx context.Context) error {
 	backoff := d.o.MinBackoff
-	for i := 0; ; i++ {
+	// Start at a random tier, so a fleet given the same URLs spreads over
+	// them; after a loss, try the next.
+	for i := rand.N(len(d.o.URLs)); ; i++ {
 		url := d.o.URLs[i%len(d.o.URLs)]
 		ready, err := d.session(ctx, url)
 		if ctx.Err() != nil {

@@ -95,6 +95,30 @@ func (p *natsPart) close() {
 	}
 }
 
+// openRegistry opens the registry, retrying while a NATS cluster is still
+// forming (JetStream has no leader yet) for up to 30 s.
+func openRegistry(ctx context.Context, log *slog.Logger, nc *nats.Conn, o bus.RegistryOptions) (*bus.Registry, error) {
+	if o.TTL != 0 && o.TTL < time.Second {
+		return nil, fmt.Errorf("--lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", o.TTL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+		reg, err := bus.OpenRegistry(octx, nc, o)
+		ocancel()
+		if err == nil {
+			return reg, nil
+		}
+		log.Info("waiting for JetStream", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // httpPart is a bound listener and the server that will serve it.
 type httpPart struct {
 	ln  net.Listener
@@ -180,7 +204,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		return nil, err
 	}
-	reg, err := bus.OpenRegistry(ctx, nc, bus.RegistryOptions{Replicas: np.replicas})
+	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -268,7 +292,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if err != nil {
 		return nil, err
 	}
-	reg, err := bus.OpenRegistry(ctx, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
+	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
 		return nil, err
