@@ -46,3 +46,8 @@ fuzz-ci:
 
 clean:
 	rm -rf bin
+
+## scale: N simulated devices (default 10000) on one device tier: connect time, RSS, per-connection memory, list + call every node (make scale N=1000)
+.PHONY: scale
+scale:
+	./scripts/scale.sh $(N)

@@ -278,3 +278,26 @@ func UnverifiedSubject(token string) (string, error) {
 	}
 	return c.Subject, nil
 }
+
+// LoadPublicKey reads the verification key kept in dir (signing.pub), for
+// processes that verify tokens but never sign them.
+func LoadPublicKey(dir string) (ed25519.PublicKey, error) {
+	path := filepath.Join(dir, PubKeyFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read public key: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("public key %s: not PEM", path)
+	}
+	k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("public key %s: %w", path, err)
+	}
+	ek, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("public key %s: not an Ed25519 key", path)
+	}
+	return ek, nil
+}

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -164,9 +165,12 @@ func contextActor(g *run.Group, fn func(ctx context.Context) error) {
 type common struct {
 	log     *slog.Logger
 	schemas *schemas.Set
-	signer  *auth.Signer
+	signer  *auth.Signer      // nil for a role that only verifies
+	public  ed25519.PublicKey // verifies tokens
 }
 
+// loadCommon loads the schemas and the signing key of dataDir, creating
+// the key on first start.
 func loadCommon(log *slog.Logger, dataDir string) (*common, error) {
 	set, err := schemas.Load()
 	if err != nil {
@@ -176,7 +180,30 @@ func loadCommon(log *slog.Logger, dataDir string) (*common, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &common{log: log, schemas: set, signer: signer}, nil
+	return &common{log: log, schemas: set, signer: signer, public: signer.Public()}, nil
+}
+
+// loadVerifier is loadCommon for a role that only verifies tokens: with no
+// signing.key in dataDir, signing.pub is enough (keep the private key out
+// of a cluster). With neither, a key is created, with a warning.
+func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
+	if _, err := os.Stat(filepath.Join(dataDir, auth.KeyFile)); err == nil {
+		return loadCommon(log, dataDir)
+	}
+	pub, err := auth.LoadPublicKey(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		log.Warn("no signing key in the data dir: creating one; processes with another data dir will refuse its tokens",
+			"data_dir", dataDir)
+		return loadCommon(log, dataDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	set, err := schemas.Load()
+	if err != nil {
+		return nil, err
+	}
+	return &common{log: log, schemas: set, public: pub}, nil
 }
 
 // gatewayPart is the agents' door.
@@ -217,7 +244,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		NC:             nc,
 		Registry:       reg,
 		Schemas:        c.schemas,
-		Verifier:       auth.NewVerifier(c.signer.Public(), aud),
+		Verifier:       auth.NewVerifier(c.public, aud),
 		Auditor:        &bus.Auditor{Log: c.log, NC: nc},
 		Logger:         c.log.With("role", "gateway"),
 		Budget:         cfg.Budget,
@@ -301,7 +328,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		NC:            nc,
 		Registry:      reg,
 		Schemas:       c.schemas,
-		Verifier:      auth.NewVerifier(c.signer.Public(), auth.AudienceDevice),
+		Verifier:      auth.NewVerifier(c.public, auth.AudienceDevice),
 		Auditor:       &bus.Auditor{Log: c.log, NC: nc},
 		Logger:        c.log.With("role", "device"),
 		MaxFrameBytes: cfg.MaxFrameBytes,
@@ -343,6 +370,9 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
 	f := &fleetPart{log: c.log.With("role", "mock-fleet")}
+	if n > 0 && c.signer == nil {
+		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
+	}
 	for range n {
 		id := device.NewNodeID()
 		tok, err := c.signer.Mint(auth.MintOptions{

@@ -61,7 +61,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			ctx := contextOf(cmd)
-			c, err := loadCommon(log, dataDir)
+			c, err := loadVerifier(log, dataDir)
 			if err != nil {
 				return err
 			}
@@ -108,7 +108,11 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			ctx := contextOf(cmd)
-			c, err := loadCommon(log, dataDir)
+			load := loadVerifier
+			if mock > 0 {
+				load = loadCommon
+			}
+			c, err := load(log, dataDir)
 			if err != nil {
 				return err
 			}

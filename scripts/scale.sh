@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Scale check of one device tier (issue 4, "Scale"): N simulated devices
+# against one `okso device`, one `okso gateway` on its embedded NATS, all on
+# 127.0.0.1. Measures connect time, the tier's RSS before/after and per
+# connection, the fleet's RSS; then scripts/scalecheck lists every tool over
+# MCP (official Go SDK client, following pagination) and calls
+# sysecho.<node>.echo.invoke on every node, checking each node_id.
+#
+# Usage: scripts/scale.sh [N]        (default 10000; make scale N=1000)
+# Environment:
+#   SCALE_CONNECT_TIMEOUT  seconds to wait for "mock devices connected" (600)
+#   SCALE_CONNECT_RATE     mock-fleet --connect-rate (okso's default when unset)
+#   SCALE_CONCURRENCY      calls in flight (64)
+#   SCALE_ROUNDS           list-and-call rounds (1; more shows whether RSS keeps growing)
+#   SCALE_KEEP             1: keep the work dir (logs) even on success
+# Exit status: 0 when every device connected, every node was listed and
+# every call answered correctly; 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+N=${1:-10000}
+CONNECT_TIMEOUT=${SCALE_CONNECT_TIMEOUT:-600}
+CONCURRENCY=${SCALE_CONCURRENCY:-64}
+ROUNDS=${SCALE_ROUNDS:-1}
+case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
+
+log() { printf '[scale %s] %s\n' "$(date +%T)" "$*"; }
+
+work=$(mktemp -d /tmp/okso-scale.XXXXXX)
+data=$work/data
+mkdir -p "$data"
+pids=()
+status=0
+
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for _ in $(seq 100); do
+		local alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ $alive = 0 ] && break
+		sleep 0.1
+	done
+	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	if [ "$status" = 0 ] && [ "${SCALE_KEEP:-0}" != 1 ]; then
+		rm -rf "$work"
+	else
+		echo "logs kept in $work (device.log gateway.log fleet.log scalecheck.out)"
+	fi
+}
+trap cleanup EXIT
+trap 'status=130; exit 130' INT TERM
+
+# --- build -------------------------------------------------------------------
+log "building bin/okso and scalecheck"
+go build -o bin/okso . || exit 1
+go build -o "$work/scalecheck" ./scripts/scalecheck || exit 1
+OKSO=$PWD/bin/okso
+
+# --- file descriptors ----------------------------------------------------------
+# Each process holds about one descriptor per device (tier and fleet are
+# separate processes); leave headroom for NATS, HTTP and files.
+want=$((N + N / 4 + 4096))
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$want" ]; then
+	ulimit -Hn "$want" 2>/dev/null && hard=$want # root may raise the hard limit
+fi
+if [ "$hard" = unlimited ]; then
+	ulimit -Sn "$want"
+else
+	ulimit -Sn "$hard" # soft up to the hard limit (plain ulimit -n would lower the hard one too)
+fi
+nofile=$(ulimit -n)
+log "ulimit -n $nofile (hard $(ulimit -Hn), want $want for N=$N)"
+[ "$nofile" -lt $((N + 256)) ] && log "WARNING: ulimit -n $nofile is below N+256; expect EMFILE"
+
+# --- helpers -------------------------------------------------------------------
+rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+alive() { kill -0 "$1" 2>/dev/null; }
+mb() { awk -v k="$1" 'BEGIN{printf "%.1f MB", k/1024}'; }
+
+# wait_line FILE PID MSG SECONDS: prints the first JSON line whose msg is MSG.
+wait_line() {
+	local f=$1 pid=$2 msg=$3 secs=$4 i line
+	for ((i = 0; i < secs * 10; i++)); do
+		line=$(grep -m1 "\"msg\":\"$msg\"" "$f" 2>/dev/null)
+		[ -n "$line" ] && { echo "$line"; return 0; }
+		alive "$pid" || { echo "process $pid exited; last lines of $f:" >&2; tail -5 "$f" >&2; return 1; }
+		sleep 0.1
+	done
+	echo "no \"$msg\" in $f after ${secs}s" >&2
+	return 1
+}
+
+# --- device tier and gateway ------------------------------------------------------
+"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" \
+	>"$work/device.out" 2>"$work/device.log" &
+tier=$!
+pids+=("$tier")
+l=$(wait_line "$work/device.log" "$tier" listening 30) || { status=1; exit 1; }
+nats_url=$(jq -r .nats_url <<<"$l")
+device_url=$(jq -r .device_url <<<"$l")
+log "device tier pid $tier: nats $nats_url, devices $device_url"
+
+"$OKSO" gateway --nats-url "$nats_url" --mcp-addr 127.0.0.1:0 --data-dir "$data" \
+	>"$work/gateway.out" 2>"$work/gateway.log" &
+gw=$!
+pids+=("$gw")
+l=$(wait_line "$work/gateway.log" "$gw" listening 30) || { status=1; exit 1; }
+mcp_url=$(jq -r .mcp_url <<<"$l")
+log "gateway pid $gw: $mcp_url"
+
+sleep 2
+tier_rss_before=$(rss_kb "$tier")
+gw_rss_before=$(rss_kb "$gw")
+log "before: tier RSS $(mb "$tier_rss_before"), gateway RSS $(mb "$gw_rss_before"), tier fds $(fds "$tier")"
+
+# --- the fleet --------------------------------------------------------------------
+rate_flag=()
+[ -n "${SCALE_CONNECT_RATE:-}" ] && rate_flag=(--connect-rate "$SCALE_CONNECT_RATE")
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+log "starting mock-fleet -n $N ${rate_flag[*]}"
+t0=$(date +%s.%N)
+"$OKSO" mock-fleet -n "$N" --connect "$device_url" --data-dir "$data" "${rate_flag[@]}" \
+	>"$work/fleet.out" 2>"$work/fleet.log" &
+fleet=$!
+pids+=("$fleet")
+
+connected_line=
+last_print=0
+deadline=$(($(date +%s) + CONNECT_TIMEOUT))
+while :; do
+	connected_line=$(grep -m1 '"msg":"mock devices connected"' "$work/fleet.log" 2>/dev/null)
+	[ -n "$connected_line" ] && break
+	if ! alive "$fleet"; then
+		log "mock-fleet exited before connecting all devices"
+		break
+	fi
+	now=$(date +%s)
+	if [ "$now" -ge "$deadline" ]; then
+		log "TIMEOUT: not all devices connected within ${CONNECT_TIMEOUT}s"
+		break
+	fi
+	if [ $((now - last_print)) -ge 5 ]; then
+		p=$(grep '"msg":"mock devices connecting"' "$work/fleet.log" 2>/dev/null | tail -1)
+		[ -n "$p" ] && log "progress: $(jq -r '"\(.connected)/\(.of) connected"' <<<"$p"), tier RSS $(mb "$(rss_kb "$tier")"), tier fds $(fds "$tier")"
+		last_print=$now
+	fi
+	sleep 0.2
+done
+t1=$(date +%s.%N)
+connect_wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1fs", b-a}')
+if [ -n "$connected_line" ]; then
+	connect_elapsed=$(jq -r .elapsed <<<"$connected_line")
+	log "all $N devices connected: fleet says $connect_elapsed, wall $connect_wall (incl. process start)"
+	connect_summary="$connect_elapsed (wall $connect_wall)"
+else
+	status=1
+	p=$(grep '"msg":"mock devices connecting"' "$work/fleet.log" | tail -1)
+	got=0
+	[ -n "$p" ] && got=$(jq -r .connected <<<"$p")
+	connect_summary="INCOMPLETE after $connect_wall: $got/$N connected"
+	log "connect: $connect_summary"
+fi
+
+tier_rss_conn=$(rss_kb "$tier")
+sleep 5 # let the registry writes and the GC settle
+tier_rss_after=$(rss_kb "$tier")
+fleet_rss=$(rss_kb "$fleet")
+gw_rss_listed=$(rss_kb "$gw")
+tier_fds=$(fds "$tier")
+per_conn=$(awk -v a="$tier_rss_after" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+fleet_per_dev=$(awk -v a="$fleet_rss" -v n="$N" 'BEGIN{printf "%.1f", a/n}')
+log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") +5s; $per_conn KB/connection; tier fds $tier_fds; fleet RSS $(mb "$fleet_rss")"
+
+# --- MCP: list everything, call every node --------------------------------------------
+"$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>>"$work/token.err" || {
+	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
+wait_list=180s
+[ -z "$connected_line" ] && wait_list=20s
+log "scalecheck: list all tools, call echo on every node (concurrency $CONCURRENCY)"
+for ((round = 1; round <= ROUNDS; round++)); do
+	[ "$ROUNDS" -gt 1 ] && log "round $round/$ROUNDS"
+	timeout 15m "$work/scalecheck" -url "$mcp_url" -token-file "$work/token" -n "$N" \
+		-concurrency "$CONCURRENCY" -wait-list "$wait_list" -out "$work/results" 2>&1 | tee -a "$work/scalecheck.out"
+	sc=${PIPESTATUS[0]}
+	[ "$sc" != 0 ] && status=1
+	[ "$ROUNDS" -gt 1 ] && log "after round $round: tier RSS $(mb "$(rss_kb "$tier")"), gateway RSS $(mb "$(rss_kb "$gw")")"
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+gw_rss_after=$(rss_kb "$gw")
+tier_rss_calls=$(rss_kb "$tier")
+
+r() { awk -F= -v k="$1" '$1==k{sub(/^[^=]*=/,""); print; exit}' "$work/results" 2>/dev/null; }
+
+# --- liveness and logs ----------------------------------------------------------------
+died=
+for pair in "device tier:$tier" "gateway:$gw" "mock-fleet:$fleet"; do
+	alive "${pair##*:}" || died="$died ${pair%%:*}"
+done
+[ -n "$died" ] && { status=1; log "DIED during the run:$died"; }
+
+# --- orderly stop, so that teardown errors at scale show in the logs too --------------
+# stop PID SECONDS: SIGTERM, wait; prints the time it took, or "KILLED".
+stop() {
+	local pid=$1 secs=$2 t0 i
+	alive "$pid" || { echo "already gone"; return; }
+	t0=$(date +%s.%N)
+	kill -TERM "$pid"
+	for ((i = 0; i < secs * 10; i++)); do
+		alive "$pid" || break
+		sleep 0.1
+	done
+	if alive "$pid"; then
+		kill -KILL "$pid"
+		echo "KILLED after ${secs}s"
+	else
+		awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1fs", b-a}'
+	fi
+}
+stop_fleet=$(stop "$fleet" 60)
+# the tier should see every device leave
+for ((i = 0; i < 300; i++)); do
+	gone=$(grep -c '"decision":"disconnected"' "$work/device.log")
+	[ "$gone" -ge "$N" ] && break
+	sleep 0.1
+done
+stop_gw=$(stop "$gw" 30)
+stop_tier=$(stop "$tier" 30)
+log "stopped: mock-fleet $stop_fleet ($gone disconnects seen by the tier), gateway $stop_gw, tier $stop_tier"
+case "$stop_fleet$stop_gw$stop_tier" in *KILLED*) status=1 ;; esac
+
+echo
+echo "== WARN/ERROR lines in the roles' logs (count, level, msg)"
+for role in device gateway fleet; do
+	f=$work/$role.log
+	n=$(grep -cE '"level":"(ERROR|WARN)"' "$f")
+	echo "-- $role: $n"
+	if [ "$n" -gt 0 ]; then
+		grep -E '"level":"(ERROR|WARN)"' "$f" | jq -r '"\(.level) \(.msg)"' 2>/dev/null | sort | uniq -c | sort -rn | head -10
+		echo "   first lines:"
+		grep -E '"level":"(ERROR|WARN)"' "$f" | head -3 | cut -c1-400 | sed 's/^/   /'
+	fi
+done
+
+# --- summary --------------------------------------------------------------------------
+echo
+echo "== okso scale summary (N=$N)"
+row() { printf '  %-28s %s\n' "$1" "$2"; }
+row "devices (N)" "$N"
+row "connect time" "$connect_summary"
+row "tier RSS before" "$(mb "$tier_rss_before")"
+row "tier RSS after connect" "$(mb "$tier_rss_conn") (+5s: $(mb "$tier_rss_after"); after calls: $(mb "$tier_rss_calls"))"
+row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
+row "tier open fds" "$tier_fds"
+row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device)"
+row "gateway RSS" "$(mb "$gw_rss_before") before, $(mb "$gw_rss_listed") after connect, $(mb "$gw_rss_after") after calls"
+row "tools listed" "$(r list_tools) tools, $(r list_echo) echo ($(r list_attempts) attempt(s), complete after $(r list_ready_after))"
+row "list time" "$(r list_total) total, $(r list_pages) pages (first $(r list_page_first), mean $(r list_page_mean), max $(r list_page_max))"
+row "calls ok / failed" "$(r calls_ok) / $(r calls_failed) $(r calls_failed_by_code)"
+row "calls/s" "$(r calls_per_s) (concurrency $(r concurrency), wall $(r calls_wall))"
+row "call latency" "p50 $(r call_p50), p99 $(r call_p99), max $(r call_max)"
+[ -n "$(r error)" ] && row "error" "$(r error)"
+[ -n "$died" ] && row "processes that died" "$died"
+row "stop (SIGTERM)" "fleet $stop_fleet, gateway $stop_gw, tier $stop_tier"
+row "machine" "$(nproc) cores, shared with other work (load avg $load_start at fleet start, $load_end after calls);"
+row "" "tier (with embedded NATS), gateway, fleet and client all on one host, 127.0.0.1"
+row "result" "$([ "$status" = 0 ] && echo PASS || echo FAIL)"
+exit "$status"
