@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/okso-io/okso/roles.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-short lint fmt run fuzz fuzz-ci clean
+.PHONY: all build test test-short lint fmt run fuzz fuzz-ci clean docker
 
 all: build
 
@@ -43,6 +43,10 @@ fuzz:
 ## fuzz-ci: every fuzz target, briefly
 fuzz-ci:
 	./scripts/fuzz.sh 5s
+
+## docker: the container image (needs a Docker engine; see deploy/README.md)
+docker:
+	docker build --build-arg VERSION=$(VERSION) -t okso:$(VERSION) .
 
 clean:
 	rm -rf bin

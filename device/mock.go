@@ -3,7 +3,9 @@ package device
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -50,16 +52,19 @@ func Echo(nodeID string) Handler {
 }
 
 // MockOptions returns the options of a simulated device with the echo
-// capability and synthetic metrics (a walk fixed by seed and the node id);
+// capability, synthetic metrics and a simulated GPIO pin (a walk fixed by seed and the node id);
 // the caller adds URLs, Token and whatever else it needs.
 func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
-	return withMetrics(Options{
+	o := withMetrics(Options{
 		NodeID:       nodeID,
 		Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
 		Capabilities: []bus.Capability{EchoCapability()},
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
 		Schemas:      set,
 	}, NewMockSampler(seed, nodeID))
+	o.Capabilities = append(o.Capabilities, GPIOCapability())
+	maps.Copy(o.Handlers, GPIO(nodeID))
+	return o
 }
 
 // AgentOptions returns the options of a real device agent: echo, and the
@@ -82,4 +87,53 @@ func withMetrics(o Options, s Sampler) Options {
 	}
 	o.Streams = st
 	return o
+}
+
+// GPIOCapability is a simulated GPIO pin: the mutating demo capability of
+// mock devices (reading it is read-only, driving it mutates).
+func GPIOCapability() bus.Capability {
+	return bus.Capability{
+		CapID:       "pin",
+		Kind:        schemas.KindGPIO,
+		SchemaRef:   schemas.GPIOWriteInput,
+		Verbs:       []string{"read", "write"},
+		SafetyClass: schemas.SafetyMutating,
+		Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000},
+	}
+}
+
+// GPIO returns the handlers of a simulated pin of a node: "pin.read" and
+// "pin.write". The pin starts low.
+func GPIO(nodeID string) map[string]Handler {
+	var (
+		mu    sync.Mutex
+		level int
+	)
+	type result struct {
+		NodeID   string `json:"node_id"`
+		Pin      string `json:"pin"`
+		Level    int    `json:"level"`
+		Previous *int   `json:"previous,omitempty"`
+		TsMs     int64  `json:"ts_ms"`
+	}
+	return map[string]Handler{
+		"pin.read": func(context.Context, json.RawMessage) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return result{NodeID: nodeID, Pin: "pin", Level: level, TsMs: time.Now().UnixMilli()}, nil
+		},
+		"pin.write": func(_ context.Context, args json.RawMessage) (any, error) {
+			var in struct {
+				Level float64 `json:"level"` // 1 and 1.0 alike, as the schema sees them
+			}
+			if err := json.Unmarshal(args, &in); err != nil {
+				return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			prev := level
+			level = int(in.Level)
+			return result{NodeID: nodeID, Pin: "pin", Level: level, Previous: &prev, TsMs: time.Now().UnixMilli()}, nil
+		},
+	}
 }

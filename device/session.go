@@ -50,6 +50,7 @@ type session struct {
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
+	announced chan struct{} // closed once announce_ok is written: cmds may follow
 
 	mu          sync.Mutex
 	pending     map[string]*pendingCall
@@ -82,12 +83,13 @@ type pendingCall struct {
 
 func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 	s := &session{
-		t:       t,
-		c:       c,
-		id:      NewMsgID(),
-		remote:  r.RemoteAddr,
-		done:    make(chan struct{}),
-		pending: map[string]*pendingCall{},
+		t:         t,
+		c:         c,
+		id:        NewMsgID(),
+		remote:    r.RemoteAddr,
+		done:      make(chan struct{}),
+		announced: make(chan struct{}),
+		pending:   map[string]*pendingCall{},
 
 		streams:     map[string]*tierStream{},
 		streamsByID: map[string]string{},
@@ -379,6 +381,7 @@ func (s *session) announce(ctx context.Context) *bus.Lease {
 		releaseLease(s, lease)
 		return nil
 	}
+	close(s.announced)
 	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 		Decision: bus.DecisionConnected})
 	return lease
@@ -531,6 +534,15 @@ func (s *session) cleanup() {
 
 // onCall serves one request on the node's subject.
 func (s *session) onCall(m *nats.Msg) {
+	// The subject is served, and the record written, just before
+	// announce_ok goes out: a call that comes in between waits for it, so
+	// a device never gets a cmd before its announce_ok.
+	select {
+	case <-s.announced:
+	case <-s.done:
+		s.respond(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
+		return
+	}
 	if m.Header.Get(bus.HeaderProbe) != "" {
 		s.respond(m.Reply, bus.OKReply([]byte("{}")))
 		return

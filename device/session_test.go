@@ -653,7 +653,7 @@ func TestDisconnectRemovesNode(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	d := tt.runMock(t)
 	events := tt.watch(t)
-	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 2 {
+	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 3 {
 		t.Fatalf("registry record %+v, want the mock's", r)
 	}
 

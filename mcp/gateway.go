@@ -68,14 +68,18 @@ type Gateway struct {
 	ready   chan struct{}
 
 	mu      sync.RWMutex
-	nodes   map[string]*node   // by node id
-	tenants map[string]*tenant // by tenant
-	changed chan struct{}      // closed and replaced on every change
+	nodes   map[string]*node     // by node id
+	views   map[view]*sdk.Server // created on a caller's first request
+	changed chan struct{}        // closed and replaced on every change
 
 	pending map[string]string // node id -> session id being probed before listing
 	sdkMu   sync.Mutex        // orders the changes made to the SDK servers
 	probes  chan struct{}     // bounds concurrent probes
 	probeWG sync.WaitGroup
+	// initialProbes counts the probes of the first registry state: Ready
+	// waits for them.
+	initialProbes sync.WaitGroup
+	synced        atomic.Bool // the first registry state is in
 
 	droppedFrames   atomic.Int64
 	streamsMu       sync.Mutex
@@ -96,8 +100,38 @@ type tool struct {
 	schema *sdk.Tool
 }
 
-type tenant struct {
-	srv *sdk.Server
+// view is what one caller may see: a tenant's tools, filtered by the
+// call scopes of the caller's token. Each view has its own cached server.
+type view struct {
+	tenant string
+	scopes uint8 // scopeBit of every call scope the token grants
+}
+
+// scopeBit maps a call scope to its bit in view.scopes; 0 for none.
+func scopeBit(scope string) uint8 {
+	switch scope {
+	case auth.ScopeReadOnly:
+		return 1
+	case auth.ScopeMutating:
+		return 2
+	case auth.ScopeDestructive:
+		return 4
+	}
+	return 0
+}
+
+func viewOf(c *auth.Claims) view {
+	v := view{tenant: c.Tenant}
+	for _, s := range c.Scopes() {
+		v.scopes |= scopeBit(s)
+	}
+	return v
+}
+
+// allows reports whether the view lists a tool that needs scope.
+func (v view) allows(scope string) bool {
+	b := scopeBit(scope)
+	return b != 0 && v.scopes&b != 0
 }
 
 // New checks opts and builds a gateway.
@@ -129,7 +163,7 @@ func New(o Options) (*Gateway, error) {
 		log:     log,
 		ready:   make(chan struct{}),
 		nodes:   map[string]*node{},
-		tenants: map[string]*tenant{},
+		views:   map[view]*sdk.Server{},
 		changed: make(chan struct{}),
 		pending: map[string]string{},
 		probes:  make(chan struct{}, 64),
@@ -267,27 +301,61 @@ func claimsOf(ti *sdkauth.TokenInfo) *auth.Claims {
 	return c
 }
 
-// server returns the cached MCP server of the caller's tenant.
+// server returns the cached MCP server of the caller's view: the tools of
+// its tenant that its token may call, and no others.
 func (g *Gateway) server(r *http.Request) *sdk.Server {
 	c := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
 	if c == nil {
 		return nil
 	}
+	v := viewOf(c)
 	g.mu.RLock()
-	t := g.tenants[c.Tenant]
+	srv := g.views[v]
 	g.mu.RUnlock()
-	if t != nil {
-		return t.srv
+	if srv != nil {
+		return srv
 	}
+	// A new view: fill it with the tenant's listed tools, in step with
+	// list and unlist (which hold sdkMu while they change the servers).
+	g.sdkMu.Lock()
+	defer g.sdkMu.Unlock()
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.tenantLocked(c.Tenant).srv
+	if srv = g.views[v]; srv != nil {
+		g.mu.Unlock()
+		return srv
+	}
+	srv = g.newServer()
+	g.views[v] = srv
+	var tools []*sdk.Tool
+	for _, n := range g.nodes {
+		if n.rec.Tenant != v.tenant {
+			continue
+		}
+		for _, t := range n.tools {
+			if v.allows(t.scope) {
+				tools = append(tools, t.schema)
+			}
+		}
+	}
+	g.mu.Unlock()
+	for _, t := range tools {
+		srv.AddTool(t, unreachable)
+	}
+	return srv
 }
 
-func (g *Gateway) tenantLocked(name string) *tenant {
-	if t := g.tenants[name]; t != nil {
-		return t
+// viewsOf returns the servers of a tenant's views; g.mu is held.
+func (g *Gateway) viewsOfLocked(tenant string) map[view]*sdk.Server {
+	m := map[view]*sdk.Server{}
+	for v, srv := range g.views {
+		if v.tenant == tenant {
+			m[v] = srv
+		}
 	}
+	return m
+}
+
+func (g *Gateway) newServer() *sdk.Server {
 	srv := sdk.NewServer(&sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: g.o.Version},
 		&sdk.ServerOptions{
 			Instructions: "Each tool is one capability of one device of your fleet, " +
@@ -300,9 +368,7 @@ func (g *Gateway) tenantLocked(name string) *tenant {
 			},
 		})
 	srv.AddReceivingMiddleware(g.intercept)
-	t := &tenant{srv: srv}
-	g.tenants[name] = t
-	return t
+	return srv
 }
 
 // intercept routes every tools/call through [Gateway.call], including
@@ -338,27 +404,28 @@ func (g *Gateway) project(rec *bus.Node) *node {
 			if len(name) > bus.MaxToolName {
 				continue
 			}
+			class := v.SafetyOf(c.SafetyClass)
 			in, _ := g.o.Schemas.Raw(v.Input)
 			st := &sdk.Tool{
 				Name:        name,
 				Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
-				Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, vn, rec.NodeID, c.SafetyClass),
+				Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, vn, rec.NodeID, class),
 				InputSchema: in,
 				Annotations: &sdk.ToolAnnotations{
 					Title:          v.Title,
-					ReadOnlyHint:   c.SafetyClass == schemas.SafetyReadOnly,
+					ReadOnlyHint:   class == schemas.SafetyReadOnly,
 					IdempotentHint: k.Idempotent || c.Idempotent,
 				},
 				Meta: sdk.Meta{
 					"io.okso/node_id":      rec.NodeID,
 					"io.okso/kind":         c.Kind,
-					"io.okso/safety_class": c.SafetyClass,
+					"io.okso/safety_class": class,
 				},
 			}
-			if c.SafetyClass == schemas.SafetyDestructive {
+			if class == schemas.SafetyDestructive {
 				yes := true
 				st.Annotations.DestructiveHint = &yes
-			} else if c.SafetyClass != schemas.SafetyReadOnly {
+			} else if class != schemas.SafetyReadOnly {
 				no := false
 				st.Annotations.DestructiveHint = &no
 			}
@@ -369,10 +436,21 @@ func (g *Gateway) project(rec *bus.Node) *node {
 			} else {
 				st.OutputSchema, _ = g.o.Schemas.Raw(v.Output)
 			}
-			n.tools[name] = &tool{name: name, cap: c, verb: v, scope: auth.ScopeFor(c.SafetyClass), schema: st}
+			n.tools[name] = &tool{name: name, cap: c, verb: v, scope: auth.ScopeFor(class), schema: st}
 		}
 	}
 	return n
+}
+
+// NodeIDs returns the nodes the gateway lists.
+func (g *Gateway) NodeIDs() map[string]bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	ids := make(map[string]bool, len(g.nodes))
+	for id := range g.nodes {
+		ids[id] = true
+	}
+	return ids
 }
 
 // HasNode reports whether the gateway currently lists the node.

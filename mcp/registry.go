@@ -53,9 +53,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 // markReady closes Ready once the nodes of the initial state are probed
 // (or after a bound, for nodes whose tier is slow to answer).
 func (g *Gateway) markReady() {
+	g.synced.Store(true)
 	go func() {
 		done := make(chan struct{})
-		go func() { g.probeWG.Wait(); close(done) }()
+		go func() { g.initialProbes.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
@@ -118,8 +119,15 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 		g.mu.Unlock()
 		rec := *ev.Node
 		g.probeWG.Add(1)
+		initial := ev.Initial && !g.synced.Load() // of the first watch, before markReady waits
+		if initial {
+			g.initialProbes.Add(1)
+		}
 		go func() {
 			defer g.probeWG.Done()
+			if initial {
+				defer g.initialProbes.Done()
+			}
 			g.probe(ctx, &rec)
 		}()
 		return
@@ -177,15 +185,19 @@ func (g *Gateway) list(rec *bus.Node) {
 	old := g.nodes[rec.NodeID]
 	n := g.project(rec)
 	g.nodes[rec.NodeID] = n
-	srv := g.tenantLocked(rec.Tenant).srv
+	views := g.viewsOfLocked(rec.Tenant)
 	g.changedLocked()
 	g.mu.Unlock()
 	if old != nil {
 		g.removeTools(old)
 		g.nodeGone(rec.NodeID) // its streams were served by the old session
 	}
-	for _, t := range n.tools {
-		srv.AddTool(t.schema, unreachable)
+	for v, srv := range views {
+		for _, t := range n.tools {
+			if v.allows(t.scope) {
+				srv.AddTool(t.schema, unreachable)
+			}
+		}
 	}
 	g.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(n.tools))
 }
@@ -208,16 +220,21 @@ func (g *Gateway) unlist(nodeID string) {
 	g.log.Debug("node offline", "node_id", nodeID)
 }
 
+// removeTools takes a node's tools out of every view of its tenant.
 func (g *Gateway) removeTools(n *node) {
 	g.mu.RLock()
-	srv := g.tenants[n.rec.Tenant].srv
+	views := g.viewsOfLocked(n.rec.Tenant)
 	g.mu.RUnlock()
-	names := make([]string, 0, len(n.tools))
-	for name := range n.tools {
-		names = append(names, name)
-	}
-	if len(names) > 0 {
-		srv.RemoveTools(names...)
+	for v, srv := range views {
+		var names []string
+		for name, t := range n.tools {
+			if v.allows(t.scope) {
+				names = append(names, name)
+			}
+		}
+		if len(names) > 0 {
+			srv.RemoveTools(names...)
+		}
 	}
 }
 

@@ -529,7 +529,9 @@ func TestToolsFollowDevices(t *testing.T) {
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	f.waitNodes(DefaultTenant, 1)
 	list, err := s.ListTools(t.Context(), nil)
-	want := map[string]bool{echoName(id): true, "sys." + id + ".metrics.snapshot": true, "sys." + id + ".metrics.subscribe": true}
+	// A read-only token sees the pin's read, not its write.
+	want := map[string]bool{echoName(id): true, "sys." + id + ".metrics.snapshot": true,
+		"sys." + id + ".metrics.subscribe": true, "gpio." + id + ".pin.read": true}
 	if err != nil || len(list.Tools) != len(want) {
 		t.Fatalf("list %+v, %v: want %v", list, err, want)
 	}

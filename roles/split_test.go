@@ -179,8 +179,8 @@ func TestSplitMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tools) != 3*n { // echo, metrics snapshot and subscribe per node
-		t.Fatalf("listed %d tools, want %d", len(list.Tools), 3*n)
+	if len(list.Tools) != 4*n { // echo, metrics snapshot and subscribe, pin read per node
+		t.Fatalf("listed %d tools, want %d", len(list.Tools), 4*n)
 	}
 	for _, tl := range list.Tools {
 		if !strings.HasPrefix(tl.Name, "sysecho.") {

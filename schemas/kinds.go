@@ -11,6 +11,9 @@ const (
 const (
 	KindEcho    = "system.echo"
 	KindMetrics = "system.metrics"
+	// KindGPIO is a simulated GPIO pin, the mutating demo kind of mock
+	// devices: read is read-only, write mutates.
+	KindGPIO = "sim.gpio"
 )
 
 // Verb describes one verb of a capability kind: the schemas of its
@@ -24,6 +27,19 @@ type Verb struct {
 	// ended); empty for unary verbs, whose result is Output.
 	Result string
 	Title  string
+	// Safety, when set, is the verb's own safety class, below its
+	// capability's (reading a pin of a mutating GPIO capability is
+	// read-only).
+	Safety string
+}
+
+// SafetyOf returns the safety class of a verb of a capability of class
+// capClass.
+func (v Verb) SafetyOf(capClass string) string {
+	if v.Safety != "" {
+		return v.Safety
+	}
+	return capClass
 }
 
 // Kind is one entry of the closed kind table (DESIGN.md §5).
@@ -31,6 +47,7 @@ type Kind struct {
 	Name       string
 	Short      string // kind_short, the first segment of a projected name
 	Idempotent bool
+	Safety     string // the safety class the manifest clamps the kind to
 	Verbs      []Verb
 }
 
@@ -38,14 +55,19 @@ type Kind struct {
 func LookupKind(name string) (Kind, bool) {
 	switch name {
 	case KindEcho:
-		return Kind{Name: KindEcho, Short: "sysecho", Idempotent: true, Verbs: []Verb{
+		return Kind{Name: KindEcho, Short: "sysecho", Idempotent: true, Safety: SafetyReadOnly, Verbs: []Verb{
 			{Name: "invoke", Input: EchoInput, Output: EchoOutput, Title: "Echo a message"},
 		}}, true
 	case KindMetrics:
-		return Kind{Name: KindMetrics, Short: "sys", Idempotent: true, Verbs: []Verb{
+		return Kind{Name: KindMetrics, Short: "sys", Idempotent: true, Safety: SafetyReadOnly, Verbs: []Verb{
 			{Name: "snapshot", Input: MetricsSnapInput, Output: MetricsSnapshot, Title: "Metrics snapshot"},
 			{Name: "subscribe", Input: MetricsSubInput, Output: MetricsFrame, Stream: true, Result: MetricsSubOutput,
 				Title: "Stream metrics"},
+		}}, true
+	case KindGPIO:
+		return Kind{Name: KindGPIO, Short: "gpio", Safety: SafetyMutating, Verbs: []Verb{
+			{Name: "read", Input: GPIOReadInput, Output: GPIORead, Title: "Read a pin", Safety: SafetyReadOnly},
+			{Name: "write", Input: GPIOWriteInput, Output: GPIOWrite, Title: "Drive a pin"},
 		}}, true
 	}
 	return Kind{}, false

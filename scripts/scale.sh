@@ -95,6 +95,9 @@ wait_line() {
 }
 
 # --- device tier and gateway ------------------------------------------------------
+# The agent token first: it also creates the signing key every role shares.
+"$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>"$work/token.err" || {
+	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
 "$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" \
 	>"$work/device.out" 2>"$work/device.log" &
 tier=$!
@@ -176,8 +179,6 @@ fleet_per_dev=$(awk -v a="$fleet_rss" -v n="$N" 'BEGIN{printf "%.1f", a/n}')
 log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") +5s; $per_conn KB/connection; tier fds $tier_fds; fleet RSS $(mb "$fleet_rss")"
 
 # --- MCP: list everything, call every node --------------------------------------------
-"$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>>"$work/token.err" || {
-	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
 wait_list=180s
 [ -z "$connected_line" ] && wait_list=20s
 log "scalecheck: list all tools, call echo on every node (concurrency $CONCURRENCY)"
