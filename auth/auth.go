@@ -265,13 +265,24 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 	return &c, nil
 }
 
-// UnverifiedSubject returns the sub claim of a token without checking its
-// signature: a device reads its own node id from the token it was given.
-// Never use it to make a security decision.
-func UnverifiedSubject(token string) (string, error) {
+// UnverifiedClaims returns a token's claims without checking its
+// signature: a device reads its own node id from the token it was given,
+// an operator the id of a token to revoke. Never use it to make a security
+// decision.
+func UnverifiedClaims(token string) (*Claims, error) {
 	var c Claims
 	if _, _, err := jwt.NewParser().ParseUnverified(token, &c); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return &c, nil
+}
+
+// UnverifiedSubject returns the sub claim of a token without checking its
+// signature (see [UnverifiedClaims]).
+func UnverifiedSubject(token string) (string, error) {
+	c, err := UnverifiedClaims(token)
+	if err != nil {
+		return "", err
 	}
 	if c.Subject == "" {
 		return "", fmt.Errorf("%w: no subject", ErrInvalid)

@@ -295,6 +295,10 @@ func (s *session) authenticate(ctx context.Context) bool {
 	s.mu.Lock()
 	s.tenant, s.subject, s.jti = claims.Tenant, claims.Subject, claims.ID
 	s.mu.Unlock()
+	if r := s.t.o.Revoked; r != nil && r.Revoked(claims.ID) {
+		s.close(CloseAuthFailed, "", "token revoked")
+		return false
+	}
 	if !claims.HasScope(auth.ScopeDeviceConnect) {
 		s.close(CloseForbidden, "", "token lacks scope device:connect")
 		return false

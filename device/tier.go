@@ -42,6 +42,8 @@ type TierOptions struct {
 	PingInterval time.Duration
 	// WriteTimeout bounds one frame write (5 s).
 	WriteTimeout time.Duration
+	// Revoked, when set, says whether a device token id was revoked.
+	Revoked interface{ Revoked(jti string) bool }
 }
 
 // Tier is the device tier: it accepts device WebSockets at [Path], keeps one
@@ -107,6 +109,25 @@ func (t *Tier) Handler() http.Handler {
 		}
 	})
 	return mux
+}
+
+// Revoke closes, with 4401, every session authenticated by the token jti
+// (call it when a token is revoked).
+func (t *Tier) Revoke(jti string) {
+	t.mu.Lock()
+	var hit []*session
+	for s := range t.all {
+		s.mu.Lock()
+		if s.jti == jti {
+			hit = append(hit, s)
+		}
+		s.mu.Unlock()
+	}
+	t.mu.Unlock()
+	for _, s := range hit {
+		s.detach()
+		go s.close(CloseAuthFailed, "", "token revoked")
+	}
 }
 
 // Sessions returns the number of nodes with a live session.

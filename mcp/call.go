@@ -87,6 +87,9 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 	if c.claims == nil {
 		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "no verified token")
 	}
+	if c.g.revoked(c.claims) { // revoked since the request came in
+		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "token revoked")
+	}
 	name, ok := bus.ParseToolName(c.name)
 	if !ok {
 		return nil, nil, nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")

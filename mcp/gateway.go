@@ -49,6 +49,9 @@ type Options struct {
 	AllowedOrigins []string
 	// Version is reported to MCP clients.
 	Version string
+	// Revoked, when set, says whether a token id was revoked: such a token
+	// is refused (401) and its calls denied.
+	Revoked interface{ Revoked(jti string) bool }
 	// PublicURL is the gateway's URL as clients reach it (scheme://host),
 	// for the protected-resource metadata; empty: as each request says.
 	PublicURL string
@@ -277,6 +280,9 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", sdkauth.ErrInvalidToken, err)
 		}
+		if g.revoked(c) {
+			return nil, fmt.Errorf("%w: token revoked", sdkauth.ErrInvalidToken)
+		}
 		return &sdkauth.TokenInfo{
 			Scopes:     c.Scopes(),
 			Expiration: c.ExpiresAt.Time,
@@ -292,6 +298,10 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 }
 
 const claimsKey = "okso.claims"
+
+func (g *Gateway) revoked(c *auth.Claims) bool {
+	return g.o.Revoked != nil && g.o.Revoked.Revoked(c.ID)
+}
 
 func claimsOf(ti *sdkauth.TokenInfo) *auth.Claims {
 	if ti == nil {

@@ -206,11 +206,33 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 	return &common{log: log, schemas: set, public: pub}, nil
 }
 
+// openRevocations opens the shared revocation set, retrying while a
+// cluster's JetStream is still forming.
+func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := bus.OpenRevocations(octx, nc, replicas)
+		ocancel()
+		if err == nil {
+			return r, nil
+		}
+		log.Info("waiting for JetStream", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // gatewayPart is the agents' door.
 type gatewayPart struct {
-	nc   *nats.Conn
-	gw   *mcp.Gateway
-	http *httpPart
+	nc      *nats.Conn
+	gw      *mcp.Gateway
+	http    *httpPart
+	revoked *bus.Revocations
 }
 
 type gatewayConfig struct {
@@ -236,6 +258,11 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		nc.Close()
 		return nil, err
 	}
+	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	aud := cfg.Audience
 	if aud == "" {
 		aud = auth.AudienceGateway
@@ -252,6 +279,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		AllowedOrigins: cfg.AllowedOrigins,
 		Version:        cfg.Version,
 		PublicURL:      cfg.PublicURL,
+		Revoked:        revoked,
 
 		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant,
 		PingInterval:        cfg.StreamPing,
@@ -266,13 +294,14 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		nc.Close()
 		return nil, err
 	}
-	return &gatewayPart{nc: nc, gw: gw, http: hp}, nil
+	return &gatewayPart{nc: nc, gw: gw, http: hp, revoked: revoked}, nil
 }
 
 func (p *gatewayPart) url() string { return "http://" + p.http.addr() + "/mcp" }
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
+	contextActor(g, func(ctx context.Context) error { return p.revoked.Run(ctx, nil, nil) })
 	// Serve once the registry is loaded, so the first tools/list is whole;
 	// on stop, streams get their 1000 close before the server drains.
 	ready := p.gw.Ready()
@@ -301,9 +330,10 @@ func (p *gatewayPart) close() { p.nc.Close() }
 
 // tierPart is the devices' door.
 type tierPart struct {
-	nc   *nats.Conn
-	tier *device.Tier
-	http *httpPart
+	nc      *nats.Conn
+	tier    *device.Tier
+	http    *httpPart
+	revoked *bus.Revocations
 }
 
 type tierConfig struct {
@@ -324,7 +354,13 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
+	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	tier, err := device.NewTier(device.TierOptions{
+		Revoked:       revoked,
 		NC:            nc,
 		Registry:      reg,
 		Schemas:       c.schemas,
@@ -344,12 +380,14 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	return &tierPart{nc: nc, tier: tier, http: hp}, nil
+	return &tierPart{nc: nc, tier: tier, http: hp, revoked: revoked}, nil
 }
 
 func (p *tierPart) url() string { return "ws://" + p.http.addr() + device.Path }
 
 func (p *tierPart) actors(g *run.Group) {
+	// A revoked device token loses its live sessions too.
+	contextActor(g, func(ctx context.Context) error { return p.revoked.Run(ctx, nil, p.tier.Revoke) })
 	// Devices first get 1001 so they reconnect elsewhere; then the listener stops.
 	p.http.actor(g, func(ctx context.Context) { _ = p.tier.Shutdown(ctx) })
 }

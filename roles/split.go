@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/oklog/run"
 	"github.com/spf13/cobra"
@@ -304,6 +305,66 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
 	fs.StringVar(&nodeID, "node-id", "", "node id of a device token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key (created if missing)")
-	cmd.AddCommand(mint)
+	cmd.AddCommand(mint, revokeCmd(stdout))
+	return cmd
+}
+
+func revokeCmd(stdout io.Writer) *cobra.Command {
+	var (
+		natsURL string
+		token   string
+		until   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "revoke [JTI]",
+		Short: "Revoke a token, by its id (jti) or whole (--token): every gateway and tier refuses it",
+		Long: "okso token revoke writes the token id to the shared revocation bucket (KV okso_revoked)\n" +
+			"on the NATS of your gateways and tiers (--nats-url). Within a second they refuse the token,\n" +
+			"and a device whose token it is loses its session (close 4401). The revocation lasts until\n" +
+			"the token would have expired (--token), or --until.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if natsURL == "" {
+				return errors.New("--nats-url is required: the NATS of the gateways and tiers")
+			}
+			var jti string
+			expires := time.Now().Add(until)
+			switch {
+			case token != "" && len(args) == 0:
+				c, err := auth.UnverifiedClaims(token)
+				if err != nil {
+					return fmt.Errorf("--token: %w", err)
+				}
+				jti = c.ID
+				if c.ExpiresAt != nil && !cmd.Flags().Changed("until") {
+					expires = c.ExpiresAt.Time
+				}
+			case token == "" && len(args) == 1:
+				jti = args[0]
+			default:
+				return errors.New("give a token id (jti) or --token, one of them")
+			}
+			nc, err := bus.ConnectURL(natsURL, "okso-token-revoke")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(contextOf(cmd), 10*time.Second)
+			defer cancel()
+			revs, err := bus.OpenRevocations(ctx, nc, 1)
+			if err != nil {
+				return err
+			}
+			if err := revs.Revoke(ctx, jti, expires); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "revoked %s until %s\n", jti, expires.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&natsURL, "nats-url", "", "NATS of the gateways and tiers (an okso process started with --nats-listen, or your cluster)")
+	fs.StringVar(&token, "token", "", "the token to revoke (its jti and expiry are read from it)")
+	fs.DurationVar(&until, "until", 30*24*time.Hour, "how long the revocation lasts when the token's expiry is not known")
 	return cmd
 }
