@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -130,4 +131,42 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 		}
 	default:
 	}
+}
+
+// TestConnectionGuards: connection attempts beyond a source address's
+// budget, or beyond the tier's session limit, close with 4429; calls
+// beyond the per-node pending limit get E_RATE_LIMITED. A bystander keeps
+// working.
+func TestConnectionGuards(t *testing.T) {
+	t.Run("per address", func(t *testing.T) {
+		tt := newTestTier(t, device.TierOptions{ConnRatePerIP: 0.001, ConnBurstPerIP: 2})
+		tt.runMock(t) // the first attempt
+		tt.dial(t, nil)
+		third := tt.dial(t, nil)
+		if code, frames := third.waitClose(t); code != device.CloseTooMany || len(frames) != 1 ||
+			frames[0].Code != bus.CodeRateLimited {
+			t.Fatalf("third attempt: %d %+v, want 4429 with E_RATE_LIMITED", code, frames)
+		}
+	})
+	t.Run("sessions", func(t *testing.T) {
+		tt := newTestTier(t, device.TierOptions{MaxSessions: 1})
+		d := tt.runMock(t)
+		extra := tt.dial(t, nil)
+		if code, _ := extra.waitClose(t); code != device.CloseTooMany {
+			t.Fatalf("connection past the limit: %d, want 4429", code)
+		}
+		tt.echo(t, d.node)
+	})
+	t.Run("pending per node", func(t *testing.T) {
+		tt := newTestTier(t, device.TierOptions{MaxPendingPerNode: 1})
+		node := device.NewNodeID()
+		rc, _ := tt.connectRaw(t, node)
+		first := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"1"}`)
+		var cmd device.Cmd
+		e := rc.recv(t, device.TypeCmd, &cmd) // in flight, unanswered
+		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), bus.CodeRateLimited)
+		res, _ := json.Marshal(device.EchoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: res})
+		wantOK(t, <-first)
+	})
 }

@@ -607,6 +607,11 @@ func (s *session) onCall(m *nats.Msg) {
 		fail(bus.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
 		return
 	}
+	if len(s.pending) >= s.t.o.MaxPendingPerNode {
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "too many calls in flight to this node", bus.DecisionRateLimit, call.Tool)
+		return
+	}
 	if cs.limiter != nil && !cs.limiter.Allow() {
 		s.mu.Unlock()
 		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)

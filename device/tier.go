@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -44,6 +45,18 @@ type TierOptions struct {
 	WriteTimeout time.Duration
 	// Revoked, when set, says whether a device token id was revoked.
 	Revoked interface{ Revoked(jti string) bool }
+
+	// ConnRatePerIP and ConnBurstPerIP bound connection attempts from one
+	// source address (100/s, bursts of 1000); excess ones close with 4429.
+	// A negative rate turns the guard off.
+	ConnRatePerIP  float64
+	ConnBurstPerIP int
+	// MaxSessions bounds the connections the tier holds (50000); excess
+	// ones close with 4429.
+	MaxSessions int
+	// MaxPendingPerNode bounds the calls in flight to one node (64), on top
+	// of its capabilities' own limits; excess calls get E_RATE_LIMITED.
+	MaxPendingPerNode int
 }
 
 // Tier is the device tier: it accepts device WebSockets at [Path], keeps one
@@ -58,6 +71,7 @@ type Tier struct {
 	all      map[*session]struct{}
 	closing  bool
 	wg       sync.WaitGroup
+	perIP    map[string]*rate.Limiter // connection attempts, by source address
 }
 
 // NewTier checks opts and returns a tier ready to serve.
@@ -80,11 +94,24 @@ func NewTier(o TierOptions) (*Tier, error) {
 	if o.Name == "" {
 		o.Name = "tier-" + strings.ToLower(NewMsgID()[16:])
 	}
+	if o.ConnRatePerIP == 0 {
+		o.ConnRatePerIP = 100
+	}
+	if o.ConnBurstPerIP <= 0 {
+		o.ConnBurstPerIP = 1000
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 50000
+	}
+	if o.MaxPendingPerNode <= 0 {
+		o.MaxPendingPerNode = 64
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{}}, nil
+	return &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
+		perIP: map[string]*rate.Limiter{}}, nil
 }
 
 // Handler returns the tier's HTTP handler: the device protocol at [Path]
@@ -185,12 +212,49 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	s := newSession(t, c, r)
 	s.raw = hw.conn
 	t.mu.Lock()
+	refuse := ""
+	switch {
+	case !t.allowConnLocked(r.RemoteAddr):
+		refuse = "too many connection attempts from this address"
+	case len(t.all) >= t.o.MaxSessions:
+		refuse = "tier at its session limit"
+	}
 	t.all[s] = struct{}{}
 	t.mu.Unlock()
-	s.run(r.Context())
+	if refuse != "" {
+		s.close(CloseTooMany, "", refuse)
+	} else {
+		s.run(r.Context())
+	}
 	t.mu.Lock()
 	delete(t.all, s)
 	t.mu.Unlock()
+}
+
+// allowConnLocked takes one connection attempt of addr's host from its
+// budget; t.mu is held. Budgets full again are forgotten, so the map stays
+// as small as the set of addresses connecting right now.
+func (t *Tier) allowConnLocked(addr string) bool {
+	if t.o.ConnRatePerIP < 0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if len(t.perIP) > 4096 {
+		for h, l := range t.perIP {
+			if l.Tokens() >= float64(t.o.ConnBurstPerIP) {
+				delete(t.perIP, h)
+			}
+		}
+	}
+	l := t.perIP[host]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(t.o.ConnRatePerIP), t.o.ConnBurstPerIP)
+		t.perIP[host] = l
+	}
+	return l.Allow()
 }
 
 // attach makes s the session of its node, detaching any older one, which is

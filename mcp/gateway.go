@@ -11,6 +11,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
@@ -70,10 +72,10 @@ type Gateway struct {
 	handler http.Handler
 	ready   chan struct{}
 
-	mu      sync.RWMutex
-	nodes   map[string]*node     // by node id
-	views   map[view]*sdk.Server // created on a caller's first request
-	changed chan struct{}        // closed and replaced on every change
+	mu        sync.RWMutex
+	nodes     map[string]*node     // by node id
+	views     map[view]*sdk.Server // created on a caller's first request
+	changedCh chan struct{}        // closed and replaced on every change
 
 	pending map[string]string // node id -> session id being probed before listing
 	sdkMu   sync.Mutex        // orders the changes made to the SDK servers
@@ -83,6 +85,9 @@ type Gateway struct {
 	// waits for them.
 	initialProbes sync.WaitGroup
 	synced        atomic.Bool // the first registry state is in
+
+	schemaMu    sync.Mutex
+	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
 
 	droppedFrames   atomic.Int64
 	streamsMu       sync.Mutex
@@ -162,14 +167,16 @@ func New(o Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		o:       o,
-		log:     log,
-		ready:   make(chan struct{}),
-		nodes:   map[string]*node{},
-		views:   map[view]*sdk.Server{},
-		changed: make(chan struct{}),
-		pending: map[string]string{},
-		probes:  make(chan struct{}, 64),
+		o:         o,
+		log:       log,
+		ready:     make(chan struct{}),
+		nodes:     map[string]*node{},
+		views:     map[view]*sdk.Server{},
+		changedCh: make(chan struct{}),
+		pending:   map[string]string{},
+
+		toolSchemas: map[string]*jsonschema.Schema{},
+		probes:      make(chan struct{}, 64),
 
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
@@ -193,7 +200,7 @@ func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]i
 		for _, n := range g.nodes {
 			counts[n.rec.Tenant]++
 		}
-		ch := g.changed
+		ch := g.changedCh
 		g.mu.RUnlock()
 		if cond(counts) {
 			return nil
@@ -212,6 +219,7 @@ func (g *Gateway) routes() http.Handler {
 		Stateless:                    !g.o.Stateful,
 		PropagateRequestCancellation: true,
 		Logger:                       g.sdkLog(),
+		MaxRequestBodyBytes:          1 << 20, // a tools/call is small; 413 beyond
 	})
 	cop := http.NewCrossOriginProtection()
 	for _, o := range g.o.AllowedOrigins {
@@ -415,7 +423,7 @@ func (g *Gateway) project(rec *bus.Node) *node {
 				continue
 			}
 			class := v.SafetyOf(c.SafetyClass)
-			in, _ := g.o.Schemas.Raw(v.Input)
+			in := g.toolSchema(v.Input)
 			st := &sdk.Tool{
 				Name:        name,
 				Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
@@ -440,11 +448,11 @@ func (g *Gateway) project(rec *bus.Node) *node {
 				st.Annotations.DestructiveHint = &no
 			}
 			if v.Stream {
-				st.OutputSchema, _ = g.o.Schemas.Raw(v.Result)
+				st.OutputSchema = g.toolSchema(v.Result)
 				st.Description += " Streams each frame as a progress notification (send a progressToken) " +
 					"until cancelled; the result tells how the stream ended."
 			} else {
-				st.OutputSchema, _ = g.o.Schemas.Raw(v.Output)
+				st.OutputSchema = g.toolSchema(v.Output)
 			}
 			n.tools[name] = &tool{name: name, cap: c, verb: v, scope: auth.ScopeFor(class), schema: st}
 		}
@@ -461,6 +469,26 @@ func (g *Gateway) NodeIDs() map[string]bool {
 		ids[id] = true
 	}
 	return ids
+}
+
+// toolSchema returns the embedded schema id as the SDK's schema type,
+// decoded once and shared by every tool that uses it: handed a raw
+// document, the SDK would re-encode it on every AddTool (seconds for a
+// view of 40,000 tools).
+func (g *Gateway) toolSchema(id string) *jsonschema.Schema {
+	g.schemaMu.Lock()
+	defer g.schemaMu.Unlock()
+	if s, ok := g.toolSchemas[id]; ok {
+		return s
+	}
+	raw, _ := g.o.Schemas.Raw(id)
+	s := new(jsonschema.Schema)
+	if err := json.Unmarshal(raw, s); err != nil {
+		g.log.Error("embedded schema does not decode", "id", id, "err", err)
+		s = &jsonschema.Schema{Type: "object"}
+	}
+	g.toolSchemas[id] = s
+	return s
 }
 
 // HasNode reports whether the gateway currently lists the node.

@@ -186,8 +186,8 @@ func (g *Gateway) list(rec *bus.Node) {
 	n := g.project(rec)
 	g.nodes[rec.NodeID] = n
 	views := g.viewsOfLocked(rec.Tenant)
-	g.changedLocked()
 	g.mu.Unlock()
+	defer g.changed() // once the servers list the tools
 	if old != nil {
 		g.removeTools(old)
 		g.nodeGone(rec.NodeID) // its streams were served by the old session
@@ -213,8 +213,8 @@ func (g *Gateway) unlist(nodeID string) {
 		return
 	}
 	delete(g.nodes, nodeID)
-	g.changedLocked()
 	g.mu.Unlock()
+	defer g.changed()
 	g.removeTools(old)
 	g.nodeGone(nodeID)
 	g.log.Debug("node offline", "node_id", nodeID)
@@ -238,10 +238,12 @@ func (g *Gateway) removeTools(n *node) {
 	}
 }
 
-// changedLocked wakes the waiters of [Gateway.Wait]; g.mu is held.
-func (g *Gateway) changedLocked() {
-	close(g.changed)
-	g.changed = make(chan struct{})
+// changed wakes the waiters of [Gateway.Wait].
+func (g *Gateway) changed() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.changedCh)
+	g.changedCh = make(chan struct{})
 }
 
 // unreachable is the handler registered with the SDK; [Gateway.intercept]

@@ -533,6 +533,9 @@ func TestToolsFollowDevices(t *testing.T) {
 	want := map[string]bool{echoName(id): true, "sys." + id + ".metrics.snapshot": true,
 		"sys." + id + ".metrics.subscribe": true, "gpio." + id + ".pin.read": true}
 	if err != nil || len(list.Tools) != len(want) {
+		for _, tl := range list.Tools {
+			t.Log(tl.Name)
+		}
 		t.Fatalf("list %+v, %v: want %v", list, err, want)
 	}
 	for _, tl := range list.Tools {

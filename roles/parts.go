@@ -337,11 +337,15 @@ type tierPart struct {
 }
 
 type tierConfig struct {
-	Addr          string
-	MaxFrameBytes int
-	AuthTimeout   time.Duration
-	PingInterval  time.Duration
-	LeaseTTL      time.Duration
+	Addr              string
+	MaxFrameBytes     int
+	AuthTimeout       time.Duration
+	PingInterval      time.Duration
+	LeaseTTL          time.Duration
+	ConnRatePerIP     float64
+	ConnBurstPerIP    int
+	MaxSessions       int
+	MaxPendingPerNode int
 }
 
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
@@ -360,16 +364,21 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, err
 	}
 	tier, err := device.NewTier(device.TierOptions{
-		Revoked:       revoked,
-		NC:            nc,
-		Registry:      reg,
-		Schemas:       c.schemas,
-		Verifier:      auth.NewVerifier(c.public, auth.AudienceDevice),
-		Auditor:       &bus.Auditor{Log: c.log, NC: nc},
-		Logger:        c.log.With("role", "device"),
-		MaxFrameBytes: cfg.MaxFrameBytes,
-		AuthTimeout:   cfg.AuthTimeout,
-		PingInterval:  cfg.PingInterval,
+		Revoked: revoked,
+
+		ConnRatePerIP:     cfg.ConnRatePerIP,
+		ConnBurstPerIP:    cfg.ConnBurstPerIP,
+		MaxSessions:       cfg.MaxSessions,
+		MaxPendingPerNode: cfg.MaxPendingPerNode,
+		NC:                nc,
+		Registry:          reg,
+		Schemas:           c.schemas,
+		Verifier:          auth.NewVerifier(c.public, auth.AudienceDevice),
+		Auditor:           &bus.Auditor{Log: c.log, NC: nc},
+		Logger:            c.log.With("role", "device"),
+		MaxFrameBytes:     cfg.MaxFrameBytes,
+		AuthTimeout:       cfg.AuthTimeout,
+		PingInterval:      cfg.PingInterval,
 	})
 	if err != nil {
 		nc.Close()

@@ -140,6 +140,10 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", 5*time.Second, "time a device has to authenticate, and then to announce")
 	fs.DurationVar(&c.PingInterval, "ping-interval", 15*time.Second, "how often the tier pings each device")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 15*time.Second, "how long a node outlives its tier in the registry")
+	fs.Float64Var(&c.ConnRatePerIP, "conn-rate-per-ip", 100, "device connection attempts per second from one address (-1: no limit); excess ones close with 4429")
+	fs.IntVar(&c.ConnBurstPerIP, "conn-burst-per-ip", 1000, "burst of device connection attempts from one address")
+	fs.IntVar(&c.MaxSessions, "max-sessions", 50000, "device connections the tier holds; excess ones close with 4429")
+	fs.IntVar(&c.MaxPendingPerNode, "max-pending-per-node", 64, "calls in flight to one node; excess ones get E_RATE_LIMITED")
 }
 
 // runUntil runs fn until ctx is cancelled (by a signal, in main).

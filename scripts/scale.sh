@@ -98,7 +98,7 @@ wait_line() {
 # The agent token first: it also creates the signing key every role shares.
 "$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>"$work/token.err" || {
 	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
-"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" \
+"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
 	>"$work/device.out" 2>"$work/device.log" &
 tier=$!
 pids+=("$tier")
@@ -258,6 +258,7 @@ row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
 row "tier open fds" "$tier_fds"
 row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device)"
 row "gateway RSS" "$(mb "$gw_rss_before") before, $(mb "$gw_rss_listed") after connect, $(mb "$gw_rss_after") after calls"
+row "MCP connect (initialize)" "$(r mcp_connect) (first request of the token's view)"
 row "tools listed" "$(r list_tools) tools, $(r list_echo) echo ($(r list_attempts) attempt(s), complete after $(r list_ready_after))"
 row "list time" "$(r list_total) total, $(r list_pages) pages (first $(r list_page_first), mean $(r list_page_mean), max $(r list_page_max))"
 row "calls ok / failed" "$(r calls_ok) / $(r calls_failed) $(r calls_failed_by_code)"
