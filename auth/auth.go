@@ -159,8 +159,7 @@ func createSigner(dir string) (*Signer, error) {
 }
 
 func newSigner(k ed25519.PrivateKey) *Signer {
-	sum := sha256.Sum256(k.Public().(ed25519.PublicKey))
-	return &Signer{key: k, kid: hex.EncodeToString(sum[:8])}
+	return &Signer{key: k, kid: KeyID(k.Public().(ed25519.PublicKey))}
 }
 
 // Public returns the verification key.
@@ -221,9 +220,29 @@ var tenantRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // Verifier checks tokens for one audience. The zero value is not usable;
 // call [NewVerifier].
 type Verifier struct {
-	key      ed25519.PublicKey
+	key      ed25519.PublicKey            // the current key
+	keys     map[string]ed25519.PublicKey // every accepted key, by kid
 	audience string
 	parser   *jwt.Parser
+}
+
+// KeyID returns the key id okso gives an Ed25519 public key (the kid
+// header of the tokens it signs).
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// NewKeySetVerifier returns a verifier that accepts tokens signed by any of
+// keys, chosen by the token's kid header (a token without kid is checked
+// against current). Keys rotate without downtime: verifiers accept the old
+// and the new key while tokens of both are alive.
+func NewKeySetVerifier(current ed25519.PublicKey, keys []ed25519.PublicKey, audience string) *Verifier {
+	v := NewVerifier(current, audience)
+	for _, k := range keys {
+		v.keys[KeyID(k)] = k
+	}
+	return v
 }
 
 // NewVerifier returns a verifier of EdDSA tokens signed by key for audience.
@@ -232,6 +251,7 @@ type Verifier struct {
 func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
 	return &Verifier{
 		key:      key,
+		keys:     map[string]ed25519.PublicKey{KeyID(key): key},
 		audience: audience,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
@@ -250,7 +270,16 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 		return nil, fmt.Errorf("%w: too long", ErrInvalid)
 	}
 	var c Claims
-	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.key, nil })
+	_, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		kid, _ := t.Header["kid"].(string)
+		if kid == "" {
+			return v.key, nil
+		}
+		if k, ok := v.keys[kid]; ok {
+			return k, nil
+		}
+		return nil, errors.New("unknown key id")
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -293,7 +322,11 @@ func UnverifiedSubject(token string) (string, error) {
 // LoadPublicKey reads the verification key kept in dir (signing.pub), for
 // processes that verify tokens but never sign them.
 func LoadPublicKey(dir string) (ed25519.PublicKey, error) {
-	path := filepath.Join(dir, PubKeyFile)
+	return LoadPublicKeyFile(filepath.Join(dir, PubKeyFile))
+}
+
+// LoadPublicKeyFile reads an Ed25519 public key in PEM (PKIX).
+func LoadPublicKeyFile(path string) (ed25519.PublicKey, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read public key: %w", err)
@@ -311,4 +344,53 @@ func LoadPublicKey(dir string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("public key %s: not an Ed25519 key", path)
 	}
 	return ek, nil
+}
+
+// KeysDir is the directory, inside a data dir, of the public keys that are
+// still accepted besides the current one (each a PEM file *.pub).
+const KeysDir = "keys"
+
+// LoadExtraKeys reads every *.pub in dataDir/keys: keys that verifiers keep
+// accepting after a rotation. A missing directory is no key.
+func LoadExtraKeys(dataDir string) ([]ed25519.PublicKey, error) {
+	paths, err := filepath.Glob(filepath.Join(dataDir, KeysDir, "*.pub"))
+	if err != nil {
+		return nil, err
+	}
+	var keys []ed25519.PublicKey
+	for _, p := range paths {
+		k, err := LoadPublicKeyFile(p)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// Rotate makes a new signing key in dataDir, keeping the old public key in
+// dataDir/keys so that verifiers which load it accept tokens signed before
+// the rotation until they expire. It returns the new signer.
+func Rotate(dataDir string) (*Signer, error) {
+	old, err := LoadOrCreateSigner(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dataDir, KeysDir), 0o700); err != nil {
+		return nil, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(old.Public())
+	if err != nil {
+		return nil, err
+	}
+	keep := filepath.Join(dataDir, KeysDir, old.KeyID()+".pub")
+	if err := os.WriteFile(keep, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
+		return nil, fmt.Errorf("keep the old public key: %w", err)
+	}
+	for _, f := range []string{KeyFile, PubKeyFile} {
+		if err := os.Remove(filepath.Join(dataDir, f)); err != nil {
+			return nil, fmt.Errorf("retire the old key: %w", err)
+		}
+	}
+	return createSigner(dataDir)
 }

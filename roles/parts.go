@@ -167,6 +167,13 @@ type common struct {
 	schemas *schemas.Set
 	signer  *auth.Signer      // nil for a role that only verifies
 	public  ed25519.PublicKey // verifies tokens
+	extra   []ed25519.PublicKey
+}
+
+// verifier accepts tokens of the current key and of the keys kept after a
+// rotation (data dir keys/*.pub).
+func (c *common) verifier(audience string) *auth.Verifier {
+	return auth.NewKeySetVerifier(c.public, c.extra, audience)
 }
 
 // loadCommon loads the schemas and the signing key of dataDir, creating
@@ -180,7 +187,11 @@ func loadCommon(log *slog.Logger, dataDir string) (*common, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &common{log: log, schemas: set, signer: signer, public: signer.Public()}, nil
+	extra, err := auth.LoadExtraKeys(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return &common{log: log, schemas: set, signer: signer, public: signer.Public(), extra: extra}, nil
 }
 
 // loadVerifier is loadCommon for a role that only verifies tokens: with no
@@ -203,7 +214,11 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &common{log: log, schemas: set, public: pub}, nil
+	extra, err := auth.LoadExtraKeys(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return &common{log: log, schemas: set, public: pub, extra: extra}, nil
 }
 
 // openRevocations opens the shared revocation set, retrying while a
@@ -271,7 +286,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		NC:             nc,
 		Registry:       reg,
 		Schemas:        c.schemas,
-		Verifier:       auth.NewVerifier(c.public, aud),
+		Verifier:       c.verifier(aud),
 		Auditor:        &bus.Auditor{Log: c.log, NC: nc},
 		Logger:         c.log.With("role", "gateway"),
 		Budget:         cfg.Budget,
@@ -373,7 +388,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		NC:                nc,
 		Registry:          reg,
 		Schemas:           c.schemas,
-		Verifier:          auth.NewVerifier(c.public, auth.AudienceDevice),
+		Verifier:          c.verifier(auth.AudienceDevice),
 		Auditor:           &bus.Auditor{Log: c.log, NC: nc},
 		Logger:            c.log.With("role", "device"),
 		MaxFrameBytes:     cfg.MaxFrameBytes,

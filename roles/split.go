@@ -305,7 +305,26 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
 	fs.StringVar(&nodeID, "node-id", "", "node id of a device token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key (created if missing)")
-	cmd.AddCommand(mint, revokeCmd(stdout))
+	var rotateDir string
+	rotate := &cobra.Command{
+		Use:   "rotate",
+		Short: "Make a new signing key, keeping the old public key accepted (keys/<kid>.pub)",
+		Long: "okso token rotate replaces the signing key in --data-dir and keeps the old public key\n" +
+			"in --data-dir/keys, so verifiers that load it still accept tokens signed before the\n" +
+			"rotation until they expire. Copy signing.pub and keys/ to the gateways and tiers and\n" +
+			"restart them one by one; delete a key from keys/ once its tokens have expired.",
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			s, err := auth.Rotate(rotateDir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "new signing key %s\n", s.KeyID())
+			return nil
+		},
+	}
+	rotate.Flags().StringVar(&rotateDir, "data-dir", defaultDataDir(), "directory of the signing key")
+	cmd.AddCommand(mint, revokeCmd(stdout), rotate)
 	return cmd
 }
 
