@@ -3,10 +3,12 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Audit decisions.
@@ -76,4 +78,33 @@ func (a *Auditor) Record(e AuditEvent) {
 			_ = a.NC.Publish(Audit(e.Tenant), b)
 		}
 	}
+}
+
+// StreamAudit is the optional JetStream stream that keeps audit events.
+const StreamAudit = "okso_audit"
+
+// KeepAudit creates (or updates) the audit stream over okso.v1.audit.>,
+// keeping events for retention.
+func KeepAudit(ctx context.Context, nc *nats.Conn, retention time.Duration, replicas int, file bool) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("open jetstream: %w", err)
+	}
+	storage := jetstream.MemoryStorage
+	if file {
+		storage = jetstream.FileStorage
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamAudit,
+		Description: "okso audit events",
+		Subjects:    []string{subjectPrefix + "audit.>"},
+		MaxAge:      retention,
+		Storage:     storage,
+		Replicas:    max(replicas, 1),
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return fmt.Errorf("keep audit stream: %w", err)
+	}
+	return nil
 }

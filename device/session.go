@@ -23,6 +23,9 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
+// maxCapabilities is the manifest schema's maxItems of capabilities.
+const maxCapabilities = 64
+
 // closeGrace bounds a close handshake.
 const closeGrace = 2 * time.Second
 
@@ -319,6 +322,15 @@ func (s *session) authenticate(ctx context.Context) bool {
 func (s *session) announce(ctx context.Context) *bus.Lease {
 	e, err := s.expect(ctx, TypeAnnounce)
 	if err != nil {
+		return nil
+	}
+	// A cheap count first: the schema allows 64 capabilities, and a huge
+	// manifest (under a raised frame limit) should not cost a full check.
+	var count struct {
+		Capabilities []json.RawMessage `json:"capabilities"`
+	}
+	if json.Unmarshal(e.Payload, &count) != nil || len(count.Capabilities) > maxCapabilities {
+		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	if err := s.t.o.Schemas.ValidateJSON(schemas.Manifest, e.Payload); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -266,7 +267,11 @@ func TestEndToEndEcho(t *testing.T) {
 // TestAuditCarriesNoPayload checks that arguments and results never reach
 // the logs, and that each call decision is logged once.
 func TestAuditCarriesNoPayload(t *testing.T) {
-	f := startAllInOne(t, 1, nil)
+	f := startAllInOne(t, 1, func(c *AllInOneConfig) { c.Gateway.AuditRetention = time.Hour })
+	onBus, err := f.nc.SubscribeSync("okso.v1.audit.>")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := f.client(f.token(auth.MintOptions{}), "")
 	node := f.device(DefaultTenant, nil, nil)
 	const secret = "SECRET-ARGUMENT-7f3a"
@@ -279,6 +284,32 @@ func TestAuditCarriesNoPayload(t *testing.T) {
 	logs := f.logs.String()
 	if strings.Contains(logs, secret) {
 		t.Fatal("an argument or result reached the logs")
+	}
+	// On NATS too: every event published (and kept in okso_audit) is free of it.
+	var published int
+	allowed := map[string]bool{}
+	for !allowed["tier"] || !allowed["gateway"] {
+		m, err := onBus.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("audit events of the call not published: %v (seen %v)", err, allowed)
+		}
+		published++
+		if strings.Contains(string(m.Data), secret) {
+			t.Fatalf("an argument or result reached the audit subject: %s", m.Data)
+		}
+		var e bus.AuditEvent
+		if json.Unmarshal(m.Data, &e) == nil && e.Tool == echoName(node) && e.Decision == bus.DecisionAllowed {
+			allowed[e.Actor] = true
+		}
+	}
+	js, _ := jetstream.New(f.nc)
+	st, err := js.Stream(t.Context(), bus.StreamAudit)
+	if err != nil {
+		t.Fatalf("audit stream: %v", err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil || published == 0 || info.State.Msgs == 0 {
+		t.Errorf("audit events: %d published, %v kept (%v)", published, info, err)
 	}
 	var decisions []string
 	for _, line := range strings.Split(logs, "\n") {

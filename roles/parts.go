@@ -251,6 +251,7 @@ type gatewayPart struct {
 }
 
 type gatewayConfig struct {
+	AuditRetention      time.Duration // keep audit events in JetStream this long (0: do not keep)
 	Addr                string
 	Budget              time.Duration
 	Stateful            bool
@@ -277,6 +278,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		nc.Close()
 		return nil, err
+	}
+	if cfg.AuditRetention > 0 {
+		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false); err != nil {
+			nc.Close()
+			return nil, err
+		}
 	}
 	aud := cfg.Audience
 	if aud == "" {
