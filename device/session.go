@@ -385,7 +385,7 @@ func (s *session) announce(ctx context.Context) *bus.Lease {
 	s.mu.Unlock()
 
 	// Online only once the subject is served: claim after the flush.
-	lease, err := s.t.o.Registry.Claim(ctx, s.record())
+	lease, err := s.claim(ctx)
 	if err != nil {
 		s.t.log.Error("claim registry record", "node_id", s.nodeID, "err", err)
 		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
@@ -477,6 +477,26 @@ func (s *session) keepAlive(lease *bus.Lease) {
 				s.close(CloseLiveness, "", "device missed a ping")
 				return
 			}
+		}
+	}
+}
+
+// claim writes the node's record. While a NATS cluster elects a new
+// JetStream leader (a member just died) writes fail for a few seconds:
+// retry for up to 8 s rather than send the device away.
+func (s *session) claim(ctx context.Context) (*bus.Lease, error) {
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		lease, err := s.t.o.Registry.Claim(cctx, s.record())
+		cancel()
+		if err == nil || time.Now().After(deadline) || s.closed() {
+			return lease, err
+		}
+		select {
+		case <-s.done:
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
