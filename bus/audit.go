@@ -23,6 +23,7 @@ const (
 	DecisionFailed     = "failed"
 	DecisionLateAck    = "late_ack_dropped"
 	DecisionProtocol   = "protocol_violation"
+	DecisionRevoked    = "revoked"
 	DecisionConnected  = "connected"
 	DecisionDisconnect = "disconnected"
 )

@@ -299,6 +299,8 @@ func (s *session) authenticate(ctx context.Context) bool {
 	s.tenant, s.subject, s.jti = claims.Tenant, claims.Subject, claims.ID
 	s.mu.Unlock()
 	if r := s.t.o.Revoked; r != nil && r.Revoked(claims.ID) {
+		s.t.audit(bus.AuditEvent{Tenant: claims.Tenant, Subject: claims.Subject, JTI: claims.ID,
+			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
 		s.close(CloseAuthFailed, "", "token revoked")
 		return false
 	}

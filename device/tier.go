@@ -152,6 +152,11 @@ func (t *Tier) Revoke(jti string) {
 	}
 	t.mu.Unlock()
 	for _, s := range hit {
+		s.mu.Lock()
+		e := bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied}
+		s.mu.Unlock()
+		t.audit(e)
 		s.detach()
 		go s.close(CloseAuthFailed, "", "token revoked")
 	}

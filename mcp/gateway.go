@@ -286,9 +286,13 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 	verify := func(_ context.Context, token string, _ *http.Request) (*sdkauth.TokenInfo, error) {
 		c, err := g.o.Verifier.Verify(token)
 		if err != nil {
+			// Who sent it is unknown: logged, not published to a tenant.
+			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionDenied, Code: "invalid_token"})
 			return nil, fmt.Errorf("%w: %w", sdkauth.ErrInvalidToken, err)
 		}
 		if g.revoked(c) {
+			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Tenant: c.Tenant, Subject: c.Subject, JTI: c.ID,
+				Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
 			return nil, fmt.Errorf("%w: token revoked", sdkauth.ErrInvalidToken)
 		}
 		return &sdkauth.TokenInfo{

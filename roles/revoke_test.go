@@ -69,4 +69,10 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("device after revocation: %v, want close 4401", err)
 	}
 	f.waitNodes(DefaultTenant, 0)
+	for _, actor := range []string{"gateway", "tier"} {
+		if !strings.Contains(f.logs.String(), `"actor":"`+actor+`","tenant":"demo","subject"`) ||
+			strings.Count(f.logs.String(), `"decision":"revoked"`) < 2 {
+			t.Errorf("no revoked audit event of the %s", actor)
+		}
+	}
 }
