@@ -119,9 +119,14 @@ func (d *Device) Run(ctx context.Context) error {
 			backoff = d.o.MinBackoff
 		}
 		var wce websocket.CloseError
-		if errors.As(err, &wce) && wce.Code == CloseReplaced {
+		switch {
+		case errors.As(err, &wce) && wce.Code == CloseReplaced:
 			// Another connection took this node: leave it alone a while.
 			backoff = d.o.MaxBackoff
+		case errors.As(err, &wce) && wce.Code == CloseGoingAway:
+			// The tier is going away (or could not register the node):
+			// another tier, soon.
+			backoff = d.o.MinBackoff
 		}
 		d.log.Debug("device session ended", "url", url, "err", err)
 		// Full jitter: a fleet dropped at once (a tier's 1001) comes back
