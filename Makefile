@@ -55,3 +55,8 @@ clean:
 .PHONY: scale
 scale:
 	./scripts/scale.sh $(N)
+
+## bench-compare: okso (all-in-one + a 1,000-device mock fleet) against a bare go-sdk echo server, side by side with okso bench (BENCH_DURATION=10s BENCH_ROUNDS=3; GOGC goes to both servers)
+.PHONY: bench-compare
+bench-compare:
+	./scripts/bench-compare.sh

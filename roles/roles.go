@@ -1,5 +1,5 @@
 // Package roles is okso's composition root: one cobra command per role
-// (all-in-one, gateway, device, mock-fleet, token), flags and OKSO_*
+// (all-in-one, gateway, device, mock-fleet, agent, token, bench), flags and OKSO_*
 // environment variables turned into config, and the parts wired and run
 // in one run group. Nothing else in okso reads flags.
 package roles
@@ -52,6 +52,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		mockFleetCmd(stderr),
 		agentCmd(stderr),
 		tokenCmd(stdout),
+		benchCmd(stdout, stderr),
 	)
 	return root
 }

@@ -1,0 +1,80 @@
+package roles
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/okso-io/okso/bench"
+)
+
+func benchCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		o      bench.Options
+		args   string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load an MCP endpoint (okso's or any other) with tools/call or tools/list and report rate and latency",
+		Long: "okso bench opens --sessions MCP client sessions (official Go SDK, Streamable HTTP) to --url\n" +
+			"and keeps --concurrency requests in flight over them for --warmup, not counted, then for\n" +
+			"--duration. --tool is an exact tool name, or a prefix ending in * that spreads the calls\n" +
+			"round-robin over every listed tool that matches (e.g. 'sysecho.*' calls every node's echo).\n" +
+			"--mode list times full tools/list listings instead, following every page.\n\n" +
+			"A progress line goes to stderr every second. At the end: calls/s, errors by code (an isError\n" +
+			"result's structuredContent.code, JSON-RPC error codes, transport failures), latency\n" +
+			"percentiles of the successful calls and a histogram; with --json one JSON object on stdout.",
+		Example: "  okso bench --token \"$TOKEN\" --tool 'sysecho.*'\n" +
+			"  okso bench --url http://127.0.0.1:9000/mcp --tool echo --concurrency 1 --sessions 1\n" +
+			"  okso bench --token \"$TOKEN\" --mode list --concurrency 4 --sessions 1",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Mode == bench.ModeCall && o.Tool == "" {
+				return errors.New("--tool is required in call mode: a tool name, or a prefix ending in * (e.g. 'sysecho.*')")
+			}
+			if o.Duration <= 0 {
+				return fmt.Errorf("--duration %v: want a positive duration", o.Duration)
+			}
+			if o.Warmup == 0 {
+				o.Warmup = -1 // bench.Options: zero means the default
+			}
+			o.Args = json.RawMessage(args)
+			o.Progress = stderr
+			res, err := bench.Run(contextOf(cmd), o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(res)
+			} else {
+				err = res.WriteText(stdout)
+			}
+			if err != nil {
+				return err
+			}
+			if res.OK == 0 {
+				return fmt.Errorf("no %s request succeeded in %d", o.Mode, res.Ops)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.URL, "url", bench.DefaultURL, "MCP endpoint")
+	fs.StringVar(&o.Token, "token", "", "bearer token (e.g. the agent token all-in-one prints)")
+	fs.IntVar(&o.Sessions, "sessions", bench.DefaultSessions, "MCP client sessions (at most --concurrency)")
+	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "requests in flight in total, spread over the sessions")
+	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "measured time")
+	fs.DurationVar(&o.Warmup, "warmup", bench.DefaultWarmup, "time run first and not counted")
+	fs.StringVar(&o.Tool, "tool", "", "tool to call: an exact name, or a prefix ending in * (every matching tool, round-robin)")
+	fs.StringVar(&args, "args", bench.DefaultArgs, "arguments of each call, a JSON object")
+	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call) or list (a full tools/list, every page, per operation)")
+	fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout")
+	fs.StringVar(&o.Protocol, "protocol", "", "MCP protocol version to request (default: the SDK's latest)")
+	return cmd
+}

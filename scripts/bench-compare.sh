@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark (issue 6): okso against the simplest alternative,
+# a bare go-sdk Streamable HTTP echo server (scripts/refserver), on the same
+# machine in the same run, both driven by `okso bench` in alternation
+# (okso, reference, okso, reference, ...) for BENCH_ROUNDS rounds, at one
+# call in flight (1 session) and at 64 in flight (8 sessions).
+#
+# okso is `okso all-in-one --mock 0 --local-agent=false` with a fleet of
+# BENCH_NODES mock devices in a separate `okso mock-fleet` process; its calls
+# go to 'sysecho.*', spread round-robin over every node (each node allows 10
+# calls/s and 4 in flight). The reference's calls go to its one echo tool.
+# Everything runs on 127.0.0.1; every process is stopped at the end.
+#
+# Usage: scripts/bench-compare.sh          (make bench-compare)
+# Environment:
+#   BENCH_DURATION     measured time of each run (10s)
+#   BENCH_WARMUP       warm-up of each run, not counted (2s)
+#   BENCH_ROUNDS       rounds (3; at least 3)
+#   BENCH_NODES        mock devices (1000)
+#   BENCH_PROTOCOL     MCP protocol version both are driven with (2025-11-25,
+#                      the newest the SDK's default stateful server speaks;
+#                      empty: the SDK client's latest, which each server
+#                      may negotiate down)
+#   BENCH_OKSO_FLAGS   extra flags for okso all-in-one (e.g. --log-level warn)
+#   GOGC               given to okso all-in-one and the reference alike
+#                      (unset: Go's default for both); the mock fleet and
+#                      the load generator run at Go's default
+#   BENCH_KEEP         1: keep the work dir (logs, each run's JSON)
+# Prints a table of medians over the rounds: calls/s, p50, p99 of each and
+# okso/reference ratios, then okso's errors by code. Exit status 0 when
+# every run completed, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${BENCH_DURATION:-10s}
+WARMUP=${BENCH_WARMUP:-2s}
+ROUNDS=${BENCH_ROUNDS:-3}
+NODES=${BENCH_NODES:-1000}
+PROTOCOL=${BENCH_PROTOCOL-2025-11-25}
+read -r -a OKSO_FLAGS <<<"${BENCH_OKSO_FLAGS:-}"
+SERVER_GOGC=${GOGC:-}
+unset GOGC # only the two servers get it
+case $ROUNDS in '' | *[!0-9]*) echo "BENCH_ROUNDS=$ROUNDS: want a number" >&2; exit 2 ;; esac
+[ "$ROUNDS" -lt 3 ] && { echo "BENCH_ROUNDS=$ROUNDS: want at least 3" >&2; exit 2; }
+command -v jq >/dev/null || { echo "bench-compare needs jq" >&2; exit 2; }
+
+log() { printf '[bench-compare %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+work=$(mktemp -d /tmp/okso-bench.XXXXXX)
+pids=()
+status=0
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+	for _ in $(seq 100); do
+		local alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ $alive = 0 ] && break
+		sleep 0.1
+	done
+	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	if [ "$status" = 0 ] && [ "${BENCH_KEEP:-0}" != 1 ]; then
+		rm -rf "$work"
+	else
+		log "logs and results kept in $work"
+	fi
+}
+trap cleanup EXIT
+trap 'status=130; exit 130' INT TERM
+
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# wait_for FILE PID PATTERN SECONDS: prints the first line of FILE matching PATTERN.
+wait_for() {
+	local f=$1 pid=$2 pat=$3 secs=$4 i line
+	for ((i = 0; i < secs * 10; i++)); do
+		line=$(grep -m1 -e "$pat" "$f" 2>/dev/null)
+		[ -n "$line" ] && { echo "$line"; return 0; }
+		alive "$pid" || { log "process $pid exited; last lines of $f:"; tail -5 "$f" >&2; return 1; }
+		sleep 0.1
+	done
+	log "no line matching $pat in $f after ${secs}s"
+	return 1
+}
+
+# --- build ---------------------------------------------------------------------------
+log "building bin/okso and refserver"
+go build -o bin/okso . || exit 1
+go build -o "$work/refserver" ./scripts/refserver || exit 1
+OKSO=$PWD/bin/okso
+want=$((NODES + NODES / 4 + 4096))
+[ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
+
+server_env=()
+[ -n "$SERVER_GOGC" ] && server_env=("GOGC=$SERVER_GOGC")
+
+# --- okso: all-in-one, then the fleet ----------------------------------------------------
+env "${server_env[@]}" "$OKSO" all-in-one --mock 0 --local-agent=false --data-dir "$work/data" \
+	--mcp-addr 127.0.0.1:0 --device-addr 127.0.0.1:0 --conn-rate-per-ip -1 "${OKSO_FLAGS[@]}" \
+	>"$work/okso.out" 2>"$work/okso.log" &
+okso=$!
+pids+=("$okso")
+wait_for "$work/okso.out" "$okso" '^  agent token  : ' 30 >/dev/null || { status=1; exit 1; }
+field() { sed -n "s/^  $1 *: //p" "$work/okso.out" | head -1; }
+okso_url=$(field "MCP endpoint")
+tier_url=$(field "device tier")
+token=$(field "agent token")
+log "okso all-in-one pid $okso: $okso_url, devices $tier_url"
+
+"$OKSO" mock-fleet -n "$NODES" --connect "$tier_url" --data-dir "$work/data" \
+	>"$work/fleet.out" 2>"$work/fleet.log" &
+fleet=$!
+pids+=("$fleet")
+wait_for "$work/fleet.log" "$fleet" '"msg":"mock devices connected"' 300 >/dev/null || { status=1; exit 1; }
+log "mock-fleet pid $fleet: $NODES devices connected"
+
+# The gateway lists a node once the registry says so: wait for all of them.
+export OKSO_TOKEN=$token
+for ((i = 0; ; i++)); do
+	listed=$("$OKSO" bench --url "$okso_url" --mode list --tool 'sysecho.*' --concurrency 1 --sessions 1 \
+		--duration 1s --warmup 0 --json 2>/dev/null | jq -r '.tools // 0')
+	[ "${listed:-0}" -ge "$NODES" ] && break
+	[ "$i" -ge 60 ] && { log "the gateway lists ${listed:-0} echo tools, want $NODES"; status=1; exit 1; }
+	sleep 1
+done
+log "the gateway lists $listed echo tools"
+
+# --- the reference ----------------------------------------------------------------------
+env "${server_env[@]}" "$work/refserver" -addr 127.0.0.1:0 >"$work/ref.out" 2>"$work/ref.log" &
+ref=$!
+pids+=("$ref")
+ref_url=$(wait_for "$work/ref.out" "$ref" '^refserver listening ' 10 | sed 's/^refserver listening //') || { status=1; exit 1; }
+log "reference pid $ref: $ref_url"
+
+# --- the runs ---------------------------------------------------------------------------
+# run NAME SETTING ROUND ARGS...: one okso bench run, its JSON in $work.
+run() {
+	local name=$1 setting=$2 round=$3 out
+	shift 3
+	out=$work/$setting-$name-$round.json
+	log "round $round/$ROUNDS, $setting, $name"
+	if ! "$OKSO" bench --duration "$DURATION" --warmup "$WARMUP" --protocol "$PROTOCOL" --json "$@" >"$out" 2>"$work/$setting-$name-$round.progress"; then
+		log "run failed: $(tail -3 "$work/$setting-$name-$round.progress")"
+		status=1
+	fi
+	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors)"' "$out" >&2 2>/dev/null
+}
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((round = 1; round <= ROUNDS; round++)); do
+	for setting in c1 c64; do
+		case $setting in
+		c1) shape=(--concurrency 1 --sessions 1) ;;
+		c64) shape=(--concurrency 64 --sessions 8) ;;
+		esac
+		run okso "$setting" "$round" --url "$okso_url" --tool 'sysecho.*' "${shape[@]}"
+		OKSO_TOKEN= run reference "$setting" "$round" --url "$ref_url" --tool echo "${shape[@]}"
+	done
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+for pair in "okso all-in-one:$okso" "mock-fleet:$fleet" "reference:$ref"; do
+	alive "${pair##*:}" || { status=1; log "DIED during the runs: ${pair%%:*}"; }
+done
+
+# --- the table --------------------------------------------------------------------------
+# median SETTING NAME JQPATH: the median of JQPATH over the rounds.
+median() {
+	cat "$work/$1-$2-"*.json 2>/dev/null | jq -s "[.[] | $3 // empty] | sort |
+		if length == 0 then null elif length % 2 == 1 then .[length/2|floor]
+		else (.[length/2-1] + .[length/2]) / 2 end"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "null" || b == "null" || b == 0) print "-"; else printf "%.2f", a/b }'; }
+num() { awk -v v="$1" -v f="$2" 'BEGIN{ if (v == "null") print "-"; else printf f, v }'; }
+
+echo
+echo "== okso vs. a bare go-sdk echo server: medians over $ROUNDS rounds (${DURATION} each after ${WARMUP} warm-up)"
+printf '%-22s %12s %12s %8s   %9s %9s %6s   %9s %9s %6s\n' "" "okso calls/s" "ref calls/s" "ratio" \
+	"okso p50" "ref p50" "ratio" "okso p99" "ref p99" "ratio"
+for setting in c1 c64; do
+	case $setting in
+	c1) label="1 in flight, 1 sess" ;;
+	c64) label="64 in flight, 8 sess" ;;
+	esac
+	oc=$(median $setting okso .ok_per_s)
+	rc=$(median $setting reference .ok_per_s)
+	o50=$(median $setting okso .latency_ms.p50)
+	r50=$(median $setting reference .latency_ms.p50)
+	o99=$(median $setting okso .latency_ms.p99)
+	r99=$(median $setting reference .latency_ms.p99)
+	printf '%-22s %12s %12s %8s   %9s %9s %6s   %9s %9s %6s\n' "$label" \
+		"$(num "$oc" %.0f)" "$(num "$rc" %.0f)" "$(ratio "$oc" "$rc")" \
+		"$(num "$o50" %.3fms)" "$(num "$r50" %.3fms)" "$(ratio "$o50" "$r50")" \
+		"$(num "$o99" %.2fms)" "$(num "$r99" %.2fms)" "$(ratio "$o99" "$r99")"
+done
+echo "  ratio = okso / reference (calls/s: higher is better for okso; latency: lower is)"
+echo
+echo "== errors, summed over the rounds (code: count)"
+for name in okso reference; do
+	for setting in c1 c64; do
+		e=$(cat "$work/$setting-$name-"*.json 2>/dev/null | jq -rs '
+			(map(.ok) | add) as $ok |
+			(map(.errors // {} | to_entries[]) | group_by(.key) | map("\(.[0].key): \(map(.value) | add)") | join(", ")) as $e |
+			"\($ok) ok" + (if $e == "" then ", no errors" else ", " + $e end)')
+		printf '  %-10s %-4s %s\n' "$name" "$setting" "$e"
+	done
+done
+tools=$(cat "$work/c64-okso-"*.json 2>/dev/null | jq -rs 'map(.tools | tostring) | unique | join(",")')
+echo
+echo "  okso: all-in-one (gateway, tier, embedded NATS) pid $okso + mock-fleet of $NODES devices pid $fleet;"
+echo "        calls to 'sysecho.*' spread over $tools tools; protocol $(jq -r .protocol "$work/c1-okso-1.json" 2>/dev/null)"
+echo "  reference: scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk), stateful, SSE responses); protocol $(jq -r .protocol "$work/c1-reference-1.json" 2>/dev/null)"
+echo "  GOGC ${SERVER_GOGC:-unset (100)} for both servers; machine: $(nproc) cores, load avg $load_start before, $load_end after;"
+echo "  the load generator, both servers and the fleet share the machine; all on 127.0.0.1"
+exit "$status"
