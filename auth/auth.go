@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -224,7 +225,19 @@ type Verifier struct {
 	keys     map[string]ed25519.PublicKey // every accepted key, by kid
 	audience string
 	parser   *jwt.Parser
+
+	// A client sends the same token on every request: its verified claims
+	// are kept (until the token expires) so the signature is checked once.
+	mu    sync.Mutex
+	cache map[string]*Claims
 }
+
+// leeway is the clock skew tolerated on exp, nbf and iat.
+const leeway = 5 * time.Second
+
+// verifiedCacheSize bounds the cache of verified tokens; it is emptied
+// when full.
+const verifiedCacheSize = 4096
 
 // KeyID returns the key id okso gives an Ed25519 public key (the kid
 // header of the tokens it signs).
@@ -252,13 +265,14 @@ func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
 	return &Verifier{
 		key:      key,
 		keys:     map[string]ed25519.PublicKey{KeyID(key): key},
+		cache:    map[string]*Claims{},
 		audience: audience,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
 			jwt.WithAudience(audience),
 			jwt.WithExpirationRequired(),
 			jwt.WithIssuedAt(),
-			jwt.WithLeeway(5*time.Second),
+			jwt.WithLeeway(leeway),
 		),
 	}
 }
@@ -269,6 +283,34 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 	if len(token) > 8192 {
 		return nil, fmt.Errorf("%w: too long", ErrInvalid)
 	}
+	v.mu.Lock()
+	c, ok := v.cache[token]
+	v.mu.Unlock()
+	if ok {
+		if time.Now().Before(c.ExpiresAt.Time.Add(leeway)) {
+			cc := *c // callers get their own copy
+			return &cc, nil
+		}
+		v.mu.Lock()
+		delete(v.cache, token)
+		v.mu.Unlock()
+	}
+	c, err := v.verify(token)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	if len(v.cache) >= verifiedCacheSize {
+		clear(v.cache)
+	}
+	v.cache[token] = c
+	v.mu.Unlock()
+	cc := *c
+	return &cc, nil
+}
+
+// verify checks a token's signature and claims.
+func (v *Verifier) verify(token string) (*Claims, error) {
 	var c Claims
 	_, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)

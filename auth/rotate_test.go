@@ -3,6 +3,7 @@ package auth_test
 import (
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/okso-io/okso/auth"
@@ -50,4 +51,31 @@ func TestRotate(t *testing.T) {
 	if _, err := onlyNew.Verify(oldTok); !errors.Is(err, auth.ErrInvalid) {
 		t.Errorf("a verifier without the old key accepted its token: %v", err)
 	}
+}
+
+// TestVerifyCacheHonoursExpiry: a token verified once is served from the
+// cache, and still refused once it expires.
+func TestVerifyCacheHonoursExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := auth.LoadOrCreateSigner(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := s.Mint(auth.MintOptions{Subject: "a", Tenant: "t", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := auth.NewVerifier(s.Public(), auth.AudienceGateway)
+		for range 2 {
+			c, err := v.Verify(tok)
+			if err != nil || c.Subject != "a" {
+				t.Fatalf("fresh token: %+v %v", c, err)
+			}
+			c.Subject = "mutated" // a caller's copy must not change the cache
+		}
+		<-time.After(2 * time.Minute)
+		if _, err := v.Verify(tok); !errors.Is(err, auth.ErrInvalid) {
+			t.Fatalf("expired cached token: %v, want ErrInvalid", err)
+		}
+	})
 }
