@@ -126,6 +126,11 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopDebug, err := logs.serveDebug(log)
+			if err != nil {
+				return err
+			}
+			defer stopDebug()
 			ctx := contextOf(cmd)
 			a, err := NewAllInOne(ctx, log, cfg)
 			if err != nil {

@@ -61,6 +61,11 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopDebug, err := logs.serveDebug(log)
+			if err != nil {
+				return err
+			}
+			defer stopDebug()
 			ctx := contextOf(cmd)
 			c, err := loadVerifier(log, dataDir)
 			if err != nil {
@@ -108,6 +113,11 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopDebug, err := logs.serveDebug(log)
+			if err != nil {
+				return err
+			}
+			defer stopDebug()
 			ctx := contextOf(cmd)
 			load := loadVerifier
 			if mock > 0 {
@@ -168,6 +178,11 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopDebug, err := logs.serveDebug(log)
+			if err != nil {
+				return err
+			}
+			defer stopDebug()
 			if len(urls) == 0 {
 				return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
 			}
@@ -223,6 +238,11 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopDebug, err := logs.serveDebug(log)
+			if err != nil {
+				return err
+			}
+			defer stopDebug()
 			if len(urls) == 0 {
 				return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
 			}
