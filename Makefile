@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/okso-io/okso/roles.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-short lint fmt run fuzz fuzz-ci clean docker
+.PHONY: all build test test-short lint fmt run fuzz fuzz-ci clean docker bench
 
 all: build
 
@@ -35,6 +35,10 @@ fmt:
 ## run: all-in-one with 3 mock devices
 run: build
 	$(BIN) all-in-one
+
+## bench: the Go micro-benchmarks of the hot path (envelope, name, schemas, NATS hop)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./bus ./device ./schemas
 
 ## fuzz: every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
 fuzz:
