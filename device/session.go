@@ -248,7 +248,7 @@ func (s *session) run(ctx context.Context) {
 		return // the deadline fired while we verified
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
-	lease := s.announce(ctx)
+	lease := s.announce(ctx, deadline)
 	if lease == nil {
 		return
 	}
@@ -321,10 +321,16 @@ func (s *session) authenticate(ctx context.Context) bool {
 // announce reads and checks the manifest, takes the node's subject and
 // registry record, and confirms to the device. It returns the record's
 // lease, or nil when the session must end.
-func (s *session) announce(ctx context.Context) *bus.Lease {
+func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease {
 	e, err := s.expect(ctx, TypeAnnounce)
 	if err != nil {
 		return nil
+	}
+	// The device was on time: what follows (subscribing, and the registry
+	// claim, retried through a JetStream election) is the tier's time, not
+	// the device's, and must not end in a 4401.
+	if !deadline.Stop() {
+		return nil // the deadline fired as the announce came in
 	}
 	// A cheap count first: the schema allows 64 capabilities, and a huge
 	// manifest (under a raised frame limit) should not cost a full check.

@@ -198,6 +198,9 @@ func TestClusterFailures(t *testing.T) {
 		for !recovered() {
 			if time.Now().After(deadline) {
 				counts, _, _ := load.reset()
+				for _, p := range append(append([]*proc{fleet}, tiers...), gws...) {
+					t.Logf("%s log (no audit):\n%s", p.name, tailLog(p.log(), 40))
+				}
 				t.Fatalf("%s: not recovered after 90s; last check %v; load calls %v", name, lastCheck, counts)
 			}
 			<-tick.C
@@ -267,4 +270,15 @@ func listedNodes(t *testing.T, s *sdk.ClientSession, n int) []string {
 		}
 		<-time.After(100 * time.Millisecond)
 	}
+}
+
+// tailLog returns the last n log lines that are not audit events.
+func tailLog(log string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		if l != "" && !strings.Contains(l, `"msg":"audit"`) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep[max(0, len(keep)-n):], "\n")
 }
