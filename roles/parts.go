@@ -96,25 +96,33 @@ func (p *natsPart) close() {
 	}
 }
 
-// openRegistry opens the registry, retrying while a NATS cluster is still
-// forming (JetStream has no leader yet) for up to 30 s.
+// openRegistry opens the registry.
 func openRegistry(ctx context.Context, log *slog.Logger, nc *nats.Conn, o bus.RegistryOptions) (*bus.Registry, error) {
 	if o.TTL != 0 && o.TTL < time.Second {
 		return nil, fmt.Errorf("--lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", o.TTL)
 	}
+	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Registry, error) {
+		return bus.OpenRegistry(ctx, nc, o)
+	})
+}
+
+// whileJetStreamForms runs open until it succeeds, for up to 30 s: while a
+// NATS cluster is still forming, JetStream has no leader and okso's
+// buckets cannot be opened yet.
+func whileJetStreamForms[T any](ctx context.Context, log *slog.Logger, open func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		reg, err := bus.OpenRegistry(octx, nc, o)
+		v, err := open(octx)
 		ocancel()
 		if err == nil {
-			return reg, nil
+			return v, nil
 		}
 		log.Info("waiting for JetStream", "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return v, err
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -221,25 +229,11 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 	return &common{log: log, schemas: set, public: pub, extra: extra}, nil
 }
 
-// openRevocations opens the shared revocation set, retrying while a
-// cluster's JetStream is still forming.
+// openRevocations opens the shared revocation set.
 func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		r, err := bus.OpenRevocations(octx, nc, replicas)
-		ocancel()
-		if err == nil {
-			return r, nil
-		}
-		log.Info("waiting for JetStream", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Revocations, error) {
+		return bus.OpenRevocations(ctx, nc, replicas)
+	})
 }
 
 // gatewayPart is the agents' door.
