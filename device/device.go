@@ -393,7 +393,12 @@ func (c *conn) stream(ctx context.Context, cmdID string, cmd Cmd, h StreamHandle
 		if err != nil {
 			return err
 		}
-		return c.send(ctx, TypeStream, cmdID, StreamFrame{Event: "metric", Data: data})
+		if err := ctx.Err(); err != nil {
+			return err // cancelled: send nothing more
+		}
+		// Not ctx itself: a write whose context ends makes the WebSocket
+		// library drop the whole connection, and a cancel may land mid-write.
+		return c.send(context.WithoutCancel(ctx), TypeStream, cmdID, StreamFrame{Event: "metric", Data: data})
 	}
 	err := h(ctx, cmd.Arguments, emit)
 	switch {
