@@ -153,7 +153,23 @@ func (f *fixture) client(token, version string) *sdk.ClientSession {
 // waits until the gateway lists it.
 func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]device.Handler) string {
 	f.t.Helper()
-	id := device.NewNodeID()
+	id, _ := f.connectDevice(tenant, func(_ string, o *device.Options) {
+		if caps != nil {
+			o.Capabilities = caps
+		}
+		if handlers != nil {
+			o.Handlers = handlers
+		}
+	})
+	return id
+}
+
+// connectDevice runs a mock device of tenant (echo, metrics, GPIO pin),
+// after edit (given the node id first) changed its options, until the test
+// ends or stop is called; it returns once the gateway lists the node.
+func (f *fixture) connectDevice(tenant string, edit func(id string, o *device.Options)) (id string, stop func()) {
+	f.t.Helper()
+	id = device.NewNodeID()
 	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: tenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	if err != nil {
@@ -161,11 +177,8 @@ func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[stri
 	}
 	o := device.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	if caps != nil {
-		o.Capabilities = caps
-	}
-	if handlers != nil {
-		o.Handlers = handlers
+	if edit != nil {
+		edit(id, &o)
 	}
 	d, err := device.NewDevice(o)
 	if err != nil {
@@ -174,16 +187,14 @@ func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[stri
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
-	f.t.Cleanup(func() { cancel(); <-done })
-	ctx2, cancel2 := context.WithTimeout(f.t.Context(), 10*time.Second)
-	defer cancel2()
-	err = f.a.gw.gw.Wait(ctx2, func(map[string]int) bool {
-		return f.a.gw.gw.HasNode(id)
-	})
-	if err != nil {
+	stop = func() { cancel(); <-done }
+	f.t.Cleanup(stop)
+	wctx, wcancel := context.WithTimeout(f.t.Context(), 10*time.Second)
+	defer wcancel()
+	if err := f.a.gw.gw.Wait(wctx, func(map[string]int) bool { return f.a.gw.gw.HasNode(id) }); err != nil {
 		f.t.Fatalf("gateway never listed node %s", id)
 	}
-	return id
+	return id, stop
 }
 
 func echoName(node string) string { return "sysecho." + node + ".echo.invoke" }

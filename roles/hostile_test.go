@@ -52,30 +52,7 @@ func hostile(t *testing.T, input, format string, args ...any) {
 // edit gets the node id first, so handlers can answer for it.
 func (f *fixture) hostileDevice(tenant string, edit func(id string, o *device.Options)) string {
 	f.t.Helper()
-	id := device.NewNodeID()
-	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: tenant,
-		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	o := device.MockOptions(id, f.a.c.schemas, 1)
-	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	if edit != nil {
-		edit(id, &o)
-	}
-	d, err := device.NewDevice(o)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(ctx) }()
-	f.t.Cleanup(func() { cancel(); <-done })
-	wctx, wcancel := context.WithTimeout(f.t.Context(), 10*time.Second)
-	defer wcancel()
-	if err := f.a.gw.gw.Wait(wctx, func(map[string]int) bool { return f.a.gw.gw.HasNode(id) }); err != nil {
-		f.t.Fatalf("gateway never listed node %s", id)
-	}
+	id, _ := f.connectDevice(tenant, edit)
 	return id
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -86,30 +87,9 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 // returns its node id and a function that disconnects it.
 func (f *fixture) streamDevice(probe *streamProbe) (string, func()) {
 	f.t.Helper()
-	id := device.NewNodeID()
-	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
-		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	o := device.MockOptions(id, f.a.c.schemas, 7)
-	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	o.Streams = map[string]device.StreamHandler{"metrics.subscribe": probe.handler(id)}
-	d, err := device.NewDevice(o)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(ctx) }()
-	stop := func() { cancel(); <-done }
-	f.t.Cleanup(stop)
-	wctx, wcancel := context.WithTimeout(f.t.Context(), 10*time.Second)
-	defer wcancel()
-	if err := f.a.gw.gw.Wait(wctx, func(map[string]int) bool { return f.a.gw.gw.HasNode(id) }); err != nil {
-		f.t.Fatalf("gateway never listed node %s", id)
-	}
-	return id, stop
+	return f.connectDevice(DefaultTenant, func(id string, o *device.Options) {
+		o.Streams = map[string]device.StreamHandler{"metrics.subscribe": probe.handler(id)}
+	})
 }
 
 type event struct{ name, data string }
@@ -356,7 +336,12 @@ func TestSSEQuota(t *testing.T) {
 	}
 	cancel()
 	eventually(t, "first stream closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
-	third := events(f.post(t.Context(), tok, "text/event-stream", subscribeBody(node, `{}`)))
+	resp := f.post(t.Context(), tok, "text/event-stream", subscribeBody(node, `{}`))
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("third stream: status %d %s", resp.StatusCode, b)
+	}
+	third := events(resp)
 	if e := next(t, third); e.name != "metric" {
 		t.Fatalf("third stream: %+v, want a metric", e)
 	}
