@@ -183,13 +183,8 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer stopDebug()
-			if len(urls) == 0 {
-				return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
-			}
-			for _, u := range urls {
-				if !strings.HasPrefix(u, "ws://") && !strings.HasPrefix(u, "wss://") {
-					return fmt.Errorf("--connect %q: want a ws:// or wss:// URL", u)
-				}
+			if err := checkConnect(urls); err != nil {
+				return err
 			}
 			if n < 1 {
 				return errors.New("-n must be at least 1")
@@ -215,6 +210,19 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.IntVar(&rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
 	logs.add(fs)
 	return cmd
+}
+
+// checkConnect checks the --connect URLs of a device role.
+func checkConnect(urls []string) error {
+	if len(urls) == 0 {
+		return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
+	}
+	for _, u := range urls {
+		if !strings.HasPrefix(u, "ws://") && !strings.HasPrefix(u, "wss://") {
+			return fmt.Errorf("--connect %q: want a ws:// or wss:// URL", u)
+		}
+	}
+	return nil
 }
 
 func agentCmd(stderr io.Writer) *cobra.Command {
@@ -243,8 +251,8 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer stopDebug()
-			if len(urls) == 0 {
-				return errors.New("--connect is required (ws://HOST:PORT/v1/device/ws)")
+			if err := checkConnect(urls); err != nil {
+				return err
 			}
 			c := &common{log: log}
 			if c.schemas, err = schemas.Load(); err != nil {
