@@ -47,6 +47,10 @@ type Options struct {
 	// Stateful serves MCP sessions (Mcp-Session-Id) for single-replica use;
 	// the default is stateless, so any replica answers any request.
 	Stateful bool
+	// NoFastPath sends every stateless tools/call through the SDK's
+	// per-request session (SSE responses) instead of the gateway's fast
+	// path (application/json); the checks are the same either way.
+	NoFastPath bool
 	// AllowedOrigins are extra browser origins trusted to call /mcp.
 	AllowedOrigins []string
 	// Version is reported to MCP clients.
@@ -213,13 +217,17 @@ func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]i
 	}
 }
 
+// maxMCPBody bounds the body of one MCP request: a tools/call is small;
+// 413 beyond.
+const maxMCPBody = 1 << 20
+
 func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
 	mcpHandler := sdk.NewStreamableHTTPHandler(g.server, &sdk.StreamableHTTPOptions{
 		Stateless:                    !g.o.Stateful,
 		PropagateRequestCancellation: true,
 		Logger:                       g.sdkLog(),
-		MaxRequestBodyBytes:          1 << 20, // a tools/call is small; 413 beyond
+		MaxRequestBodyBytes:          maxMCPBody,
 	})
 	cop := http.NewCrossOriginProtection()
 	for _, o := range g.o.AllowedOrigins {
@@ -227,7 +235,7 @@ func (g *Gateway) routes() http.Handler {
 			g.log.Warn("ignoring allowed origin", "origin", o, "err", err)
 		}
 	}
-	mux.Handle("/mcp", cop.Handler(g.authenticate(withResponseController(mcpHandler))))
+	mux.Handle("/mcp", cop.Handler(g.authenticate(g.fastCall(withResponseController(mcpHandler)))))
 	mux.Handle("POST /mcp/tools/call", cop.Handler(g.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
 	meta := http.HandlerFunc(g.serveResourceMetadata)

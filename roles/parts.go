@@ -249,6 +249,7 @@ type gatewayConfig struct {
 	Addr                string
 	Budget              time.Duration
 	Stateful            bool
+	NoFastPath          bool
 	AllowedOrigins      []string
 	Audience            string
 	Version             string
@@ -292,6 +293,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Logger:         c.log.With("role", "gateway"),
 		Budget:         cfg.Budget,
 		Stateful:       cfg.Stateful,
+		NoFastPath:     cfg.NoFastPath,
 		AllowedOrigins: cfg.AllowedOrigins,
 		Version:        cfg.Version,
 		PublicURL:      cfg.PublicURL,

@@ -170,6 +170,7 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.StringVar(&c.Addr, "mcp-addr", DefaultMCPAddr, "gateway HTTP listen address (MCP at /mcp)")
 	fs.DurationVar(&c.Budget, "budget", 5*time.Second, "end-to-end deadline of one tool call")
 	fs.BoolVar(&c.Stateful, "stateful", false, "serve MCP sessions (single replica only); default stateless")
+	fs.BoolVar(&c.NoFastPath, "no-fast-path", false, "answer every tools/call through the MCP SDK's per-request session (SSE) instead of okso's JSON fast path")
 	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
 	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
 	fs.DurationVar(&c.AuditRetention, "audit-retention", 0, "keep audit events (okso.v1.audit.>) in the JetStream stream okso_audit this long (0: publish only)")

@@ -135,16 +135,31 @@ log "reference pid $ref: $ref_url"
 
 # --- the runs ---------------------------------------------------------------------------
 # run NAME SETTING ROUND ARGS...: one okso bench run, its JSON in $work.
+# cpu PID: the CPU time (user + system, clock ticks) the process has used.
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 run() {
-	local name=$1 setting=$2 round=$3 out
+	local name=$1 setting=$2 round=$3 out b pids_cpu p before=() i
 	shift 3
 	out=$work/$setting-$name-$round.json
 	log "round $round/$ROUNDS, $setting, $name"
-	if ! "$OKSO" bench --duration "$DURATION" --warmup "$WARMUP" --protocol "$PROTOCOL" --json "$@" >"$out" 2>"$work/$setting-$name-$round.progress"; then
+	case $name in okso) pids_cpu=("$okso" "$fleet") ;; *) pids_cpu=("$ref") ;; esac
+	for p in "${pids_cpu[@]}"; do before+=("$(cpu "$p")"); done
+	"$OKSO" bench --duration "$DURATION" --warmup "$WARMUP" --protocol "$PROTOCOL" --json "$@" >"$out" 2>"$work/$setting-$name-$round.progress" &
+	b=$!
+	if ! wait "$b"; then
 		log "run failed: $(tail -3 "$work/$setting-$name-$round.progress")"
 		status=1
 	fi
-	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors)"' "$out" >&2 2>/dev/null
+	# CPU per call of each server process, over warm-up and run alike
+	# (calls counted: the measured ones scaled by (warm-up + run) / run).
+	local spent=()
+	for i in "${!pids_cpu[@]}"; do spent+=($(($(cpu "${pids_cpu[$i]}") - before[i]))); done
+	jq --arg spent "${spent[*]}" --arg hz "$(getconf CLK_TCK)" --arg warm "$WARMUP" --arg dur "$DURATION" '
+		def secs: if test("ms$") then (.[:-2] | tonumber) / 1000 elif test("s$") then .[:-1] | tonumber else 0 end;
+		(.ok * (($warm | secs) + ($dur | secs)) / ($dur | secs)) as $calls |
+		. + {server_cpu_us_per_call: ($spent | split(" ") | map(tonumber * 1e6 / ($hz | tonumber) / ($calls + 1e-9) | floor))}' \
+		"$out" >"$out.tmp" && mv "$out.tmp" "$out"
+	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors), server CPU µs/call \(.server_cpu_us_per_call)"' "$out" >&2 2>/dev/null
 }
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((round = 1; round <= ROUNDS; round++)); do

@@ -1,0 +1,275 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// The fast path answers the hot request of a stateless gateway, a unary
+// tools/call, without the SDK's per-request session: the SDK builds a
+// whole server session for each stateless POST and decodes the body twice
+// with a fresh 32 KiB buffer each time, which costs more than the device
+// hop itself. The fast path runs exactly the same checks ([callCtx.check],
+// [callCtx.unary]) and answers with the same JSON-RPC response as the SDK
+// would, as application/json (which every Streamable HTTP client must
+// accept). Anything it does not recognise as that canonical request,
+// streaming tools included, goes to the SDK unchanged.
+
+// fastVersions are the protocol versions the fast path serves: the SDK's,
+// before 2026-07-28, whose requests carry per-request metadata and
+// headers that the SDK checks itself.
+var fastVersions = func() map[string]bool {
+	m := map[string]bool{}
+	for _, v := range sdk.SupportedProtocolVersions() {
+		if v < "2026-07-28" {
+			m[v] = true
+		}
+	}
+	return m
+}()
+
+// fastRequest is a tools/call JSON-RPC request in its canonical form.
+type fastRequest struct {
+	ID     json.RawMessage `json:"id"`
+	Params struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"params"`
+}
+
+var fastBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// fastCall serves the requests the fast path recognises and hands every
+// other to next (the SDK), with its body intact.
+func (g *Gateway) fastCall(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !g.fastEligible(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMCPBody))
+		if err != nil {
+			// The SDK's answers for a body it cannot read.
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "failed to read body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		req, ok := parseFastRequest(body)
+		if ok {
+			ok = g.serveFast(w, r, req)
+		}
+		if !ok {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// fastEligible checks what the SDK checks before it reads a stateless
+// POST; a request failing any check goes to the SDK for its exact answer.
+func (g *Gateway) fastEligible(r *http.Request) bool {
+	if g.o.Stateful || g.o.NoFastPath || r.Method != http.MethodPost {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !fastVersions[v] {
+		return false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return false
+	}
+	jsonOK, streamOK := streamableAccepts(r.Header.Values("Accept"))
+	if !jsonOK || !streamOK {
+		return false
+	}
+	// The SDK's DNS-rebinding guard: a loopback listener answers only
+	// loopback host names.
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
+		if isLoopback(la.String()) && !isLoopback(r.Host) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseFastRequest accepts exactly {"jsonrpc":"2.0","id":ID,"method":
+// "tools/call","params":{"name":NAME,"arguments":{...},"_meta":{...}}}
+// with a string or integer id, no duplicate or unknown keys at either
+// level, and nothing after it.
+func parseFastRequest(body []byte) (*fastRequest, bool) {
+	doc, err := schemas.Decode(body) // refuses duplicate keys and trailing data
+	top, ok := doc.(map[string]any)
+	if err != nil || !ok || len(top) != 4 || top["jsonrpc"] != "2.0" || top["method"] != "tools/call" {
+		return nil, false
+	}
+	switch id := top["id"].(type) {
+	case string:
+	case json.Number:
+		if _, err := id.Int64(); err != nil {
+			return nil, false
+		}
+	default:
+		return nil, false
+	}
+	params, ok := top["params"].(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	for k, v := range params {
+		switch k {
+		case "name":
+			if _, ok := v.(string); !ok {
+				return nil, false
+			}
+		case "arguments":
+			if _, ok := v.(map[string]any); !ok && v != nil {
+				return nil, false
+			}
+		case "_meta":
+			if _, ok := v.(map[string]any); !ok {
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	if _, ok := params["name"]; !ok {
+		return nil, false
+	}
+	req := new(fastRequest)
+	// Every key is known and exact, so the case-insensitive struct
+	// decoder cannot pick a different member.
+	if json.Unmarshal(body, req) != nil {
+		return nil, false
+	}
+	return req, true
+}
+
+// serveFast runs one unary call; it reports false, having written
+// nothing, when the tool streams (the SDK serves those).
+func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastRequest) bool {
+	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
+	if n, t := g.lookupName(req.Params.Name); n != nil && t != nil && t.verb.Stream {
+		return false
+	}
+	c := g.newCall(claims, req.Params.Name, r.Header)
+	buf := fastBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 64<<10 {
+			buf.Reset()
+			fastBufs.Put(buf)
+		}
+	}()
+	buf.Reset()
+	buf.WriteString(`{"jsonrpc":"2.0","id":`)
+	buf.Write(req.ID)
+	_, t, args, e := c.check(req.Params.Arguments)
+	switch {
+	case e != nil && e.Code == bus.CodeToolNotFound:
+		buf.WriteString(`,"error":{"code":`)
+		fmt.Fprint(buf, jsonrpc.CodeInvalidParams)
+		buf.WriteString(`,"message":"unknown tool","data":`)
+		buf.Write(e.JSON())
+		buf.WriteString("}}")
+	case e != nil:
+		writeToolResult(buf, c.requestID, e.JSON(), true)
+	default:
+		result, e := c.unary(r.Context(), t, args)
+		if e != nil {
+			writeToolResult(buf, c.requestID, e.JSON(), true)
+		} else {
+			writeToolResult(buf, c.requestID, result, false)
+		}
+	}
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache, no-transform")
+	h.Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+	return true
+}
+
+// writeToolResult appends `,"result":{...}}`: a CallToolResult whose text
+// content and structured content are both the JSON document doc, as the
+// SDK encodes it.
+func writeToolResult(buf *bytes.Buffer, requestID string, doc []byte, isError bool) {
+	buf.WriteString(`,"result":{"_meta":{"` + MetaRequestID + `":`)
+	writeJSONString(buf, requestID)
+	buf.WriteString(`},"content":[{"type":"text","text":`)
+	writeJSONString(buf, string(doc))
+	buf.WriteString(`}],"structuredContent":`)
+	if json.Compact(buf, doc) != nil {
+		buf.WriteString("null")
+	}
+	if isError {
+		buf.WriteString(`,"isError":true`)
+	}
+	buf.WriteString("}}")
+}
+
+// writeJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it.
+func writeJSONString(buf *bytes.Buffer, s string) {
+	enc := json.NewEncoder(buf)
+	_ = enc.Encode(s)
+	buf.Truncate(buf.Len() - 1) // the encoder's newline
+}
+
+// lookupName returns the node and tool a projected name addresses, if any.
+func (g *Gateway) lookupName(name string) (*node, *tool) {
+	tn, ok := bus.ParseToolName(name)
+	if !ok {
+		return nil, nil
+	}
+	return g.lookup(tn.NodeID, name)
+}
+
+// streamableAccepts reports whether the Accept values admit JSON and an
+// event stream, as the SDK reads them.
+func streamableAccepts(values []string) (jsonOK, streamOK bool) {
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			base, _, _ := strings.Cut(part, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				streamOK = true
+			case "*/*":
+				jsonOK, streamOK = true, true
+			}
+		}
+	}
+	return jsonOK, streamOK
+}
+
+// isLoopback reports whether addr (host or host:port) names the loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}

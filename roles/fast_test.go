@@ -1,0 +1,289 @@
+package roles
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+)
+
+// sdkGateway starts a second gateway on the fixture's NATS with the fast
+// path off, so that every request takes the SDK's path; it returns its
+// MCP URL.
+func (f *fixture) sdkGateway() string {
+	f.t.Helper()
+	p, err := newGatewayPart(f.t.Context(), f.a.c, f.a.nats, gatewayConfig{
+		Addr: "127.0.0.1:0", Budget: 5 * time.Second, NoFastPath: true,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = p.gw.Run(ctx); done <- struct{}{} }()
+	go func() { _ = p.http.srv.Serve(p.http.ln); done <- struct{}{} }()
+	f.t.Cleanup(func() {
+		cancel()
+		_ = p.http.srv.Close()
+		<-done
+		<-done
+		p.close()
+	})
+	wctx, wcancel := context.WithTimeout(f.t.Context(), 10*time.Second)
+	defer wcancel()
+	select {
+	case <-p.gw.Ready():
+	case <-wctx.Done():
+		f.t.Fatal("second gateway never loaded the registry")
+	}
+	for id := range f.a.gw.gw.NodeIDs() {
+		if err := p.gw.Wait(wctx, func(map[string]int) bool { return p.gw.HasNode(id) }); err != nil {
+			f.t.Fatalf("second gateway never listed node %s", id)
+		}
+	}
+	return p.url()
+}
+
+// mcpAnswer is one HTTP answer to a POST /mcp, with the JSON-RPC message
+// taken out of its SSE event when the answer is a stream.
+type mcpAnswer struct {
+	status  int
+	ctype   string // media type only
+	message any    // the decoded JSON-RPC message, or nil
+	text    string // the body, when it is no JSON-RPC message
+}
+
+func postMCP(t *testing.T, url, token string, hdr map[string]string, body string) mcpAnswer {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	req.Header.Set("X-Request-Id", "fast-path-test")
+	req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	a := mcpAnswer{status: resp.StatusCode, ctype: strings.TrimSpace(strings.Split(resp.Header.Get("Content-Type"), ";")[0])}
+	data := raw
+	if a.ctype == "text/event-stream" {
+		data = nil
+		sc := bufio.NewScanner(bytes.NewReader(raw))
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				data = []byte(d)
+				break
+			}
+		}
+	}
+	if json.Unmarshal(data, &a.message) != nil {
+		a.message, a.text = nil, string(raw)
+	}
+	return a
+}
+
+// TestFastPathMatchesSDK sends the same requests to a gateway with the fast
+// path and to one without it: every answer must carry the same status and
+// the same JSON-RPC message, and the canonical unary calls must take the
+// fast path (application/json) while everything else is the SDK's.
+func TestFastPathMatchesSDK(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	id := f.device(DefaultTenant, nil, nil)
+	other := f.device("tenant-b", nil, nil)
+	sdkURL := f.sdkGateway()
+	ro := f.token(auth.MintOptions{})
+	rw := f.token(auth.MintOptions{Scopes: []string{auth.ScopeReadOnly, auth.ScopeMutating}})
+
+	call := func(id, name, args string) string {
+		a := ""
+		if args != "" {
+			a = `,"arguments":` + args
+		}
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + name + `"` + a + `}}`
+	}
+	echo := echoName(id)
+	for _, tc := range []struct {
+		name  string
+		token string
+		hdr   map[string]string
+		body  string
+		fast  bool // the fast gateway answers with application/json
+		check func(t *testing.T, a mcpAnswer)
+	}{
+		{name: "echo", body: call("1", echo, `{"message":"hello <&> \"q\""}`), fast: true, check: wantResult(id, false)},
+		{name: "string id", body: call(`"abc"`, echo, `{"message":"x"}`), fast: true, check: wantResult(id, false)},
+		{name: "negative id", body: call("-7", echo, `{"message":"x"}`), fast: true, check: wantResult(id, false)},
+		{name: "metrics snapshot", body: call("2", "sys."+id+".metrics.snapshot", `{}`), fast: true, check: wantResult(id, false)},
+		{name: "no arguments", body: call("3", "sys."+id+".metrics.snapshot", ""), fast: true, check: wantResult(id, false)},
+		{name: "null arguments", body: call("3", "sys."+id+".metrics.snapshot", "null"), fast: true, check: wantResult(id, false)},
+		{name: "progress token ignored", body: `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"` + echo +
+			`","arguments":{"message":"x"},"_meta":{"progressToken":"p"}}}`, fast: true, check: wantResult(id, false)},
+		{name: "no header version", hdr: map[string]string{"Mcp-Protocol-Version": ""}, body: call("5", echo, `{"message":"x"}`),
+			fast: true, check: wantResult(id, false)},
+		{name: "gpio write allowed", token: rw, body: call("6", "gpio."+id+".pin.write", `{"level":1}`), fast: true, check: wantResult(id, false)},
+		{name: "extra argument", body: call("7", echo, `{"message":"x","extra":1}`), fast: true, check: wantCode(bus.CodeManifestInvalid)},
+		{name: "duplicate argument", body: call("7", echo, `{"message":"x","message":"y"}`), check: wantHTTP(http.StatusOK)},
+		{name: "missing scope", body: call("8", "gpio."+id+".pin.write", `{"level":1}`), fast: true, check: wantCode(bus.CodeSafetyDenied)},
+		{name: "other tenant", body: call("9", echoName(other), `{"message":"x"}`), fast: true, check: wantCode(bus.CodeSafetyDenied)},
+		{name: "unknown tool", body: call("10", "sysecho.nope-node.echo.invoke", `{}`), fast: true, check: wantRPCError(-32602)},
+		{name: "malformed name", body: call("11", "not a tool", `{}`), fast: true, check: wantRPCError(-32602)},
+		// Not canonical: the SDK answers, through either gateway.
+		{name: "subscribe streams", body: call("12", "sys."+id+".metrics.subscribe", `{"interval_ms":1000}`),
+			check: wantCode(bus.CodeBadRequest)},
+		{name: "duplicate top-level key", body: `{"jsonrpc":"2.0","id":13,"id":14,"method":"tools/call","params":{"name":"` + echo + `","arguments":{"message":"x"}}}`},
+		{name: "unknown params key", body: `{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"` + echo + `","arguments":{"message":"x"},"task":{}}}`},
+		{name: "fractional id", body: call("1.5", echo, `{"message":"x"}`)},
+		{name: "null id", body: call("null", echo, `{"message":"x"}`)},
+		{name: "notification", body: `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"` + echo + `"}}`},
+		{name: "batch", body: "[" + call("16", echo, `{"message":"x"}`) + "]", check: wantHTTP(http.StatusBadRequest)},
+		{name: "tools/list", body: `{"jsonrpc":"2.0","id":17,"method":"tools/list"}`, check: wantHTTP(http.StatusOK)},
+		{name: "trailing data", body: call("18", echo, `{"message":"x"}`) + "{}"},
+		{name: "not json", body: `{"jsonrpc":`, check: wantHTTP(http.StatusBadRequest)},
+		{name: "arguments not an object", body: call("19", echo, `[1]`)},
+		{name: "2026-07-28 is the SDK's", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28"},
+			body: call("25", echo, `{"message":"x"}`)},
+		{name: "unsupported version", hdr: map[string]string{"Mcp-Protocol-Version": "1999-01-01"},
+			body: call("20", echo, `{"message":"x"}`), check: wantHTTP(http.StatusBadRequest)},
+		{name: "wrong accept", hdr: map[string]string{"Accept": "application/json"},
+			body: call("21", echo, `{"message":"x"}`), check: wantHTTP(http.StatusBadRequest)},
+		{name: "wrong content type", hdr: map[string]string{"Content-Type": "text/plain"},
+			body: call("22", echo, `{"message":"x"}`), check: wantHTTP(http.StatusUnsupportedMediaType)},
+		{name: "foreign host", hdr: map[string]string{"Host": "evil.example"},
+			body: call("23", echo, `{"message":"x"}`), check: wantHTTP(http.StatusForbidden)},
+		{name: "body too large", body: call("24", echo, `{"message":"`+strings.Repeat("x", 1<<20)+`"}`),
+			check: wantHTTP(http.StatusRequestEntityTooLarge)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := tc.token
+			if tok == "" {
+				tok = ro
+			}
+			fast := postMCP(t, f.a.MCPURL(), tok, tc.hdr, tc.body)
+			slow := postMCP(t, sdkURL, tok, tc.hdr, tc.body)
+			// The SDK answers a call with an event stream (JSON only for
+			// some 400s); the fast path with application/json and 200.
+			if took := fast.status == http.StatusOK && fast.ctype == "application/json"; took != tc.fast {
+				t.Errorf("fast path taken: %v, want %v (answer %d %s %v)", took, tc.fast, fast.status, fast.ctype, fast.message)
+			}
+			if slow.status == http.StatusOK && slow.ctype == "application/json" {
+				t.Errorf("the SDK gateway answered with JSON: %v", slow.message)
+			}
+			if fast.status != slow.status {
+				t.Errorf("status: fast %d, SDK %d", fast.status, slow.status)
+			}
+			if !reflect.DeepEqual(normalise(fast.message), normalise(slow.message)) {
+				t.Errorf("message differs:\n fast %v\n SDK  %v", fast.message, slow.message)
+			}
+			if fast.message == nil && fast.text != slow.text {
+				t.Errorf("body differs:\n fast %q\n SDK  %q", fast.text, slow.text)
+			}
+			if tc.check != nil {
+				tc.check(t, fast)
+			}
+		})
+	}
+}
+
+// normalise drops what legitimately differs between two answers to the
+// same call: the time a device received it and the metric values.
+func normalise(m any) any {
+	b, _ := json.Marshal(m)
+	var v map[string]any
+	if json.Unmarshal(b, &v) != nil {
+		return m
+	}
+	res, _ := v["result"].(map[string]any)
+	if sc, ok := res["structuredContent"].(map[string]any); ok && res["isError"] == nil {
+		for k := range sc {
+			if k != "node_id" && k != "message" {
+				sc[k] = "*"
+			}
+		}
+		res["content"] = "*"
+	}
+	return v
+}
+
+func wantResult(nodeID string, isError bool) func(*testing.T, mcpAnswer) {
+	return func(t *testing.T, a mcpAnswer) {
+		t.Helper()
+		m, _ := a.message.(map[string]any)
+		res, _ := m["result"].(map[string]any)
+		sc, _ := res["structuredContent"].(map[string]any)
+		if res == nil || (res["isError"] == true) != isError || sc["node_id"] != nodeID {
+			t.Fatalf("want a result of node %s (isError %v), got %v", nodeID, isError, a.message)
+		}
+		meta, _ := res["_meta"].(map[string]any)
+		if meta["io.okso/request_id"] != "fast-path-test" {
+			t.Errorf("result _meta %v lacks the request id", meta)
+		}
+		content, _ := res["content"].([]any)
+		if len(content) != 1 {
+			t.Fatalf("content %v: want one item", res["content"])
+		}
+		item, _ := content[0].(map[string]any)
+		var fromText any
+		if item["type"] != "text" || json.Unmarshal([]byte(item["text"].(string)), &fromText) != nil ||
+			!reflect.DeepEqual(fromText, res["structuredContent"]) {
+			t.Errorf("text content %v differs from structuredContent %v", item, sc)
+		}
+	}
+}
+
+func wantCode(code string) func(*testing.T, mcpAnswer) {
+	return func(t *testing.T, a mcpAnswer) {
+		t.Helper()
+		m, _ := a.message.(map[string]any)
+		res, _ := m["result"].(map[string]any)
+		sc, _ := res["structuredContent"].(map[string]any)
+		if res["isError"] != true || sc["code"] != code {
+			t.Fatalf("want an isError result with %s, got %v", code, a.message)
+		}
+	}
+}
+
+func wantRPCError(code float64) func(*testing.T, mcpAnswer) {
+	return func(t *testing.T, a mcpAnswer) {
+		t.Helper()
+		m, _ := a.message.(map[string]any)
+		e, _ := m["error"].(map[string]any)
+		if e["code"] != code {
+			t.Fatalf("want JSON-RPC error %v, got %v", code, a.message)
+		}
+		if d, _ := e["data"].(map[string]any); d["code"] != bus.CodeToolNotFound {
+			t.Errorf("error data %v: want the %s envelope", e["data"], bus.CodeToolNotFound)
+		}
+	}
+}
+
+func wantHTTP(status int) func(*testing.T, mcpAnswer) {
+	return func(t *testing.T, a mcpAnswer) {
+		t.Helper()
+		if a.status != status {
+			t.Fatalf("status %d, want %d (%s)", a.status, status, a.text)
+		}
+	}
+}
