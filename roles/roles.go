@@ -14,7 +14,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -44,7 +43,6 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceErrors: true,
 		Version:       Version,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			tuneGC()
 			return bindEnv(cmd.Flags())
 		},
 	}
@@ -60,20 +58,6 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		benchCmd(stdout, stderr),
 	)
 	return root
-}
-
-// DefaultGOGC is okso's garbage-collector target when GOGC is not set.
-// The MCP SDK allocates about 300 KB per tools/call (a fresh JSON decoder
-// buffer per message) while okso's live heap stays small, so collecting at
-// 4x the live heap instead of 2x buys throughput for little memory;
-// GOMEMLIMIT, when set (the Kubernetes manifests set it from the container
-// limit), still caps the heap.
-const DefaultGOGC = 400
-
-func tuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(DefaultGOGC)
-	}
 }
 
 // bindEnv sets every flag not given on the command line from OKSO_<NAME>.
