@@ -27,6 +27,19 @@ func NodeCmd(nodeID string) string { return subjectPrefix + "node." + nodeID + "
 // NodeCancel is the subject that stops a stream or an in-flight call.
 func NodeCancel(nodeID string) string { return subjectPrefix + "node." + nodeID + ".cancel" }
 
+// NodeOfSubject returns the node id of a node's cmd or cancel subject.
+func NodeOfSubject(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, subjectPrefix+"node.")
+	if !ok {
+		return "", false
+	}
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 {
+		return "", false
+	}
+	return rest[:i], true
+}
+
 // Stream is the subject that carries the frames of one subscription.
 func Stream(streamID string) string { return subjectPrefix + "stream." + streamID }
 

@@ -58,7 +58,6 @@ type session struct {
 	mu          sync.Mutex
 	pending     map[string]*pendingCall
 	sub         *nats.Subscription // the node's cmd subject
-	cancelSub   *nats.Subscription // the node's cancel subject
 	detached    bool
 	streams     map[string]*tierStream // by cmd msg_id
 	streamsByID map[string]string      // stream id -> cmd msg_id
@@ -254,10 +253,9 @@ func (s *session) run(ctx context.Context) {
 	}
 	deadline.Stop()
 
-	var wg sync.WaitGroup
-	wg.Go(func() { s.keepAlive(lease) })
-	defer wg.Wait()
-	defer s.close(CloseNormal, "", "") // stops keepAlive when the read loop ends first
+	k := s.keepAlive(lease)
+	defer func() { releaseLease(s, k.stop()) }()
+	defer s.close(CloseNormal, "", "") // before the lease goes, when the read loop ends first
 
 	for {
 		e, err := s.read(ctx)
@@ -369,11 +367,9 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		s.close(CloseGoingAway, "", "tier shutting down")
 		return nil
 	}
+	// The node's cancel subject is served by the tier's one subscription
+	// to every node's (see [Tier.onCancel]).
 	sub, err := s.t.o.NC.QueueSubscribe(bus.NodeCmd(s.nodeID), bus.QueueNode, s.onCall)
-	var cancelSub *nats.Subscription
-	if err == nil {
-		cancelSub, err = s.t.o.NC.Subscribe(bus.NodeCancel(s.nodeID), s.onCancel)
-	}
 	if err == nil {
 		err = s.t.o.NC.FlushTimeout(5 * time.Second)
 	}
@@ -386,10 +382,9 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 	if s.detached { // replaced while subscribing
 		s.mu.Unlock()
 		_ = sub.Unsubscribe()
-		_ = cancelSub.Unsubscribe()
 		return nil
 	}
-	s.sub, s.cancelSub = sub, cancelSub
+	s.sub = sub
 	s.mu.Unlock()
 
 	// Online only once the subject is served: claim after the flush.
@@ -443,50 +438,95 @@ func project(nodeID string, caps []bus.Capability) (tools []string, byID map[str
 	return tools, byID, ""
 }
 
-// keepAlive refreshes the registry lease and pings the device until the
-// session closes.
-func (s *session) keepAlive(lease *bus.Lease) {
+// keeper refreshes a session's registry lease and pings its device, on
+// timers rather than a goroutine of its own: a tier holds tens of
+// thousands of sessions, and each parked goroutine costs its stack.
+type keeper struct {
+	s       *session
+	mu      sync.Mutex // held by a refresh in progress
+	lease   *bus.Lease // the lease a refresh may re-claim
+	stopped bool
+	refresh *time.Timer
+	ping    *time.Timer
+	pinging sync.WaitGroup
+}
+
+// keepAlive starts refreshing lease and pinging until stop.
+func (s *session) keepAlive(lease *bus.Lease) *keeper {
+	k := &keeper{s: s, lease: lease}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refresh = time.AfterFunc(s.t.o.Registry.TTL()/3, k.onRefresh)
+	k.ping = time.AfterFunc(s.t.o.PingInterval, k.onPing)
+	return k
+}
+
+// stop ends the timers, waits for a refresh or ping in progress, and
+// returns the lease as it now is (a refresh may have claimed it again).
+func (k *keeper) stop() *bus.Lease {
+	k.mu.Lock()
+	k.stopped = true
+	k.refresh.Stop()
+	k.ping.Stop()
+	lease := k.lease
+	k.mu.Unlock()
+	k.pinging.Wait()
+	return lease
+}
+
+func (k *keeper) onRefresh() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.s
+	if k.stopped || s.closed() {
+		return
+	}
 	ctx := context.Background()
-	defer func() { releaseLease(s, lease) }() // lease may be claimed again below
-	refresh := time.NewTicker(s.t.o.Registry.TTL() / 3)
-	defer refresh.Stop()
-	ping := time.NewTicker(s.t.o.PingInterval)
-	defer ping.Stop()
-	for {
-		select {
-		case <-s.done:
+	err := k.lease.Refresh(ctx)
+	if errors.Is(err, bus.ErrLeaseLost) {
+		// Replaced only if another session holds the node; a record that
+		// expired (NATS was away longer than the lease) is simply claimed
+		// again.
+		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
+		if gerr == nil && n != nil && n.SessionID != s.id {
+			s.close(CloseReplaced, "", "registry record taken by a newer session")
 			return
-		case <-refresh.C:
-			err := lease.Refresh(ctx)
-			if errors.Is(err, bus.ErrLeaseLost) {
-				// Replaced only if another session holds the node; a record
-				// that expired (NATS was away longer than the lease) is
-				// simply claimed again.
-				n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
-				if gerr == nil && n != nil && n.SessionID != s.id {
-					s.close(CloseReplaced, "", "registry record taken by a newer session")
-					return
-				}
-				if gerr == nil {
-					var l *bus.Lease
-					if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
-						lease = l
-					}
-				}
-			}
-			if err != nil {
-				s.t.log.Warn("refresh registry record", "node_id", s.nodeID, "err", err)
-			}
-		case <-ping.C:
-			pctx, cancel := context.WithTimeout(ctx, s.t.o.PingInterval)
-			err := s.c.Ping(pctx)
-			cancel()
-			if err != nil {
-				s.close(CloseLiveness, "", "device missed a ping")
-				return
+		}
+		if gerr == nil {
+			var l *bus.Lease
+			if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
+				k.lease = l
 			}
 		}
 	}
+	if err != nil {
+		s.t.log.Warn("refresh registry record", "node_id", s.nodeID, "err", err)
+	}
+	k.refresh.Reset(s.t.o.Registry.TTL() / 3)
+}
+
+func (k *keeper) onPing() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	k.pinging.Add(1)
+	k.mu.Unlock()
+	defer k.pinging.Done()
+	s := k.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.t.o.PingInterval)
+	err := s.c.Ping(ctx)
+	cancel()
+	if err != nil {
+		s.close(CloseLiveness, "", "device missed a ping")
+		return
+	}
+	k.mu.Lock()
+	if !k.stopped {
+		k.ping.Reset(s.t.o.PingInterval)
+	}
+	k.mu.Unlock()
 }
 
 // claim writes the node's record. While a NATS cluster elects a new
@@ -542,12 +582,9 @@ func (s *session) record() bus.Node {
 func (s *session) detach() {
 	s.mu.Lock()
 	s.detached = true
-	sub, cancelSub := s.sub, s.cancelSub
-	s.sub, s.cancelSub = nil, nil
+	sub := s.sub
+	s.sub = nil
 	s.mu.Unlock()
-	if cancelSub != nil {
-		_ = cancelSub.Unsubscribe()
-	}
 	if sub != nil {
 		// Drain, not Unsubscribe: requests already queued on the
 		// subscription still reach onCall, which answers them

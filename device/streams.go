@@ -132,6 +132,12 @@ func (s *session) onTakeover(other string) {
 // onCancel stops the stream whose id the gateway published on the node's
 // cancel subject, or handles a takeover.
 func (s *session) onCancel(m *nats.Msg) {
+	s.mu.Lock()
+	detached := s.detached
+	s.mu.Unlock()
+	if detached { // no longer serves the node: neither cancels nor takeovers are its
+		return
+	}
 	if other := m.Header.Get(bus.HeaderTakeover); other != "" {
 		s.onTakeover(other)
 		return

@@ -72,6 +72,11 @@ type Tier struct {
 	closing  bool
 	wg       sync.WaitGroup
 	perIP    map[string]*rate.Limiter // connection attempts, by source address
+
+	// cancelSub serves the cancel subject of every node: one
+	// subscription (and one goroutine) for the tier rather than one per
+	// session, which at tens of thousands of devices is memory that counts.
+	cancelSub *nats.Subscription
 }
 
 // NewTier checks opts and returns a tier ready to serve.
@@ -110,8 +115,31 @@ func NewTier(o TierOptions) (*Tier, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}}, nil
+	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
+		perIP: map[string]*rate.Limiter{}}
+	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
+	if err != nil {
+		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
+	}
+	t.cancelSub = sub
+	return t, nil
+}
+
+// onCancel hands a message of a node's cancel subject (a stream to stop,
+// or another session's takeover) to the node's session here, if any.
+// Every tier hears every node's cancels; they are rare, and dropped at
+// once for nodes served elsewhere.
+func (t *Tier) onCancel(m *nats.Msg) {
+	id, ok := bus.NodeOfSubject(m.Subject)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	s := t.sessions[id]
+	t.mu.Unlock()
+	if s != nil {
+		go s.onCancel(m) // it may write to a slow device: not on the tier's one goroutine
+	}
 }
 
 // Handler returns the tier's HTTP handler: the device protocol at [Path]
@@ -174,6 +202,9 @@ func (t *Tier) Sessions() int {
 func (t *Tier) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
 	t.closing = true
+	if t.cancelSub != nil {
+		_ = t.cancelSub.Unsubscribe()
+	}
 	all := make([]*session, 0, len(t.all))
 	for s := range t.all {
 		all = append(all, s)
@@ -201,7 +232,12 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	t.wg.Add(1)
 	t.mu.Unlock()
-	defer t.wg.Done()
+	handed := false
+	defer func() {
+		if !handed {
+			t.wg.Done()
+		}
+	}()
 
 	hw := &hijackRecorder{ResponseWriter: w}
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
@@ -228,9 +264,23 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	t.mu.Unlock()
 	if refuse != "" {
 		s.close(CloseTooMany, "", refuse)
-	} else {
-		s.run(r.Context())
+		t.forget(s)
+		return
 	}
+	// The session outlives this handler: returning lets net/http free the
+	// upgrade request and its connection goroutine, whose stack a parked
+	// session would otherwise hold for as long as the device stays.
+	handed = true
+	ctx := context.WithoutCancel(r.Context())
+	go func() {
+		defer t.wg.Done()
+		s.run(ctx)
+		t.forget(s)
+	}()
+}
+
+// forget drops a session that has ended from the tier's set.
+func (t *Tier) forget(s *session) {
 	t.mu.Lock()
 	delete(t.all, s)
 	t.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device"
 )
 
 // sdkGateway starts a second gateway on the fixture's NATS with the fast
@@ -111,7 +112,12 @@ func postMCP(t *testing.T, url, token string, hdr map[string]string, body string
 // fast path (application/json) while everything else is the SDK's.
 func TestFastPathMatchesSDK(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
-	id := f.device(DefaultTenant, nil, nil)
+	// Each call is made twice (once per gateway): lift the echo's 10 calls/s.
+	id, _ := f.connectDevice(DefaultTenant, func(_ string, o *device.Options) {
+		for i := range o.Capabilities {
+			o.Capabilities[i].Constraints.RateLimitRPS = 10000
+		}
+	})
 	other := f.device("tenant-b", nil, nil)
 	sdkURL := f.sdkGateway()
 	ro := f.token(auth.MintOptions{})

@@ -13,6 +13,7 @@
 #   SCALE_CONCURRENCY      calls in flight (64)
 #   SCALE_ROUNDS           list-and-call rounds (1; more shows whether RSS keeps growing)
 #   SCALE_KEEP             1: keep the work dir (logs) even on success
+#   SCALE_TIER_FLAGS       extra flags for `okso device` (e.g. --debug-addr 127.0.0.1:6070)
 # Exit status: 0 when every device connected, every node was listed and
 # every call answered correctly; 1 otherwise.
 set -uo pipefail
@@ -98,8 +99,9 @@ wait_line() {
 # The agent token first: it also creates the signing key every role shares.
 "$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>"$work/token.err" || {
 	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
+read -r -a tier_flags <<<"${SCALE_TIER_FLAGS:-}"
 "$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
-	>"$work/device.out" 2>"$work/device.log" &
+	"${tier_flags[@]}" >"$work/device.out" 2>"$work/device.log" &
 tier=$!
 pids+=("$tier")
 l=$(wait_line "$work/device.log" "$tier" listening 30) || { status=1; exit 1; }
