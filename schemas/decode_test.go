@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -168,12 +169,12 @@ func TestDecodeErrors(t *testing.T) {
 		{`{"a":1,"a":2}`, `duplicate key "a" in JSON object`},
 		{`[{"b":{"c":1,"\u0063":2}}]`, `duplicate key "c" in JSON object`},
 		{`{"a":1} {}`, "trailing data after JSON value at offset 8"},
-		{`[1,]`, "invalid character ']' at offset 3"},
-		{`{"a":01}`, "invalid character '1' after a number at offset 6"},
+		{`[1,]`, "invalid character ']' looking for a value at offset 3"},
+		{`{"a":01}`, "invalid character '1' after object member at offset 6"},
 		{"\"a\x01\"", "invalid character '\\x01' in string at offset 2"},
-		{"\xff", "invalid byte 0xff at offset 0"},
+		{"\xff", "invalid byte 0xff looking for a value at offset 0"},
 		{`{"a":`, "unexpected end of JSON input"},
-		{`"\q"`, `invalid escape '\q' in string at offset 1`},
+		{`"\q"`, "invalid character 'q' in string escape at offset 2"},
 		{strings.Repeat("[", 10001), "JSON nested deeper than 10000 levels"},
 	} {
 		_, err := schemas.Decode([]byte(tc.doc))
@@ -181,6 +182,44 @@ func TestDecodeErrors(t *testing.T) {
 			t.Errorf("Decode(%.40q) = %v, want %q", tc.doc, err, tc.want)
 		}
 	}
+}
+
+// The nesting bound is encoding/json's: 10000 levels are accepted.
+func TestDecodeDepth(t *testing.T) {
+	doc := strings.Repeat(`[{"a":`, 5000) + "1" + strings.Repeat("}]", 5000)
+	if _, err := schemas.Decode([]byte(doc)); err != nil {
+		t.Errorf("10000 levels: %v", err)
+	}
+	if _, err := schemas.Decode([]byte("[" + doc + "]")); err == nil {
+		t.Error("10001 levels accepted")
+	}
+}
+
+// Decoders are pooled: concurrent calls, some failing midway, must not
+// see each other's state.
+func TestDecodeConcurrent(t *testing.T) {
+	want, err := referenceDecode([]byte(benchMetrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []byte(benchMetrics[:len(benchMetrics)/2] + `,"a":1,"a":2}]}`)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				if _, err := schemas.Decode(bad); err == nil {
+					t.Error("truncated document accepted")
+					return
+				}
+				got, err := schemas.Decode([]byte(benchMetrics))
+				if err != nil || !reflect.DeepEqual(got, want) {
+					t.Errorf("Decode = %v, %v", got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // Decoded values must not share memory with the caller's buffer, which

@@ -120,9 +120,9 @@ func (s *Set) Raw(id string) (json.RawMessage, bool) {
 // the embedded set.
 var ErrUnknownSchema = errors.New("unknown schema")
 
-// Validate checks a value decoded by [jsonschema.UnmarshalJSON] (or made of
-// map[string]any, []any, string, json.Number, bool and nil) against the
-// schema with the given $id.
+// Validate checks a value decoded by [Decode] (or made of map[string]any,
+// []any, string, json.Number, bool and nil) against the schema with the
+// given $id.
 func (s *Set) Validate(id string, v any) error {
 	sch, ok := s.compiled[id]
 	if !ok {
@@ -139,64 +139,6 @@ func (s *Set) ValidateJSON(id string, doc []byte) error {
 		return err
 	}
 	return s.Validate(id, v)
-}
-
-// Decode decodes one JSON document for validation, keeping numbers exact.
-// An object with a duplicate member name is an error: the validator would
-// see only the last value, while the raw document, forwarded as is, may be
-// read first-wins by its consumer (a smuggling risk).
-func Decode(doc []byte) (any, error) {
-	if len(bytes.TrimSpace(doc)) == 0 {
-		return nil, errors.New("empty JSON document")
-	}
-	if err := checkDuplicateKeys(doc); err != nil {
-		return nil, err
-	}
-	return jsonschema.UnmarshalJSON(bytes.NewReader(doc))
-}
-
-// checkDuplicateKeys reports a duplicate member name in any object of the
-// first JSON value of doc. Syntax errors are left to the decoder.
-func checkDuplicateKeys(doc []byte) error {
-	type frame struct {
-		keys    map[string]struct{} // nil for an array
-		wantKey bool
-	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		if n := len(stack); n > 0 && stack[n-1].keys != nil && stack[n-1].wantKey {
-			if k, ok := tok.(string); ok {
-				if _, dup := stack[n-1].keys[k]; dup {
-					return fmt.Errorf("duplicate key %q in JSON object", k)
-				}
-				stack[n-1].keys[k] = struct{}{}
-				stack[n-1].wantKey = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{keys: map[string]struct{}{}, wantKey: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		// A value ended: the next token of an enclosing object is a key.
-		if len(stack) == 0 {
-			return nil
-		}
-		if top := stack[len(stack)-1]; top.keys != nil {
-			top.wantKey = true
-		}
-	}
 }
 
 // Handler serves GET /schemas/<name>@<version> (the $id without its
