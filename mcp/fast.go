@@ -31,15 +31,16 @@ import (
 // accept). Anything it does not recognise as that canonical request,
 // streaming tools included, goes to the SDK unchanged.
 
-// fastVersions are the protocol versions the fast path serves: the SDK's,
-// before 2026-07-28, whose requests carry per-request metadata and
-// headers that the SDK checks itself.
+// sessionless is the first protocol version whose requests carry their
+// client's metadata in _meta and name their method in headers (SEP-2575).
+const sessionless = "2026-07-28"
+
+// fastVersions are the protocol versions the fast path serves: every one
+// the SDK speaks.
 var fastVersions = func() map[string]bool {
 	m := map[string]bool{}
 	for _, v := range sdk.SupportedProtocolVersions() {
-		if v < "2026-07-28" {
-			m[v] = true
-		}
+		m[v] = true
 	}
 	return m
 }()
@@ -48,9 +49,51 @@ var fastVersions = func() map[string]bool {
 type fastRequest struct {
 	ID     json.RawMessage `json:"id"`
 	Params struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
+		Name      string                     `json:"name"`
+		Arguments json.RawMessage            `json:"arguments"`
+		Meta      map[string]json.RawMessage `json:"_meta"`
 	} `json:"params"`
+}
+
+// Keys of a sessionless request's _meta.
+const (
+	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	metaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+)
+
+// versionFits reports whether the request's protocol version, as its
+// header and its _meta say, is one the fast path answers exactly as the
+// SDK would: before 2026-07-28, no per-request version in _meta; from
+// 2026-07-28, the version in both, the method and tool name headers, and
+// client metadata of the shapes the SDK decodes. Anything else is the
+// SDK's to answer (or refuse).
+func versionFits(h http.Header, req *fastRequest) bool {
+	header := h.Get("Mcp-Protocol-Version")
+	meta := req.Params.Meta
+	raw, inMeta := meta[metaProtocolVersion]
+	if header < sessionless {
+		return !inMeta
+	}
+	var v string
+	if json.Unmarshal(raw, &v) != nil || v != header ||
+		h.Get("Mcp-Method") != "tools/call" || h.Get("Mcp-Name") != req.Params.Name {
+		return false
+	}
+	var caps struct {
+		sdk.ClientCapabilities
+		Roots *sdk.RootCapabilities `json:"roots,omitempty"`
+	}
+	if c, ok := meta[metaClientCapabilities]; !ok || json.Unmarshal(c, &caps) != nil || string(c) == "null" {
+		return false
+	}
+	if ci, ok := meta[metaClientInfo]; ok {
+		var info sdk.Implementation
+		if json.Unmarshal(ci, &info) != nil || string(ci) == "null" {
+			return false
+		}
+	}
+	return true
 }
 
 var fastBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -75,6 +118,9 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			return
 		}
 		req, ok := parseFastRequest(body)
+		if ok && !versionFits(r.Header, req) {
+			ok = false
+		}
 		if ok {
 			ok = g.serveFast(w, r, req)
 		}
@@ -168,8 +214,13 @@ func parseFastRequest(body []byte) (*fastRequest, bool) {
 // nothing, when the tool streams (the SDK serves those).
 func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastRequest) bool {
 	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
-	if n, t := g.lookupName(req.Params.Name); n != nil && t != nil && t.verb.Stream {
+	sessionless := r.Header.Get("Mcp-Protocol-Version") >= sessionless
+	n, t := g.lookupName(req.Params.Name)
+	switch {
+	case n != nil && t != nil && t.verb.Stream:
 		return false
+	case (n == nil || t == nil) && sessionless:
+		return false // the SDK answers an unknown tool with an HTTP status of its own
 	}
 	c := g.newCall(claims, req.Params.Name, r.Header)
 	buf := fastBufs.Get().(*bytes.Buffer)
@@ -191,13 +242,13 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 		buf.Write(e.JSON())
 		buf.WriteString("}}")
 	case e != nil:
-		writeToolResult(buf, c.requestID, e.JSON(), true)
+		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
 		result, e := c.unary(r.Context(), t, args)
 		if e != nil {
-			writeToolResult(buf, c.requestID, e.JSON(), true)
+			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 		} else {
-			writeToolResult(buf, c.requestID, result, false)
+			g.writeToolResult(buf, c.requestID, sessionless, result, false)
 		}
 	}
 	h := w.Header()
@@ -209,9 +260,16 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 
 // writeToolResult appends `,"result":{...}}`: a CallToolResult whose text
 // content and structured content are both the JSON document doc, as the
-// SDK encodes it.
-func writeToolResult(buf *bytes.Buffer, requestID string, doc []byte, isError bool) {
-	buf.WriteString(`,"result":{"_meta":{"` + MetaRequestID + `":`)
+// SDK encodes it (with the server's info in _meta for a sessionless
+// request).
+func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
+	buf.WriteString(`,"result":{"_meta":{`)
+	if sessionless {
+		buf.WriteString(`"io.modelcontextprotocol/serverInfo":`)
+		buf.Write(g.serverInfo)
+		buf.WriteByte(',')
+	}
+	buf.WriteString(`"` + MetaRequestID + `":`)
 	writeJSONString(buf, requestID)
 	buf.WriteString(`},"content":[{"type":"text","text":`)
 	writeJSONString(buf, string(doc))

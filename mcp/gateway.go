@@ -93,6 +93,8 @@ type Gateway struct {
 	schemaMu    sync.Mutex
 	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
 
+	serverInfo []byte // the gateway's sdk.Implementation as JSON
+
 	droppedFrames   atomic.Int64
 	streamsMu       sync.Mutex
 	streamsByTenant map[string]int
@@ -185,8 +187,14 @@ func New(o Options) (*Gateway, error) {
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
 	}
+	g.serverInfo, _ = json.Marshal(g.implementation())
 	g.handler = g.routes()
 	return g, nil
+}
+
+// implementation is how the gateway introduces itself to MCP clients.
+func (g *Gateway) implementation() *sdk.Implementation {
+	return &sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: g.o.Version}
 }
 
 // Handler returns the gateway's HTTP handler.
@@ -386,7 +394,7 @@ func (g *Gateway) viewsOfLocked(tenant string) map[view]*sdk.Server {
 }
 
 func (g *Gateway) newServer() *sdk.Server {
-	srv := sdk.NewServer(&sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: g.o.Version},
+	srv := sdk.NewServer(g.implementation(),
 		&sdk.ServerOptions{
 			Instructions: "Each tool is one capability of one device of your fleet, " +
 				"named {kind}.{node_id}.{capability}.{verb}.",

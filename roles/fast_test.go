@@ -131,6 +131,14 @@ func TestFastPathMatchesSDK(t *testing.T) {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + name + `"` + a + `}}`
 	}
 	echo := echoName(id)
+	const newMeta = `"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}`
+	callMeta := func(id, name, args, meta string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + name +
+			`","arguments":` + args + `,"_meta":{` + meta + `}}}`
+	}
+	sessionless := func(name string) map[string]string {
+		return map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name}
+	}
 	for _, tc := range []struct {
 		name  string
 		token string
@@ -169,8 +177,30 @@ func TestFastPathMatchesSDK(t *testing.T) {
 		{name: "trailing data", body: call("18", echo, `{"message":"x"}`) + "{}"},
 		{name: "not json", body: `{"jsonrpc":`, check: wantHTTP(http.StatusBadRequest)},
 		{name: "arguments not an object", body: call("19", echo, `[1]`)},
-		{name: "2026-07-28 is the SDK's", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28"},
-			body: call("25", echo, `{"message":"x"}`)},
+		// Protocol 2026-07-28: the version in _meta and the header, the
+		// method and name headers, the client's metadata.
+		{name: "sessionless echo", hdr: sessionless(echo), body: callMeta("26", echo, `{"message":"x"}`, newMeta),
+			fast: true, check: wantResult(id, false)},
+		{name: "sessionless with client info", hdr: sessionless(echo),
+			body: callMeta("27", echo, `{"message":"x"}`, newMeta+`,"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}`),
+			fast: true, check: wantResult(id, false)},
+		{name: "sessionless denied", hdr: sessionless("gpio." + id + ".pin.write"),
+			body: callMeta("28", "gpio."+id+".pin.write", `{"level":1}`, newMeta), fast: true, check: wantCode(bus.CodeSafetyDenied)},
+		{name: "sessionless unknown tool", hdr: sessionless("sysecho.nope-node.echo.invoke"),
+			body: callMeta("29", "sysecho.nope-node.echo.invoke", `{}`, newMeta), check: wantRPCError(-32602)},
+		{name: "sessionless without _meta", hdr: sessionless(echo), body: call("25", echo, `{"message":"x"}`)},
+		{name: "sessionless without Mcp-Name", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"},
+			body: callMeta("30", echo, `{"message":"x"}`, newMeta)},
+		{name: "sessionless wrong Mcp-Name", hdr: sessionless(echoName(other)), body: callMeta("31", echo, `{"message":"x"}`, newMeta)},
+		{name: "sessionless wrong Mcp-Method", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list", "Mcp-Name": echo},
+			body: callMeta("32", echo, `{"message":"x"}`, newMeta)},
+		{name: "sessionless version mismatch", hdr: sessionless(echo),
+			body: callMeta("33", echo, `{"message":"x"}`, `"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}`)},
+		{name: "sessionless without capabilities", hdr: sessionless(echo),
+			body: callMeta("34", echo, `{"message":"x"}`, `"io.modelcontextprotocol/protocolVersion":"2026-07-28"`)},
+		{name: "sessionless bad client info", hdr: sessionless(echo),
+			body: callMeta("35", echo, `{"message":"x"}`, newMeta+`,"io.modelcontextprotocol/clientInfo":{"name":5}`)},
+		{name: "old version with _meta version", body: callMeta("36", echo, `{"message":"x"}`, newMeta)},
 		{name: "unsupported version", hdr: map[string]string{"Mcp-Protocol-Version": "1999-01-01"},
 			body: call("20", echo, `{"message":"x"}`), check: wantHTTP(http.StatusBadRequest)},
 		{name: "wrong accept", hdr: map[string]string{"Accept": "application/json"},
