@@ -352,8 +352,24 @@ type hijackRecorder struct {
 	conn net.Conn
 }
 
+// Hijack also swaps net/http's 4 KiB buffers for smaller ones, when they
+// hold nothing yet: the WebSocket library keeps them for the life of the
+// session, and device frames are mostly a few hundred bytes (a larger
+// frame is read and written through, not copied).
 func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
 	h.conn = c
+	if err != nil {
+		return c, brw, err
+	}
+	if brw.Reader.Buffered() == 0 {
+		brw.Reader = bufio.NewReaderSize(c, sessionBufSize)
+	}
+	if brw.Writer.Buffered() == 0 {
+		brw.Writer = bufio.NewWriterSize(c, sessionBufSize)
+	}
 	return c, brw, err
 }
+
+// sessionBufSize is the read and the write buffer of a device session.
+const sessionBufSize = 1024

@@ -51,26 +51,29 @@ type Kind struct {
 	Verbs      []Verb
 }
 
+// kinds is the closed kind table. LookupKind hands out copies of its
+// entries whose Verbs share the table's slices: every session of a tier
+// keeps its kinds, and tens of thousands of copies of the same verbs would
+// be memory for nothing. Callers must not modify Verbs.
+var kinds = map[string]Kind{
+	KindEcho: {Name: KindEcho, Short: "sysecho", Idempotent: true, Safety: SafetyReadOnly, Verbs: []Verb{
+		{Name: "invoke", Input: EchoInput, Output: EchoOutput, Title: "Echo a message"},
+	}},
+	KindMetrics: {Name: KindMetrics, Short: "sys", Idempotent: true, Safety: SafetyReadOnly, Verbs: []Verb{
+		{Name: "snapshot", Input: MetricsSnapInput, Output: MetricsSnapshot, Title: "Metrics snapshot"},
+		{Name: "subscribe", Input: MetricsSubInput, Output: MetricsFrame, Stream: true, Result: MetricsSubOutput,
+			Title: "Stream metrics"},
+	}},
+	KindGPIO: {Name: KindGPIO, Short: "gpio", Safety: SafetyMutating, Verbs: []Verb{
+		{Name: "read", Input: GPIOReadInput, Output: GPIORead, Title: "Read a pin", Safety: SafetyReadOnly},
+		{Name: "write", Input: GPIOWriteInput, Output: GPIOWrite, Title: "Drive a pin"},
+	}},
+}
+
 // LookupKind returns the table entry for a kind name.
 func LookupKind(name string) (Kind, bool) {
-	switch name {
-	case KindEcho:
-		return Kind{Name: KindEcho, Short: "sysecho", Idempotent: true, Safety: SafetyReadOnly, Verbs: []Verb{
-			{Name: "invoke", Input: EchoInput, Output: EchoOutput, Title: "Echo a message"},
-		}}, true
-	case KindMetrics:
-		return Kind{Name: KindMetrics, Short: "sys", Idempotent: true, Safety: SafetyReadOnly, Verbs: []Verb{
-			{Name: "snapshot", Input: MetricsSnapInput, Output: MetricsSnapshot, Title: "Metrics snapshot"},
-			{Name: "subscribe", Input: MetricsSubInput, Output: MetricsFrame, Stream: true, Result: MetricsSubOutput,
-				Title: "Stream metrics"},
-		}}, true
-	case KindGPIO:
-		return Kind{Name: KindGPIO, Short: "gpio", Safety: SafetyMutating, Verbs: []Verb{
-			{Name: "read", Input: GPIOReadInput, Output: GPIORead, Title: "Read a pin", Safety: SafetyReadOnly},
-			{Name: "write", Input: GPIOWriteInput, Output: GPIOWrite, Title: "Drive a pin"},
-		}}, true
-	}
-	return Kind{}, false
+	k, ok := kinds[name]
+	return k, ok
 }
 
 // Verb returns the named verb of k.
