@@ -369,7 +369,8 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 	}
 	// The node's cancel subject is served by the tier's one subscription
 	// to every node's (see [Tier.onCancel]).
-	sub, err := s.t.o.NC.QueueSubscribe(bus.NodeCmd(s.nodeID), bus.QueueNode, s.onCall)
+	// Calls come in on the tier's shared channel (see [Tier.dispatch]).
+	sub, err := s.t.o.NC.ChanQueueSubscribe(bus.NodeCmd(s.nodeID), bus.QueueNode, s.t.cmds)
 	if err == nil {
 		err = s.t.o.NC.FlushTimeout(5 * time.Second)
 	}

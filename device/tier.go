@@ -77,7 +77,17 @@ type Tier struct {
 	// subscription (and one goroutine) for the tier rather than one per
 	// session, which at tens of thousands of devices is memory that counts.
 	cancelSub *nats.Subscription
+	// cmds gets the messages of every node's cmd subscription, for the
+	// same reason: [Tier.dispatch] hands each to its session.
+	cmds     chan *nats.Msg
+	stopCmds chan struct{}
+	stopOnce sync.Once
 }
+
+// cmdQueue is the capacity of the tier's call channel. NATS drops a
+// message that finds it full (the caller then times out), so it is large:
+// the dispatcher only looks the node up and starts a goroutine.
+const cmdQueue = 1 << 16
 
 // NewTier checks opts and returns a tier ready to serve.
 func NewTier(o TierOptions) (*Tier, error) {
@@ -116,13 +126,51 @@ func NewTier(o TierOptions) (*Tier, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}}
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), stopCmds: make(chan struct{})}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
 	}
 	t.cancelSub = sub
+	go t.dispatch(o.NC.StatusChanged(nats.CLOSED))
 	return t, nil
+}
+
+// dispatch hands each call to its node's session on a goroutine of its
+// own, until the tier shuts down or its NATS connection closes. A call for
+// a node with no session here (it left while the call was queued) is
+// answered E_NODE_OFFLINE.
+func (t *Tier) dispatch(closed <-chan nats.Status) {
+	for {
+		select {
+		case m := <-t.cmds:
+			id, _ := bus.NodeOfSubject(m.Subject)
+			t.mu.Lock()
+			s := t.sessions[id]
+			t.mu.Unlock()
+			if s == nil {
+				if m.Reply != "" {
+					_ = t.o.NC.Publish(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
+				}
+				continue
+			}
+			go s.onCall(m)
+		case <-closed:
+			return
+		case <-t.stopCmds:
+			// Calls still queued find no session any more.
+			for {
+				select {
+				case m := <-t.cmds:
+					if m.Reply != "" {
+						_ = t.o.NC.Publish(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "device tier shut down"))
+					}
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // onCancel hands a message of a node's cancel subject (a stream to stop,
@@ -215,6 +263,7 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()
+	defer t.stopOnce.Do(func() { close(t.stopCmds) })
 	select {
 	case <-done:
 		return nil
