@@ -64,3 +64,8 @@ scale:
 .PHONY: bench-compare
 bench-compare:
 	./scripts/bench-compare.sh
+
+## subscribe-load: CPU of okso all-in-one holding N metric streams (default 1000, one per mock device in another process) at INTERVAL_MS (1000) for DURATION (30s), driven by okso bench --mode subscribe; PASS under half a core
+.PHONY: subscribe-load
+subscribe-load:
+	SUBSCRIBE_N=$(N) SUBSCRIBE_DURATION=$(DURATION) SUBSCRIBE_INTERVAL_MS=$(INTERVAL_MS) ./scripts/subscribe-load.sh

@@ -2,7 +2,9 @@
 // Streamable HTTP: it opens MCP client sessions with the official Go SDK,
 // keeps a fixed number of tools/call (or tools/list) requests in flight for
 // a duration after a warm-up, and reports the rate, the errors by code and
-// the latency distribution.
+// the latency distribution. Its subscribe mode holds many of okso's
+// metric streams open instead (POST /mcp/tools/call as Server-Sent Events)
+// and counts the frames they deliver.
 //
 // Start with [Run] and an [Options] value; print the [Result] with
 // [Result.WriteText] or encode it as JSON. `okso bench` is the command
@@ -28,8 +30,9 @@ import (
 
 // Modes of [Options.Mode].
 const (
-	ModeCall = "call" // tools/call
-	ModeList = "list" // a full tools/list, every page
+	ModeCall      = "call"      // tools/call
+	ModeList      = "list"      // a full tools/list, every page
+	ModeSubscribe = "subscribe" // streams held open on okso's SSE door
 )
 
 // Defaults of [Options].
@@ -40,12 +43,15 @@ const (
 	DefaultDuration    = 10 * time.Second
 	DefaultWarmup      = 2 * time.Second
 	DefaultArgs        = `{"message":"bench"}`
+	// DefaultSubscribeArgs are the arguments of subscribe mode: a metrics
+	// sample every second.
+	DefaultSubscribeArgs = `{"interval_ms":1000}`
 )
 
 // Error codes of failures that carry no code of the server's.
 const (
 	CodeIsError   = "isError"           // an isError result without structuredContent.code
-	CodeClosed    = "transport/closed"  // the MCP session broke
+	CodeClosed    = "transport/closed"  // the MCP session broke, or a stream ended without a close event
 	CodeTimeout   = "transport/timeout" // a deadline passed
 	CodeTransport = "transport"         // any other failure to exchange the request
 )
@@ -58,29 +64,36 @@ const drainGrace = 10 * time.Second
 type Options struct {
 	URL         string        // MCP endpoint (DefaultURL)
 	Token       string        // bearer token; none when empty
-	Sessions    int           // MCP client sessions, at most Concurrency (8)
-	Concurrency int           // requests in flight in total (64)
+	Sessions    int           // MCP client sessions, at most Concurrency (8); subscribe mode opens one, to list tools
+	Concurrency int           // requests in flight in total (64); in subscribe mode, streams held open
 	Duration    time.Duration // measured time (10 s)
 	// Warmup runs before the measured time and is not counted (2 s); a
 	// negative Warmup means none.
 	Warmup time.Duration
-	// Tool is the tool to call: an exact name, or a prefix ending in "*"
-	// that spreads the calls round-robin over every listed tool whose name
-	// starts with it. Required in call mode; in list mode it only filters
-	// the count of matching tools reported.
+	// Tool is the tool to call: an exact name, or a pattern in which each
+	// "*" stands for any run of characters ("sysecho.*",
+	// "sys.*.metrics.subscribe") that spreads the calls round-robin over
+	// every listed tool it matches. Required in call and subscribe mode;
+	// in list mode it only filters the count of matching tools reported.
 	Tool     string
-	Args     json.RawMessage // arguments, a JSON object (DefaultArgs)
-	Mode     string          // ModeCall or ModeList (ModeCall)
+	Args     json.RawMessage // arguments, a JSON object (DefaultArgs; DefaultSubscribeArgs in subscribe mode)
+	Mode     string          // ModeCall, ModeList or ModeSubscribe (ModeCall)
 	Protocol string          // MCP protocol version to request; the SDK's latest when empty
 	// Progress, when set, gets a line every second: requests so far, the
 	// current rate and the errors.
 	Progress io.Writer
 	// Transport carries the HTTP requests; a fresh one sized for
-	// Concurrency when nil.
+	// Concurrency when nil. In subscribe mode each stream holds one of its
+	// connections for the whole run.
 	Transport http.RoundTripper
 }
 
 // Result is the outcome of [Run]. Latencies are of successful operations.
+//
+// In subscribe mode an operation is a stream: Ops counts the streams asked
+// for, OK those held open to the end, Errors why the others were refused
+// or ended early ("http/429", "close/4429", a transport code), and the
+// histogram is of FirstFrame.
 type Result struct {
 	URL         string  `json:"url"`
 	Mode        string  `json:"mode"`
@@ -109,6 +122,26 @@ type Result struct {
 	Pages        uint64   `json:"pages,omitempty"`
 	PageLatency  *Latency `json:"page_latency_ms,omitempty"`
 	PagesPerList int      `json:"pages_per_list,omitempty"`
+
+	// Subscribe mode: the streaming door used, the streams that got an
+	// event stream and those still open at the end, the metric frames and
+	// pings they received in the measured time, the rate of each stream
+	// held to the end, and the time from request to first frame.
+	StreamURL      string       `json:"stream_url,omitempty"`
+	StreamsOpened  uint64       `json:"streams_opened,omitempty"`
+	StreamsOpen    uint64       `json:"streams_open,omitempty"`
+	Frames         uint64       `json:"frames,omitempty"`
+	FramesPerS     float64      `json:"frames_per_s,omitempty"`
+	StreamFramesPS *StreamRates `json:"stream_frames_per_s,omitempty"`
+	Pings          uint64       `json:"pings,omitempty"`
+	FirstFrame     *Latency     `json:"first_frame_latency_ms,omitempty"`
+}
+
+// StreamRates are frames per second of each stream.
+type StreamRates struct {
+	Mean float64 `json:"mean"`
+	Min  float64 `json:"min"`
+	Max  float64 `json:"max"`
 }
 
 // Latency summarises a [Histogram] in milliseconds.
@@ -158,6 +191,9 @@ func (o *Options) defaults() error {
 	}
 	if len(o.Args) == 0 {
 		o.Args = json.RawMessage(DefaultArgs)
+		if o.Mode == ModeSubscribe {
+			o.Args = json.RawMessage(DefaultSubscribeArgs)
+		}
 	}
 	switch {
 	case o.Concurrency < 1:
@@ -166,10 +202,10 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("sessions %d: want at least 1", o.Sessions)
 	case o.Duration < 0:
 		return fmt.Errorf("duration %v: want a positive one", o.Duration)
-	case o.Mode != ModeCall && o.Mode != ModeList:
-		return fmt.Errorf("mode %q: want %s or %s", o.Mode, ModeCall, ModeList)
-	case o.Mode == ModeCall && (o.Tool == "" || o.Tool == "*"):
-		return errors.New("no tool: give a name, or a prefix ending in *")
+	case o.Mode != ModeCall && o.Mode != ModeList && o.Mode != ModeSubscribe:
+		return fmt.Errorf("mode %q: want %s, %s or %s", o.Mode, ModeCall, ModeList, ModeSubscribe)
+	case o.Mode != ModeList && strings.Trim(o.Tool, "*") == "":
+		return errors.New("no tool: give a name, or a pattern with * (e.g. 'sysecho.*')")
 	}
 	var args map[string]json.RawMessage
 	if err := json.Unmarshal(o.Args, &args); err != nil || args == nil {
@@ -293,13 +329,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// The tools come from a session of their own: a session that listed
 	// tools looks each called name up in what it listed.
 	tools := []string{o.Tool}
-	if prefix, ok := strings.CutSuffix(o.Tool, "*"); ok && o.Mode == ModeCall {
+	if strings.Contains(o.Tool, "*") && o.Mode != ModeList {
 		var err error
-		if tools, err = listMatching(ctx, c, prefix); err != nil {
+		if tools, res.Protocol, err = listMatching(ctx, c, o.Tool); err != nil {
 			return nil, err
 		}
 	}
 	res.Tools = len(tools)
+	if o.Mode == ModeSubscribe {
+		res.Sessions = 0 // none held: the listing's is closed
+		return runSubscribe(ctx, &o, c.http, tools, res)
+	}
 
 	slots := make([]*slot, o.Sessions)
 	defer func() {
@@ -416,26 +456,54 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 // listMatching lists every tool, following pagination, and returns the
-// names that start with prefix.
-func listMatching(ctx context.Context, c *client, prefix string) ([]string, error) {
+// names that match pattern and the protocol the session negotiated.
+func listMatching(ctx context.Context, c *client, pattern string) ([]string, string, error) {
 	s, err := c.connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer s.Close()
 	var names []string
 	for t, err := range s.Tools(ctx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("list tools at %s: %w", c.o.URL, err)
+			return nil, "", fmt.Errorf("list tools at %s: %w", c.o.URL, err)
 		}
-		if strings.HasPrefix(t.Name, prefix) {
+		if match(pattern, t.Name) {
 			names = append(names, t.Name)
 		}
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("no tool at %s starts with %q", c.o.URL, prefix)
+		return nil, "", fmt.Errorf("no tool at %s matches %q", c.o.URL, pattern)
 	}
-	return names, nil
+	var proto string
+	if ir := s.InitializeResult(); ir != nil {
+		proto = ir.ProtocolVersion
+	}
+	return names, proto, nil
+}
+
+// match reports whether name matches pattern, in which each "*" stands for
+// any run of characters (none included) and everything else for itself; a
+// prefix ending in "*" is the common case. Tool names hold no "*" of
+// their own, so none needs escaping.
+func match(pattern, name string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return name == pattern
+	}
+	rest, ok := strings.CutPrefix(name, parts[0])
+	if !ok {
+		return false
+	}
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return strings.HasSuffix(rest, last)
 }
 
 // runCall calls tools until the time is up. ctx is the run's (it ends
@@ -480,7 +548,6 @@ func (w *worker) runCall(ctx, parent context.Context, c *client, sl *slot, o *Op
 // runList lists every tool, page by page, until the time is up.
 func (w *worker) runList(ctx, parent context.Context, c *client, sl *slot, o *Options,
 	start time.Time, end time.Duration, done, failed *atomic.Uint64) {
-	prefix, _ := strings.CutSuffix(o.Tool, "*")
 	s := sl.get()
 	var page Histogram // this listing's pages, kept if it counts
 	for parent.Err() == nil && time.Since(start) < end {
@@ -500,7 +567,7 @@ func (w *worker) runList(ctx, parent context.Context, c *client, sl *slot, o *Op
 			page.Record(time.Since(p0))
 			n++
 			for _, t := range r.Tools {
-				if strings.HasPrefix(t.Name, prefix) {
+				if o.Tool == "" || match(o.Tool, t.Name) {
 					tools++
 				}
 			}

@@ -2,7 +2,6 @@ package roles
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -19,22 +18,30 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Load an MCP endpoint (okso's or any other) with tools/call or tools/list and report rate and latency",
+		Short: "Load an MCP endpoint (okso's or any other) with tools/call, tools/list or metric streams and report rate and latency",
 		Long: "okso bench opens --sessions MCP client sessions (official Go SDK, Streamable HTTP) to --url\n" +
 			"and keeps --concurrency requests in flight over them for --warmup, not counted, then for\n" +
-			"--duration. --tool is an exact tool name, or a prefix ending in * that spreads the calls\n" +
-			"round-robin over every listed tool that matches (e.g. 'sysecho.*' calls every node's echo).\n" +
+			"--duration. --tool is an exact tool name, or a pattern in which * stands for any run of\n" +
+			"characters, which spreads the calls round-robin over every listed tool it matches (e.g.\n" +
+			"'sysecho.*' calls every node's echo, 'sys.*.metrics.subscribe' every node's metric stream).\n" +
 			"--mode list times full tools/list listings instead, following every page.\n\n" +
+			"--mode subscribe holds --concurrency streams open on okso's streaming door (POST\n" +
+			"/mcp/tools/call on --url's host, Accept: text/event-stream; --args default {\"interval_ms\":1000})\n" +
+			"for the warm-up and the duration, then closes them (--sessions does not apply: one session\n" +
+			"lists the tools of a pattern). It reports the streams held open to the end, those refused\n" +
+			"or closed early by code (http/<status>, close/<code>), the metric frames per second in all\n" +
+			"and per stream in the measured time, and the time from request to first frame.\n\n" +
 			"A progress line goes to stderr every second. At the end: calls/s, errors by code (an isError\n" +
 			"result's structuredContent.code, JSON-RPC error codes, transport failures), latency\n" +
 			"percentiles of the successful calls and a histogram; with --json one JSON object on stdout.",
 		Example: "  okso bench --token \"$TOKEN\" --tool 'sysecho.*'\n" +
 			"  okso bench --url http://127.0.0.1:9000/mcp --tool echo --concurrency 1 --sessions 1\n" +
-			"  okso bench --token \"$TOKEN\" --mode list --concurrency 4 --sessions 1",
+			"  okso bench --token \"$TOKEN\" --mode list --concurrency 4 --sessions 1\n" +
+			"  okso bench --token \"$TOKEN\" --mode subscribe --tool 'sys.*.metrics.subscribe' --concurrency 1000 --duration 30s",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Mode == bench.ModeCall && o.Tool == "" {
-				return errors.New("--tool is required in call mode: a tool name, or a prefix ending in * (e.g. 'sysecho.*')")
+			if o.Mode != bench.ModeList && o.Tool == "" {
+				return fmt.Errorf("--tool is required in %s mode: a tool name, or a pattern with * (e.g. 'sysecho.*')", o.Mode)
 			}
 			if o.Duration <= 0 {
 				return fmt.Errorf("--duration %v: want a positive duration", o.Duration)
@@ -59,6 +66,9 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			if res.OK == 0 {
+				if o.Mode == bench.ModeSubscribe {
+					return fmt.Errorf("no stream of %d held open to the end", res.Ops)
+				}
 				return fmt.Errorf("no %s request succeeded in %d", o.Mode, res.Ops)
 			}
 			return nil
@@ -68,12 +78,12 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.URL, "url", bench.DefaultURL, "MCP endpoint")
 	fs.StringVar(&o.Token, "token", "", "bearer token (e.g. the agent token all-in-one prints)")
 	fs.IntVar(&o.Sessions, "sessions", bench.DefaultSessions, "MCP client sessions (at most --concurrency)")
-	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "requests in flight in total, spread over the sessions")
+	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "requests in flight in total, spread over the sessions (subscribe: streams held open)")
 	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "measured time")
 	fs.DurationVar(&o.Warmup, "warmup", bench.DefaultWarmup, "time run first and not counted")
-	fs.StringVar(&o.Tool, "tool", "", "tool to call: an exact name, or a prefix ending in * (every matching tool, round-robin)")
-	fs.StringVar(&args, "args", bench.DefaultArgs, "arguments of each call, a JSON object")
-	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call) or list (a full tools/list, every page, per operation)")
+	fs.StringVar(&o.Tool, "tool", "", "tool to call: an exact name, or a pattern where * is any run of characters (every matching tool, round-robin)")
+	fs.StringVar(&args, "args", "", "arguments of each call, a JSON object (default "+bench.DefaultArgs+"; subscribe: "+bench.DefaultSubscribeArgs+")")
+	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call), list (a full tools/list, every page, per operation) or subscribe (streams held open)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout")
 	fs.StringVar(&o.Protocol, "protocol", "", "MCP protocol version to request (default: the SDK's latest)")
 	return cmd
