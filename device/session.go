@@ -61,8 +61,6 @@ type session struct {
 	detached    bool
 	streams     map[string]*tierStream // by cmd msg_id
 	streamsByID map[string]string      // stream id -> cmd msg_id
-	inbox       string                 // reply subject prefix of stream frames
-	inboxSub    *nats.Subscription
 }
 
 type capState struct {

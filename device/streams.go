@@ -63,20 +63,6 @@ func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []by
 		fail(bus.CodeRateLimited, "capability stream limit reached", bus.DecisionRateLimit, call.Tool)
 		return
 	}
-	if s.inbox == "" {
-		// One reply inbox per session, made on its first stream: a frame
-		// published to a stream nobody listens to comes back here as "no
-		// responders", and the stream stops.
-		s.inbox = nats.NewInbox()
-		sub, err := s.t.o.NC.Subscribe(s.inbox+".*", s.onNoListener)
-		if err != nil {
-			s.inbox = ""
-			s.mu.Unlock()
-			fail(bus.CodeInternal, "tier cannot reach NATS", bus.DecisionFailed, call.Tool)
-			return
-		}
-		s.inboxSub = sub
-	}
 	cs.streams++
 	s.streams[cmdID] = st
 	s.streamsByID[sid] = cmdID
@@ -151,12 +137,27 @@ func (s *session) onCancel(m *nats.Msg) {
 }
 
 // onNoListener handles a "no responders" status for a frame: the gateway
-// that held the stream is gone.
-func (s *session) onNoListener(m *nats.Msg) {
+// that held the stream is gone. Frames carry the reply subject
+// <tier inbox>.<node id>.<stream id>, served by one tier subscription.
+func (t *Tier) onNoListener(m *nats.Msg) {
 	if m.Header.Get("Status") != "503" {
 		return
 	}
-	sid := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	rest := strings.TrimPrefix(m.Subject, t.inbox+".")
+	nodeID, sid, ok := strings.Cut(rest, ".")
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	s := t.sessions[nodeID]
+	t.mu.Unlock()
+	if s != nil {
+		go s.stopStream(sid) // it writes to the device
+	}
+}
+
+// stopStream stops the stream with id sid, if this session serves it.
+func (s *session) stopStream(sid string) {
 	s.mu.Lock()
 	cmdID := s.streamsByID[sid]
 	s.mu.Unlock()
@@ -175,12 +176,11 @@ func (s *session) onStream(e Envelope) {
 	}
 	s.mu.Lock()
 	st := s.streams[e.InReplyTo]
-	inbox := s.inbox
 	s.mu.Unlock()
 	if st == nil {
 		return
 	}
-	msg := &nats.Msg{Subject: st.subject, Reply: inbox + "." + st.id, Data: f.Data,
+	msg := &nats.Msg{Subject: st.subject, Reply: s.t.inbox + "." + s.nodeID + "." + st.id, Data: f.Data,
 		Header: nats.Header{bus.HeaderEvent: {f.Event}}}
 	if err := s.t.o.NC.PublishMsg(msg); err != nil {
 		s.t.log.Warn("publish stream frame", "node_id", s.nodeID, "err", err)
@@ -197,14 +197,9 @@ func (s *session) endStreams(reason string) {
 	for _, st := range streams {
 		st.cap.streams--
 	}
-	sub := s.inboxSub
-	s.inboxSub = nil
 	s.mu.Unlock()
 	for _, st := range streams {
 		_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: st.subject, Header: nats.Header{bus.HeaderStreamEnd: {reason}}})
-	}
-	if sub != nil {
-		_ = sub.Unsubscribe()
 	}
 }
 

@@ -81,6 +81,11 @@ type Tier struct {
 	// same reason: [Tier.dispatch] hands each to its session.
 	cmds     chan *nats.Msg
 	stopCmds chan struct{}
+	// inbox prefixes the reply subject of every stream frame: a frame
+	// nobody listens to comes back to inboxSub as "no responders", and
+	// its stream stops.
+	inbox    string
+	inboxSub *nats.Subscription
 	stopOnce sync.Once
 }
 
@@ -132,6 +137,11 @@ func NewTier(o TierOptions) (*Tier, error) {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
 	}
 	t.cancelSub = sub
+	t.inbox = nats.NewInbox()
+	if t.inboxSub, err = o.NC.Subscribe(t.inbox+".*.*", t.onNoListener); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("device tier: subscribe to its stream inbox: %w", err)
+	}
 	go t.dispatch(o.NC.StatusChanged(nats.CLOSED))
 	return t, nil
 }
@@ -252,6 +262,9 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 	t.closing = true
 	if t.cancelSub != nil {
 		_ = t.cancelSub.Unsubscribe()
+	}
+	if t.inboxSub != nil {
+		_ = t.inboxSub.Unsubscribe()
 	}
 	all := make([]*session, 0, len(t.all))
 	for s := range t.all {

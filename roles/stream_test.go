@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
@@ -474,4 +477,28 @@ func TestLocalAgent(t *testing.T) {
 	if err := f.a.c.schemas.ValidateJSON(schemas.MetricsSnapshot, b); err != nil {
 		t.Errorf("host snapshot %s fails its schema: %v", b, err)
 	}
+}
+
+// TestStreamWithoutListenerStops: a stream whose gateway is gone (nobody
+// listens on its subject) stops at its first frames: NATS answers them "no
+// responders" on the tier's inbox, and the tier tells the device to stop.
+func TestStreamWithoutListenerStops(t *testing.T) {
+	f := streamFixture(t, nil)
+	probe := newStreamProbe()
+	node, _ := f.streamDevice(probe)
+	body, _ := json.Marshal(bus.Call{Tool: "sys." + node + ".metrics.subscribe", Arguments: json.RawMessage(`{"interval_ms":1000}`)})
+	msg := &nats.Msg{Subject: bus.NodeCmd(node), Data: body, Header: nats.Header{
+		bus.HeaderStreamID: {strings.ToLower(ulid.Make().String())}, bus.HeaderTenant: {DefaultTenant},
+		bus.HeaderSubject: {"test-agent"}, bus.HeaderBudgetMs: {"5000"}}}
+	resp, err := f.nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bus.Reply
+	if err := json.Unmarshal(resp.Data, &rep); err != nil || !rep.OK {
+		t.Fatalf("stream not opened: %s", resp.Data)
+	}
+	wait(t, probe.started, "device stream started")
+	wait(t, probe.exited, "device stream stopped for want of a listener")
+	eventually(t, "tier streams closed", func() bool { return f.a.tier.tier.Streams() == 0 })
 }
