@@ -79,6 +79,10 @@ type Options struct {
 	Args     json.RawMessage // arguments, a JSON object (DefaultArgs; DefaultSubscribeArgs in subscribe mode)
 	Mode     string          // ModeCall, ModeList or ModeSubscribe (ModeCall)
 	Protocol string          // MCP protocol version to request; the SDK's latest when empty
+	// MaxTools, when positive, keeps only the first MaxTools tools (in
+	// listing order) that Tool matches: the same fleet can then be driven
+	// over a few nodes or over all of them.
+	MaxTools int
 	// Progress, when set, gets a line every second: requests so far, the
 	// current rate and the errors.
 	Progress io.Writer
@@ -333,6 +337,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		var err error
 		if tools, res.Protocol, err = listMatching(ctx, c, o.Tool); err != nil {
 			return nil, err
+		}
+		if o.MaxTools > 0 && len(tools) > o.MaxTools {
+			tools = tools[:o.MaxTools]
 		}
 	}
 	res.Tools = len(tools)

@@ -135,6 +135,21 @@ func TestBenchCallSpread(t *testing.T) {
 	}
 }
 
+// TestBenchMaxTools: --max-tools confines the calls to the first tools
+// the pattern matches.
+func TestBenchMaxTools(t *testing.T) {
+	srv := startServer(t, true, 0)
+	o := quick(srv.url, "echo.*")
+	o.MaxTools = 2
+	r, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := srv.counts(); r.Tools != 2 || len(c) != 2 || r.OK == 0 {
+		t.Fatalf("tools %d, calls per tool %v: want 2 tools called", r.Tools, c)
+	}
+}
+
 type counts map[string]int
 
 func (c counts) min() int {

@@ -86,5 +86,6 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call), list (a full tools/list, every page, per operation) or subscribe (streams held open)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout")
 	fs.StringVar(&o.Protocol, "protocol", "", "MCP protocol version to request (default: the SDK's latest)")
+	fs.IntVar(&o.MaxTools, "max-tools", 0, "use only the first N tools --tool matches (0: all)")
 	return cmd
 }

@@ -14,6 +14,8 @@
 #   SCALE_ROUNDS           list-and-call rounds (1; more shows whether RSS keeps growing)
 #   SCALE_KEEP             1: keep the work dir (logs) even on success
 #   SCALE_TIER_FLAGS       extra flags for `okso device` (e.g. --debug-addr 127.0.0.1:6070)
+#   SCALE_SPREAD_DURATION  each `okso bench` run that compares calls over the first
+#                          1,000 nodes with calls over all of them (10s; 0: skip)
 # Exit status: 0 when every device connected, every node was listed and
 # every call answered correctly; 1 otherwise.
 set -uo pipefail
@@ -23,6 +25,7 @@ N=${1:-10000}
 CONNECT_TIMEOUT=${SCALE_CONNECT_TIMEOUT:-600}
 CONCURRENCY=${SCALE_CONCURRENCY:-64}
 ROUNDS=${SCALE_ROUNDS:-1}
+SPREAD_DURATION=${SCALE_SPREAD_DURATION:-10s}
 case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
 log() { printf '[scale %s] %s\n' "$(date +%T)" "$*"; }
@@ -192,6 +195,29 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	[ "$sc" != 0 ] && status=1
 	[ "$ROUNDS" -gt 1 ] && log "after round $round: tier RSS $(mb "$(rss_kb "$tier")"), gateway RSS $(mb "$(rss_kb "$gw")")"
 done
+
+# --- throughput: calls spread over every node, and over the first 1,000 ----------------
+# Same fleet, same gateway and tier: only the spread differs (each echo
+# allows 10 calls/s and 4 in flight per node, so 1,000 nodes are enough
+# for the rate the machine can reach).
+spread() { # spread NAME FLAGS...: one okso bench run; prints its ok/s
+	local name=$1
+	shift
+	OKSO_TOKEN=$(cat "$work/token") "$OKSO" bench --url "$mcp_url" --tool 'sysecho.*' --concurrency "$CONCURRENCY" \
+		--sessions 8 --duration "$SPREAD_DURATION" --warmup 2s --json "$@" >"$work/bench-$name.json" 2>"$work/bench-$name.err" ||
+		{ log "bench $name failed: $(tail -2 "$work/bench-$name.err")"; status=1; }
+	jq -r '"\(.ok_per_s | floor) calls/s over \(.tools) nodes, p50 \(.latency_ms.p50)ms, errors \(.errors)"' "$work/bench-$name.json" 2>/dev/null
+}
+if [ "$SPREAD_DURATION" != 0 ]; then
+	few=$((N < 1000 ? N : 1000))
+	spread_few=$(spread few --max-tools "$few")
+	log "bench over $few nodes: $spread_few"
+	spread_all=$(spread all)
+	log "bench over all nodes: $spread_all"
+	spread_ratio=$(jq -rn --slurpfile a "$work/bench-all.json" --slurpfile f "$work/bench-few.json" \
+		'if ($f[0].ok_per_s // 0) > 0 then ($a[0].ok_per_s / $f[0].ok_per_s * 100 | floor | tostring) + "%" else "-" end' 2>/dev/null)
+fi
+
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 gw_rss_after=$(rss_kb "$gw")
 tier_rss_calls=$(rss_kb "$tier")
@@ -266,6 +292,10 @@ row "list time" "$(r list_total) total, $(r list_pages) pages (first $(r list_pa
 row "calls ok / failed" "$(r calls_ok) / $(r calls_failed) $(r calls_failed_by_code)"
 row "calls/s" "$(r calls_per_s) (concurrency $(r concurrency), wall $(r calls_wall))"
 row "call latency" "p50 $(r call_p50), p99 $(r call_p99), max $(r call_max)"
+if [ "$SPREAD_DURATION" != 0 ]; then
+	row "okso bench, $few nodes" "${spread_few:-failed}"
+	row "okso bench, all $N nodes" "${spread_all:-failed} (${spread_ratio:--} of the $few-node rate)"
+fi
 [ -n "$(r error)" ] && row "error" "$(r error)"
 [ -n "$died" ] && row "processes that died" "$died"
 row "stop (SIGTERM)" "fleet $stop_fleet, gateway $stop_gw, tier $stop_tier"
