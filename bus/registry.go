@@ -123,9 +123,12 @@ var ErrLeaseLost = errors.New("registry lease lost")
 // Lease is one session's claim on a node's record.
 // It is not safe for concurrent use; its owner refreshes and releases it.
 type Lease struct {
-	r    *Registry
-	key  string
-	data []byte
+	r   *Registry
+	key string
+	// node is the record, encoded again on each refresh rather than kept
+	// encoded: a tier holds a lease per device, and the record's slices
+	// are the session's own.
+	node Node
 	rev  uint64
 }
 
@@ -135,7 +138,7 @@ func (r *Registry) Claim(ctx context.Context, n Node) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{r: r, key: n.NodeID, data: data}
+	l := &Lease{r: r, key: n.NodeID, node: n}
 	ack, err := r.js.Publish(ctx, l.subject(), data, jetstream.WithMsgTTL(r.ttl))
 	if err != nil {
 		return nil, fmt.Errorf("claim node %s: %w", n.NodeID, err)
@@ -148,7 +151,11 @@ func (l *Lease) subject() string { return "$KV." + BucketNodes + "." + l.key }
 
 // Refresh extends the lease, only if the record is still the one it wrote.
 func (l *Lease) Refresh(ctx context.Context) error {
-	ack, err := l.r.js.Publish(ctx, l.subject(), l.data,
+	data, err := json.Marshal(l.node)
+	if err != nil {
+		return err
+	}
+	ack, err := l.r.js.Publish(ctx, l.subject(), data,
 		jetstream.WithMsgTTL(l.r.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
 	if err != nil {
 		var apiErr *jetstream.APIError

@@ -406,10 +406,13 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 }
 
 // project checks a manifest beyond its schema and returns the projected
-// tool names. A non-empty msg explains the refusal.
+// tool names; it also swaps the closed-set strings of caps (kind, safety
+// class, schema_ref, verbs) for the kind table's. A non-empty msg
+// explains the refusal.
 func project(nodeID string, caps []bus.Capability) (tools []string, byID map[string]*capState, msg string) {
 	byID = make(map[string]*capState, len(caps))
-	for _, c := range caps {
+	for i := range caps {
+		c := &caps[i]
 		if _, dup := byID[c.CapID]; dup {
 			return nil, nil, "duplicate cap_id"
 		}
@@ -417,17 +420,25 @@ func project(nodeID string, caps []bus.Capability) (tools []string, byID map[str
 		if !ok {
 			return nil, nil, "unknown kind"
 		}
-		for _, v := range c.Verbs {
-			if _, ok := k.Verb(v); !ok {
+		// The strings of a closed set are kept as the table's own, not as
+		// each session's decoded copies.
+		c.Kind, c.SafetyClass = k.Name, internSafety(c.SafetyClass)
+		if v, ok := k.VerbByInput(c.SchemaRef); ok {
+			c.SchemaRef = v.Input
+		}
+		for j, v := range c.Verbs {
+			kv, ok := k.Verb(v)
+			if !ok {
 				return nil, nil, "verb not allowed for its kind"
 			}
+			c.Verbs[j] = kv.Name
 			name := bus.ToolName{KindShort: k.Short, NodeID: nodeID, CapID: c.CapID, Verb: v}.String()
 			if len(name) > bus.MaxToolName {
 				return nil, nil, "projected tool name longer than 64 characters"
 			}
 			tools = append(tools, name)
 		}
-		cs := &capState{Capability: c, kind: k}
+		cs := &capState{Capability: *c, kind: k}
 		if c.Constraints.RateLimitRPS > 0 {
 			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
 			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)
@@ -435,6 +446,16 @@ func project(nodeID string, caps []bus.Capability) (tools []string, byID map[str
 		byID[c.CapID] = cs
 	}
 	return tools, byID, ""
+}
+
+// internSafety returns the package constant equal to a safety class.
+func internSafety(class string) string {
+	for _, c := range []string{schemas.SafetyReadOnly, schemas.SafetyMutating, schemas.SafetyDestructive} {
+		if class == c {
+			return c
+		}
+	}
+	return class
 }
 
 // keeper refreshes a session's registry lease and pings its device, on

@@ -76,6 +76,16 @@ func LookupKind(name string) (Kind, bool) {
 	return k, ok
 }
 
+// VerbByInput returns the verb of k whose arguments schema is id.
+func (k Kind) VerbByInput(id string) (Verb, bool) {
+	for _, v := range k.Verbs {
+		if v.Input == id {
+			return v, true
+		}
+	}
+	return Verb{}, false
+}
+
 // Verb returns the named verb of k.
 func (k Kind) Verb(name string) (Verb, bool) {
 	for _, v := range k.Verbs {
