@@ -55,17 +55,26 @@ const (
 	HeaderSubject     = "Okso-Subject"
 )
 
-var (
-	nodeIDRe = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
-	toolRe   = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+){3}$`)
-	tokenRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-)
+var tokenRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // MaxToolName is the longest projected tool name (seed 000 §2).
 const MaxToolName = 64
 
-// ValidNodeID reports whether s is a lower-case ULID, the form of a node id.
-func ValidNodeID(s string) bool { return nodeIDRe.MatchString(s) }
+// ValidNodeID reports whether s is a lower-case ULID, the form of a node
+// id: 26 characters of Crockford's base 32 (no i, l, o, u). Names are
+// checked several times per call, so by hand rather than by regexp.
+func ValidNodeID(s string) bool {
+	if len(s) != 26 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' && c != 'i' && c != 'l' && c != 'o' && c != 'u') {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidTenant reports whether s can name a tenant (it becomes a subject token).
 func ValidTenant(s string) bool { return tokenRe.MatchString(s) }
@@ -81,15 +90,28 @@ func (t ToolName) String() string {
 }
 
 // ParseToolName parses and checks a projected tool name: the DESIGN.md §2
-// regex, at most 64 characters, and a valid node id in the second segment.
+// regex ^[a-z0-9_]+(\.[a-z0-9_]+){3}$, at most 64 characters, and a valid
+// node id in the second segment.
 func ParseToolName(s string) (ToolName, bool) {
-	if len(s) > MaxToolName || !toolRe.MatchString(s) {
+	if len(s) > MaxToolName {
 		return ToolName{}, false
 	}
-	p := strings.Split(s, ".")
-	t := ToolName{KindShort: p[0], NodeID: p[1], CapID: p[2], Verb: p[3]}
-	if !ValidNodeID(t.NodeID) {
+	var p [4]string
+	n, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '.' {
+			if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+				return ToolName{}, false
+			}
+			continue
+		}
+		if i == start || n == len(p) {
+			return ToolName{}, false // an empty segment, or a fifth
+		}
+		p[n], n, start = s[start:i], n+1, i+1
+	}
+	if n != len(p) || !ValidNodeID(p[1]) {
 		return ToolName{}, false
 	}
-	return t, true
+	return ToolName{KindShort: p[0], NodeID: p[1], CapID: p[2], Verb: p[3]}, true
 }

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -24,8 +25,18 @@ func FuzzParseToolName(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	// The DESIGN.md §2 regexes, as the reference for the hand-written checks.
+	toolRe := regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+){3}$`)
+	nodeIDRe := regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
 	f.Fuzz(func(t *testing.T, s string) {
 		tn, ok := bus.ParseToolName(s)
+		want := len(s) <= bus.MaxToolName && toolRe.MatchString(s) && nodeIDRe.MatchString(strings.Split(s, ".")[1])
+		if ok != want {
+			t.Fatalf("ParseToolName(%q) ok=%v, the regexes say %v", s, ok, want)
+		}
+		if seg := strings.Split(s+".", ".")[0]; bus.ValidNodeID(seg) != nodeIDRe.MatchString(seg) {
+			t.Fatalf("ValidNodeID(%q) = %v, the regex says otherwise", seg, bus.ValidNodeID(seg))
+		}
 		if !ok {
 			if tn != (bus.ToolName{}) {
 				t.Fatalf("rejected %q but returned %+v", s, tn)
