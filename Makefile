@@ -36,9 +36,9 @@ fmt:
 run: build
 	$(BIN) all-in-one
 
-## bench: the Go micro-benchmarks of the hot path (envelope, name, schemas, NATS hop)
+## bench: the Go micro-benchmarks of the hot path (envelope, name, schemas, NATS hop, the gateway fast path)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./bus ./device ./schemas
+	$(GO) test -run '^$$' -bench . -benchmem ./bus ./device ./schemas ./mcp
 
 ## fuzz: every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
 fuzz:

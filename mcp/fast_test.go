@@ -1,0 +1,69 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+const benchCall = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"sysecho.01m80hetn3a3x84z368v26yy0p.echo.invoke",` +
+	`"arguments":{"message":"bench"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+	`"io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"okso-bench","version":"1"}}}}`
+
+// TestParseFastRequest: the canonical request is taken apart; a request
+// the fast path must leave to the SDK is not.
+func TestParseFastRequest(t *testing.T) {
+	req, ok := parseFastRequest([]byte(benchCall))
+	if !ok || string(req.ID) != "7" || req.Params.Name != "sysecho.01m80hetn3a3x84z368v26yy0p.echo.invoke" ||
+		string(req.Params.Arguments) != `{"message":"bench"}` || len(req.Params.Meta) != 3 {
+		t.Fatalf("parsed %+v, %v", req, ok)
+	}
+	h := http.Header{}
+	h.Set("Mcp-Protocol-Version", "2026-07-28")
+	h.Set("Mcp-Method", "tools/call")
+	h.Set("Mcp-Name", req.Params.Name)
+	if !versionFits(h, req) {
+		t.Error("a well-formed 2026-07-28 request does not fit")
+	}
+	h.Set("Mcp-Name", "other")
+	if versionFits(h, req) {
+		t.Error("a request whose Mcp-Name differs fits")
+	}
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","name":"y"}}`,
+		`{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"x"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"},"extra":1}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":"no"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}`,
+	} {
+		if _, ok := parseFastRequest([]byte(body)); ok {
+			t.Errorf("took %s", body)
+		}
+	}
+}
+
+// BenchmarkFastPath is the gateway's own work on one unary call outside
+// the checks and NATS: reading the request and writing the response.
+func BenchmarkFastPath(b *testing.B) {
+	g := &Gateway{serverInfo: []byte(`{"name":"okso","title":"okso fleet gateway","version":"dev"}`)}
+	h := http.Header{}
+	h.Set("Mcp-Protocol-Version", "2026-07-28")
+	h.Set("Mcp-Method", "tools/call")
+	h.Set("Mcp-Name", "sysecho.01m80hetn3a3x84z368v26yy0p.echo.invoke")
+	result := json.RawMessage(`{"message":"bench","received_at_ms":1795316088218,"node_id":"01m80hetn3a3x84z368v26yy0p"}`)
+	body := []byte(benchCall)
+	var buf bytes.Buffer
+	b.ReportAllocs()
+	for b.Loop() {
+		req, ok := parseFastRequest(body)
+		if !ok || !versionFits(h, req) {
+			b.Fatal("not taken")
+		}
+		buf.Reset()
+		buf.WriteString(`{"jsonrpc":"2.0","id":`)
+		buf.Write(req.ID)
+		g.writeToolResult(&buf, "01M80HFSRTP6P5RGFY7RW4197Q", true, result, false)
+	}
+}
