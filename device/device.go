@@ -256,6 +256,9 @@ func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
 		cancels = map[string]context.CancelFunc{}
 	)
 	defer wg.Wait()
+	// Each cmd runs on a worker; one stays warm between calls.
+	w := newWorkers(1)
+	defer w.close()
 	stop := context.AfterFunc(ctx, func() {
 		_ = c.c.Close(websocket.StatusNormalClosure, "device shutting down")
 	})
@@ -296,7 +299,9 @@ func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
 			mu.Lock()
 			cancels[e.MsgID] = cancel
 			mu.Unlock()
-			wg.Go(func() {
+			wg.Add(1)
+			w.run(func() {
+				defer wg.Done()
 				c.handle(hctx, e, tools)
 				mu.Lock()
 				delete(cancels, e.MsgID)

@@ -146,11 +146,13 @@ func NewTier(o TierOptions) (*Tier, error) {
 	return t, nil
 }
 
-// dispatch hands each call to its node's session on a goroutine of its
-// own, until the tier shuts down or its NATS connection closes. A call for
+// dispatch hands each call to its node's session on a worker goroutine
+// (one per call in flight), until the tier shuts down or its NATS connection closes. A call for
 // a node with no session here (it left while the call was queued) is
 // answered E_NODE_OFFLINE.
 func (t *Tier) dispatch(closed <-chan nats.Status) {
+	w := newWorkers(64)
+	defer w.close()
 	for {
 		select {
 		case m := <-t.cmds:
@@ -164,7 +166,7 @@ func (t *Tier) dispatch(closed <-chan nats.Status) {
 				}
 				continue
 			}
-			go s.onCall(m)
+			w.run(func() { s.onCall(m) })
 		case <-closed:
 			return
 		case <-t.stopCmds:

@@ -57,7 +57,7 @@ type testTier struct {
 
 // newTestTier starts a tier configured by o; NC, Registry, Schemas,
 // Verifier and Auditor are filled in. Everything stops when the test ends.
-func newTestTier(t *testing.T, o device.TierOptions) *testTier {
+func newTestTier(t testing.TB, o device.TierOptions) *testTier {
 	t.Helper()
 	srv, err := bus.StartServer(bus.ServerOptions{})
 	if err != nil {
@@ -100,7 +100,7 @@ func newTestTier(t *testing.T, o device.TierOptions) *testTier {
 
 // startReplica starts one more tier on the same NATS server, with the same
 // signer, schemas and audit log, and returns it with its device URL.
-func (tt *testTier) startReplica(t *testing.T, o device.TierOptions) (*device.Tier, string) {
+func (tt *testTier) startReplica(t testing.TB, o device.TierOptions) (*device.Tier, string) {
 	t.Helper()
 	nc := connect(t, tt.server, "okso-device-tier")
 	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: registryTTL})
@@ -127,7 +127,7 @@ func (tt *testTier) startReplica(t *testing.T, o device.TierOptions) (*device.Ti
 	return tier, "ws" + strings.TrimPrefix(hs.URL, "http") + device.Path
 }
 
-func connect(t *testing.T, srv *bus.Server, name string) *nats.Conn {
+func connect(t testing.TB, srv *bus.Server, name string) *nats.Conn {
 	t.Helper()
 	nc, err := srv.Connect(name)
 	if err != nil {
@@ -138,13 +138,13 @@ func connect(t *testing.T, srv *bus.Server, name string) *nats.Conn {
 }
 
 // token mints a device token for node in [tenant] with device:connect.
-func (tt *testTier) token(t *testing.T, node string) string {
+func (tt *testTier) token(t testing.TB, node string) string {
 	t.Helper()
 	return tt.mint(t, auth.MintOptions{Subject: node, Tenant: tenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 }
 
-func (tt *testTier) mint(t *testing.T, o auth.MintOptions) string {
+func (tt *testTier) mint(t testing.TB, o auth.MintOptions) string {
 	t.Helper()
 	tok, err := tt.signer.Mint(o)
 	if err != nil {
@@ -326,7 +326,7 @@ type runningDevice struct {
 // runDevice runs a device.Device with o (URLs, Token and Schemas filled in
 // when empty) until the test ends, and returns once the tier accepted its
 // announce.
-func (tt *testTier) runDevice(t *testing.T, o device.Options) *runningDevice {
+func (tt *testTier) runDevice(t testing.TB, o device.Options) *runningDevice {
 	t.Helper()
 	if len(o.URLs) == 0 {
 		o.URLs = []string{tt.url}
@@ -369,7 +369,7 @@ func (tt *testTier) runDevice(t *testing.T, o device.Options) *runningDevice {
 
 // runMock runs a simulated device with the echo capability: a well-behaved
 // bystander.
-func (tt *testTier) runMock(t *testing.T) *runningDevice {
+func (tt *testTier) runMock(t testing.TB) *runningDevice {
 	t.Helper()
 	return tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set, 1))
 }
