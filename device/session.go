@@ -53,6 +53,16 @@ type session struct {
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
+	// onDone, when set, runs (on its own goroutine) as soon as close
+	// begins: it takes the node offline without waiting for the close
+	// handshake.
+	onDone func()
+
+	// queue holds the calls NATS delivered for the node, served one at a
+	// time and in order by a worker while it is not empty.
+	qmu      sync.Mutex
+	queue    []*nats.Msg
+	draining bool
 	announced chan struct{} // closed once announce_ok is written: cmds may follow
 
 	mu          sync.Mutex
@@ -122,6 +132,12 @@ func errorCodeFor(closeCode int) string {
 func (s *session) close(code int, errCode, reason string) {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.mu.Lock()
+		onDone := s.onDone
+		s.mu.Unlock()
+		if onDone != nil {
+			go onDone()
+		}
 		if errCode == "" {
 			errCode = errorCodeFor(code)
 		}
@@ -251,9 +267,19 @@ func (s *session) run(ctx context.Context) {
 	}
 	deadline.Stop()
 
+	// The node goes offline as soon as the session starts closing, not
+	// after the close handshake (up to closeGrace with a silent peer).
 	k := s.keepAlive(lease)
-	defer func() { releaseLease(s, k.stop()) }()
-	defer s.close(CloseNormal, "", "") // before the lease goes, when the read loop ends first
+	var once sync.Once
+	release := func() { once.Do(func() { releaseLease(s, k.stop()) }) }
+	s.mu.Lock()
+	s.onDone = release
+	s.mu.Unlock()
+	if s.closed() { // closed before onDone was set: close did not see it
+		go release()
+	}
+	defer release() // waits for a release in progress
+	defer s.close(CloseNormal, "", "") // when the read loop ends first
 
 	for {
 		e, err := s.read(ctx)
@@ -630,6 +656,42 @@ func (s *session) cleanup() {
 	if s.nodeID != "" && s.caps != nil {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDisconnect})
+	}
+}
+
+// enqueue queues a call for the session; calls to one node are served in
+// the order NATS delivered them, by one worker at a time. It reports false
+// when the node already has max calls queued.
+func (s *session) enqueue(m *nats.Msg, w *workers, max int) bool {
+	s.qmu.Lock()
+	if len(s.queue) >= max {
+		s.qmu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, m)
+	start := !s.draining
+	s.draining = true
+	s.qmu.Unlock()
+	if start {
+		w.run(s.drain)
+	}
+	return true
+}
+
+// drain serves the queued calls until none is left.
+func (s *session) drain() {
+	for {
+		s.qmu.Lock()
+		if len(s.queue) == 0 {
+			s.queue, s.draining = nil, false // an idle session keeps no array
+			s.qmu.Unlock()
+			return
+		}
+		m := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.qmu.Unlock()
+		s.onCall(m)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -146,10 +147,11 @@ func NewTier(o TierOptions) (*Tier, error) {
 	return t, nil
 }
 
-// dispatch hands each call to its node's session on a worker goroutine
-// (one per call in flight), until the tier shuts down or its NATS connection closes. A call for
-// a node with no session here (it left while the call was queued) is
-// answered E_NODE_OFFLINE.
+// dispatch queues each call on its node's session, whose calls a worker
+// serves in order, until the tier shuts down or its NATS connection
+// closes. A call for a node with no session here (it left while the call
+// was queued) is answered E_NODE_OFFLINE; one beyond MaxPendingPerNode
+// queued calls, E_RATE_LIMITED.
 func (t *Tier) dispatch(closed <-chan nats.Status) {
 	w := newWorkers(64)
 	defer w.close()
@@ -166,7 +168,14 @@ func (t *Tier) dispatch(closed <-chan nats.Status) {
 				}
 				continue
 			}
-			w.run(func() { s.onCall(m) })
+			if !s.enqueue(m, w, t.o.MaxPendingPerNode) {
+				if m.Reply != "" {
+					_ = t.o.NC.Publish(m.Reply, bus.ErrorReply(bus.CodeRateLimited, "too many calls queued for this node"))
+				}
+				t.audit(bus.AuditEvent{Tenant: m.Header.Get(bus.HeaderTenant), Subject: m.Header.Get(bus.HeaderSubject),
+					NodeID: id, Decision: bus.DecisionRateLimit, Code: bus.CodeRateLimited,
+					RequestID: m.Header.Get(bus.HeaderRequestID)})
+			}
 		case <-closed:
 			return
 		case <-t.stopCmds:
@@ -262,23 +271,32 @@ func (t *Tier) Sessions() int {
 func (t *Tier) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
 	t.closing = true
-	if t.cancelSub != nil {
-		_ = t.cancelSub.Unsubscribe()
-	}
-	if t.inboxSub != nil {
-		_ = t.inboxSub.Unsubscribe()
-	}
 	all := make([]*session, 0, len(t.all))
 	for s := range t.all {
 		all = append(all, s)
 	}
 	t.mu.Unlock()
 	for _, s := range all {
+		// Stop serving the node now: a call that comes in while the
+		// session closes gets no responders, not a queue nobody reads.
+		s.detach()
 		go s.close(CloseGoingAway, "", "tier shutting down")
 	}
+	// The tier's own subscriptions and its dispatcher stay until the last
+	// session has ended, even when ctx gives up first: a call still in
+	// flight to a closing session is answered, not left to its deadline.
 	done := make(chan struct{})
-	go func() { t.wg.Wait(); close(done) }()
-	defer t.stopOnce.Do(func() { close(t.stopCmds) })
+	go func() {
+		t.wg.Wait()
+		if t.cancelSub != nil {
+			_ = t.cancelSub.Unsubscribe()
+		}
+		if t.inboxSub != nil {
+			_ = t.inboxSub.Unsubscribe()
+		}
+		t.stopOnce.Do(func() { close(t.stopCmds) })
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil
@@ -338,8 +356,16 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithoutCancel(r.Context())
 	go func() {
 		defer t.wg.Done()
+		defer t.forget(s)
+		// Hostile input must not take every device down with it: net/http
+		// would have recovered a panic in its handler, so this does too.
+		defer func() {
+			if r := recover(); r != nil {
+				t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
+				s.close(CloseGoingAway, bus.CodeInternal, "tier error")
+			}
+		}()
 		s.run(ctx)
-		t.forget(s)
 	}()
 }
 
