@@ -60,9 +60,9 @@ type session struct {
 
 	// queue holds the calls NATS delivered for the node, served one at a
 	// time and in order by a worker while it is not empty.
-	qmu      sync.Mutex
-	queue    []*nats.Msg
-	draining bool
+	qmu       sync.Mutex
+	queue     []*nats.Msg
+	draining  bool
 	announced chan struct{} // closed once announce_ok is written: cmds may follow
 
 	mu          sync.Mutex
@@ -278,7 +278,7 @@ func (s *session) run(ctx context.Context) {
 	if s.closed() { // closed before onDone was set: close did not see it
 		go release()
 	}
-	defer release() // waits for a release in progress
+	defer release()                    // waits for a release in progress
 	defer s.close(CloseNormal, "", "") // when the read loop ends first
 
 	for {
