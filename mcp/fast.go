@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -137,6 +138,9 @@ func (g *Gateway) fastEligible(r *http.Request) bool {
 	if g.o.Stateful || g.o.NoFastPath || r.Method != http.MethodPost {
 		return false
 	}
+	if r.Header.Get("Last-Event-ID") != "" { // the SDK refuses it on a POST
+		return false
+	}
 	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !fastVersions[v] {
 		return false
 	}
@@ -162,17 +166,26 @@ func (g *Gateway) fastEligible(r *http.Request) bool {
 // with a string or integer id, no duplicate or unknown keys at either
 // level, and nothing after it.
 func parseFastRequest(body []byte) (*fastRequest, bool) {
+	if nestingDepth(body) > maxFastDepth {
+		return nil, false
+	}
 	doc, err := schemas.Decode(body) // refuses duplicate keys and trailing data
 	top, ok := doc.(map[string]any)
 	if err != nil || !ok || len(top) != 4 || top["jsonrpc"] != "2.0" || top["method"] != "tools/call" {
 		return nil, false
 	}
-	switch id := top["id"].(type) {
+	// The id is echoed as the SDK would write it back: a string
+	// re-encoded (invalid UTF-8 becomes U+FFFD), an integer in decimal.
+	var id []byte
+	switch v := top["id"].(type) {
 	case string:
+		id, _ = json.Marshal(v)
 	case json.Number:
-		if _, err := id.Int64(); err != nil {
+		n, err := v.Int64()
+		if err != nil {
 			return nil, false
 		}
+		id = strconv.AppendInt(nil, n, 10)
 	default:
 		return nil, false
 	}
@@ -207,7 +220,42 @@ func parseFastRequest(body []byte) (*fastRequest, bool) {
 	if json.Unmarshal(body, req) != nil {
 		return nil, false
 	}
+	req.ID = id
+	// The SDK decodes _meta into Go values: what it cannot (a number
+	// beyond float64, say) it refuses, so the fast path leaves it to it.
+	for _, raw := range req.Params.Meta {
+		var v any
+		if json.Unmarshal(raw, &v) != nil {
+			return nil, false
+		}
+	}
 	return req, true
+}
+
+// maxFastDepth bounds the nesting of a request the fast path takes, well
+// under the SDK's own limit (1000), beyond which the SDK refuses it.
+const maxFastDepth = 64
+
+// nestingDepth returns the deepest nesting of arrays and objects in a
+// JSON document, counted before it is decoded (a malformed one is
+// refused by the decoder anyway).
+func nestingDepth(doc []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case inString && c == '\\':
+			i++ // the escaped character
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // serveFast runs one unary call; it reports false, having written
@@ -234,6 +282,9 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.Write(req.ID)
 	_, t, args, e := c.check(req.Params.Arguments)
+	if e == nil && t.verb.Stream {
+		return false // listed since the lookup above; check audits nothing when it passes
+	}
 	switch {
 	case e != nil && e.Code == bus.CodeToolNotFound:
 		buf.WriteString(`,"error":{"code":`)

@@ -201,6 +201,13 @@ func TestFastPathMatchesSDK(t *testing.T) {
 		{name: "sessionless bad client info", hdr: sessionless(echo),
 			body: callMeta("35", echo, `{"message":"x"}`, newMeta+`,"io.modelcontextprotocol/clientInfo":{"name":5}`)},
 		{name: "old version with _meta version", body: callMeta("36", echo, `{"message":"x"}`, newMeta)},
+		// What the SDK refuses, the fast path leaves to it.
+		{name: "deep _meta", body: callMeta("40", echo, `{"message":"x"}`, `"deep":`+strings.Repeat("[", 70)+strings.Repeat("]", 70))},
+		{name: "_meta number beyond float64", body: callMeta("41", echo, `{"message":"x"}`, `"big":1e400`)},
+		{name: "Last-Event-ID on a POST", hdr: map[string]string{"Last-Event-ID": "1"}, body: call("42", echo, `{"message":"x"}`)},
+		// Ids come back as the SDK writes them.
+		{name: "id -0", body: call("-0", echo, `{"message":"x"}`), fast: true, check: wantResult(id, false)},
+		{name: "id with escapes", body: call(`"a\u0041\t"`, echo, `{"message":"x"}`), fast: true, check: wantResult(id, false)},
 		{name: "unsupported version", hdr: map[string]string{"Mcp-Protocol-Version": "1999-01-01"},
 			body: call("20", echo, `{"message":"x"}`), check: wantHTTP(http.StatusBadRequest)},
 		{name: "wrong accept", hdr: map[string]string{"Accept": "application/json"},
