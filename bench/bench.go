@@ -411,7 +411,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		progress(o.Progress, stop, start, o.Warmup, &done, &failed)
+		progress(o.Progress, stop, start, o.Warmup, done.Load, func(n uint64, rate float64) string {
+			return fmt.Sprintf("%9d done  %8.0f/s  %6d errors", n, rate, failed.Load())
+		})
 	}()
 	wg.Wait()
 	close(stop)
@@ -680,8 +682,10 @@ func classifyResult(r *mcp.CallToolResult) (code, msg string) {
 	return CodeIsError, ""
 }
 
-// progress writes a line to w every second until stop closes.
-func progress(w io.Writer, stop <-chan struct{}, start time.Time, warmup time.Duration, done, failed *atomic.Uint64) {
+// progress writes a line to w every second until stop closes: count is
+// the running total whose rate the line shows, and line formats the rest.
+func progress(w io.Writer, stop <-chan struct{}, start time.Time, warmup time.Duration,
+	count func() uint64, line func(n uint64, rate float64) string) {
 	if w == nil {
 		<-stop
 		return
@@ -695,13 +699,12 @@ func progress(w io.Writer, stop <-chan struct{}, start time.Time, warmup time.Du
 		case <-stop:
 			return
 		case now := <-t.C:
-			n := done.Load()
+			n := count()
 			phase := ""
 			if now.Sub(start) < warmup {
 				phase = " (warm-up)"
 			}
-			fmt.Fprintf(w, "%5.0fs  %9d done  %8.0f/s  %6d errors%s\n", now.Sub(start).Seconds(), n,
-				float64(n-last)/now.Sub(lastAt).Seconds(), failed.Load(), phase)
+			fmt.Fprintf(w, "%5.0fs  %s%s\n", now.Sub(start).Seconds(), line(n, float64(n-last)/now.Sub(lastAt).Seconds()), phase)
 			last, lastAt = n, now
 		}
 	}

@@ -95,7 +95,9 @@ func runSubscribe(ctx context.Context, o *Options, hc *http.Client, tools []stri
 	stop, progressDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		streamProgress(o.Progress, stop, start, o.Warmup, &lv)
+		progress(o.Progress, stop, start, o.Warmup, lv.frames.Load, func(n uint64, rate float64) string {
+			return fmt.Sprintf("%7d open  %9d frames  %8.0f/s  %6d failed", lv.open.Load(), n, rate, lv.failed.Load())
+		})
 	}()
 	timer := time.NewTimer(end)
 	select {
@@ -266,31 +268,4 @@ func (st *streamer) run(ctx context.Context, hc *http.Client, door string, body 
 		return
 	}
 	st.code, st.msg = CodeClosed, "the event stream ended without a close event"
-}
-
-// streamProgress writes a line to w every second until stop closes.
-func streamProgress(w io.Writer, stop <-chan struct{}, start time.Time, warmup time.Duration, lv *live) {
-	if w == nil {
-		<-stop
-		return
-	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var last uint64
-	lastAt := start
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-t.C:
-			n := lv.frames.Load()
-			phase := ""
-			if now.Sub(start) < warmup {
-				phase = " (warm-up)"
-			}
-			fmt.Fprintf(w, "%5.0fs  %7d open  %9d frames  %8.0f/s  %6d failed%s\n", now.Sub(start).Seconds(),
-				lv.open.Load(), n, float64(n-last)/now.Sub(lastAt).Seconds(), lv.failed.Load(), phase)
-			last, lastAt = n, now
-		}
-	}
 }
