@@ -44,45 +44,8 @@ case $ROUNDS in '' | *[!0-9]*) echo "BENCH_ROUNDS=$ROUNDS: want a number" >&2; e
 [ "$ROUNDS" -lt 3 ] && { echo "BENCH_ROUNDS=$ROUNDS: want at least 3" >&2; exit 2; }
 command -v jq >/dev/null || { echo "bench-compare needs jq" >&2; exit 2; }
 
-log() { printf '[bench-compare %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-work=$(mktemp -d /tmp/okso-bench.XXXXXX)
-pids=()
-status=0
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for _ in $(seq 100); do
-		local alive=0
-		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive = 0 ] && break
-		sleep 0.1
-	done
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	if [ "$status" = 0 ] && [ "${BENCH_KEEP:-0}" != 1 ]; then
-		rm -rf "$work"
-	else
-		log "logs and results kept in $work"
-	fi
-}
-trap cleanup EXIT
-trap 'status=130; exit 130' INT TERM
-
-alive() { kill -0 "$1" 2>/dev/null; }
-
-# wait_for FILE PID PATTERN SECONDS: prints the first line of FILE matching PATTERN.
-wait_for() {
-	local f=$1 pid=$2 pat=$3 secs=$4 i line
-	for ((i = 0; i < secs * 10; i++)); do
-		line=$(grep -m1 -e "$pat" "$f" 2>/dev/null)
-		[ -n "$line" ] && { echo "$line"; return 0; }
-		alive "$pid" || { log "process $pid exited; last lines of $f:"; tail -5 "$f" >&2; return 1; }
-		sleep 0.1
-	done
-	log "no line matching $pat in $f after ${secs}s"
-	return 1
-}
+NAME=bench-compare KEEP=${BENCH_KEEP:-0}
+. scripts/lib.sh
 
 # --- build ---------------------------------------------------------------------------
 log "building bin/okso and refserver"

@@ -28,33 +28,10 @@ ROUNDS=${SCALE_ROUNDS:-1}
 SPREAD_DURATION=${SCALE_SPREAD_DURATION:-10s}
 case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
-log() { printf '[scale %s] %s\n' "$(date +%T)" "$*"; }
-
-work=$(mktemp -d /tmp/okso-scale.XXXXXX)
+NAME=scale KEEP=${SCALE_KEEP:-0}
+. scripts/lib.sh
 data=$work/data
 mkdir -p "$data"
-pids=()
-status=0
-
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for _ in $(seq 100); do
-		local alive=0
-		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive = 0 ] && break
-		sleep 0.1
-	done
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	if [ "$status" = 0 ] && [ "${SCALE_KEEP:-0}" != 1 ]; then
-		rm -rf "$work"
-	else
-		echo "logs kept in $work (device.log gateway.log fleet.log scalecheck.out)"
-	fi
-}
-trap cleanup EXIT
-trap 'status=130; exit 130' INT TERM
 
 # --- build -------------------------------------------------------------------
 log "building bin/okso and scalecheck"
@@ -82,21 +59,8 @@ log "ulimit -n $nofile (hard $(ulimit -Hn), want $want for N=$N)"
 # --- helpers -------------------------------------------------------------------
 rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 fds() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
-alive() { kill -0 "$1" 2>/dev/null; }
 mb() { awk -v k="$1" 'BEGIN{printf "%.1f MB", k/1024}'; }
 
-# wait_line FILE PID MSG SECONDS: prints the first JSON line whose msg is MSG.
-wait_line() {
-	local f=$1 pid=$2 msg=$3 secs=$4 i line
-	for ((i = 0; i < secs * 10; i++)); do
-		line=$(grep -m1 "\"msg\":\"$msg\"" "$f" 2>/dev/null)
-		[ -n "$line" ] && { echo "$line"; return 0; }
-		alive "$pid" || { echo "process $pid exited; last lines of $f:" >&2; tail -5 "$f" >&2; return 1; }
-		sleep 0.1
-	done
-	echo "no \"$msg\" in $f after ${secs}s" >&2
-	return 1
-}
 
 # --- device tier and gateway ------------------------------------------------------
 # The agent token first: it also creates the signing key every role shares.
@@ -107,7 +71,7 @@ read -r -a tier_flags <<<"${SCALE_TIER_FLAGS:-}"
 	"${tier_flags[@]}" >"$work/device.out" 2>"$work/device.log" &
 tier=$!
 pids+=("$tier")
-l=$(wait_line "$work/device.log" "$tier" listening 30) || { status=1; exit 1; }
+l=$(wait_for "$work/device.log" "$tier" '"msg":"listening"' 30) || { status=1; exit 1; }
 nats_url=$(jq -r .nats_url <<<"$l")
 device_url=$(jq -r .device_url <<<"$l")
 log "device tier pid $tier: nats $nats_url, devices $device_url"
@@ -116,7 +80,7 @@ log "device tier pid $tier: nats $nats_url, devices $device_url"
 	>"$work/gateway.out" 2>"$work/gateway.log" &
 gw=$!
 pids+=("$gw")
-l=$(wait_line "$work/gateway.log" "$gw" listening 30) || { status=1; exit 1; }
+l=$(wait_for "$work/gateway.log" "$gw" '"msg":"listening"' 30) || { status=1; exit 1; }
 mcp_url=$(jq -r .mcp_url <<<"$l")
 log "gateway pid $gw: $mcp_url"
 

@@ -60,45 +60,8 @@ num "$WARM_S" || { echo "SUBSCRIBE_WARMUP=$WARMUP: want a duration" >&2; exit 2;
 num "$TARGET" || { echo "SUBSCRIBE_TARGET=$TARGET: want cores" >&2; exit 2; }
 command -v jq >/dev/null || { echo "subscribe-load needs jq" >&2; exit 2; }
 
-log() { printf '[subscribe-load %s] %s\n' "$(date +%T)" "$*" >&2; }
-
-work=$(mktemp -d /tmp/okso-subscribe.XXXXXX)
-pids=()
-status=0
-cleanup() {
-	local p
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for _ in $(seq 100); do
-		local alive=0
-		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive = 0 ] && break
-		sleep 0.1
-	done
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	if [ "$status" = 0 ] && [ "${SUBSCRIBE_KEEP:-0}" != 1 ]; then
-		rm -rf "$work"
-	else
-		log "logs and results kept in $work"
-	fi
-}
-trap cleanup EXIT
-trap 'status=130; exit 130' INT TERM
-
-alive() { kill -0 "$1" 2>/dev/null; }
-
-# wait_for FILE PID PATTERN SECONDS: prints the first line of FILE matching PATTERN.
-wait_for() {
-	local f=$1 pid=$2 pat=$3 secs=$4 i line
-	for ((i = 0; i < secs * 10; i++)); do
-		line=$(grep -m1 -e "$pat" "$f" 2>/dev/null)
-		[ -n "$line" ] && { echo "$line"; return 0; }
-		alive "$pid" || { log "process $pid exited; last lines of $f:"; tail -5 "$f" >&2; return 1; }
-		sleep 0.1
-	done
-	log "no line matching $pat in $f after ${secs}s"
-	return 1
-}
+NAME=subscribe-load KEEP=${SUBSCRIBE_KEEP:-0}
+. scripts/lib.sh
 
 # cpu PID: CPU time (user + system, clock ticks) the process has used; the
 # fields after "(comm)" so that a name with spaces cannot shift them.
