@@ -44,9 +44,10 @@ bench:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-## fuzz-ci: every fuzz target, briefly
+## fuzz-ci: every fuzz target, briefly: a count of executions, not a time (go1.26's fuzz coordinator can
+## fail a target with "context deadline exceeded" at the end of a -fuzztime duration, golang/go#75804)
 fuzz-ci:
-	./scripts/fuzz.sh 5s
+	./scripts/fuzz.sh 20000x
 
 ## docker: the container image (needs a Docker engine; see deploy/README.md)
 docker:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every Go fuzz target of the module for the given time each.
-# Usage: scripts/fuzz.sh [duration]   (default 30s)
+# Usage: scripts/fuzz.sh [duration|Nx]   (default 30s; Nx: N executions)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-30s}
