@@ -82,6 +82,19 @@ func (p *natsPart) connect(name string) (*nats.Conn, error) {
 	return bus.ConnectURL(p.url, name)
 }
 
+// logAsyncErrors logs what NATS reports asynchronously, a slow consumer
+// above all: messages it dropped (calls that will time out) would
+// otherwise leave no trace.
+func logAsyncErrors(log *slog.Logger, nc *nats.Conn) {
+	nc.SetErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		subject := ""
+		if sub != nil {
+			subject = sub.Subject
+		}
+		log.Warn("nats asynchronous error", "subject", subject, "err", err)
+	})
+}
+
 // clientURL is where other processes can reach this NATS ("" if nowhere).
 func (p *natsPart) clientURL() string {
 	if p.srv != nil {
@@ -264,6 +277,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		return nil, err
 	}
+	logAsyncErrors(c.log, nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
@@ -371,6 +385,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if err != nil {
 		return nil, err
 	}
+	logAsyncErrors(c.log, nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
