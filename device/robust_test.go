@@ -139,7 +139,9 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 // working.
 func TestConnectionGuards(t *testing.T) {
 	t.Run("per address", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{ConnRatePerIP: 0.001, ConnBurstPerIP: 2})
+		// A budget that never refills within the test, however the
+		// machine's clock is slewed (one token per 11 days).
+		tt := newTestTier(t, device.TierOptions{ConnRatePerIP: 1e-6, ConnBurstPerIP: 2})
 		tt.runMock(t) // the first attempt
 		tt.dial(t, nil)
 		third := tt.dial(t, nil)
