@@ -181,13 +181,10 @@ func (g *Gateway) list(rec *bus.Node) {
 		g.mu.Unlock()
 		return // superseded while probing
 	}
-	delete(g.pending, rec.NodeID)
 	old := g.nodes[rec.NodeID]
 	n := g.project(rec)
-	g.nodes[rec.NodeID] = n
 	views := g.viewsOfLocked(rec.Tenant)
 	g.mu.Unlock()
-	defer g.changed() // once the servers list the tools
 	if old != nil {
 		g.removeTools(old)
 		g.nodeGone(rec.NodeID) // its streams were served by the old session
@@ -199,6 +196,14 @@ func (g *Gateway) list(rec *bus.Node) {
 			}
 		}
 	}
+	// The node counts as listed (HasNode, Wait) only once every server
+	// lists its tools: no view is made meanwhile (sdkMu is held), and one
+	// made later takes the tools from g.nodes.
+	g.mu.Lock()
+	delete(g.pending, rec.NodeID) // still pending until now: a refresh meanwhile starts no probe
+	g.nodes[rec.NodeID] = n
+	g.mu.Unlock()
+	g.changed()
 	g.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(n.tools))
 }
 
@@ -208,14 +213,19 @@ func (g *Gateway) unlist(nodeID string) {
 	defer g.sdkMu.Unlock()
 	g.mu.Lock()
 	old := g.nodes[nodeID]
+	g.mu.Unlock()
 	if old == nil {
-		g.mu.Unlock()
 		return
 	}
-	delete(g.nodes, nodeID)
-	g.mu.Unlock()
-	defer g.changed()
+	// Unlisted from every server first, then forgotten: as in list, the
+	// node's count changes only once the servers agree.
 	g.removeTools(old)
+	g.mu.Lock()
+	if g.nodes[nodeID] == old {
+		delete(g.nodes, nodeID)
+	}
+	g.mu.Unlock()
+	g.changed()
 	g.nodeGone(nodeID)
 	g.log.Debug("node offline", "node_id", nodeID)
 }
