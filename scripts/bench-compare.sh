@@ -59,35 +59,8 @@ server_env=()
 [ -n "$SERVER_GOGC" ] && server_env=("GOGC=$SERVER_GOGC")
 
 # --- okso: all-in-one, then the fleet ----------------------------------------------------
-env "${server_env[@]}" "$OKSO" all-in-one --mock 0 --local-agent=false --data-dir "$work/data" \
-	--mcp-addr 127.0.0.1:0 --device-addr 127.0.0.1:0 --conn-rate-per-ip -1 "${OKSO_FLAGS[@]}" \
-	>"$work/okso.out" 2>"$work/okso.log" &
-okso=$!
-pids+=("$okso")
-wait_for "$work/okso.out" "$okso" '^  agent token  : ' 30 >/dev/null || { status=1; exit 1; }
-field() { sed -n "s/^  $1 *: //p" "$work/okso.out" | head -1; }
-okso_url=$(field "MCP endpoint")
-tier_url=$(field "device tier")
-token=$(field "agent token")
-log "okso all-in-one pid $okso: $okso_url, devices $tier_url"
-
-"$OKSO" mock-fleet -n "$NODES" --connect "$tier_url" --data-dir "$work/data" \
-	>"$work/fleet.out" 2>"$work/fleet.log" &
-fleet=$!
-pids+=("$fleet")
-wait_for "$work/fleet.log" "$fleet" '"msg":"mock devices connected"' 300 >/dev/null || { status=1; exit 1; }
-log "mock-fleet pid $fleet: $NODES devices connected"
-
-# The gateway lists a node once the registry says so: wait for all of them.
-export OKSO_TOKEN=$token
-for ((i = 0; ; i++)); do
-	listed=$("$OKSO" bench --url "$okso_url" --mode list --tool 'sysecho.*' --concurrency 1 --sessions 1 \
-		--duration 1s --warmup 0 --json 2>/dev/null | jq -r '.tools // 0')
-	[ "${listed:-0}" -ge "$NODES" ] && break
-	[ "$i" -ge 60 ] && { log "the gateway lists ${listed:-0} echo tools, want $NODES"; status=1; exit 1; }
-	sleep 1
-done
-log "the gateway lists $listed echo tools"
+okso_env=("${server_env[@]}")
+start_okso "$NODES" 'sysecho.*' "${OKSO_FLAGS[@]}" || { status=1; exit 1; }
 
 # --- the reference ----------------------------------------------------------------------
 env "${server_env[@]}" "$work/refserver" -addr 127.0.0.1:0 >"$work/ref.out" 2>"$work/ref.log" &
@@ -98,8 +71,6 @@ log "reference pid $ref: $ref_url"
 
 # --- the runs ---------------------------------------------------------------------------
 # run NAME SETTING ROUND ARGS...: one okso bench run, its JSON in $work.
-# cpu PID: the CPU time (user + system, clock ticks) the process has used.
-cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 run() {
 	local name=$1 setting=$2 round=$3 out b pids_cpu p before=() i
 	shift 3

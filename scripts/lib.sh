@@ -50,3 +50,47 @@ wait_for() {
 	log "no line matching $pat in $f after ${secs}s"
 	return 1
 }
+
+# cpu PID: the CPU time (user + system, clock ticks) the process has used
+# (fields counted after the command name, which may hold spaces).
+cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0; }
+
+# start_okso N TOOL [FLAGS...]: starts `okso all-in-one` ($OKSO, with FLAGS
+# and, when set, the environment in the array okso_env) and a mock fleet
+# of N devices in another process, and waits until the gateway lists N
+# tools matching TOOL. Sets okso and fleet (pids), okso_url, tier_url and
+# token, and exports OKSO_TOKEN.
+start_okso() {
+	local n=$1 tool=$2 i listed
+	shift 2
+	env "${okso_env[@]}" "$OKSO" all-in-one --mock 0 --local-agent=false --data-dir "$work/data" \
+		--mcp-addr 127.0.0.1:0 --device-addr 127.0.0.1:0 --conn-rate-per-ip -1 "$@" \
+		>"$work/okso.out" 2>"$work/okso.log" &
+	okso=$!
+	pids+=("$okso")
+	wait_for "$work/okso.out" "$okso" '^  agent token  : ' 30 >/dev/null || return 1
+	field() { sed -n "s/^  $1 *: //p" "$work/okso.out" | head -1; }
+	okso_url=$(field "MCP endpoint")
+	tier_url=$(field "device tier")
+	token=$(field "agent token")
+	log "okso all-in-one pid $okso: $okso_url, devices $tier_url"
+
+	"$OKSO" mock-fleet -n "$n" --connect "$tier_url" --data-dir "$work/data" \
+		>"$work/fleet.out" 2>"$work/fleet.log" &
+	fleet=$!
+	pids+=("$fleet")
+	wait_for "$work/fleet.log" "$fleet" '"msg":"mock devices connected"' 300 >/dev/null || return 1
+	log "mock-fleet pid $fleet: $n devices connected"
+
+	# The gateway lists a node once the registry says so: wait for all.
+	export OKSO_TOKEN=$token
+	for ((i = 0; ; i++)); do
+		listed=$("$OKSO" bench --url "$okso_url" --mode list --tool "$tool" --concurrency 1 --sessions 1 \
+			--duration 1s --warmup 0 --json 2>/dev/null | jq -r '.tools // 0')
+		[ "${listed:-0}" -ge "$n" ] && break
+		[ "$i" -ge 60 ] && { log "the gateway lists ${listed:-0} tools matching $tool, want $n"; return 1; }
+		sleep 1
+	done
+	log "the gateway lists $listed tools matching $tool"
+}
+okso_env=()

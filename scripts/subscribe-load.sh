@@ -63,9 +63,6 @@ command -v jq >/dev/null || { echo "subscribe-load needs jq" >&2; exit 2; }
 NAME=subscribe-load KEEP=${SUBSCRIBE_KEEP:-0}
 . scripts/lib.sh
 
-# cpu PID: CPU time (user + system, clock ticks) the process has used; the
-# fields after "(comm)" so that a name with spaces cannot shift them.
-cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0; }
 # rss PID FIELD: VmRSS or VmHWM of the process, in MiB.
 rss() { awk -v f="$2:" '$1 == f { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2>/dev/null; }
 now() { date +%s.%N; }
@@ -87,37 +84,8 @@ want=$((2 * N + 4096)) # all-in-one holds a WebSocket and an SSE stream per node
 log "open files limit $(ulimit -n)"
 
 # --- okso: all-in-one, then the fleet ----------------------------------------------------
-"$OKSO" all-in-one --local-agent=false --mock 0 --data-dir "$work/data" \
-	--mcp-addr 127.0.0.1:0 --device-addr 127.0.0.1:0 --conn-rate-per-ip -1 \
-	--max-streams-per-tenant "$N" "${OKSO_FLAGS[@]}" \
-	>"$work/okso.out" 2>"$work/okso.log" &
-okso=$!
-pids+=("$okso")
-wait_for "$work/okso.out" "$okso" '^  agent token  : ' 30 >/dev/null || { status=1; exit 1; }
-field() { sed -n "s/^  $1 *: //p" "$work/okso.out" | head -1; }
-okso_url=$(field "MCP endpoint")
-tier_url=$(field "device tier")
-token=$(field "agent token")
-log "okso all-in-one pid $okso: $okso_url, devices $tier_url"
-
-"$OKSO" mock-fleet --count "$N" --connect "$tier_url" --data-dir "$work/data" \
-	>"$work/fleet.out" 2>"$work/fleet.log" &
-fleet=$!
-pids+=("$fleet")
-wait_for "$work/fleet.log" "$fleet" '"msg":"mock devices connected"' 300 >/dev/null || { status=1; exit 1; }
-log "mock-fleet pid $fleet: $N devices connected"
-
-# The gateway lists a node once the registry says so: wait for all of them.
-export OKSO_TOKEN=$token
 TOOL='sys.*.metrics.subscribe'
-for ((i = 0; ; i++)); do
-	listed=$("$OKSO" bench --url "$okso_url" --mode list --tool "$TOOL" --concurrency 1 --sessions 1 \
-		--duration 1s --warmup 0 --json 2>/dev/null | jq -r '.tools // 0')
-	[ "${listed:-0}" -ge "$N" ] && break
-	[ "$i" -ge 60 ] && { log "the gateway lists ${listed:-0} metrics streams, want $N"; status=1; exit 1; }
-	sleep 1
-done
-log "the gateway lists $listed metrics streams ($TOOL)"
+start_okso "$N" "$TOOL" --max-streams-per-tenant "$N" "${OKSO_FLAGS[@]}" || { status=1; exit 1; }
 
 # --- idle: the same devices, no stream -----------------------------------------------------
 # idle WHEN: CPU of all-in-one and of the fleet over IDLE seconds, in
