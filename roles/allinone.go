@@ -126,11 +126,11 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stopDebug, err := logs.serveDebug(log)
+			stop, err := logs.start(log)
 			if err != nil {
 				return err
 			}
-			defer stopDebug()
+			defer stop()
 			ctx := contextOf(cmd)
 			a, err := NewAllInOne(ctx, log, cfg)
 			if err != nil {

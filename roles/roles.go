@@ -84,17 +84,47 @@ func defaultDataDir() string {
 	return ".okso"
 }
 
-// logFlags are shared by the server roles: logs, and the debug listener.
+// logFlags are shared by the server roles: logs, the debug listener, and
+// GOMAXPROCS.
 type logFlags struct {
 	level  string
 	format string
 	debug  string
+	procs  bool
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.format, "log-format", "json", "log format: json or text")
 	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
+	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
+		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
+}
+
+// start serves --debug-addr and adapts GOMAXPROCS (--adaptive-procs)
+// until stop.
+func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
+	stopDebug, err := l.serveDebug(log)
+	if err != nil {
+		return nil, err
+	}
+	cpu := processCPU()
+	if !l.procs || os.Getenv("GOMAXPROCS") != "" || cpu == nil {
+		return stopDebug, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tick := time.NewTicker(procsWindow)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tuneProcs(ctx, log, tick.C, cpu, setProcs)
+	}()
+	return func() {
+		cancel()
+		<-done
+		tick.Stop()
+		stopDebug()
+	}, nil
 }
 
 // serveDebug serves net/http/pprof on --debug-addr, if set, until stop.

@@ -61,11 +61,11 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stopDebug, err := logs.serveDebug(log)
+			stop, err := logs.start(log)
 			if err != nil {
 				return err
 			}
-			defer stopDebug()
+			defer stop()
 			ctx := contextOf(cmd)
 			c, err := loadVerifier(log, dataDir)
 			if err != nil {
@@ -113,11 +113,11 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stopDebug, err := logs.serveDebug(log)
+			stop, err := logs.start(log)
 			if err != nil {
 				return err
 			}
-			defer stopDebug()
+			defer stop()
 			ctx := contextOf(cmd)
 			load := loadVerifier
 			if mock > 0 {
@@ -178,11 +178,11 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stopDebug, err := logs.serveDebug(log)
+			stop, err := logs.start(log)
 			if err != nil {
 				return err
 			}
-			defer stopDebug()
+			defer stop()
 			if err := checkConnect(urls); err != nil {
 				return err
 			}
@@ -246,11 +246,11 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stopDebug, err := logs.serveDebug(log)
+			stop, err := logs.start(log)
 			if err != nil {
 				return err
 			}
-			defer stopDebug()
+			defer stop()
 			if err := checkConnect(urls); err != nil {
 				return err
 			}
