@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -113,7 +112,23 @@ type (
 	}
 )
 
-var msgIDRe = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$`)
+// validMsgID reports whether s is a ULID: 26 characters of Crockford's
+// base 32 (I, L, O and U excluded), in either case.
+func validMsgID(s string) bool {
+	if len(s) != 26 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i] | 0x20 // lower case for letters; digits keep their value
+		switch {
+		case s[i] >= '0' && s[i] <= '9':
+		case c >= 'a' && c <= 'z' && c != 'i' && c != 'l' && c != 'o' && c != 'u':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // NewMsgID returns a fresh ULID for an envelope.
 func NewMsgID() string { return ulid.Make().String() }
@@ -132,18 +147,22 @@ func knownType(t string) bool {
 
 // DecodeEnvelope decodes one frame strictly: unknown fields, an unknown
 // type, a missing or malformed msg_id or in_reply_to, a payload that is not
-// an object, or trailing data are all errors wrapping [ErrMalformed].
+// an object, or trailing data are all errors wrapping [ErrMalformed]. The
+// payload may share b's memory.
 func DecodeEnvelope(b []byte) (Envelope, error) {
-	var e Envelope
-	if err := strictUnmarshal(b, &e); err != nil {
-		return Envelope{}, err
+	e, ok := fastEnvelope(b)
+	if !ok {
+		e = Envelope{}
+		if err := strictUnmarshal(b, &e); err != nil {
+			return Envelope{}, err
+		}
 	}
 	switch {
 	case !knownType(e.Type):
 		return Envelope{}, fmt.Errorf("%w: unknown type", ErrMalformed)
-	case !msgIDRe.MatchString(e.MsgID):
+	case !validMsgID(e.MsgID):
 		return Envelope{}, fmt.Errorf("%w: msg_id is not a ULID", ErrMalformed)
-	case e.InReplyTo != "" && !msgIDRe.MatchString(e.InReplyTo):
+	case e.InReplyTo != "" && !validMsgID(e.InReplyTo):
 		return Envelope{}, fmt.Errorf("%w: in_reply_to is not a ULID", ErrMalformed)
 	case len(e.Payload) == 0 || e.Payload[0] != '{':
 		return Envelope{}, fmt.Errorf("%w: payload is not an object", ErrMalformed)
@@ -151,8 +170,21 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 	return e, nil
 }
 
-// DecodePayload decodes an envelope's payload strictly into v.
-func DecodePayload(e Envelope, v any) error { return strictUnmarshal(e.Payload, v) }
+// DecodePayload decodes an envelope's payload strictly into v. A raw
+// message in v may share the payload's memory.
+func DecodePayload(e Envelope, v any) error {
+	switch v := v.(type) {
+	case *Cmd:
+		if fastCmd(e.Payload, v) {
+			return nil
+		}
+	case *CmdAck:
+		if fastCmdAck(e.Payload, v) {
+			return nil
+		}
+	}
+	return strictUnmarshal(e.Payload, v)
+}
 
 func strictUnmarshal(b []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -176,6 +208,10 @@ func EncodeID(typ, msgID, inReplyTo string, payload any) ([]byte, error) {
 	p, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s payload: %w", typ, err)
+	}
+	size := len(`{"type":"","msg_id":"","in_reply_to":"","payload":}`) + len(typ) + len(msgID) + len(inReplyTo) + len(p)
+	if b, ok := appendEnvelope(make([]byte, 0, size), typ, msgID, inReplyTo, p); ok {
+		return b, nil
 	}
 	return json.Marshal(Envelope{Type: typ, MsgID: msgID, InReplyTo: inReplyTo, Payload: p})
 }
