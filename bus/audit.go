@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,9 +48,54 @@ type AuditEvent struct {
 // Auditor records audit events: one structured log line each, and, when it
 // has a connection, a message on [Audit] of the event's tenant.
 // The zero value discards events. It is safe for concurrent use.
+//
+// Until [Auditor.Start], Record writes each event itself. After it, a
+// goroutine of the Auditor's own writes them, in the order they were
+// recorded, so that a call's answer never waits for its audit record:
+// the record costs a log write and a publish, and at one call in flight
+// on one P it would otherwise run between the answer's hops. No event is
+// dropped: Record waits when the queue is full, and [Auditor.Close]
+// writes what is queued; after it, Record writes events itself again.
 type Auditor struct {
 	Log *slog.Logger
 	NC  *nats.Conn
+
+	mu   sync.RWMutex
+	q    chan AuditEvent // nil unless started
+	done chan struct{}
+}
+
+// auditQueue is how many events wait for the Auditor's goroutine before
+// Record waits.
+const auditQueue = 4096
+
+// Start hands events to a goroutine of the Auditor's own until Close.
+func (a *Auditor) Start() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.q != nil {
+		return
+	}
+	q, done := make(chan AuditEvent, auditQueue), make(chan struct{})
+	a.q, a.done = q, done
+	go func() {
+		defer close(done)
+		for e := range q {
+			a.write(e)
+		}
+	}()
+}
+
+// Close writes the queued events and stops the goroutine Start began.
+func (a *Auditor) Close() {
+	a.mu.Lock()
+	q, done := a.q, a.done
+	a.q = nil
+	a.mu.Unlock()
+	if q != nil {
+		close(q)
+		<-done
+	}
 }
 
 // Record logs and publishes e.
@@ -60,6 +106,17 @@ func (a *Auditor) Record(e AuditEvent) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
+	a.mu.RLock()
+	if a.q != nil {
+		a.q <- e
+		a.mu.RUnlock()
+		return
+	}
+	a.mu.RUnlock()
+	a.write(e)
+}
+
+func (a *Auditor) write(e AuditEvent) {
 	if a.Log != nil {
 		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
 			slog.String("actor", e.Actor),

@@ -3,8 +3,10 @@ package bus_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,4 +130,84 @@ func TestAuditorZero(t *testing.T) {
 	var nilAuditor *bus.Auditor
 	nilAuditor.Record(auditEvent())
 	(&bus.Auditor{}).Record(auditEvent())
+}
+
+// A started Auditor writes on its own goroutine, in the order events were
+// recorded, loses none (more than its queue holds, from several
+// goroutines), and writes the events recorded after Close itself.
+func TestAuditorStarted(t *testing.T) {
+	srv, pub := startBus(t)
+	sub := connect(t, srv, "audit-reader")
+	s, err := sub.SubscribeSync("okso.v1.audit.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	a := &bus.Auditor{Log: slog.New(slog.NewJSONHandler(&buf, nil)), NC: pub}
+	a.Start()
+	a.Start() // a second Start changes nothing
+
+	const writers, each = 4, 3000 // 12,000 events: three times the queue
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				e := auditEvent()
+				e.RequestID = fmt.Sprintf("w%d-%d", w, i)
+				a.Record(e)
+			}
+		})
+	}
+	wg.Wait()
+	a.Close()
+	after := auditEvent()
+	after.RequestID = "after-close"
+	a.Record(after) // written at once
+	if !strings.Contains(buf.String(), `"request_id":"after-close"`) {
+		t.Fatal("an event recorded after Close was not written by Record")
+	}
+
+	next := make([]int, writers) // per writer, the next index expected
+	for n := 0; n < writers*each; n++ {
+		m, err := s.NextMsg(eventTimeout)
+		if err != nil {
+			t.Fatalf("%d of %d events published: %v", n, writers*each, err)
+		}
+		var e bus.AuditEvent
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		var w, i int
+		if _, err := fmt.Sscanf(e.RequestID, "w%d-%d", &w, &i); err != nil {
+			t.Fatalf("unexpected event %q", e.RequestID)
+		}
+		if i != next[w] {
+			t.Fatalf("writer %d: event %d published after %d", w, i, next[w]-1)
+		}
+		next[w]++
+	}
+	if n := strings.Count(buf.String(), "\n"); n != writers*each+1 {
+		t.Errorf("%d log lines, want %d", n, writers*each+1)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the Auditor's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -817,10 +817,13 @@ func (s *session) take(cmdID string) *pendingCall {
 	return p
 }
 
+// finish audits a call, then answers it. In that order: a started
+// Auditor's goroutine, woken by the record, then runs after the reply's
+// hop on this P rather than before it.
 func (s *session) finish(p *pendingCall, reply []byte, decision, code string) {
-	s.respond(p.reply, reply)
 	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: p.subject, Tool: p.tool, NodeID: s.nodeID,
 		Decision: decision, Code: code, Duration: time.Since(p.start), RequestID: p.requestID})
+	s.respond(p.reply, reply)
 }
 
 func (s *session) respond(reply string, data []byte) {

@@ -252,6 +252,7 @@ func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, repli
 // gatewayPart is the agents' door.
 type gatewayPart struct {
 	nc      *nats.Conn
+	audit   *bus.Auditor
 	gw      *mcp.Gateway
 	http    *httpPart
 	revoked *bus.Revocations
@@ -298,12 +299,13 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if aud == "" {
 		aud = auth.AudienceGateway
 	}
+	audit := &bus.Auditor{Log: c.log, NC: nc}
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
 		Registry:       reg,
 		Schemas:        c.schemas,
 		Verifier:       c.verifier(aud),
-		Auditor:        &bus.Auditor{Log: c.log, NC: nc},
+		Auditor:        audit,
 		Logger:         c.log.With("role", "gateway"),
 		Budget:         cfg.Budget,
 		Stateful:       cfg.Stateful,
@@ -326,7 +328,8 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		nc.Close()
 		return nil, err
 	}
-	return &gatewayPart{nc: nc, gw: gw, http: hp, revoked: revoked}, nil
+	audit.Start()
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked}, nil
 }
 
 func (p *gatewayPart) url() string { return "http://" + p.http.addr() + "/mcp" }
@@ -358,11 +361,15 @@ func (p *gatewayPart) actors(g *run.Group) {
 	})
 }
 
-func (p *gatewayPart) close() { p.nc.Close() }
+func (p *gatewayPart) close() {
+	p.audit.Close()
+	p.nc.Close()
+}
 
 // tierPart is the devices' door.
 type tierPart struct {
 	nc      *nats.Conn
+	audit   *bus.Auditor
 	tier    *device.Tier
 	http    *httpPart
 	revoked *bus.Revocations
@@ -396,6 +403,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
+	audit := &bus.Auditor{Log: c.log, NC: nc}
 	tier, err := device.NewTier(device.TierOptions{
 		Revoked: revoked,
 
@@ -407,7 +415,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		Registry:          reg,
 		Schemas:           c.schemas,
 		Verifier:          c.verifier(auth.AudienceDevice),
-		Auditor:           &bus.Auditor{Log: c.log, NC: nc},
+		Auditor:           audit,
 		Logger:            c.log.With("role", "device"),
 		MaxFrameBytes:     cfg.MaxFrameBytes,
 		AuthTimeout:       cfg.AuthTimeout,
@@ -422,7 +430,8 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	return &tierPart{nc: nc, tier: tier, http: hp, revoked: revoked}, nil
+	audit.Start()
+	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
 }
 
 func (p *tierPart) url() string { return "ws://" + p.http.addr() + device.Path }
@@ -434,7 +443,10 @@ func (p *tierPart) actors(g *run.Group) {
 	p.http.actor(g, func(ctx context.Context) { _ = p.tier.Shutdown(ctx) })
 }
 
-func (p *tierPart) close() { p.nc.Close() }
+func (p *tierPart) close() {
+	p.audit.Close()
+	p.nc.Close()
+}
 
 // fleetPart is a set of simulated devices.
 type fleetPart struct {
