@@ -22,9 +22,10 @@
 #                      empty: the SDK client's latest, which each server
 #                      may negotiate down)
 #   BENCH_OKSO_FLAGS   extra flags for okso all-in-one (e.g. --log-level warn)
-#   GOGC               given to okso all-in-one and the reference alike
-#                      (unset: Go's default for both); the mock fleet and
-#                      the load generator run at Go's default
+#   GOGC, GOMAXPROCS   given to okso all-in-one and the reference alike
+#                      (unset: Go's defaults for both; okso then adapts
+#                      GOMAXPROCS to its load, see --adaptive-procs); the
+#                      mock fleet and the load generator run at Go's defaults
 #   BENCH_KEEP         1: keep the work dir (logs, each run's JSON)
 # Prints a table of medians over the rounds: calls/s, p50, p99 of each and
 # okso/reference ratios, then okso's errors by code. Exit status 0 when
@@ -39,7 +40,8 @@ NODES=${BENCH_NODES:-1000}
 PROTOCOL=${BENCH_PROTOCOL-2025-11-25}
 read -r -a OKSO_FLAGS <<<"${BENCH_OKSO_FLAGS:-}"
 SERVER_GOGC=${GOGC:-}
-unset GOGC # only the two servers get it
+SERVER_PROCS=${GOMAXPROCS:-}
+unset GOGC GOMAXPROCS # only the two servers get them
 case $ROUNDS in '' | *[!0-9]*) echo "BENCH_ROUNDS=$ROUNDS: want a number" >&2; exit 2 ;; esac
 [ "$ROUNDS" -lt 3 ] && { echo "BENCH_ROUNDS=$ROUNDS: want at least 3" >&2; exit 2; }
 command -v jq >/dev/null || { echo "bench-compare needs jq" >&2; exit 2; }
@@ -56,7 +58,8 @@ want=$((NODES + NODES / 4 + 4096))
 [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
 
 server_env=()
-[ -n "$SERVER_GOGC" ] && server_env=("GOGC=$SERVER_GOGC")
+[ -n "$SERVER_GOGC" ] && server_env+=("GOGC=$SERVER_GOGC")
+[ -n "$SERVER_PROCS" ] && server_env+=("GOMAXPROCS=$SERVER_PROCS")
 
 # --- okso: all-in-one, then the fleet ----------------------------------------------------
 okso_env=("${server_env[@]}")
@@ -158,6 +161,7 @@ echo
 echo "  okso: all-in-one (gateway, tier, embedded NATS) pid $okso + mock-fleet of $NODES devices pid $fleet;"
 echo "        calls to 'sysecho.*' spread over $tools tools; protocol $(jq -r .protocol "$work/c1-okso-1.json" 2>/dev/null)"
 echo "  reference: scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk), stateful, SSE responses); protocol $(jq -r .protocol "$work/c1-reference-1.json" 2>/dev/null)"
-echo "  GOGC ${SERVER_GOGC:-unset (100)} for both servers; machine: $(nproc) cores, load avg $load_start before, $load_end after;"
+echo "  GOGC ${SERVER_GOGC:-unset (100)}, GOMAXPROCS ${SERVER_PROCS:-unset (okso adapts it to its load)} for both servers;"
+echo "  machine: $(nproc) cores, load avg $load_start before, $load_end after;"
 echo "  the load generator, both servers and the fleet share the machine; all on 127.0.0.1"
 exit "$status"
