@@ -1,6 +1,10 @@
 package bus
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/okso-io/okso/jsonscan"
+)
 
 // Call is the body of a request on [NodeCmd]: one tool call for one node.
 // The caller's remaining budget travels in [HeaderBudgetMs].
@@ -33,4 +37,99 @@ func OKReply(result json.RawMessage) []byte {
 	b = append(b, `{"ok":true,"result":`...)
 	b = append(b, result...)
 	return append(b, '}')
+}
+
+// Encode encodes c as json.Marshal would, by hand when it can.
+func (c Call) Encode() ([]byte, error) {
+	if !jsonscan.HTMLSafe(c.Tool) || !marshalsAsIs(c.Arguments) {
+		return json.Marshal(c)
+	}
+	args := c.Arguments
+	b := make([]byte, 0, len(c.Tool)+len(args)+26)
+	b = append(b, `{"tool":"`...)
+	b = append(b, c.Tool...)
+	b = append(b, `","arguments":`...)
+	b = append(b, args...)
+	return append(b, '}'), nil
+}
+
+// marshalsAsIs reports whether json.Marshal writes the raw value v as it
+// is: valid, non-empty JSON with no white space outside strings and nothing it
+// escapes for HTML (<, >, &, U+2028, U+2029, whose encoding starts with
+// 0xE2) anywhere.
+func marshalsAsIs(v json.RawMessage) bool {
+	inString := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '<' || c == '>' || c == '&' || c == 0xE2:
+			return false
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return len(v) > 0 && json.Valid(v)
+}
+
+// DecodeCall decodes a [Call] as json.Unmarshal would, in one pass when
+// it takes the canonical form. Its Arguments may share b's memory.
+func DecodeCall(b []byte) (Call, error) {
+	var c Call
+	var seen [2]bool
+	ok := jsonscan.Members(b, func(k, v []byte) bool {
+		var i int
+		var ok bool
+		switch string(k) {
+		case "tool":
+			i = 0
+			c.Tool, ok = jsonscan.String(v)
+		case "arguments":
+			i = 1
+			c.Arguments, ok = jsonscan.Raw(v)
+		}
+		if !ok || seen[i] {
+			return false
+		}
+		seen[i] = true
+		return true
+	})
+	if ok {
+		return c, nil
+	}
+	c = Call{}
+	err := json.Unmarshal(b, &c)
+	return c, err
+}
+
+// DecodeReply decodes a [Reply] as json.Unmarshal would, in one pass when
+// it is a canonical success. Its Result may share b's memory.
+func DecodeReply(b []byte) (Reply, error) {
+	var r Reply
+	var seen [2]bool
+	ok := jsonscan.Members(b, func(k, v []byte) bool {
+		var i int
+		var ok bool
+		switch string(k) {
+		case "ok":
+			i = 0
+			r.OK, ok = jsonscan.Bool(v)
+		case "result":
+			i = 1
+			r.Result, ok = jsonscan.Raw(v)
+		}
+		if !ok || seen[i] {
+			return false
+		}
+		seen[i] = true
+		return true
+	})
+	if ok && r.OK {
+		return r, nil
+	}
+	r = Reply{}
+	err := json.Unmarshal(b, &r)
+	return r, err
 }

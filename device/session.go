@@ -717,8 +717,8 @@ func (s *session) onCall(m *nats.Msg) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: m.Header.Get(bus.HeaderSubject), Tool: tool,
 			NodeID: s.nodeID, Decision: decision, Code: code, Duration: time.Since(start), RequestID: reqID})
 	}
-	var call bus.Call
-	if err := json.Unmarshal(m.Data, &call); err != nil {
+	call, err := bus.DecodeCall(m.Data)
+	if err != nil {
 		fail(bus.CodeBadRequest, "malformed call", bus.DecisionInvalid, "")
 		return
 	}

@@ -117,7 +117,7 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 // request sends the call to the node and returns the tier's reply.
 // Headers carry the correlation, the caller and the remaining budget.
 func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, extra nats.Header) (*bus.Reply, *bus.Error) {
-	body, err := json.Marshal(bus.Call{Tool: t.name, Arguments: args})
+	body, err := bus.Call{Tool: t.name, Arguments: args}.Encode()
 	if err != nil {
 		return nil, c.fail(bus.CodeBadRequest, "arguments do not encode")
 	}
@@ -148,8 +148,8 @@ func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, ex
 		c.g.log.Error("nats request", "node_id", c.tool.NodeID, "err", err)
 		return nil, c.fail(bus.CodeInternal, "message bus unavailable")
 	}
-	var rep bus.Reply
-	if err := json.Unmarshal(resp.Data, &rep); err != nil || (!rep.OK && rep.Error == nil) {
+	rep, err := bus.DecodeReply(resp.Data)
+	if err != nil || (!rep.OK && rep.Error == nil) {
 		return nil, c.fail(bus.CodeInternal, "malformed reply from the device tier")
 	}
 	if !rep.OK {

@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -169,6 +170,15 @@ func parseFastRequest(body []byte) (*fastRequest, bool) {
 	if nestingDepth(body) > maxFastDepth {
 		return nil, false
 	}
+	if req, ok := parseCanonicalRequest(body); ok {
+		return req, true
+	}
+	return parseStrictRequest(body)
+}
+
+// parseStrictRequest is parseFastRequest for any request, canonical or
+// not: a strict decode, then the struct.
+func parseStrictRequest(body []byte) (*fastRequest, bool) {
 	doc, err := schemas.Decode(body) // refuses duplicate keys and trailing data
 	top, ok := doc.(map[string]any)
 	if err != nil || !ok || len(top) != 4 || top["jsonrpc"] != "2.0" || top["method"] != "tools/call" {
@@ -230,6 +240,95 @@ func parseFastRequest(body []byte) (*fastRequest, bool) {
 		}
 	}
 	return req, true
+}
+
+// parseCanonicalRequest reads, in one pass, a request in the form the
+// clients send (exact keys, each once, a plain tool name, a plain or
+// small integer id) and decodes it as parseFastRequest's strict path
+// would; anything else it leaves to that path. Arguments and _meta values
+// are still decoded strictly, so a duplicate key or a number beyond
+// float64 in them is refused as before. Arguments share body's memory.
+func parseCanonicalRequest(body []byte) (*fastRequest, bool) {
+	req := new(fastRequest)
+	var seen [4]bool
+	var params []byte
+	ok := jsonscan.Members(body, func(k, v []byte) bool {
+		var i int
+		var ok bool
+		switch string(k) {
+		case "jsonrpc":
+			i, ok = 0, string(v) == `"2.0"`
+		case "id":
+			i = 1
+			if s, isString := jsonscan.String(v); isString {
+				req.ID, _ = json.Marshal(s)
+				ok = true
+			} else if n, isInt := jsonscan.Int(v); isInt {
+				req.ID, ok = strconv.AppendInt(nil, int64(n), 10), true
+			}
+		case "method":
+			i, ok = 2, string(v) == `"tools/call"`
+		case "params":
+			i, params, ok = 3, v, true
+		}
+		if !ok || seen[i] {
+			return false
+		}
+		seen[i] = true
+		return true
+	})
+	if !ok || seen != [4]bool{true, true, true, true} {
+		return nil, false
+	}
+	var named bool
+	ok = jsonscan.Members(params, func(k, v []byte) bool {
+		switch string(k) {
+		case "name":
+			if named {
+				return false
+			}
+			req.Params.Name, named = jsonscan.String(v)
+			return named
+		case "arguments":
+			if req.Params.Arguments != nil {
+				return false
+			}
+			req.Params.Arguments = v
+			if string(v) == "null" {
+				return true
+			}
+			_, isObject := decodeStrict(v).(map[string]any)
+			return isObject
+		case "_meta":
+			if req.Params.Meta != nil {
+				return false
+			}
+			req.Params.Meta = map[string]json.RawMessage{}
+			return jsonscan.Members(v, func(mk, mv []byte) bool {
+				if _, dup := req.Params.Meta[string(mk)]; dup || decodeStrict(mv) == nil {
+					return false
+				}
+				var x any
+				if json.Unmarshal(mv, &x) != nil {
+					return false
+				}
+				req.Params.Meta[string(mk)] = mv
+				return true
+			})
+		}
+		return false
+	})
+	return req, ok && named
+}
+
+// decodeStrict decodes a JSON value as the strict path does, nil when it
+// refuses it (or when it is null).
+func decodeStrict(v []byte) any {
+	doc, err := schemas.Decode(v)
+	if err != nil {
+		return nil
+	}
+	return doc
 }
 
 // maxFastDepth bounds the nesting of a request the fast path takes, well

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"testing"
 )
 
@@ -65,5 +66,54 @@ func BenchmarkFastPath(b *testing.B) {
 		buf.WriteString(`{"jsonrpc":"2.0","id":`)
 		buf.Write(req.ID)
 		g.writeToolResult(&buf, "01M80HFSRTP6P5RGFY7RW4197Q", true, result, false)
+	}
+}
+
+// FuzzParseCanonicalRequest: whatever the one-pass reader takes, the
+// strict path takes too and decodes to the same request.
+func FuzzParseCanonicalRequest(f *testing.F) {
+	for _, s := range []string{
+		benchCall,
+		`{"jsonrpc":"2.0","id":"a<b","method":"tools/call","params":{"name":"x","arguments":null}}`,
+		`{"jsonrpc":"2.0","id":-0,"method":"tools/call","params":{"name":"x"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"a":1,"a":2}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"k":1e400}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"k":null,"k":{}}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{}}}`,
+		` { "jsonrpc" : "2.0" , "id" : 1 , "method" : "tools/call" , "params" : { "name" : "x" } } `,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}{}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x\u0041"}}`,
+		`{"jsonrpc":"2.0","id":12345678901,"method":"tools/call","params":{"name":"x"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := parseCanonicalRequest(body)
+		if !ok {
+			return
+		}
+		want, wantOK := parseStrictRequest(body)
+		if !wantOK {
+			t.Fatalf("%q: taken in one pass, refused by the strict path", body)
+		}
+		if got.Params.Meta == nil && want.Params.Meta != nil || got.Params.Meta != nil && want.Params.Meta == nil {
+			t.Fatalf("%q: _meta %v, strict %v", body, got.Params.Meta, want.Params.Meta)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\none pass %+v\nstrict   %+v", body, got, want)
+		}
+	})
+}
+
+// TestParseCanonicalCovers: the requests okso bench and the SDK's client
+// send take the one-pass reader.
+func TestParseCanonicalCovers(t *testing.T) {
+	for _, body := range []string{
+		benchCall,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sysecho.n.echo.invoke","arguments":{"message":"ping"}}}`,
+	} {
+		if _, ok := parseCanonicalRequest([]byte(body)); !ok {
+			t.Errorf("%s not read in one pass", body)
+		}
 	}
 }

@@ -1,0 +1,195 @@
+// Package jsonscan reads JSON objects of a canonical form in one pass.
+//
+// okso's hot messages (device frames, the NATS call and its reply, a
+// JSON-RPC tools/call) are small objects whose keys are exact, lower-case
+// and present at most once. encoding/json decodes them by reflection for
+// 3 to 12 µs each, several times per call. The functions here delimit
+// such an object's members without decoding them, and read the values
+// whose decoded form is their raw bytes (plain strings, canonical
+// integers, booleans). A caller accepts what it recognises and reports
+// false on anything else, which then goes to the strict decoder for its
+// verdict; each caller's fuzz test checks that whatever it accepts decodes
+// exactly as the strict decoder would.
+//
+// Start with [Members]:
+//
+//	ok := jsonscan.Members(b, func(key, val []byte) bool {
+//		switch string(key) {
+//		case "tool":
+//			call.Tool, ok = jsonscan.String(val)
+//		...
+//	})
+package jsonscan
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// Members calls f with each member of the JSON object in b (its key's
+// bytes between the quotes, its raw value) and reports whether b is one
+// such object with nothing but white space around it and f accepted every
+// member. Keys must be plain (see [String]); values are only delimited
+// here, so f must check the ones it keeps. The slices f gets share b's
+// memory.
+func Members(b []byte, f func(key, val []byte) bool) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	for {
+		end, ok := plainEnd(b, i)
+		if !ok {
+			return false
+		}
+		key := b[i+1 : end-1]
+		j := skipSpace(b, end)
+		if j >= len(b) || b[j] != ':' {
+			return false
+		}
+		j = skipSpace(b, j+1)
+		end, ok = valueEnd(b, j)
+		if !ok || !f(key, b[j:end]) {
+			return false
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return skipSpace(b, i+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainEnd returns the index after the JSON string at b[i] if it is
+// plain: printable ASCII without escapes.
+func plainEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x7f:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// valueEnd returns the index just after the JSON value starting at b[i],
+// finding its end only: whether it is valid JSON is for the caller.
+func valueEnd(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case '"':
+		for j := i + 1; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				j++
+			case '"':
+				return j + 1, true
+			}
+		}
+		return 0, false
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1, true
+				}
+			case '"':
+				end, ok := valueEnd(b, j)
+				if !ok {
+					return 0, false
+				}
+				j = end - 1
+			}
+		}
+		return 0, false
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' &&
+		b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+		j++
+	}
+	return j, j > i
+}
+
+// String reads a value that is a plain string: printable ASCII without
+// escapes, the only strings whose decoded value is their raw bytes
+// whatever the decoder.
+func String(v []byte) (string, bool) {
+	end, ok := plainEnd(v, 0)
+	if !ok || end != len(v) {
+		return "", false
+	}
+	return string(v[1 : end-1]), true
+}
+
+// Raw reads a value kept raw, as a json.RawMessage decodes it.
+func Raw(v []byte) (json.RawMessage, bool) {
+	return json.RawMessage(v), json.Valid(v)
+}
+
+// Int reads a value that is an integer in canonical form (no sign but a
+// minus, no leading zero, no -0) and fits an int32.
+func Int(v []byte) (int, bool) {
+	switch {
+	case len(v) == 0 || len(v) > 11,
+		v[0] != '-' && (v[0] < '0' || v[0] > '9'), // ParseInt takes a '+', JSON does not
+		v[0] == '0' && len(v) > 1,
+		v[0] == '-' && (len(v) == 1 || v[1] == '0'):
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 32)
+	return int(n), err == nil
+}
+
+// Bool reads a value that is true or false.
+func Bool(v []byte) (b, ok bool) {
+	switch string(v) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
+}
+
+// HTMLSafe reports whether json.Marshal writes s as it is, between
+// quotes: printable ASCII but for the quote, the backslash and <, >, &
+// (which it escapes for HTML).
+func HTMLSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
