@@ -69,8 +69,9 @@ func (t *procTuner) next(load float64) int {
 
 // tuneProcs adapts GOMAXPROCS every tick until ctx ends. cpu reports the
 // process's CPU time so far; set applies a GOMAXPROCS (0: Go's default)
-// and returns the value in force. Each tick carries its time.
-func tuneProcs(ctx context.Context, log *slog.Logger, tick <-chan time.Time, cpu func() time.Duration, set func(int) int) {
+// and returns the value in force; get returns it. Each tick carries its
+// time.
+func tuneProcs(ctx context.Context, log *slog.Logger, tick <-chan time.Time, cpu func() time.Duration, set func(int) int, get func() int) {
 	max := set(0)
 	if max <= 1 {
 		return
@@ -86,6 +87,12 @@ func tuneProcs(ctx context.Context, log *slog.Logger, tick <-chan time.Time, cpu
 			set(0)
 			return
 		case now := <-tick:
+			if t.cur == t.max {
+				// Go's default, which follows the cgroup's limit as it
+				// changes (a pod resized in place, say).
+				t.max = get()
+				t.cur = t.max
+			}
 			used := cpu()
 			if !lastTime.IsZero() && now.After(lastTime) {
 				load := float64(used-lastCPU) / float64(now.Sub(lastTime))
@@ -116,3 +123,6 @@ func setProcs(n int) int {
 	runtime.GOMAXPROCS(n)
 	return n
 }
+
+// getProcs returns the GOMAXPROCS in force.
+func getProcs() int { return runtime.GOMAXPROCS(0) }

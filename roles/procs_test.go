@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -91,17 +92,27 @@ func TestTuneProcs(t *testing.T) {
 	cpuNow := make(chan time.Duration, 1)
 	cpuNow <- 0
 	sets := make(chan int, 16)
+	var defaultProcs atomic.Int64 // Go's default, as the cgroup allows
+	defaultProcs.Store(4)
+	explicit := 0 // the GOMAXPROCS set, 0 when it is Go's default
 	set := func(n int) int {
 		sets <- n
+		explicit = n
 		if n == 0 {
-			return 4
+			return int(defaultProcs.Load())
 		}
 		return n
+	}
+	get := func() int {
+		if explicit == 0 {
+			return int(defaultProcs.Load()) // the runtime follows the cgroup
+		}
+		return explicit
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tuneProcs(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), tick, func() time.Duration { return <-cpuNow }, set)
+		tuneProcs(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), tick, func() time.Duration { return <-cpuNow }, set, get)
 	}()
 	expect := func(want int) {
 		t.Helper()
@@ -135,6 +146,13 @@ func TestTuneProcs(t *testing.T) {
 	window(0.95)
 	window(0.95)
 	expect(0) // back to Go's default (4 here)
+	// The cgroup now allows 2: Go's default follows, and the tuner with
+	// it, so a load that needs 2 Ps changes nothing.
+	defaultProcs.Store(2)
+	for range procsDownLag + 1 {
+		window(1.3)
+	}
+	window(0.1) // a tick whose set, if any, would land before the check
 	select {
 	case n := <-sets:
 		t.Fatalf("unexpected set(%d)", n)

@@ -117,7 +117,7 @@ func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tuneProcs(ctx, log, tick.C, cpu, setProcs)
+		tuneProcs(ctx, log, tick.C, cpu, setProcs, getProcs)
 	}()
 	return func() {
 		cancel()
