@@ -50,6 +50,7 @@ var files embed.FS
 // concurrent use. The zero value is not usable; call [Load].
 type Set struct {
 	compiled map[string]*jsonschema.Schema
+	quick    map[string]*quick // the schemas of the plain shape, by $id
 	raw      map[string][]byte // by $id
 	decoded  map[string]json.RawMessage
 }
@@ -67,6 +68,7 @@ func (refuseLoader) Load(url string) (any, error) {
 func Load() (*Set, error) {
 	s := &Set{
 		compiled: map[string]*jsonschema.Schema{},
+		quick:    map[string]*quick{},
 		raw:      map[string][]byte{},
 		decoded:  map[string]json.RawMessage{},
 	}
@@ -95,6 +97,9 @@ func Load() (*Set, error) {
 		}
 		s.raw[id] = b
 		s.decoded[id] = json.RawMessage(b)
+		if q := compileQuick(doc); q != nil {
+			s.quick[id] = q
+		}
 	}
 	for id := range s.raw {
 		sch, err := c.Compile(id)
@@ -127,6 +132,9 @@ func (s *Set) Validate(id string, v any) error {
 	sch, ok := s.compiled[id]
 	if !ok {
 		return fmt.Errorf("%w %s", ErrUnknownSchema, id)
+	}
+	if q := s.quick[id]; q != nil && q.accepts(v) {
+		return nil
 	}
 	return sch.Validate(v)
 }
