@@ -91,6 +91,8 @@ type logFlags struct {
 	format string
 	debug  string
 	procs  bool
+
+	out *logWriter // under the logger; closed by start's stop
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
@@ -102,15 +104,21 @@ func (l *logFlags) add(fs *pflag.FlagSet) {
 }
 
 // start serves --debug-addr and adapts GOMAXPROCS (--adaptive-procs)
-// until stop.
+// until stop, which also writes the log lines still waiting.
 func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
+	closeLog := func() {
+		if l.out != nil {
+			l.out.Close()
+		}
+	}
 	stopDebug, err := l.serveDebug(log)
 	if err != nil {
+		closeLog()
 		return nil, err
 	}
 	cpu := processCPU()
 	if !l.procs || os.Getenv("GOMAXPROCS") != "" || cpu == nil {
-		return stopDebug, nil
+		return func() { stopDebug(); closeLog() }, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tick := time.NewTicker(procsWindow)
@@ -124,6 +132,7 @@ func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
 		<-done
 		tick.Stop()
 		stopDebug()
+		closeLog()
 	}, nil
 }
 
@@ -149,19 +158,22 @@ func (l *logFlags) serveDebug(log *slog.Logger) (stop func(), err error) {
 	return func() { _ = srv.Close(); <-done }, nil
 }
 
+// logger makes the role's logger, writing to w through a logWriter that
+// start's stop closes.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	o := &slog.HandlerOptions{Level: lv}
-	switch l.format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, o)), nil
+	if l.format != "json" && l.format != "text" {
+		return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
 	}
-	return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
+	l.out = newLogWriter(w)
+	if l.format == "text" {
+		return slog.New(slog.NewTextHandler(l.out, o)), nil
+	}
+	return slog.New(slog.NewJSONHandler(l.out, o)), nil
 }
 
 // natsFlags select embedded or external NATS.

@@ -1,0 +1,134 @@
+package roles
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gatedWriter records each write; while gate is open, a write waits for
+// it to close, after telling entered.
+type gatedWriter struct {
+	mu      sync.Mutex
+	writes  []string
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	if g.gate != nil {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		<-g.gate
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.writes = append(g.writes, string(p))
+	return len(p), nil
+}
+
+// TestLogWriterKeepsEveryLineInOrder: lines from many goroutines all come
+// out, whole, each goroutine's in its order.
+func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
+	var out gatedWriter
+	l := newLogWriter(&out)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				fmt.Fprintf(l, "g%d %d\n", g, i)
+			}
+		})
+	}
+	wg.Wait()
+	l.Close()
+	next := map[string]int{}
+	lines := strings.Split(strings.TrimSuffix(strings.Join(out.writes, ""), "\n"), "\n")
+	for _, line := range lines {
+		var g string
+		var i int
+		if _, err := fmt.Sscanf(line, "%s %d", &g, &i); err != nil || next[g] != i {
+			t.Fatalf("line %q: want %s %d (%v)", line, g, next[g], err)
+		}
+		next[g]++
+	}
+	if len(lines) != 8*500 {
+		t.Fatalf("%d lines, want %d", len(lines), 8*500)
+	}
+}
+
+// TestLogWriterBatches: lines that come while a write is under way go out
+// together in the next; after Close, a line is written at once.
+func TestLogWriterBatches(t *testing.T) {
+	out := &gatedWriter{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	l := newLogWriter(out)
+	fmt.Fprintln(l, "first")
+	select {
+	case <-out.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first line was not written")
+	}
+	for i := range 10 {
+		fmt.Fprintln(l, "line", i)
+	}
+	close(out.gate)
+	l.Close()
+	if len(out.writes) != 2 || out.writes[0] != "first\n" || strings.Count(out.writes[1], "\n") != 10 {
+		t.Fatalf("writes %q, want the first line, then the ten others at once", out.writes)
+	}
+	fmt.Fprintln(l, "after")
+	if last := out.writes[len(out.writes)-1]; last != "after\n" {
+		t.Fatalf("after Close, last write %q", last)
+	}
+}
+
+// TestLogWriterBoundsItsBacklog: with the output stalled, the backlog
+// stops growing at its bound, and everything is written once the output
+// moves again.
+func TestLogWriterBoundsItsBacklog(t *testing.T) {
+	out := &gatedWriter{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	l := newLogWriter(out)
+	fmt.Fprintln(l, "first")
+	<-out.entered
+	line := bytes.Repeat([]byte("x"), 1023)
+	line = append(line, '\n')
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 2 * maxLogBacklog / len(line) {
+			_, _ = l.Write(line)
+		}
+	}()
+	// The writing goroutine fills the backlog to its bound, then waits.
+	for {
+		l.mu.Lock()
+		n := len(l.backlog)
+		l.mu.Unlock()
+		if n > maxLogBacklog {
+			t.Fatalf("backlog %d bytes, bound %d", n, maxLogBacklog)
+		}
+		if n == maxLogBacklog {
+			break
+		}
+		select {
+		case <-done:
+			t.Fatal("every write returned while the output was stalled")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(out.gate)
+	<-done
+	l.Close()
+	total := 0
+	for _, w := range out.writes {
+		total += len(w)
+	}
+	if want := len("first\n") + 2*maxLogBacklog/len(line)*len(line); total != want {
+		t.Fatalf("%d bytes written, want %d", total, want)
+	}
+}
