@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/okso-io/okso/jsonscan"
 )
 
 // Audit decisions.
@@ -132,10 +135,57 @@ func (a *Auditor) write(e AuditEvent) {
 		)
 	}
 	if a.NC != nil && ValidTenant(e.Tenant) {
-		if b, err := json.Marshal(e); err == nil {
+		if b, err := e.encode(); err == nil {
 			_ = a.NC.Publish(Audit(e.Tenant), b)
 		}
 	}
+}
+
+// encode encodes e as json.Marshal would, by hand when it can: every
+// string printable ASCII that needs no escaping, and a time
+// json.Marshal writes as RFC 3339 with whole-minute offsets.
+func (e AuditEvent) encode() ([]byte, error) {
+	_, offset := e.Time.Zone()
+	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 {
+		return json.Marshal(e)
+	}
+	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Decision, e.Code, e.RequestID}
+	n := 160
+	for _, s := range strs {
+		if !jsonscan.HTMLSafe(s) {
+			return json.Marshal(e)
+		}
+		n += len(s)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"time":"`...)
+	b = e.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","actor":"`...)
+	b = append(b, e.Actor...)
+	b = append(b, '"')
+	b = appendMember(b, "tenant", e.Tenant, true)
+	b = appendMember(b, "subject", e.Subject, true)
+	b = appendMember(b, "jti", e.JTI, true)
+	b = appendMember(b, "tool", e.Tool, true)
+	b = appendMember(b, "node_id", e.NodeID, true)
+	b = appendMember(b, "decision", e.Decision, false)
+	b = appendMember(b, "code", e.Code, true)
+	b = append(b, `,"duration_ns":`...)
+	b = strconv.AppendInt(b, int64(e.Duration), 10)
+	b = appendMember(b, "request_id", e.RequestID, true)
+	return append(b, '}'), nil
+}
+
+// appendMember appends ,"key":"s" unless s is empty and omitted.
+func appendMember(b []byte, key, s string, omitEmpty bool) []byte {
+	if s == "" && omitEmpty {
+		return b
+	}
+	b = append(b, `,"`...)
+	b = append(b, key...)
+	b = append(b, `":"`...)
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // StreamAudit is the optional JetStream stream that keeps audit events.

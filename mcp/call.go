@@ -19,6 +19,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/jsonscan"
 )
 
 // MetaRequestID is the _meta key of a result that carries the call's
@@ -164,13 +165,36 @@ func (c *callCtx) checkResult(schema string, result json.RawMessage) *bus.Error 
 	if err := c.g.o.Schemas.ValidateJSON(schema, result); err != nil {
 		return c.fail(bus.CodeInternal, "device result fails schema "+schema)
 	}
-	var who struct {
-		NodeID string `json:"node_id"`
-	}
-	if json.Unmarshal(result, &who) != nil || who.NodeID != c.tool.NodeID {
+	if id, ok := resultNodeID(result); !ok || id != c.tool.NodeID {
 		return c.fail(bus.CodeInternal, "device answered for another node")
 	}
 	return nil
+}
+
+// resultNodeID reads the node_id of a result that passed its schema, as
+// json.Unmarshal into a struct would (the last key equal to node_id under
+// case folding wins), in one pass when the key is written exactly.
+func resultNodeID(result []byte) (string, bool) {
+	var id string
+	ok := jsonscan.Members(result, func(k, v []byte) bool {
+		switch {
+		case string(k) == "node_id":
+			var plain bool
+			id, plain = jsonscan.String(v)
+			return plain
+		case len(k) == len("node_id") && strings.EqualFold(string(k), "node_id"):
+			return false
+		}
+		return true
+	})
+	if ok {
+		return id, true
+	}
+	var who struct {
+		NodeID string `json:"node_id"`
+	}
+	err := json.Unmarshal(result, &who)
+	return who.NodeID, err == nil
 }
 
 // unary runs a whole unary call after check: request, result checks, audit.

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"reflect"
 	"testing"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 const benchCall = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"sysecho.01m80hetn3a3x84z368v26yy0p.echo.invoke",` +
@@ -116,4 +118,29 @@ func TestParseCanonicalCovers(t *testing.T) {
 			t.Errorf("%s not read in one pass", body)
 		}
 	}
+}
+
+// FuzzResultNodeID: the node_id of a result that decodes strictly is read
+// as json.Unmarshal reads it.
+func FuzzResultNodeID(f *testing.F) {
+	for _, s := range []string{
+		`{"message":"ping","received_at_ms":1795316088218,"node_id":"01m80hetn3a3x84z368v26yy0p"}`,
+		`{"NODE_ID":"a","node_id":"b"}`, `{"node_id":"b","Node_Id":"a"}`, `{"node_id":null}`,
+		`{"node_id":"a\u0062"}`, `{"node_\u0069d":"a"}`, `{}`, `[]`, `{"x":{"node_id":"a"}}`, `{"node_id":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if _, err := schemas.Decode(doc); err != nil {
+			return
+		}
+		var who struct {
+			NodeID string `json:"node_id"`
+		}
+		wantErr := json.Unmarshal(doc, &who)
+		id, ok := resultNodeID(doc)
+		if ok != (wantErr == nil) || ok && id != who.NodeID {
+			t.Fatalf("%s: %q, %v; json.Unmarshal %q, %v", doc, id, ok, who.NodeID, wantErr)
+		}
+	})
 }
