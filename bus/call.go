@@ -41,7 +41,7 @@ func OKReply(result json.RawMessage) []byte {
 
 // Encode encodes c as json.Marshal would, by hand when it can.
 func (c Call) Encode() ([]byte, error) {
-	if !jsonscan.HTMLSafe(c.Tool) || !marshalsAsIs(c.Arguments) {
+	if !jsonscan.HTMLSafe(c.Tool) || !jsonscan.MarshalsAsIs(c.Arguments) {
 		return json.Marshal(c)
 	}
 	args := c.Arguments
@@ -51,27 +51,6 @@ func (c Call) Encode() ([]byte, error) {
 	b = append(b, `","arguments":`...)
 	b = append(b, args...)
 	return append(b, '}'), nil
-}
-
-// marshalsAsIs reports whether json.Marshal writes the raw value v as it
-// is: valid, non-empty JSON with no white space outside strings and nothing it
-// escapes for HTML (<, >, &, U+2028, U+2029, whose encoding starts with
-// 0xE2) anywhere.
-func marshalsAsIs(v json.RawMessage) bool {
-	inString := false
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case c == '<' || c == '>' || c == '&' || c == 0xE2:
-			return false
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
-			return false
-		}
-	}
-	return len(v) > 0 && json.Valid(v)
 }
 
 // DecodeCall decodes a [Call] as json.Unmarshal would, in one pass when

@@ -1,6 +1,11 @@
 package device
 
-import "github.com/okso-io/okso/jsonscan"
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/okso-io/okso/jsonscan"
+)
 
 // The hot frames (an envelope, a cmd, a cmd_ack) are decoded four times
 // per call, and encoding/json's strict Decoder costs 5 to 12 µs each. The
@@ -119,4 +124,35 @@ func appendEnvelope(b []byte, typ, msgID, inReplyTo string, payload []byte) ([]b
 	b = append(b, `","payload":`...)
 	b = append(b, payload...)
 	return append(b, '}'), true
+}
+
+// encodePayload encodes a frame's payload as json.Marshal would, by hand
+// for a cmd and a successful cmd_ack in their plain form.
+func encodePayload(payload any) ([]byte, error) {
+	switch p := payload.(type) {
+	case Cmd:
+		if jsonscan.HTMLSafe(p.Tool) && jsonscan.HTMLSafe(p.RequestID) && jsonscan.MarshalsAsIs(p.Arguments) {
+			b := make([]byte, 0, len(p.Tool)+len(p.Arguments)+len(p.RequestID)+64)
+			b = append(b, `{"tool":"`...)
+			b = append(b, p.Tool...)
+			b = append(b, `","arguments":`...)
+			b = append(b, p.Arguments...)
+			b = append(b, `,"deadline_ms":`...)
+			b = strconv.AppendInt(b, int64(p.DeadlineMs), 10)
+			if p.RequestID != "" {
+				b = append(b, `,"request_id":"`...)
+				b = append(b, p.RequestID...)
+				b = append(b, '"')
+			}
+			return append(b, '}'), nil
+		}
+	case CmdAck:
+		if p.OK && p.Error == nil && jsonscan.MarshalsAsIs(p.Result) {
+			b := make([]byte, 0, len(p.Result)+22)
+			b = append(b, `{"ok":true,"result":`...)
+			b = append(b, p.Result...)
+			return append(b, '}'), nil
+		}
+	}
+	return json.Marshal(payload)
 }

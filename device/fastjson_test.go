@@ -114,3 +114,24 @@ func FuzzValidMsgID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEncodePayload: a cmd or cmd_ack payload written by hand is byte for
+// byte the one json.Marshal writes.
+func FuzzEncodePayload(f *testing.F) {
+	f.Add("sysecho.n.echo.invoke", []byte(`{"message":"ping"}`), 2000, "01HZXC0000000000000000REQ0", true)
+	f.Add("t<", []byte(` {"a":"<"} `), -1, "", false)
+	f.Add("t", []byte(``), 0, "r&", true)
+	f.Add("t", []byte(`{"a":"\u2028"}`), 0, "", true)
+	f.Fuzz(func(t *testing.T, tool string, raw []byte, deadline int, reqID string, ok bool) {
+		for _, p := range []any{
+			Cmd{Tool: tool, Arguments: raw, DeadlineMs: deadline, RequestID: reqID},
+			CmdAck{OK: ok, Result: raw},
+		} {
+			want, errW := json.Marshal(p)
+			got, err := encodePayload(p)
+			if (err == nil) != (errW == nil) || !bytes.Equal(got, want) {
+				t.Fatalf("%#v:\nby hand %s (%v)\njson.Marshal %s (%v)", p, got, err, want, errW)
+			}
+		}
+	})
+}

@@ -205,7 +205,7 @@ func Encode(typ, inReplyTo string, payload any) ([]byte, error) {
 
 // EncodeID builds a frame with the given msg_id.
 func EncodeID(typ, msgID, inReplyTo string, payload any) ([]byte, error) {
-	p, err := json.Marshal(payload)
+	p, err := encodePayload(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s payload: %w", typ, err)
 	}

@@ -193,3 +193,25 @@ func HTMLSafe(s string) bool {
 	}
 	return true
 }
+
+// MarshalsAsIs reports whether json.Marshal writes the raw value v (a
+// json.RawMessage) as it is: valid, non-empty JSON with no white space
+// outside strings and nothing it escapes for HTML (<, >, &, U+2028,
+// U+2029, whose encoding starts with 0xE2) anywhere. What json.Marshal
+// wrote passes.
+func MarshalsAsIs(v []byte) bool {
+	inString := false
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '<' || c == '>' || c == '&' || c == 0xE2:
+			return false
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return len(v) > 0 && json.Valid(v)
+}
