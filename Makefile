@@ -36,7 +36,7 @@ fmt:
 run: build
 	$(BIN) all-in-one
 
-## bench: the Go micro-benchmarks of the hot path (envelope, name, schemas, NATS hop, the gateway fast path)
+## bench: the Go micro-benchmarks of the hot path (envelope, name, schemas, NATS hop, the gateway fast path, a tools/list page)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./bus ./device ./schemas ./mcp
 

@@ -10,6 +10,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,9 @@ type Gateway struct {
 
 	schemaMu    sync.Mutex
 	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
+	// listedSchemas holds each of toolSchemas as its compact document,
+	// which is what tools/list writes (see listed).
+	listedSchemas map[*jsonschema.Schema]json.RawMessage
 
 	serverInfo []byte // the gateway's sdk.Implementation as JSON
 
@@ -181,8 +185,9 @@ func New(o Options) (*Gateway, error) {
 		changedCh: make(chan struct{}),
 		pending:   map[string]string{},
 
-		toolSchemas: map[string]*jsonschema.Schema{},
-		probes:      make(chan struct{}, 64),
+		toolSchemas:   map[string]*jsonschema.Schema{},
+		listedSchemas: map[*jsonschema.Schema]json.RawMessage{},
+		probes:        make(chan struct{}, 64),
 
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
@@ -417,7 +422,34 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 		if r, ok := req.(*sdk.CallToolRequest); ok && method == "tools/call" {
 			return g.call(ctx, r)
 		}
-		return next(ctx, method, req)
+		res, err := next(ctx, method, req)
+		if r, ok := res.(*sdk.ListToolsResult); ok && err == nil && method == "tools/list" {
+			g.listed(r)
+		}
+		return res, err
+	}
+}
+
+// listed has a tools/list page carry each tool's schemas as documents.
+// The SDK's servers hold them as *jsonschema.Schema, which AddTool checks
+// cheaply, but which encode by reflection: five times the cost of the rest
+// of a 1,000-tool page. The page gets copies of its tools (the SDK made
+// the slice for this answer; the tools themselves are shared and stay as
+// they are) whose schemas are the same documents, compact
+// (TestListedSchemas).
+func (g *Gateway) listed(r *sdk.ListToolsResult) {
+	copies := make([]sdk.Tool, len(r.Tools))
+	g.schemaMu.Lock()
+	defer g.schemaMu.Unlock()
+	for i, t := range r.Tools {
+		copies[i] = *t
+		if s, ok := t.InputSchema.(*jsonschema.Schema); ok && g.listedSchemas[s] != nil {
+			copies[i].InputSchema = g.listedSchemas[s]
+		}
+		if s, ok := t.OutputSchema.(*jsonschema.Schema); ok && g.listedSchemas[s] != nil {
+			copies[i].OutputSchema = g.listedSchemas[s]
+		}
+		r.Tools[i] = &copies[i]
 	}
 }
 
@@ -506,6 +538,11 @@ func (g *Gateway) toolSchema(id string) *jsonschema.Schema {
 	if err := json.Unmarshal(raw, s); err != nil {
 		g.log.Error("embedded schema does not decode", "id", id, "err", err)
 		s = &jsonschema.Schema{Type: "object"}
+	} else {
+		var compact bytes.Buffer
+		if json.Compact(&compact, raw) == nil {
+			g.listedSchemas[s] = compact.Bytes()
+		}
 	}
 	g.toolSchemas[id] = s
 	return s
