@@ -441,14 +441,16 @@ func (g *Gateway) listed(r *sdk.ListToolsResult) {
 	copies := make([]sdk.Tool, len(r.Tools))
 	g.schemaMu.Lock()
 	defer g.schemaMu.Unlock()
+	document := func(schema any) any {
+		if s, ok := schema.(*jsonschema.Schema); ok && g.listedSchemas[s] != nil {
+			return g.listedSchemas[s]
+		}
+		return schema // another type, or none
+	}
 	for i, t := range r.Tools {
 		copies[i] = *t
-		if s, ok := t.InputSchema.(*jsonschema.Schema); ok && g.listedSchemas[s] != nil {
-			copies[i].InputSchema = g.listedSchemas[s]
-		}
-		if s, ok := t.OutputSchema.(*jsonschema.Schema); ok && g.listedSchemas[s] != nil {
-			copies[i].OutputSchema = g.listedSchemas[s]
-		}
+		copies[i].InputSchema = document(t.InputSchema)
+		copies[i].OutputSchema = document(t.OutputSchema)
 		r.Tools[i] = &copies[i]
 	}
 }
