@@ -17,6 +17,8 @@
 #   BENCH_WARMUP       warm-up of each run, not counted (2s)
 #   BENCH_ROUNDS       rounds (3; at least 3)
 #   BENCH_NODES        mock devices (1000)
+#   BENCH_SHAPES       which shapes to run: c1 (1 in flight), c64 (64 in
+#                      flight over 8 sessions), or both ("c1 c64", the default)
 #   BENCH_PROTOCOL     MCP protocol version both are driven with (2025-11-25,
 #                      the newest the SDK's default stateful server speaks;
 #                      empty: the SDK client's latest, which each server
@@ -37,6 +39,10 @@ DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
 ROUNDS=${BENCH_ROUNDS:-3}
 NODES=${BENCH_NODES:-1000}
+read -r -a SHAPES <<<"${BENCH_SHAPES:-c1 c64}"
+for shape in "${SHAPES[@]}"; do
+	case $shape in c1 | c64) ;; *) echo "BENCH_SHAPES: $shape: want c1 or c64" >&2; exit 2 ;; esac
+done
 PROTOCOL=${BENCH_PROTOCOL-2025-11-25}
 read -r -a OKSO_FLAGS <<<"${BENCH_OKSO_FLAGS:-}"
 SERVER_GOGC=${GOGC:-}
@@ -100,7 +106,7 @@ run() {
 }
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((round = 1; round <= ROUNDS; round++)); do
-	for setting in c1 c64; do
+	for setting in "${SHAPES[@]}"; do
 		case $setting in
 		c1) shape=(--concurrency 1 --sessions 1) ;;
 		c64) shape=(--concurrency 64 --sessions 8) ;;
@@ -128,7 +134,7 @@ echo
 echo "== okso vs. a bare go-sdk echo server: medians over $ROUNDS rounds (${DURATION} each after ${WARMUP} warm-up)"
 printf '%-22s %12s %12s %8s   %9s %9s %6s   %9s %9s %6s\n' "" "okso calls/s" "ref calls/s" "ratio" \
 	"okso p50" "ref p50" "ratio" "okso p99" "ref p99" "ratio"
-for setting in c1 c64; do
+for setting in "${SHAPES[@]}"; do
 	case $setting in
 	c1) label="1 in flight, 1 sess" ;;
 	c64) label="64 in flight, 8 sess" ;;
@@ -148,7 +154,7 @@ echo "  ratio = okso / reference (calls/s: higher is better for okso; latency: l
 echo
 echo "== errors, summed over the rounds (code: count)"
 for name in okso reference; do
-	for setting in c1 c64; do
+	for setting in "${SHAPES[@]}"; do
 		e=$(cat "$work/$setting-$name-"*.json 2>/dev/null | jq -rs '
 			(map(.ok) | add) as $ok |
 			(map(.errors // {} | to_entries[]) | group_by(.key) | map("\(.[0].key): \(map(.value) | add)") | join(", ")) as $e |
@@ -156,11 +162,11 @@ for name in okso reference; do
 		printf '  %-10s %-4s %s\n' "$name" "$setting" "$e"
 	done
 done
-tools=$(cat "$work/c64-okso-"*.json 2>/dev/null | jq -rs 'map(.tools | tostring) | unique | join(",")')
+tools=$(cat "$work/${SHAPES[0]}-okso-"*.json 2>/dev/null | jq -rs 'map(.tools | tostring) | unique | join(",")')
 echo
 echo "  okso: all-in-one (gateway, tier, embedded NATS) pid $okso + mock-fleet of $NODES devices pid $fleet;"
-echo "        calls to 'sysecho.*' spread over $tools tools; protocol $(jq -r .protocol "$work/c1-okso-1.json" 2>/dev/null)"
-echo "  reference: scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk), stateful, SSE responses); protocol $(jq -r .protocol "$work/c1-reference-1.json" 2>/dev/null)"
+echo "        calls to 'sysecho.*' spread over $tools tools; protocol $(jq -r .protocol "$work/${SHAPES[0]}-okso-1.json" 2>/dev/null)"
+echo "  reference: scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk), stateful, SSE responses); protocol $(jq -r .protocol "$work/${SHAPES[0]}-reference-1.json" 2>/dev/null)"
 echo "  GOGC ${SERVER_GOGC:-unset (100)}, GOMAXPROCS ${SERVER_PROCS:-unset (okso adapts it to its load)} for both servers;"
 echo "  machine: $(nproc) cores, load avg $load_start before, $load_end after;"
 echo "  the load generator, both servers and the fleet share the machine; all on 127.0.0.1"

@@ -57,9 +57,10 @@ cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }' 
 
 # start_okso N TOOL [FLAGS...]: starts `okso all-in-one` ($OKSO, with FLAGS
 # and, when set, the environment in the array okso_env) and a mock fleet
-# of N devices in another process, and waits until the gateway lists N
-# tools matching TOOL. Sets okso and fleet (pids), okso_url, tier_url and
-# token, and exports OKSO_TOKEN.
+# of N devices in another process (with the flags in the array
+# fleet_flags), and waits until the gateway lists N tools matching TOOL.
+# Sets okso and fleet (pids), okso_url, tier_url and token, and exports
+# OKSO_TOKEN.
 start_okso() {
 	local n=$1 tool=$2 i listed
 	shift 2
@@ -75,7 +76,7 @@ start_okso() {
 	token=$(field "agent token")
 	log "okso all-in-one pid $okso: $okso_url, devices $tier_url"
 
-	"$OKSO" mock-fleet -n "$n" --connect "$tier_url" --data-dir "$work/data" \
+	"$OKSO" mock-fleet -n "$n" --connect "$tier_url" --data-dir "$work/data" "${fleet_flags[@]}" \
 		>"$work/fleet.out" 2>"$work/fleet.log" &
 	fleet=$!
 	pids+=("$fleet")
@@ -94,3 +95,4 @@ start_okso() {
 	log "the gateway lists $listed tools matching $tool"
 }
 okso_env=()
+fleet_flags=()
