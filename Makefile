@@ -71,7 +71,7 @@ bench-compare:
 subscribe-load:
 	SUBSCRIBE_N=$(N) SUBSCRIBE_DURATION=$(DURATION) SUBSCRIBE_INTERVAL_MS=$(INTERVAL_MS) ./scripts/subscribe-load.sh
 
-## latency-path: where a call's time goes at one call in flight: Go traces of all-in-one and a 1,000-device mock fleet, split into the segments of the path (scripts/pathtrace)
+## latency-path: where a call's time goes at one call in flight: Go traces of all-in-one and a 1,000-device mock fleet, merged on their common clock and split into the segments of the path (scripts/pathtrace)
 .PHONY: latency-path
 latency-path:
 	./scripts/latency-path.sh

@@ -1,31 +1,37 @@
 // Command pathtrace splits the latency of okso's calls at one call in
 // flight into the segments of their path, from Go execution traces of
-// `okso all-in-one` and of the `okso mock-fleet` that answers them
-// (scripts/latency-path.sh takes both, from --debug-addr). A tool, not part
-// of okso.
+// `okso all-in-one` and of the `okso mock-fleet` that answers them, taken
+// over the same seconds (scripts/latency-path.sh takes both, from
+// --debug-addr). A tool, not part of okso.
 //
-// Calls are sequential at one in flight, so each process's trace is read as
-// a sequence of marks, each a goroutine state change found by its stack:
+// Go stamps trace events with the machine's monotonic clock, so the two
+// traces merge into one timeline. Calls are sequential at one in flight,
+// so the timeline is read as a sequence of marks, each a goroutine state
+// change found by its process and its stack:
 //
-//	all-in-one                               mock-fleet
+//	all-in-one                                 mock-fleet
 //	the request is readable (HTTP conn woken)
 //	the gateway waits for NATS (request sent)
-//	the tier's cmd write begins (syscall)    the cmd is readable
-//	                                         the cmd_ack write begins
+//	the tier's cmd write begins (syscall)
+//	                                           the cmd is readable
+//	                                           the cmd_ack write begins
 //	the cmd_ack is readable
 //	the gateway has the reply
 //	the HTTP response write begins
 //
-// It prints the quartiles of each segment between two marks, in
-// microseconds, and of the writes' syscalls. Only calls that find each
-// process idle (woken by the network) are counted, the usual case at one
-// in flight. Times are the tracer's, so each includes its (small)
-// overhead.
+// It prints the quartiles of each segment between two marks, and of the
+// writes' syscalls, in microseconds. Only calls that find each process
+// idle (woken by the network) are counted: the usual case at one in
+// flight. Times are the tracer's, so each includes its (small) overhead.
 //
 // Usage: pathtrace ALLINONE.trace [FLEET.trace]
+//
+// With the all-in-one trace alone it prints the segments inside it (the
+// device's round trip then counts from the cmd write to the cmd_ack).
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -40,52 +46,106 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: pathtrace ALLINONE.trace [FLEET.trace]")
 		os.Exit(2)
 	}
-	paths := []*path{allInOne, mockFleet}
+	var all []transition
 	for i, file := range os.Args[1:] {
-		if err := paths[i].read(file); err != nil {
+		ts, err := read(file, process(i))
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "pathtrace:", err)
 			os.Exit(1)
 		}
-		paths[i].print(os.Stdout)
+		all = append(all, ts...)
 	}
+	slices.SortStableFunc(all, func(a, b transition) int { return cmp.Compare(a.at, b.at) })
+	marks := gatewayMarks
+	if len(os.Args) == 3 {
+		marks = slices.Insert(slices.Clone(gatewayMarks), 3, fleetMarks...)
+		marks[5].name = "cmd_ack write, to the tier"
+	}
+	p := follow(all, marks)
+	if len(p.total) == 0 {
+		fmt.Fprintln(os.Stderr, "pathtrace: no whole call found (traces of calls at one in flight, over the same seconds?)")
+		os.Exit(1)
+	}
+	p.print(os.Stdout, marks)
 }
 
-// A path is the sequence of marks one call passes in one process, and
-// the syscalls whose durations are reported beside it.
-type path struct {
-	title    string
-	marks    []mark
-	syscalls []syscall
-	// durations[i] are the times from mark i to mark i+1, in µs;
-	// durations[len(marks)-1] the times from the first mark to the last.
-	durations [][]float64
-}
+type process int
 
-// A mark is one point of a call's path: the transition of a goroutine
-// that identifies it. A mark with on >= 0 only matches the goroutine that
-// reached mark number on.
-type mark struct {
-	name  string
-	on    int
-	match func(t transition) bool
-}
+const (
+	allInOne process = iota
+	mockFleet
+)
 
-// A syscall is timed from its entry, matched by the stack it is entered
-// from, to its return. It is not a mark: the kernel may run the peer it
-// wakes before it returns, and the call's path may go on meanwhile on
-// another thread, so its return comes in no fixed order.
-type syscall struct {
-	name  string
-	from  string
-	times []float64
-}
+func (p process) String() string { return [...]string{"all-in-one", "mock-fleet"}[p] }
 
-// A transition is one goroutine state change, with the stack it was taken
-// at and the stack the goroutine last waited at.
+// A transition is one goroutine state change: when, in which process,
+// the stack it was taken at and the stack the goroutine last waited at.
 type transition struct {
+	at        trace.Time
+	proc      process
+	g         trace.GoID
 	from, to  trace.GoState
 	stack     string
 	waitStack string
+}
+
+// read returns the goroutine state changes of one trace.
+func read(file string, proc process) ([]transition, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := trace.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var out []transition
+	waits := map[trace.GoID]string{}
+	for {
+		ev, err := r.ReadEvent()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if ev.Kind() != trace.EventStateTransition {
+			continue
+		}
+		st := ev.StateTransition()
+		if st.Resource.Kind != trace.ResourceGoroutine {
+			continue
+		}
+		t := transition{at: ev.Time(), proc: proc, g: st.Resource.Goroutine(), stack: stackOf(st.Stack)}
+		t.from, t.to = st.Goroutine()
+		t.waitStack = waits[t.g]
+		// The tracer notes a waiting goroutine's status without a stack
+		// at times: that is no new wait.
+		if t.to == trace.GoWaiting && t.stack != "" {
+			waits[t.g] = t.stack
+		}
+		out = append(out, t)
+	}
+}
+
+func stackOf(st trace.Stack) string {
+	var b strings.Builder
+	for f := range st.Frames() {
+		b.WriteString(f.Func)
+		b.WriteByte('<')
+	}
+	return b.String()
+}
+
+// A mark is one point of a call's path, named after the segment that ends
+// at it. A mark with on >= 0 only matches the goroutine that reached mark
+// number on (counted in the marks of its own process).
+type mark struct {
+	name  string
+	proc  process
+	on    int
+	match func(t transition) bool
 }
 
 // woken: a goroutine that waited in a function of waitingIn (and none of
@@ -111,134 +171,111 @@ func syscallIn(in string) func(transition) bool {
 	}
 }
 
-// The marks are named after the segment that ends at them.
-var allInOne = &path{
-	title: "all-in-one",
-	marks: []mark{
-		{"request readable", -1, woken("net/http.(*connReader).Read", "backgroundRead")},
-		{"gateway: checks, NATS request sent", 0, func(t transition) bool {
-			return t.to == trace.GoWaiting && strings.Contains(t.stack, "requestWithContext")
-		}},
-		{"NATS to the tier, cmd built", -1, syscallIn("device.(*session).writeRaw")},
-		{"cmd write, the device's round trip", -1, woken("device.(*session).read")},
-		{"tier: ack read, NATS to the gateway", 0, func(t transition) bool { return t.to == trace.GoRunnable }},
-		{"gateway: result checks, response built", 0, syscallIn("net.(*conn).Write")},
-	},
-	syscalls: []syscall{
-		{name: "tier: cmd write", from: "device.(*session).writeRaw"},
-		{name: "gateway: response write", from: "net/http.(*response).finishRequest"},
-	},
+var gatewayMarks = []mark{
+	{"request readable", allInOne, -1, woken("net/http.(*connReader).Read", "backgroundRead")},
+	{"gateway: checks, NATS request sent", allInOne, 0, func(t transition) bool {
+		return t.to == trace.GoWaiting && strings.Contains(t.stack, "requestWithContext")
+	}},
+	{"NATS to the tier, cmd built", allInOne, -1, syscallIn("device.(*session).writeRaw")},
+	// the fleet's marks go here, when its trace is given
+	{"cmd write, the device's round trip", allInOne, -1, woken("device.(*session).read")},
+	{"tier: ack read, NATS to the gateway", allInOne, 0, func(t transition) bool { return t.to == trace.GoRunnable }},
+	{"gateway: result checks, response built", allInOne, 0, syscallIn("net.(*conn).Write")},
 }
 
-var mockFleet = &path{
-	title: "mock-fleet",
-	marks: []mark{
-		{"cmd readable", -1, woken("device.(*conn).recv")},
-		{"device: cmd read, handled, ack built", -1, syscallIn("device.(*conn).send")},
-	},
-	syscalls: []syscall{{name: "device: cmd_ack write", from: "device.(*conn).send"}},
+var fleetMarks = []mark{
+	{"cmd write, to the device", mockFleet, -1, woken("device.(*conn).recv")},
+	{"device: cmd read, handled, ack built", mockFleet, -1, syscallIn("device.(*conn).send")},
 }
 
-// read finds every whole call in a trace.
-func (p *path) read(file string) error {
-	f, err := os.Open(file)
-	if err != nil {
-		return err
+// A syscall is timed from its entry, found by the function it is entered
+// from, to its return. It is no mark: the kernel may run the peer it wakes
+// before it returns, and the path may go on meanwhile on another thread,
+// so its return comes in no fixed order.
+var syscalls = []struct {
+	name string
+	proc process
+	from string
+}{
+	{"tier: cmd write (syscall)", allInOne, "device.(*session).writeRaw"},
+	{"device: cmd_ack write (syscall)", mockFleet, "device.(*conn).send"},
+	{"gateway: response write (syscall)", allInOne, "net/http.(*response).finishRequest"},
+}
+
+// durations are the figures of the calls followed, in µs.
+type durations struct {
+	segments [][]float64 // segments[i]: from mark i to mark i+1
+	total    []float64   // from the first mark to the last
+	syscalls [][]float64
+}
+
+// follow walks the timeline and times every whole call.
+func follow(all []transition, marks []mark) durations {
+	d := durations{segments: make([][]float64, len(marks)-1), syscalls: make([][]float64, len(syscalls))}
+	type key struct {
+		proc process
+		g    trace.GoID
 	}
-	defer f.Close()
-	r, err := trace.NewReader(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	p.durations = make([][]float64, len(p.marks))
-	waits := map[trace.GoID]string{}
 	type entry struct {
 		at trace.Time
-		sc *syscall
+		i  int
 	}
-	inSyscall := map[trace.GoID]entry{}
-	at := make([]trace.Time, len(p.marks))
-	gs := make([]trace.GoID, len(p.marks))
+	inSyscall := map[key]entry{}
+	at := make([]trace.Time, len(marks))
+	gs := make([]trace.GoID, len(marks))
+	// index[i] is mark i's number among the marks of its process.
+	index, perProc := make([]int, len(marks)), map[process]int{}
+	byIndex := map[process][]int{}
+	for i, m := range marks {
+		index[i] = perProc[m.proc]
+		perProc[m.proc]++
+		byIndex[m.proc] = append(byIndex[m.proc], i)
+	}
 	next := 0
-	for {
-		ev, err := r.ReadEvent()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		if ev.Kind() != trace.EventStateTransition {
-			continue
-		}
-		st := ev.StateTransition()
-		if st.Resource.Kind != trace.ResourceGoroutine {
-			continue
-		}
-		g := st.Resource.Goroutine()
-		t := transition{stack: stackOf(st.Stack), waitStack: waits[g]}
-		t.from, t.to = st.Goroutine()
-		if t.to == trace.GoWaiting && t.stack != "" { // not the tracer's stackless status of a waiting goroutine
-			waits[g] = t.stack
-		}
-		if t.from == trace.GoSyscall {
-			if e, ok := inSyscall[g]; ok {
-				e.sc.times = append(e.sc.times, float64(ev.Time()-e.at)/1e3)
-				delete(inSyscall, g)
-			}
+	for _, t := range all {
+		k := key{t.proc, t.g}
+		if e, ok := inSyscall[k]; ok && t.from == trace.GoSyscall {
+			d.syscalls[e.i] = append(d.syscalls[e.i], µs(t.at-e.at))
+			delete(inSyscall, k)
 		}
 		if t.to == trace.GoSyscall {
-			for i := range p.syscalls {
-				if strings.Contains(t.stack, p.syscalls[i].from) {
-					inSyscall[g] = entry{ev.Time(), &p.syscalls[i]}
+			for i, sc := range syscalls {
+				if sc.proc == t.proc && strings.Contains(t.stack, sc.from) {
+					inSyscall[k] = entry{t.at, i}
 				}
 			}
 		}
-		if next > 0 && p.marks[0].match(t) {
+		if next > 0 && t.proc == marks[0].proc && marks[0].match(t) {
 			next = 0 // the call was lost track of; a new one begins
 		}
-		m := p.marks[next]
-		if (m.on >= 0 && g != gs[m.on]) || !m.match(t) {
+		m := marks[next]
+		if t.proc != m.proc || (m.on >= 0 && t.g != gs[byIndex[m.proc][m.on]]) || !m.match(t) {
 			continue
 		}
-		at[next], gs[next] = ev.Time(), g
+		at[next], gs[next] = t.at, t.g
 		next++
-		if next == len(p.marks) {
-			for i := 1; i < len(at); i++ {
-				p.durations[i-1] = append(p.durations[i-1], float64(at[i]-at[i-1])/1e3)
+		if next == len(marks) {
+			for i := range d.segments {
+				d.segments[i] = append(d.segments[i], µs(at[i+1]-at[i]))
 			}
-			p.durations[len(at)-1] = append(p.durations[len(at)-1], float64(at[len(at)-1]-at[0])/1e3)
+			d.total = append(d.total, µs(at[len(at)-1]-at[0]))
 			next = 0
 		}
 	}
-	if len(p.durations[0]) == 0 {
-		return fmt.Errorf("%s: no whole call found (a trace of calls at one in flight?)", file)
-	}
-	return nil
+	return d
 }
 
-func stackOf(st trace.Stack) string {
-	var b strings.Builder
-	for f := range st.Frames() {
-		b.WriteString(f.Func)
-		b.WriteByte('<')
-	}
-	return b.String()
-}
+func µs(t trace.Time) float64 { return float64(t) / 1e3 }
 
-func (p *path) print(w io.Writer) {
-	fmt.Fprintf(w, "%s, %d calls: µs from %q (p25, median, p75)\n", p.title, len(p.durations[0]), p.marks[0].name)
-	for i, d := range p.durations {
-		switch {
-		case i+1 < len(p.marks):
-			row(w, p.marks[i+1].name, d)
-		case len(p.marks) > 2:
-			row(w, "total", d)
-		}
+func (d durations) print(w io.Writer, marks []mark) {
+	fmt.Fprintf(w, "%d calls: µs from %q in %s (p25, median, p75)\n", len(d.total), marks[0].name, marks[0].proc)
+	for i, s := range d.segments {
+		row(w, fmt.Sprintf("%-12s %s", marks[i+1].proc, marks[i+1].name), s)
 	}
-	for _, sc := range p.syscalls {
-		if len(sc.times) > 0 {
-			row(w, sc.name+" (syscall, within the above)", sc.times)
+	row(w, "total", d.total)
+	for i, sc := range syscalls {
+		if len(d.syscalls[i]) > 0 {
+			row(w, fmt.Sprintf("%-12s %s", sc.proc, sc.name), d.syscalls[i])
 		}
 	}
 }
@@ -246,5 +283,5 @@ func (p *path) print(w io.Writer) {
 func row(w io.Writer, name string, d []float64) {
 	slices.Sort(d)
 	q := func(f float64) float64 { return d[int(f*float64(len(d)-1))] }
-	fmt.Fprintf(w, "  %-52s %7.1f %7.1f %7.1f\n", name, q(0.25), q(0.5), q(0.75))
+	fmt.Fprintf(w, "  %-64s %7.1f %7.1f %7.1f\n", name, q(0.25), q(0.5), q(0.75))
 }
