@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"time"
 
@@ -152,18 +153,23 @@ func permanent(code websocket.StatusCode) bool {
 
 // conn wraps one connection of a device.
 type conn struct {
-	d *Device
-	c *websocket.Conn
+	d      *Device
+	c      *websocket.Conn
+	writes *writeGuard
 }
+
+// writeTimeout bounds a stalled write: the connection closes, and the
+// device reconnects.
+const writeTimeout = 5 * time.Second
 
 func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) error {
 	b, err := Encode(typ, inReplyTo, payload)
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return c.c.Write(wctx, websocket.MessageText, b)
+	c.writes.begin()
+	defer c.writes.end()
+	return c.c.Write(ctx, websocket.MessageText, b)
 }
 
 func (c *conn) recv(ctx context.Context, want string) (Envelope, error) {
@@ -210,7 +216,7 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	cn := &conn{d: d, c: c}
+	cn := &conn{d: d, c: c, writes: newWriteGuard(writeTimeout, func() { _ = c.CloseNow() })}
 
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -238,18 +244,47 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 		return false, err
 	}
 	cancel()
-	tools := make(map[string]bool, len(ok.Tools))
-	for _, t := range ok.Tools {
-		tools[t] = true
-	}
+	tools := d.toolTable(ok.Tools)
 	if d.o.OnReady != nil {
 		d.o.OnReady(ok.Tools)
 	}
 	return true, cn.serve(ctx, tools)
 }
 
+// A tool is what the device needs to serve one of its projected tools.
+type tool struct {
+	h    Handler
+	sh   StreamHandler
+	verb schemas.Verb // the zero Verb when the capability's kind has none of that name
+}
+
+// toolTable looks up, once per connection, the handler and the verb of
+// each tool the tier projected; a tool the device has no handler for is
+// left out (a cmd for it is E_TOOL_NOT_FOUND).
+func (d *Device) toolTable(projected []string) map[string]*tool {
+	tools := make(map[string]*tool, len(projected))
+	for _, name := range projected {
+		n, ok := bus.ParseToolName(name)
+		key := n.CapID + "." + n.Verb
+		h, sh := d.o.Handlers[key], d.o.Streams[key]
+		if !ok || (h == nil && sh == nil) {
+			continue
+		}
+		t := &tool{h: h, sh: sh}
+		for _, cp := range d.o.Capabilities {
+			if cp.CapID == n.CapID {
+				if k, ok := schemas.LookupKind(cp.Kind); ok {
+					t.verb, _ = k.Verb(n.Verb)
+				}
+			}
+		}
+		tools[name] = t
+	}
+	return tools
+}
+
 // serve answers cmds until the connection or ctx ends.
-func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
+func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -308,6 +343,10 @@ func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
 				mu.Unlock()
 				cancel()
 			})
+			// Let the worker answer before this goroutine reads on: on one
+			// P it would otherwise try the socket (a syscall, then a park)
+			// while the cmd waits.
+			runtime.Gosched()
 		case TypeCancel:
 			mu.Lock()
 			if cancel := cancels[e.InReplyTo]; cancel != nil {
@@ -318,7 +357,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]bool) error {
 	}
 }
 
-func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]bool) {
+func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]*tool) {
 	ack := func(a CmdAck) {
 		if err := c.send(context.Background(), TypeCmdAck, e.MsgID, a); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
@@ -330,34 +369,27 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]bool) {
 		fail(bus.CodeBadRequest)
 		return
 	}
-	name, ok := bus.ParseToolName(cmd.Tool)
-	key := name.CapID + "." + name.Verb
-	h, sh := c.d.o.Handlers[key], c.d.o.Streams[key]
-	if !ok || !tools[cmd.Tool] || (h == nil && sh == nil) {
+	t := tools[cmd.Tool]
+	if t == nil {
 		fail(bus.CodeToolNotFound)
 		return
 	}
-	var verb schemas.Verb
-	for _, cp := range c.d.o.Capabilities {
-		if cp.CapID == name.CapID {
-			if k, ok := schemas.LookupKind(cp.Kind); ok {
-				verb, _ = k.Verb(name.Verb)
-			}
-		}
-	}
-	if verb.Input == "" || c.d.o.Schemas.ValidateJSON(verb.Input, cmd.Arguments) != nil {
+	if t.verb.Input == "" || c.d.o.Schemas.ValidateJSON(t.verb.Input, cmd.Arguments) != nil {
 		fail(bus.CodeManifestInvalid)
 		return
 	}
-	c.d.log.Debug("cmd", "tool", cmd.Tool, "request_id", cmd.RequestID)
-	if verb.Stream {
-		if sh == nil {
+	if c.d.log.Enabled(ctx, slog.LevelDebug) {
+		c.d.log.Debug("cmd", "tool", cmd.Tool, "request_id", cmd.RequestID)
+	}
+	if t.verb.Stream {
+		if t.sh == nil {
 			fail(bus.CodeToolNotFound)
 			return
 		}
-		c.stream(ctx, e.MsgID, cmd, sh, fail)
+		c.stream(ctx, e.MsgID, cmd, t.sh, fail)
 		return
 	}
+	h := t.h
 	if h == nil {
 		fail(bus.CodeToolNotFound)
 		return

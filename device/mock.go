@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -41,14 +42,32 @@ type EchoResult struct {
 func Echo(nodeID string) Handler {
 	return func(_ context.Context, args json.RawMessage) (any, error) {
 		now := time.Now().UnixMilli()
-		var in struct {
-			Message string `json:"message"`
+		msg, ok := echoMessage(args)
+		if !ok {
+			var in struct {
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal(args, &in); err != nil {
+				return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
+			}
+			msg = in.Message
 		}
-		if err := json.Unmarshal(args, &in); err != nil {
-			return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
-		}
-		return EchoResult{Message: in.Message, ReceivedAtMs: now, NodeID: nodeID}, nil
+		return EchoResult{Message: msg, ReceivedAtMs: now, NodeID: nodeID}, nil
 	}
+}
+
+// echoMessage reads the message of echo arguments that passed their
+// schema (an object with exactly that member), in one pass when it is a
+// plain string; otherwise it reports false and json.Unmarshal decides.
+func echoMessage(args []byte) (msg string, ok bool) {
+	ok = jsonscan.Members(args, func(k, v []byte) bool {
+		if string(k) != "message" {
+			return false
+		}
+		msg, ok = jsonscan.String(v)
+		return ok
+	})
+	return msg, ok
 }
 
 // MockOptions returns the options of a simulated device with the echo

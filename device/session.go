@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type session struct {
 	t      *Tier
 	c      *websocket.Conn
 	raw    net.Conn // under c; dropped when a close handshake stalls
+	writes *writeGuard
 	id     string
 	remote string
 	bearer string
@@ -104,6 +106,7 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 		streams:     map[string]*tierStream{},
 		streamsByID: map[string]string{},
 	}
+	s.writes = newWriteGuard(t.o.WriteTimeout, func() { _ = c.CloseNow() })
 	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
 		s.bearer = f[1]
 	}
@@ -184,9 +187,11 @@ func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any)
 	return s.writeRaw(ctx, b)
 }
 
+// writeRaw writes one frame; a write that stalls for WriteTimeout closes
+// the connection.
 func (s *session) writeRaw(ctx context.Context, b []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, s.t.o.WriteTimeout)
-	defer cancel()
+	s.writes.begin()
+	defer s.writes.end()
 	return s.c.Write(ctx, websocket.MessageText, b)
 }
 
@@ -289,6 +294,10 @@ func (s *session) run(ctx context.Context) {
 		switch e.Type {
 		case TypeCmdAck:
 			s.onAck(e)
+			// Let the reply go on its way over NATS before this goroutine
+			// reads on: on one P it would otherwise try the socket (a
+			// syscall, then a park) while the reply waits.
+			runtime.Gosched()
 		case TypeStream:
 			s.onStream(e)
 		default:

@@ -15,6 +15,8 @@
 #   GOGC, GOMAXPROCS   given to okso all-in-one (the fleet and the load
 #                      generator run at Go's defaults)
 #   LATENCY_KEEP       1: keep the work dir (the traces, for go tool trace)
+#   LATENCY_OKSO       an okso binary to run instead of building bin/okso
+#                      (to compare two builds, run each in turn)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,10 +30,15 @@ command -v curl >/dev/null || { echo "latency-path needs curl" >&2; exit 2; }
 NAME=latency-path KEEP=${LATENCY_KEEP:-0}
 . scripts/lib.sh
 
-log "building bin/okso and pathtrace"
-go build -o bin/okso . || exit 1
+if [ -n "${LATENCY_OKSO:-}" ]; then
+	OKSO=$(realpath "$LATENCY_OKSO") || exit 2
+	log "building pathtrace; okso is $OKSO"
+else
+	log "building bin/okso and pathtrace"
+	go build -o bin/okso . || exit 1
+	OKSO=$PWD/bin/okso
+fi
 go build -o "$work/pathtrace" ./scripts/pathtrace || exit 1
-OKSO=$PWD/bin/okso
 want=$((NODES + NODES / 4 + 4096))
 [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
 

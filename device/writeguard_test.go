@@ -1,0 +1,47 @@
+package device
+
+import (
+	"testing"
+	"time"
+)
+
+// TestWriteGuardStalls: a write that never ends trips the guard.
+func TestWriteGuardStalls(t *testing.T) {
+	stalled := make(chan struct{})
+	g := newWriteGuard(10*time.Millisecond, func() { close(stalled) })
+	g.begin()
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write pending for 10 s did not trip a 10 ms guard")
+	}
+}
+
+// TestWriteGuardArmed: the guard is armed exactly while writes are
+// pending, and each write that ends re-arms it for the others.
+func TestWriteGuardArmed(t *testing.T) {
+	g := newWriteGuard(time.Hour, func() { t.Error("stalled") })
+	armed := func() bool {
+		if g.timer.Stop() { // stopped now, so re-arm as it was
+			g.timer.Reset(g.timeout)
+			return true
+		}
+		return false
+	}
+	if armed() {
+		t.Fatal("armed before any write")
+	}
+	g.begin()
+	g.begin()
+	if !armed() {
+		t.Fatal("not armed with two writes pending")
+	}
+	g.end()
+	if !armed() {
+		t.Fatal("not armed with one write still pending")
+	}
+	g.end()
+	if armed() {
+		t.Fatal("armed after the last write ended")
+	}
+}
