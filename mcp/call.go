@@ -31,14 +31,20 @@ var (
 	traceparentRe = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 )
 
+// zeroTraceID is the trace id W3C Trace Context calls invalid.
+const zeroTraceID = "00000000000000000000000000000000"
+
 // correlation returns the request id and traceparent of a call: the
-// client's when well formed, fresh ones otherwise.
+// client's when well formed, fresh ones otherwise. A fresh traceparent is
+// not sampled (flags 00): okso records no trace data, and a sampled one
+// would have NATS look for a trace destination in every request's
+// headers, which costs it a header map per message.
 func correlation(h http.Header) (requestID, traceparent string) {
 	traceparent = h.Get("traceparent")
-	if !traceparentRe.MatchString(traceparent) || strings.HasPrefix(traceparent[3:], strings.Repeat("0", 32)) {
+	if !traceparentRe.MatchString(traceparent) || traceparent[3:35] == zeroTraceID {
 		var b [24]byte
 		_, _ = rand.Read(b[:])
-		traceparent = "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-01"
+		traceparent = "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-00"
 	}
 	requestID = h.Get("X-Request-Id")
 	if !requestIDRe.MatchString(requestID) {
