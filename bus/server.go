@@ -137,9 +137,13 @@ func (s *Server) ClientURL() string {
 	return s.ns.ClientURL()
 }
 
-// Connect opens an in-process connection to s.
+// Connect opens an in-process connection to s. Its writes have no
+// deadline (nats.go's flusher timeout): they go to the server's own
+// reader through an in-memory pipe, which a stopping server closes, and a
+// deadline there costs a timer per flush.
 func (s *Server) Connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect("", nats.InProcessServer(s.ns), nats.Name(name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect("", nats.InProcessServer(s.ns), nats.Name(name), nats.MaxReconnects(-1),
+		nats.FlusherTimeout(0))
 	if err != nil {
 		return nil, fmt.Errorf("connect in-process nats as %s: %w", name, err)
 	}
