@@ -151,6 +151,16 @@ func String(v []byte) (string, bool) {
 	return string(v[1 : end-1]), true
 }
 
+// StringBytes is [String] without the copy: the plain string's bytes
+// between its quotes, sharing v's memory.
+func StringBytes(v []byte) ([]byte, bool) {
+	end, ok := plainEnd(v, 0)
+	if !ok || end != len(v) {
+		return nil, false
+	}
+	return v[1 : end-1], true
+}
+
 // Raw reads a value kept raw, as a json.RawMessage decodes it.
 func Raw(v []byte) (json.RawMessage, bool) {
 	return json.RawMessage(v), json.Valid(v)

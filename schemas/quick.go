@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"math/big"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/okso-io/okso/jsonscan"
 )
 
 // The verb schemas take one plain shape: objects of typed properties with
@@ -27,10 +30,18 @@ type quick struct {
 	required []string
 	closed   bool // additionalProperties: false
 
+	// For documents still in their text (acceptsJSON): each property's
+	// number, and the bits of the required ones; nil index when there are
+	// too many properties to count in a word.
+	index    map[string]int
+	byIndex  []*quick
+	requires uint64
+
 	minLen, maxLen int // -1: none
 	min, max       *bound
 	pattern        *regexp.Regexp
-	enum           bool // the value must be one of enumStr or enumInt
+	run            *classRun // the pattern, when it is one ASCII class repeated
+	enum           bool      // the value must be one of enumStr or enumInt
 	enumStr        []string
 	enumInt        []int64
 }
@@ -121,7 +132,7 @@ func compileQuick(doc any) *quick {
 			if err != nil {
 				return nil
 			}
-			q.pattern = re
+			q.pattern, q.run = re, compileClassRun(s)
 		case "enum":
 			es, ok := v.([]any)
 			if !ok {
@@ -139,6 +150,21 @@ func compileQuick(doc any) *quick {
 			}
 		default:
 			return nil
+		}
+	}
+	if len(q.props) <= 64 {
+		q.index = make(map[string]int, len(q.props))
+		for name, p := range q.props {
+			q.index[name] = len(q.byIndex)
+			q.byIndex = append(q.byIndex, p)
+		}
+		for _, r := range q.required {
+			i, ok := q.index[r]
+			if !ok {
+				q.index = nil // a required key no property names: the decoded path's
+				break
+			}
+			q.requires |= 1 << i
 		}
 	}
 	return q
@@ -247,31 +273,36 @@ func (q *quick) str(s string) bool {
 			return false
 		}
 	}
-	if q.pattern != nil && !q.pattern.MatchString(s) {
-		return false
+	switch {
+	case q.run != nil:
+		if !q.run.match(s) {
+			return false
+		}
+	case q.pattern != nil:
+		if !q.pattern.MatchString(s) {
+			return false
+		}
 	}
 	return !q.enum || slices.Contains(q.enumStr, s)
 }
 
 func (q *quick) number(n json.Number) bool {
 	x, isInt := plainInt(n)
-	if q.enum && !(isInt && slices.Contains(q.enumInt, x)) {
+	if isInt {
+		return q.integer(x)
+	}
+	if q.enum || q.types != 0 && q.types&typeNumber == 0 {
 		return false
 	}
-	switch {
-	case q.types == 0:
-	case q.types&typeNumber != 0:
-	case q.types&typeInteger != 0 && isInt:
-	default:
+	return q.min == nil && q.max == nil || q.ratInBounds(string(n))
+}
+
+func (q *quick) integer(x int64) bool {
+	if q.enum && !slices.Contains(q.enumInt, x) {
 		return false
 	}
-	if q.min == nil && q.max == nil {
-		return true
-	}
-	if !isInt {
-		return q.ratInBounds(string(n))
-	}
-	return (q.min == nil || x >= q.min.n) && (q.max == nil || x <= q.max.n)
+	return (q.types == 0 || q.types&(typeNumber|typeInteger) != 0) &&
+		(q.min == nil || x >= q.min.n) && (q.max == nil || x <= q.max.n)
 }
 
 // ratInBounds compares a number that is not a plain integer with the
@@ -288,4 +319,192 @@ func (q *quick) ratInBounds(s string) bool {
 		return false
 	}
 	return q.max == nil || r.Cmp(new(big.Rat).SetInt64(q.max.n)) <= 0
+}
+
+// acceptsJSON is accepts for a document still in its JSON text: one pass
+// over the bytes, where decoding first costs more than the check. It
+// knows the plain forms only (objects whose keys are written once each,
+// printable ASCII strings without escapes, integers of up to 18 digits,
+// numbers, booleans, null); on anything else, arrays and white space
+// around a value that is not an object among them, it declines, and the
+// decoded path decides.
+func (q *quick) acceptsJSON(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	switch c := v[0]; {
+	case c == '{' || c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		return (q.types == 0 || q.types&typeObject != 0) && q.objectJSON(v)
+	case c == '"':
+		s, ok := jsonscan.StringBytes(v)
+		return ok && (q.types == 0 || q.types&typeString != 0) && q.strJSON(s)
+	case c == '-' || c >= '0' && c <= '9':
+		if x, ok := plainIntJSON(v); ok {
+			return q.integer(x)
+		}
+		return validNumber(v) && q.number(json.Number(v))
+	case c == 't' || c == 'f':
+		_, ok := jsonscan.Bool(v)
+		return ok && (q.types == 0 || q.types&typeBoolean != 0) && !q.enum
+	case c == 'n':
+		return string(v) == "null" && (q.types == 0 || q.types&typeNull != 0) && !q.enum
+	}
+	return false
+}
+
+func (q *quick) objectJSON(b []byte) bool {
+	if q.enum || q.index == nil || !q.closed {
+		return false // an open object could repeat a key it does not know
+	}
+	var seen uint64
+	ok := jsonscan.Members(b, func(k, v []byte) bool {
+		i, known := q.index[string(k)]
+		if !known || seen&(1<<i) != 0 {
+			return false
+		}
+		seen |= 1 << i
+		return q.byIndex[i].acceptsJSON(v)
+	})
+	return ok && seen&q.requires == q.requires
+}
+
+// strJSON is str for a plain string's bytes: ASCII, so a byte is a rune.
+func (q *quick) strJSON(s []byte) bool {
+	if q.minLen >= 0 && len(s) < q.minLen || q.maxLen >= 0 && len(s) > q.maxLen {
+		return false
+	}
+	switch {
+	case q.run != nil:
+		if !q.run.match(string(s)) {
+			return false
+		}
+	case q.pattern != nil:
+		if !q.pattern.Match(s) {
+			return false
+		}
+	}
+	return !q.enum || slices.ContainsFunc(q.enumStr, func(e string) bool { return e == string(s) })
+}
+
+// plainIntJSON reads a JSON integer of up to 18 digits (so it fits an
+// int64) written canonically: a minus maybe, no leading zero.
+func plainIntJSON(v []byte) (int64, bool) {
+	d := v
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 || d[0] == '0' && len(d) > 1 {
+		return 0, false
+	}
+	var x int64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		x = x*10 + int64(c-'0')
+	}
+	if len(d) < len(v) {
+		x = -x
+	}
+	return x, true
+}
+
+// validNumber reports whether v is exactly one JSON number.
+func validNumber(v []byte) bool {
+	i := 0
+	if i < len(v) && v[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(v) && v[i] == '0':
+		i++
+	case i < len(v) && v[i] >= '1' && v[i] <= '9':
+		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(v) && v[i] == '.' {
+		i++
+		if i >= len(v) || v[i] < '0' || v[i] > '9' {
+			return false
+		}
+		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
+		i++
+		if i < len(v) && (v[i] == '+' || v[i] == '-') {
+			i++
+		}
+		if i >= len(v) || v[i] < '0' || v[i] > '9' {
+			return false
+		}
+		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
+			i++
+		}
+	}
+	return i == len(v)
+}
+
+// classRun is a pattern that is one character class of ASCII, repeated,
+// and anchored at both ends: ^[...]{m,n}$, ^[...]*$ or ^[...]+$, the
+// shape of every identifier and text pattern in the verb schemas. Go's
+// regexp engine takes about a microsecond to match one; this checks the
+// bytes against a table, with exactly the same verdict (FuzzClassRun).
+type classRun struct {
+	in       [128]bool
+	min, max int // max -1: no bound
+}
+
+func compileClassRun(pattern string) *classRun {
+	re, err := syntax.Parse(pattern, syntax.Perl) // as regexp.Compile parses it
+	if err != nil || re.Op != syntax.OpConcat || len(re.Sub) != 3 ||
+		re.Sub[0].Op != syntax.OpBeginText || re.Sub[2].Op != syntax.OpEndText {
+		return nil
+	}
+	rep := re.Sub[1]
+	c := &classRun{}
+	switch rep.Op {
+	case syntax.OpStar:
+		c.min, c.max = 0, -1
+	case syntax.OpPlus:
+		c.min, c.max = 1, -1
+	case syntax.OpRepeat:
+		c.min, c.max = rep.Min, rep.Max
+	default:
+		return nil
+	}
+	if len(rep.Sub) != 1 || rep.Sub[0].Op != syntax.OpCharClass {
+		return nil
+	}
+	r := rep.Sub[0].Rune
+	for i := 0; i+1 < len(r); i += 2 {
+		if r[i] < 0 || r[i+1] >= 128 {
+			return nil
+		}
+		for x := r[i]; x <= r[i+1]; x++ {
+			c.in[x] = true
+		}
+	}
+	return c
+}
+
+// match reports whether s matches the pattern. A byte outside ASCII is in
+// no class (and no rune it starts is either); with every byte in the
+// class, bytes are runes, so the length bounds count bytes.
+func (c *classRun) match(s string) bool {
+	return len(s) >= c.min && (c.max < 0 || len(s) <= c.max) && c.ascii(s)
+}
+
+// ascii reports whether every byte of s is in the class.
+func (c *classRun) ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b >= 128 || !c.in[b] {
+			return false
+		}
+	}
+	return true
 }

@@ -1,8 +1,10 @@
 package schemas
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +67,44 @@ func FuzzQuick(f *testing.F) {
 	})
 }
 
+// FuzzQuickJSON: a document in its text that a quick schema accepts
+// decodes, and is one the general validator accepts.
+func FuzzQuickJSON(f *testing.F) {
+	s, err := Load()
+	if err != nil {
+		f.Fatal(err)
+	}
+	ids := quickIDs(s)
+	for i, id := range ids {
+		for _, kind := range []string{"valid", "invalid"} {
+			for _, doc := range golden(f, kind, id) {
+				f.Add(uint8(i), doc)
+			}
+		}
+		for _, doc := range []string{
+			`{"message":"ping","received_at_ms":1745236800012,"node_id":"01hzx9k3m4p7q8r9s0t1v2w3xy"}`,
+			`{"message":"p","message":"q"}`, ` {"message" : "p"} `, `{"message":"p"} x`, `"p"`, `{"message":"\u0070"}`,
+			`{"interval_ms":1000}`, `{"interval_ms":1000.0}`, `{"interval_ms":1e3}`, `{"interval_ms":-0}`, `{"interval_ms":01000}`,
+			`{"level":1}`, `{"level":true}`, `{"level":null}`, `{"ts_ms":123456789012345678901}`, `{"cpu_pct":-.5}`, `{"cpu_pct":1.}`,
+		} {
+			f.Add(uint8(i), []byte(doc))
+		}
+	}
+	f.Fuzz(func(t *testing.T, i uint8, doc []byte) {
+		id := ids[int(i)%len(ids)]
+		if !s.quick[id].acceptsJSON(doc) {
+			return
+		}
+		v, err := Decode(doc)
+		if err != nil {
+			t.Fatalf("%s: quick accepts %s, which does not decode: %v", id, doc, err)
+		}
+		if err := s.compiled[id].Validate(v); err != nil {
+			t.Fatalf("%s: quick accepts %s, the validator refuses it: %v", id, doc, err)
+		}
+	})
+}
+
 // TestQuickCovers: every verb schema has a quick form, which accepts the
 // golden valid documents (so calls take it) and declines the invalid ones.
 func TestQuickCovers(t *testing.T) {
@@ -85,11 +125,50 @@ func TestQuickCovers(t *testing.T) {
 			if v, err := Decode(doc); err != nil || !q.accepts(v) {
 				t.Errorf("%s: quick declines the valid %s", id, doc)
 			}
+			if !q.acceptsJSON(bytes.TrimSpace(doc)) && plainJSON(doc) {
+				t.Errorf("%s: quick declines the valid %s in its text", id, doc)
+			}
 		}
 		for _, doc := range golden(t, "invalid", id) {
 			if v, err := Decode(doc); err == nil && q.accepts(v) {
 				t.Errorf("%s: quick accepts the invalid %s", id, doc)
 			}
+			if q.acceptsJSON(doc) {
+				t.Errorf("%s: quick accepts the invalid %s in its text", id, doc)
+			}
 		}
 	}
+}
+
+// plainJSON reports whether a document is written the plain way the text
+// path takes (no escapes, nothing outside printable ASCII, no arrays).
+func plainJSON(doc []byte) bool {
+	for _, c := range bytes.TrimSpace(doc) {
+		if c == '\\' || c == '[' || c < 0x20 && c != '\n' && c != '\t' && c != '\r' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzClassRun: a pattern compiled to a class run matches exactly what Go's
+// regexp engine matches.
+func FuzzClassRun(f *testing.F) {
+	patterns := []string{`^[0-9a-hjkmnp-tv-z]{26}$`, `^[\x20-\x7E]*$`, `^[\x21-\x7E]+$`, `^[a-z0-9_]{1,24}$`,
+		`^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$`, `^[a-c]{2,}$`, `^[\x00-\x7f]{0,3}$`}
+	for i := range patterns {
+		for _, s := range []string{"", "a", "01hzx9k3m4p7q8r9s0t1v2w3xy", "01hzx9k3m4p7q8r9s0t1v2w3xu", "ab c", "é", "a\n", "_"} {
+			f.Add(uint8(i), s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, i uint8, s string) {
+		p := patterns[int(i)%len(patterns)]
+		c := compileClassRun(p)
+		if c == nil {
+			t.Fatalf("%s: no class run", p)
+		}
+		if got, want := c.match(s), regexp.MustCompile(p).MatchString(s); got != want {
+			t.Fatalf("%s on %q: class run %v, regexp %v", p, s, got, want)
+		}
+	})
 }

@@ -142,6 +142,9 @@ func (s *Set) Validate(id string, v any) error {
 // ValidateJSON decodes one JSON document and validates it against the
 // schema with the given $id. Trailing data after the document is an error.
 func (s *Set) ValidateJSON(id string, doc []byte) error {
+	if q := s.quick[id]; q != nil && q.acceptsJSON(doc) {
+		return nil
+	}
 	v, err := Decode(doc)
 	if err != nil {
 		return err
