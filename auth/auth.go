@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,7 +70,15 @@ type Claims struct {
 
 // HasScope reports whether the token grants scope s.
 func (c *Claims) HasScope(s string) bool {
-	return s != "" && slices.Contains(strings.Fields(c.Scope), s)
+	if s == "" {
+		return false
+	}
+	for f := range strings.FieldsSeq(c.Scope) {
+		if f == s {
+			return true
+		}
+	}
+	return false
 }
 
 // Scopes returns the granted scopes.

@@ -105,3 +105,22 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAppendString: AppendString writes what json.Marshal writes.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "ping", "a<b>&c", "é", "a\"b\\c", "\x00\b\f\n\r\t\x1f\x7f", "\u2028\u2029", "\xff\xfe", "\xe2\x80", `{"k":"v"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonscan.AppendString(nil, s); string(got) != string(want) {
+			t.Fatalf("AppendString(%q) = %s, json.Marshal %s", s, got, want)
+		}
+		if got := jsonscan.AppendString([]byte("x"), []byte(s)); string(got) != "x"+string(want) {
+			t.Fatalf("AppendString(x, %q) = %s, json.Marshal %s", s, got, want)
+		}
+	})
+}

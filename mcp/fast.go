@@ -145,8 +145,10 @@ func (g *Gateway) fastEligible(r *http.Request) bool {
 	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !fastVersions[v] {
 		return false
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return false
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" { // the usual form, parsed below otherwise
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return false
+		}
 	}
 	jsonOK, streamOK := streamableAccepts(r.Header.Values("Accept"))
 	if !jsonOK || !streamOK {
@@ -155,7 +157,13 @@ func (g *Gateway) fastEligible(r *http.Request) bool {
 	// The SDK's DNS-rebinding guard: a loopback listener answers only
 	// loopback host names.
 	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
-		if isLoopback(la.String()) && !isLoopback(r.Host) {
+		local := false
+		if ta, ok := la.(*net.TCPAddr); ok {
+			local = ta.IP.IsLoopback()
+		} else {
+			local = isLoopback(la.String())
+		}
+		if local && !isLoopback(r.Host) {
 			return false
 		}
 	}
@@ -422,7 +430,7 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 	buf.WriteString(`"` + MetaRequestID + `":`)
 	writeJSONString(buf, requestID)
 	buf.WriteString(`},"content":[{"type":"text","text":`)
-	writeJSONString(buf, string(doc))
+	writeJSONString(buf, doc)
 	buf.WriteString(`}],"structuredContent":`)
 	if json.Compact(buf, doc) != nil {
 		buf.WriteString("null")
@@ -435,10 +443,8 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 
 // writeJSONString appends s as a JSON string, escaped as encoding/json
 // escapes it.
-func writeJSONString(buf *bytes.Buffer, s string) {
-	enc := json.NewEncoder(buf)
-	_ = enc.Encode(s)
-	buf.Truncate(buf.Len() - 1) // the encoder's newline
+func writeJSONString[S []byte | string](buf *bytes.Buffer, s S) {
+	buf.Write(jsonscan.AppendString(buf.AvailableBuffer(), s))
 }
 
 // lookupName returns the node and tool a projected name addresses, if any.
@@ -454,7 +460,7 @@ func (g *Gateway) lookupName(name string) (*node, *tool) {
 // event stream, as the SDK reads them.
 func streamableAccepts(values []string) (jsonOK, streamOK bool) {
 	for _, v := range values {
-		for _, part := range strings.Split(v, ",") {
+		for part := range strings.SplitSeq(v, ",") {
 			base, _, _ := strings.Cut(part, ";")
 			switch strings.ToLower(strings.TrimSpace(base)) {
 			case "application/json", "application/*":
