@@ -168,8 +168,9 @@ func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) err
 		return err
 	}
 	c.writes.begin()
-	defer c.writes.end()
-	return c.c.Write(ctx, websocket.MessageText, b)
+	err = c.c.Write(ctx, websocket.MessageText, b)
+	c.writes.end(err == nil)
+	return err
 }
 
 func (c *conn) recv(ctx context.Context, want string) (Envelope, error) {

@@ -191,8 +191,9 @@ func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any)
 // the connection.
 func (s *session) writeRaw(ctx context.Context, b []byte) error {
 	s.writes.begin()
-	defer s.writes.end()
-	return s.c.Write(ctx, websocket.MessageText, b)
+	err := s.c.Write(ctx, websocket.MessageText, b)
+	s.writes.end(err == nil)
+	return err
 }
 
 // read returns the next envelope. On a protocol violation it closes the

@@ -36,14 +36,15 @@ func (g *writeGuard) begin() {
 	g.mu.Unlock()
 }
 
-// end notes a write done: progress, so the others pending get a whole
-// timeout again.
-func (g *writeGuard) end() {
+// end notes a write done. One that succeeded is progress, so the others
+// pending get a whole timeout again; one that failed is not.
+func (g *writeGuard) end(ok bool) {
 	g.mu.Lock()
 	g.pending--
-	if g.pending == 0 {
+	switch {
+	case g.pending == 0:
 		g.timer.Stop()
-	} else {
+	case ok:
 		g.timer.Reset(g.timeout)
 	}
 	g.mu.Unlock()

@@ -36,12 +36,38 @@ func TestWriteGuardArmed(t *testing.T) {
 	if !armed() {
 		t.Fatal("not armed with two writes pending")
 	}
-	g.end()
+	g.end(true)
 	if !armed() {
 		t.Fatal("not armed with one write still pending")
 	}
-	g.end()
+	g.end(true)
 	if armed() {
 		t.Fatal("armed after the last write ended")
+	}
+}
+
+// TestWriteGuardFailureIsNoProgress: a write that fails while another is
+// stalled does not give the stalled one more time.
+func TestWriteGuardFailureIsNoProgress(t *testing.T) {
+	stalled := make(chan struct{})
+	g := newWriteGuard(50*time.Millisecond, func() { close(stalled) })
+	g.begin() // stalls
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // fails, again and again
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			g.begin()
+			g.end(false)
+		}
+	}()
+	select {
+	case <-stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("failing writes kept a stalled one alive")
 	}
 }
