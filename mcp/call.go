@@ -44,7 +44,12 @@ func correlation(h http.Header) (requestID, traceparent string) {
 	if !traceparentRe.MatchString(traceparent) || traceparent[3:35] == zeroTraceID {
 		var b [24]byte
 		_, _ = rand.Read(b[:])
-		traceparent = "00-" + hex.EncodeToString(b[:16]) + "-" + hex.EncodeToString(b[16:]) + "-00"
+		t := make([]byte, 0, 55)
+		t = append(t, "00-"...)
+		t = hex.AppendEncode(t, b[:16])
+		t = append(t, '-')
+		t = hex.AppendEncode(t, b[16:])
+		traceparent = string(append(t, "-00"...))
 	}
 	requestID = h.Get("X-Request-Id")
 	if !requestIDRe.MatchString(requestID) {

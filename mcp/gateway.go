@@ -303,7 +303,17 @@ func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) 
 
 // authenticate requires a valid agent token; a missing or invalid one gets
 // 401 with WWW-Authenticate pointing at the protected-resource metadata.
+//
+// The SDK's middleware is built once per metadata URL (one with
+// --public-url, else one per host the clients name, up to a bound), and a
+// verified token's TokenInfo is kept as long as the verifier keeps its
+// claims: neither changes between requests, and building them cost a
+// dozen allocations per call. Revocation is still checked every time.
 func (g *Gateway) authenticate(next http.Handler) http.Handler {
+	var (
+		infoMu sync.Mutex
+		infos  = map[*auth.Claims]*sdkauth.TokenInfo{}
+	)
 	verify := func(_ context.Context, token string, _ *http.Request) (*sdkauth.TokenInfo, error) {
 		c, err := g.o.Verifier.Verify(token)
 		if err != nil {
@@ -316,19 +326,64 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 				Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
 			return nil, fmt.Errorf("%w: token revoked", sdkauth.ErrInvalidToken)
 		}
-		return &sdkauth.TokenInfo{
-			Scopes:     c.Scopes(),
-			Expiration: c.ExpiresAt.Time,
-			UserID:     c.Tenant + "/" + c.Subject,
-			Extra:      map[string]any{claimsKey: c},
-		}, nil
+		infoMu.Lock()
+		defer infoMu.Unlock()
+		info := infos[c]
+		if info == nil {
+			info = &sdkauth.TokenInfo{
+				Scopes:     c.Scopes(),
+				Expiration: c.ExpiresAt.Time,
+				UserID:     c.Tenant + "/" + c.Subject,
+				Extra:      map[string]any{claimsKey: c},
+			}
+			if len(infos) >= maxTokenInfos { // claims the verifier has let go of are among them
+				clear(infos)
+			}
+			infos[c] = info
+		}
+		return info, nil
 	}
+	middleware := func(base string) http.Handler {
+		return sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
+			ResourceMetadataURL: base + "/.well-known/oauth-protected-resource/mcp",
+		})(next)
+	}
+	if g.o.PublicURL != "" {
+		return middleware(g.baseURL(nil))
+	}
+	type origin struct {
+		host string
+		tls  bool
+	}
+	var (
+		mu     sync.Mutex
+		byHost = map[origin]http.Handler{}
+	)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
-			ResourceMetadataURL: g.baseURL(r) + "/.well-known/oauth-protected-resource/mcp",
-		})(next).ServeHTTP(w, r)
+		o := origin{r.Host, r.TLS != nil}
+		mu.Lock()
+		h := byHost[o]
+		mu.Unlock()
+		if h == nil {
+			h = middleware(g.baseURL(r))
+			mu.Lock()
+			if len(byHost) < maxMetadataHosts {
+				byHost[o] = h
+			}
+			mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
 	})
 }
+
+// maxTokenInfos bounds the TokenInfos kept (the verifier's cache of
+// verified tokens has the same bound); maxMetadataHosts, the host names
+// whose middleware is kept (clients name a few; any beyond get theirs
+// built per request).
+const (
+	maxTokenInfos    = 4096
+	maxMetadataHosts = 16
+)
 
 const claimsKey = "okso.claims"
 

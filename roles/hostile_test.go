@@ -19,7 +19,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -681,4 +683,31 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 	hostile(t, "one client holding 1,000 idle SSE streams (quota 256 per tenant)",
 		"%d open (first event metric), %d got event close %s at once, %d other, in %v; gateway/tier/device held %d/%d/%d; other tenant streamed and called ok; all closed in %v (gateway, tier, device back to 0); quota free again",
 		open, limited, want4429, other, openTime.Round(time.Millisecond), heldGW, heldTier, heldDevice, closeTime.Round(time.Millisecond))
+}
+
+// TestMetadataURLFollowsHost: a 401's resource_metadata names the host the
+// client addressed, whichever it is and however often it alternates.
+func TestMetadataURLFollowsHost(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	u, err := url.Parse(f.a.MCPURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(u.Host)
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "localhost:" + port, "[::1]:" + port, "127.0.0.1:" + port} {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", f.a.MCPURL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		want := `resource_metadata="http://` + host + `/.well-known/oauth-protected-resource/mcp"`
+		if h := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(h, want) {
+			t.Errorf("Host %s: %d, WWW-Authenticate %q; want 401 with %s", host, resp.StatusCode, h, want)
+		}
+	}
 }
