@@ -305,14 +305,15 @@ func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) 
 // 401 with WWW-Authenticate pointing at the protected-resource metadata.
 //
 // The SDK's middleware is built once per metadata URL (one with
-// --public-url, else one per host the clients name, up to a bound), and a
-// verified token's TokenInfo is kept as long as the verifier keeps its
-// claims: neither changes between requests, and building them cost a
-// dozen allocations per call. Revocation is still checked every time.
+// --public-url, else one per host the clients name, up to a bound), and
+// each token's TokenInfo once (kept under the bound of the verifier's
+// cache): neither changes between requests, and building them cost a
+// dozen allocations per call. Every request still has its token verified
+// (from the verifier's cache: expiry) and checked for revocation.
 func (g *Gateway) authenticate(next http.Handler) http.Handler {
 	var (
 		infoMu sync.Mutex
-		infos  = map[*auth.Claims]*sdkauth.TokenInfo{}
+		infos  = map[string]*sdkauth.TokenInfo{} // by token
 	)
 	verify := func(_ context.Context, token string, _ *http.Request) (*sdkauth.TokenInfo, error) {
 		c, err := g.o.Verifier.Verify(token)
@@ -328,7 +329,7 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		}
 		infoMu.Lock()
 		defer infoMu.Unlock()
-		info := infos[c]
+		info := infos[token]
 		if info == nil {
 			info = &sdkauth.TokenInfo{
 				Scopes:     c.Scopes(),
@@ -336,10 +337,10 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 				UserID:     c.Tenant + "/" + c.Subject,
 				Extra:      map[string]any{claimsKey: c},
 			}
-			if len(infos) >= maxTokenInfos { // claims the verifier has let go of are among them
+			if len(infos) >= maxTokenInfos { // tokens the verifier has let go of are among them
 				clear(infos)
 			}
-			infos[c] = info
+			infos[token] = info
 		}
 		return info, nil
 	}
