@@ -57,8 +57,11 @@ type AuditEvent struct {
 // recorded, so that a call's answer never waits for its audit record:
 // the record costs a log write and a publish, and at one call in flight
 // on one P it would otherwise run between the answer's hops. No event is
-// dropped: Record waits when the queue is full, and [Auditor.Close]
-// writes what is queued; after it, Record writes events itself again.
+// dropped while the process runs: Record waits when the queue is full,
+// and [Auditor.Close] writes what is queued; after it, Record writes
+// events itself again. A process that crashes loses the events still
+// queued (a few at most, short of a stalled log); the publish on NATS
+// was never more than best effort.
 type Auditor struct {
 	Log *slog.Logger
 	NC  *nats.Conn
@@ -90,14 +93,18 @@ func (a *Auditor) Start() {
 }
 
 // Close writes the queued events and stops the goroutine Start began.
+// Events recorded meanwhile wait for the queue to be written, then are
+// written by Record itself, after it.
 func (a *Auditor) Close() {
+	if a == nil {
+		return
+	}
 	a.mu.Lock()
-	q, done := a.q, a.done
-	a.q = nil
-	a.mu.Unlock()
-	if q != nil {
-		close(q)
-		<-done
+	defer a.mu.Unlock()
+	if a.q != nil {
+		close(a.q) // senders holding the read lock are drained first
+		<-a.done
+		a.q = nil
 	}
 }
 

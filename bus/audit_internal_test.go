@@ -3,6 +3,11 @@ package bus
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -27,4 +32,79 @@ func FuzzAuditEncode(f *testing.F) {
 			t.Fatalf("encode %s (%v)\njson.Marshal %s (%v)", got, err, want, wantErr)
 		}
 	})
+}
+
+// gatedWriter holds its first write until release is closed; later writes
+// go through at once. It keeps the lines in the order written.
+type gatedWriter struct {
+	release chan struct{}
+	mu      sync.Mutex
+	first   bool
+	lines   []string
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	first := !g.first
+	g.first = true
+	g.mu.Unlock()
+	if first {
+		<-g.release
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lines = append(g.lines, string(p))
+	return len(p), nil
+}
+
+// TestAuditorCloseKeepsOrder: an event recorded while Close writes the
+// queue comes out after the queued ones.
+func TestAuditorCloseKeepsOrder(t *testing.T) {
+	w := &gatedWriter{release: make(chan struct{})}
+	a := &Auditor{Log: slog.New(slog.NewJSONHandler(w, nil))}
+	a.Start()
+	for i := range 100 {
+		a.Record(AuditEvent{Actor: "gateway", Decision: DecisionAllowed, RequestID: fmt.Sprintf("e%d", i)})
+	}
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	// Wait until Close has begun: it holds the lock, or (as it once did)
+	// has let go of the queue.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if !a.mu.TryRLock() {
+			break
+		}
+		begun := a.q == nil
+		a.mu.RUnlock()
+		if begun {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close never began")
+		}
+		runtime.Gosched()
+	}
+	late := make(chan struct{})
+	go func() {
+		a.Record(AuditEvent{Actor: "gateway", Decision: DecisionAllowed, RequestID: "late"})
+		close(late)
+	}()
+	select {
+	case <-late: // written ahead of the queue: the order is lost
+	case <-time.After(200 * time.Millisecond): // waits for Close, as it should
+	}
+	close(w.release)
+	<-closed
+	<-late
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.lines) != 101 || !strings.Contains(w.lines[100], `"request_id":"late"`) {
+		for i, l := range w.lines {
+			if strings.Contains(l, `"late"`) {
+				t.Fatalf("the event recorded during Close was written %dth of %d", i+1, len(w.lines))
+			}
+		}
+		t.Fatalf("%d lines, and none is the late event", len(w.lines))
+	}
 }
