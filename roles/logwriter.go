@@ -1,7 +1,9 @@
 package roles
 
 import (
+	"context"
 	"io"
+	"log/slog"
 	"sync"
 )
 
@@ -12,19 +14,23 @@ import (
 // wakes as soon as there is one, so a quiet server's lines go out as
 // before, one by one and at once. Lines keep their order. When
 // maxLogBacklog bytes wait, Write waits too, so a stalled stderr slows the
-// server rather than filling its memory. Close writes what waits; after
-// it, Write writes through.
+// server rather than filling its memory. Flush waits for what waits to be
+// written (an error line is flushed so: the process may be about to die).
+// Close writes what waits; after it, Write writes through.
 type logWriter struct {
 	w io.Writer
 
 	mu      sync.Mutex
 	drained sync.Cond // signalled when the backlog is taken
+	written sync.Cond // signalled when a taken backlog is written
 	backlog []byte
 	closed  bool
+	// queued counts the bytes ever queued, done those ever written.
+	queued, done int64
 
 	kick      chan struct{} // a line waits; capacity 1
 	stop      chan struct{}
-	done      chan struct{}
+	stopped   chan struct{}
 	closeOnce sync.Once
 }
 
@@ -32,8 +38,8 @@ type logWriter struct {
 const maxLogBacklog = 1 << 20
 
 func newLogWriter(w io.Writer) *logWriter {
-	l := &logWriter{w: w, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	l.drained.L = &l.mu
+	l := &logWriter{w: w, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	l.drained.L, l.written.L = &l.mu, &l.mu
 	go l.run()
 	return l
 }
@@ -49,6 +55,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 		return l.w.Write(p)
 	}
 	l.backlog = append(l.backlog, p...)
+	l.queued += int64(len(p))
 	select {
 	case l.kick <- struct{}{}:
 	default: // already kicked
@@ -57,7 +64,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 }
 
 func (l *logWriter) run() {
-	defer close(l.done)
+	defer close(l.stopped)
 	var spare []byte
 	for {
 		select {
@@ -71,6 +78,10 @@ func (l *logWriter) run() {
 		l.drained.Broadcast()
 		l.mu.Unlock()
 		_, _ = l.w.Write(b)
+		l.mu.Lock()
+		l.done += int64(len(b))
+		l.written.Broadcast()
+		l.mu.Unlock()
 		if cap(b) <= 64<<10 { // keep a small buffer, not a burst's
 			spare = b
 		} else {
@@ -79,16 +90,51 @@ func (l *logWriter) run() {
 	}
 }
 
+// Flush returns once every line written before it is written out.
+func (l *logWriter) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for target := l.queued; l.done < target && !l.closed; {
+		l.written.Wait()
+	}
+}
+
 // Close writes the lines still waiting; later lines are written through.
 func (l *logWriter) Close() {
 	l.closeOnce.Do(func() { close(l.stop) })
-	<-l.done
+	<-l.stopped
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
 	if len(l.backlog) > 0 {
 		_, _ = l.w.Write(l.backlog)
+		l.done += int64(len(l.backlog))
 		l.backlog = nil
 	}
 	l.drained.Broadcast()
+	l.written.Broadcast()
+}
+
+// flushOnError is a log handler that flushes its logWriter after each
+// record at error level or above, so that such a line is out before a
+// crash that may follow it.
+type flushOnError struct {
+	slog.Handler
+	out *logWriter
+}
+
+func (h flushOnError) Handle(ctx context.Context, r slog.Record) error {
+	err := h.Handler.Handle(ctx, r)
+	if r.Level >= slog.LevelError {
+		h.out.Flush()
+	}
+	return err
+}
+
+func (h flushOnError) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return flushOnError{h.Handler.WithAttrs(attrs), h.out}
+}
+
+func (h flushOnError) WithGroup(name string) slog.Handler {
+	return flushOnError{h.Handler.WithGroup(name), h.out}
 }

@@ -3,6 +3,9 @@ package roles
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -130,5 +133,33 @@ func TestLogWriterBoundsItsBacklog(t *testing.T) {
 	}
 	if want := len("first\n") + 2*maxLogBacklog/len(line)*len(line); total != want {
 		t.Fatalf("%d bytes written, want %d", total, want)
+	}
+}
+
+// TestErrorLineSurvivesCrash: an error line logged just before the
+// process dies is written, even on one P, where the log writer's own
+// goroutine would not get to run first. The crash runs in a child
+// process: this test binary again.
+func TestErrorLineSurvivesCrash(t *testing.T) {
+	const line = "the line that explains the crash"
+	if os.Getenv("OKSO_TEST_CRASH") == "1" {
+		runtime.GOMAXPROCS(1)
+		l := &logFlags{level: "info", format: "json"}
+		log, err := l.logger(os.Stderr)
+		if err != nil {
+			panic(err)
+		}
+		log.Info("a line before it")
+		log.Error(line)
+		panic("crash")
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestErrorLineSurvivesCrash$")
+	cmd.Env = append(os.Environ(), "OKSO_TEST_CRASH=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("panic: crash")) {
+		t.Fatalf("the child did not crash: %v\n%s", err, out)
+	}
+	if !bytes.Contains(out, []byte(line)) || !bytes.Contains(out, []byte("a line before it")) {
+		t.Fatalf("lines logged before the crash are missing:\n%s", out)
 	}
 }

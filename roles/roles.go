@@ -170,10 +170,11 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
 	}
 	l.out = newLogWriter(w)
+	var h slog.Handler = slog.NewJSONHandler(l.out, o)
 	if l.format == "text" {
-		return slog.New(slog.NewTextHandler(l.out, o)), nil
+		h = slog.NewTextHandler(l.out, o)
 	}
-	return slog.New(slog.NewJSONHandler(l.out, o)), nil
+	return slog.New(flushOnError{h, l.out}), nil
 }
 
 // natsFlags select embedded or external NATS.
