@@ -129,3 +129,16 @@ func TestDecodeCallCovers(t *testing.T) {
 		t.Fatalf("Encode = %s, %v", e, err)
 	}
 }
+
+// FuzzValidTenant: the hand check is the regexp it replaced.
+func FuzzValidTenant(f *testing.F) {
+	re := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	for _, s := range []string{"demo", "", "a b", "a.b", "A-Z_09", strings.Repeat("x", 64), strings.Repeat("x", 65), "é", "a\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := bus.ValidTenant(s), re.MatchString(s); got != want {
+			t.Fatalf("ValidTenant(%q) = %v, the regexp says %v", s, got, want)
+		}
+	})
+}

@@ -56,7 +56,7 @@ func OpenRevocations(ctx context.Context, nc *nats.Conn, replicas int) (*Revocat
 
 // Revoke records jti as revoked until the token would have expired.
 func (r *Revocations) Revoke(ctx context.Context, jti string, until time.Time) error {
-	if !tokenRe.MatchString(jti) {
+	if !validToken(jti) {
 		return fmt.Errorf("revoke %q: not a token id", jti)
 	}
 	ttl := time.Until(until)
