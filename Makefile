@@ -75,3 +75,8 @@ subscribe-load:
 .PHONY: latency-path
 latency-path:
 	./scripts/latency-path.sh
+
+## latency-compare: make latency-path for REF (a git revision) and the working tree in turn, ROUNDS (3) rounds, medians side by side (make latency-compare REF=HEAD~3)
+.PHONY: latency-compare
+latency-compare:
+	./scripts/latency-compare.sh $(REF) $(or $(ROUNDS),3)

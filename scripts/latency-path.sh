@@ -2,10 +2,12 @@
 # Where a call's time goes (issue 6): okso all-in-one and a mock fleet of
 # LATENCY_NODES devices, driven at one call in flight by `okso bench`; in
 # the middle of the run a Go execution trace is taken of both processes
-# (--debug-addr), and scripts/pathtrace splits each call into the segments
-# of its path: the gateway's checks, NATS to the tier, the tier's write,
-# the device's round trip, back over NATS, the gateway's result checks
-# and its response write. Prints the median and quartiles of each.
+# (--debug-addr), and scripts/pathtrace merges the two on their common
+# clock and splits each call into the segments of its path: the gateway's
+# checks, NATS to the tier, the kernel's delivery to the device, the
+# device's own work, the delivery back, NATS to the gateway, the gateway's
+# result checks; and the write syscalls apart. Prints the quartiles of
+# each. scripts/latency-compare.sh runs it for two builds in turn.
 #
 # Usage: scripts/latency-path.sh          (make latency-path)
 # Environment:
