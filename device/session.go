@@ -76,7 +76,7 @@ type session struct {
 }
 
 type capState struct {
-	bus.Capability
+	*bus.Capability // the session's manifest entry, not a copy of it
 	kind     schemas.Kind
 	limiter  *rate.Limiter // nil: unlimited
 	inflight int           // unary calls in flight, under session.mu
@@ -474,7 +474,7 @@ func project(nodeID string, caps []bus.Capability) (tools []string, byID map[str
 			}
 			tools = append(tools, name)
 		}
-		cs := &capState{Capability: *c, kind: k}
+		cs := &capState{Capability: c, kind: k}
 		if c.Constraints.RateLimitRPS > 0 {
 			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
 			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)
