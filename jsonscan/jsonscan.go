@@ -264,10 +264,22 @@ func AppendString[S []byte | string](dst []byte, s S) []byte {
 // U+2029, whose encoding starts with 0xE2) anywhere. What json.Marshal
 // wrote passes.
 func MarshalsAsIs(v []byte) bool {
+	return compactScan(v, true) && json.Valid(v)
+}
+
+// Compact reports whether the valid JSON document v has no white space
+// outside its strings: json.Compact would write it as it is. (On invalid
+// JSON its answer means nothing.)
+func Compact(v []byte) bool { return compactScan(v, false) }
+
+// compactScan reports whether v is non-empty and has no white space
+// outside strings and, with html, none of the bytes json.Marshal escapes
+// for HTML anywhere.
+func compactScan(v []byte, html bool) bool {
 	inString := false
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; {
-		case c == '<' || c == '>' || c == '&' || c == 0xE2:
+		case html && (c == '<' || c == '>' || c == '&' || c == 0xE2):
 			return false
 		case inString && c == '\\':
 			i++
@@ -277,5 +289,5 @@ func MarshalsAsIs(v []byte) bool {
 			return false
 		}
 	}
-	return len(v) > 0 && json.Valid(v)
+	return len(v) > 0
 }

@@ -1,6 +1,7 @@
 package jsonscan_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -121,6 +122,26 @@ func FuzzAppendString(f *testing.F) {
 		}
 		if got := jsonscan.AppendString([]byte("x"), []byte(s)); string(got) != "x"+string(want) {
 			t.Fatalf("AppendString(x, %q) = %s, json.Marshal %s", s, got, want)
+		}
+	})
+}
+
+// FuzzCompact: for a valid document, Compact says whether json.Compact
+// would write it unchanged.
+func FuzzCompact(f *testing.F) {
+	for _, s := range []string{`{"a":"b c"}`, `{"a": 1}`, "{\"a\":\"\\\" \"}", `[1,2]`, ` {}`, `{"a":"\\"}`, "{\n}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !json.Valid(doc) {
+			return
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, doc); err != nil {
+			t.Fatal(err)
+		}
+		if want := bytes.Equal(b.Bytes(), doc); jsonscan.Compact(doc) != want {
+			t.Fatalf("Compact(%q) = %v, json.Compact leaves it as it is: %v", doc, !want, want)
 		}
 	})
 }

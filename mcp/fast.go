@@ -432,7 +432,7 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 	buf.WriteString(`},"content":[{"type":"text","text":`)
 	writeJSONString(buf, doc)
 	buf.WriteString(`}],"structuredContent":`)
-	if compact(doc) {
+	if jsonscan.Compact(doc) { // doc is valid: it passed its schema, or okso wrote it
 		buf.Write(doc)
 	} else if json.Compact(buf, doc) != nil {
 		buf.WriteString("null")
@@ -441,24 +441,6 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 		buf.WriteString(`,"isError":true`)
 	}
 	buf.WriteString("}}")
-}
-
-// compact reports whether a JSON document that passed its schema (and so
-// is valid) has no white space outside its strings: json.Compact would
-// write it as it is.
-func compact(doc []byte) bool {
-	inString := false
-	for i := 0; i < len(doc); i++ {
-		switch c := doc[i]; {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
-			return false
-		}
-	}
-	return len(doc) > 0
 }
 
 // writeJSONString appends s as a JSON string, escaped as encoding/json

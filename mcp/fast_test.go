@@ -144,23 +144,3 @@ func FuzzResultNodeID(f *testing.F) {
 		}
 	})
 }
-
-// FuzzCompact: for a valid document, compact says whether json.Compact
-// would write it unchanged.
-func FuzzCompact(f *testing.F) {
-	for _, s := range []string{`{"a":"b c"}`, `{"a": 1}`, "{\"a\":\"\\\" \"}", `[1,2]`, ` {}`, `{"a":"\\\\"}`, "{\n}"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, doc []byte) {
-		if !json.Valid(doc) {
-			return
-		}
-		var b bytes.Buffer
-		if err := json.Compact(&b, doc); err != nil {
-			t.Fatal(err)
-		}
-		if want := bytes.Equal(b.Bytes(), doc); compact(doc) != want {
-			t.Fatalf("compact(%q) = %v, json.Compact leaves it as it is: %v", doc, !want, want)
-		}
-	})
-}

@@ -45,16 +45,9 @@ func FuzzQuick(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ids := quickIDs(s)
-	for i, id := range ids {
-		for _, kind := range []string{"valid", "invalid"} {
-			for _, doc := range golden(f, kind, id) {
-				f.Add(uint8(i), doc)
-			}
-		}
-		f.Add(uint8(i), []byte(`{"message":"é","received_at_ms":1.7e12,"node_id":"01m80hetn3a3x84z368v26yy0p","cpu_pct":100.0000001}`))
-		f.Add(uint8(i), []byte(`{"ts_ms":-1,"level":"high","pin":1.0,"interval_ms":0.5e3}`))
-	}
+	ids := seedQuick(f, s,
+		`{"message":"é","received_at_ms":1.7e12,"node_id":"01m80hetn3a3x84z368v26yy0p","cpu_pct":100.0000001}`,
+		`{"ts_ms":-1,"level":"high","pin":1.0,"interval_ms":0.5e3}`)
 	f.Fuzz(func(t *testing.T, i uint8, doc []byte) {
 		id := ids[int(i)%len(ids)]
 		v, err := Decode(doc)
@@ -74,22 +67,11 @@ func FuzzQuickJSON(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ids := quickIDs(s)
-	for i, id := range ids {
-		for _, kind := range []string{"valid", "invalid"} {
-			for _, doc := range golden(f, kind, id) {
-				f.Add(uint8(i), doc)
-			}
-		}
-		for _, doc := range []string{
-			`{"message":"ping","received_at_ms":1745236800012,"node_id":"01hzx9k3m4p7q8r9s0t1v2w3xy"}`,
-			`{"message":"p","message":"q"}`, ` {"message" : "p"} `, `{"message":"p"} x`, `"p"`, `{"message":"\u0070"}`,
-			`{"interval_ms":1000}`, `{"interval_ms":1000.0}`, `{"interval_ms":1e3}`, `{"interval_ms":-0}`, `{"interval_ms":01000}`,
-			`{"level":1}`, `{"level":true}`, `{"level":null}`, `{"ts_ms":123456789012345678901}`, `{"cpu_pct":-.5}`, `{"cpu_pct":1.}`,
-		} {
-			f.Add(uint8(i), []byte(doc))
-		}
-	}
+	ids := seedQuick(f, s,
+		`{"message":"ping","received_at_ms":1745236800012,"node_id":"01hzx9k3m4p7q8r9s0t1v2w3xy"}`,
+		`{"message":"p","message":"q"}`, ` {"message" : "p"} `, `{"message":"p"} x`, `"p"`, `{"message":"\u0070"}`,
+		`{"interval_ms":1000}`, `{"interval_ms":1000.0}`, `{"interval_ms":1e3}`, `{"interval_ms":-0}`, `{"interval_ms":01000}`,
+		`{"level":1}`, `{"level":true}`, `{"level":null}`, `{"ts_ms":123456789012345678901}`, `{"cpu_pct":-.5}`, `{"cpu_pct":1.}`)
 	f.Fuzz(func(t *testing.T, i uint8, doc []byte) {
 		id := ids[int(i)%len(ids)]
 		if !s.quick[id].acceptsJSON(doc) {
@@ -103,6 +85,23 @@ func FuzzQuickJSON(f *testing.F) {
 			t.Fatalf("%s: quick accepts %s, the validator refuses it: %v", id, doc, err)
 		}
 	})
+}
+
+// seedQuick adds to f's corpus, for each schema with a quick form, its
+// golden documents and extra, and returns those schemas' ids.
+func seedQuick(f *testing.F, s *Set, extra ...string) []string {
+	ids := quickIDs(s)
+	for i, id := range ids {
+		for _, kind := range []string{"valid", "invalid"} {
+			for _, doc := range golden(f, kind, id) {
+				f.Add(uint8(i), doc)
+			}
+		}
+		for _, doc := range extra {
+			f.Add(uint8(i), []byte(doc))
+		}
+	}
+	return ids
 }
 
 // TestQuickCovers: every verb schema has a quick form, which accepts the
