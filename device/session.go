@@ -77,10 +77,10 @@ type session struct {
 
 type capState struct {
 	*bus.Capability // the session's manifest entry, not a copy of it
-	kind     schemas.Kind
-	limiter  *rate.Limiter // nil: unlimited
-	inflight int           // unary calls in flight, under session.mu
-	streams  int           // open streams, under session.mu; limited apart
+	kind            schemas.Kind
+	limiter         *rate.Limiter // nil: unlimited
+	inflight        int           // unary calls in flight, under session.mu
+	streams         int           // open streams, under session.mu; limited apart
 }
 
 type pendingCall struct {
