@@ -129,6 +129,21 @@ median() {
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a == "null" || b == "null" || b == 0) print "-"; else printf "%.2f", a/b }'; }
 num() { awk -v v="$1" -v f="$2" 'BEGIN{ if (v == "null") print "-"; else printf f, v }'; }
+# round_ratios SETTING JQPATH: okso / reference of JQPATH, round by round.
+round_ratios() {
+	local r o f
+	for ((r = 1; r <= ROUNDS; r++)); do
+		o=$(jq "$2 // null" "$work/$1-okso-$r.json" 2>/dev/null)
+		f=$(jq "$2 // null" "$work/$1-reference-$r.json" 2>/dev/null)
+		ratio "${o:-null}" "${f:-null}"
+		echo
+	done
+}
+# round_ratio SETTING JQPATH: the median of round_ratios.
+round_ratio() {
+	round_ratios "$1" "$2" | grep -v '^-$' | sort -n | awk '{ v[NR] = $1 } END {
+		if (NR == 0) print "-"; else if (NR % 2) printf "%.2f", v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 
 echo
 echo "== okso vs. a bare go-sdk echo server: medians over $ROUNDS rounds (${DURATION} each after ${WARMUP} warm-up)"
@@ -151,6 +166,19 @@ for setting in "${SHAPES[@]}"; do
 		"$(num "$o99" %.2fms)" "$(num "$r99" %.2fms)" "$(ratio "$o99" "$r99")"
 done
 echo "  ratio = okso / reference (calls/s: higher is better for okso; latency: lower is)"
+echo
+echo "== the median of each round's ratio (okso and the reference run back to back in a round,"
+echo "   so a machine whose speed drifts during the run weighs on both sides of each ratio alike)"
+printf '%-22s %8s %8s %8s   %s\n' "" "calls/s" "p50" "p99" "p50 ratio of each round"
+for setting in "${SHAPES[@]}"; do
+	case $setting in
+	c1) label="1 in flight, 1 sess" ;;
+	c64) label="64 in flight, 8 sess" ;;
+	esac
+	printf '%-22s %8s %8s %8s   %s\n' "$label" "$(round_ratio "$setting" .ok_per_s)" \
+		"$(round_ratio "$setting" .latency_ms.p50)" "$(round_ratio "$setting" .latency_ms.p99)" \
+		"$(round_ratios "$setting" .latency_ms.p50 | tr '\n' ' ')"
+done
 echo
 echo "== errors, summed over the rounds (code: count)"
 for name in okso reference; do
