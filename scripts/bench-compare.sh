@@ -29,6 +29,8 @@
 #                      GOMAXPROCS to its load, see --adaptive-procs); the
 #                      mock fleet and the load generator run at Go's defaults
 #   BENCH_KEEP         1: keep the work dir (logs, each run's JSON)
+#   BENCH_OKSO         an okso binary to run instead of building bin/okso
+#                      (an older build, say, against the same reference)
 # Prints a table of medians over the rounds: calls/s, p50, p99 of each and
 # okso/reference ratios, then okso's errors by code. Exit status 0 when
 # every run completed, 1 otherwise.
@@ -56,10 +58,15 @@ NAME=bench-compare KEEP=${BENCH_KEEP:-0}
 . scripts/lib.sh
 
 # --- build ---------------------------------------------------------------------------
-log "building bin/okso and refserver"
-go build -o bin/okso . || exit 1
+if [ -n "${BENCH_OKSO:-}" ]; then
+	OKSO=$(realpath "$BENCH_OKSO") || exit 2
+	log "building refserver; okso is $OKSO"
+else
+	log "building bin/okso and refserver"
+	go build -o bin/okso . || exit 1
+	OKSO=$PWD/bin/okso
+fi
 go build -o "$work/refserver" ./scripts/refserver || exit 1
-OKSO=$PWD/bin/okso
 want=$((NODES + NODES / 4 + 4096))
 [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
 
