@@ -58,17 +58,9 @@ NAME=bench-compare KEEP=${BENCH_KEEP:-0}
 . scripts/lib.sh
 
 # --- build ---------------------------------------------------------------------------
-if [ -n "${BENCH_OKSO:-}" ]; then
-	OKSO=$(realpath "$BENCH_OKSO") || exit 2
-	log "building refserver; okso is $OKSO"
-else
-	log "building bin/okso and refserver"
-	go build -o bin/okso . || exit 1
-	OKSO=$PWD/bin/okso
-fi
+use_okso BENCH_OKSO
 go build -o "$work/refserver" ./scripts/refserver || exit 1
-want=$((NODES + NODES / 4 + 4096))
-[ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
+want_open_files $((NODES + NODES / 4 + 4096))
 
 server_env=()
 [ -n "$SERVER_GOGC" ] && server_env+=("GOGC=$SERVER_GOGC")

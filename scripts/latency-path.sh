@@ -32,17 +32,9 @@ command -v curl >/dev/null || { echo "latency-path needs curl" >&2; exit 2; }
 NAME=latency-path KEEP=${LATENCY_KEEP:-0}
 . scripts/lib.sh
 
-if [ -n "${LATENCY_OKSO:-}" ]; then
-	OKSO=$(realpath "$LATENCY_OKSO") || exit 2
-	log "building pathtrace; okso is $OKSO"
-else
-	log "building bin/okso and pathtrace"
-	go build -o bin/okso . || exit 1
-	OKSO=$PWD/bin/okso
-fi
+use_okso LATENCY_OKSO
 go build -o "$work/pathtrace" ./scripts/pathtrace || exit 1
-want=$((NODES + NODES / 4 + 4096))
-[ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
+want_open_files $((NODES + NODES / 4 + 4096))
 
 [ -n "${GOGC:-}" ] && okso_env+=("GOGC=$GOGC")
 [ -n "${GOMAXPROCS:-}" ] && okso_env+=("GOMAXPROCS=$GOMAXPROCS")

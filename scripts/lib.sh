@@ -55,6 +55,27 @@ wait_for() {
 # (fields counted after the command name, which may hold spaces).
 cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0; }
 
+# use_okso VAR: sets OKSO to the okso binary named by the environment
+# variable VAR (an older build, say) or, when it is unset, builds bin/okso
+# from the working tree.
+use_okso() {
+	local given=${!1:-}
+	if [ -n "$given" ]; then
+		OKSO=$(realpath "$given") && [ -x "$OKSO" ] || { echo "$1=$given: not an executable" >&2; exit 2; }
+		log "okso is $OKSO ($1)"
+	else
+		log "building bin/okso"
+		go build -o bin/okso . || exit 1
+		OKSO=$PWD/bin/okso
+	fi
+}
+
+# want_open_files N: raises the soft limit on open files to N if it is lower.
+want_open_files() {
+	[ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$1" ] && ulimit -Sn "$1" 2>/dev/null
+	return 0
+}
+
 # start_okso N TOOL [FLAGS...]: starts `okso all-in-one` ($OKSO, with FLAGS
 # and, when set, the environment in the array okso_env) and a mock fleet
 # of N devices in another process (with the flags in the array

@@ -71,16 +71,8 @@ HZ=$(getconf CLK_TCK)
 cores() { awk -v t="$1" -v s="$2" -v hz="$HZ" 'BEGIN { printf "%.3f", (s > 0 ? t / hz / s : 0) }'; }
 
 # --- build ---------------------------------------------------------------------------
-if [ -n "${SUBSCRIBE_OKSO_BIN:-}" ]; then
-	OKSO=$(realpath "$SUBSCRIBE_OKSO_BIN") && [ -x "$OKSO" ] || { echo "SUBSCRIBE_OKSO_BIN=$SUBSCRIBE_OKSO_BIN: not an executable" >&2; exit 2; }
-	log "running $OKSO"
-else
-	log "building bin/okso"
-	go build -o bin/okso . || exit 1
-	OKSO=$PWD/bin/okso
-fi
-want=$((2 * N + 4096)) # all-in-one holds a WebSocket and an SSE stream per node
-[ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -Sn "$want" 2>/dev/null
+use_okso SUBSCRIBE_OKSO_BIN
+want_open_files $((2 * N + 4096)) # all-in-one holds a WebSocket and an SSE stream per node
 log "open files limit $(ulimit -n)"
 
 # --- okso: all-in-one, then the fleet ----------------------------------------------------
