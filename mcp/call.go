@@ -121,7 +121,7 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 		args = json.RawMessage("{}")
 	}
 	if err := c.g.o.Schemas.ValidateJSON(t.verb.Input, args); err != nil {
-		return nil, nil, nil, c.fail(bus.CodeManifestInvalid, "arguments fail schema "+t.verb.Input)
+		return nil, nil, nil, c.fail(bus.CodeManifestInvalid, c.g.o.Schemas.Explain(t.verb.Input, err))
 	}
 	return n, t, args, nil
 }

@@ -1,0 +1,248 @@
+package schemas
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+)
+
+// Explain says why arguments failed the schema with the given $id, in
+// words a caller can act on: the failing argument and the rule, as in
+// "argument message: longer than 1024" or "argument interval_ms: below
+// 1000". err is what [Set.ValidateJSON] returned for them.
+//
+// An argument is named only when the schema declares it: a name the
+// caller made up is never echoed ("an argument the schema does not
+// declare"), nor is any value the caller sent. What is named comes from
+// the schema, in printable ASCII. When several rules fail, the first by
+// location is told.
+func (s *Set) Explain(id string, err error) string {
+	return Explain(s.compiled[id], err)
+}
+
+// Explain is [Set.Explain] for any compiled schema.
+func Explain(root *jsonschema.Schema, err error) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		if errors.Is(err, ErrUnknownSchema) {
+			return "arguments have no schema to check them"
+		}
+		return "arguments are not one JSON object without duplicate keys"
+	}
+	leaf := firstLeaf(ve)
+	where, declared := argumentPath(root, leaf.InstanceLocation)
+	if !declared {
+		if where == "" {
+			return "an argument the schema does not declare fails it"
+		}
+		return "argument " + where + ": a property the schema does not declare fails it"
+	}
+	rule := ruleOf(leaf.ErrorKind)
+	switch k := leaf.ErrorKind.(type) {
+	case *kind.AdditionalProperties:
+		if where == "" {
+			return "an argument the schema does not declare"
+		}
+		return "argument " + where + ": a property the schema does not declare"
+	case *kind.Required:
+		// The missing names are the schema's own.
+		missing := slices.Sorted(slices.Values(k.Missing))
+		name := printable(missing[0], 64)
+		if where != "" {
+			name = where + "." + name
+		}
+		return "argument " + name + ": required"
+	}
+	if where == "" {
+		return "arguments: " + rule
+	}
+	return "argument " + where + ": " + rule
+}
+
+// firstLeaf returns the innermost error, the first by instance location
+// (then by keyword) when there are several: the validator reports the
+// members of an object in no fixed order.
+func firstLeaf(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
+	var leaves []*jsonschema.ValidationError
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			leaves = append(leaves, e)
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return slices.MinFunc(leaves, func(a, b *jsonschema.ValidationError) int {
+		return cmp.Or(
+			slices.Compare(a.InstanceLocation, b.InstanceLocation),
+			strings.Compare(strings.Join(a.ErrorKind.KeywordPath(), "/"), strings.Join(b.ErrorKind.KeywordPath(), "/")),
+		)
+	})
+}
+
+// argumentPath follows an instance location through the schema: it
+// returns the location as "a.b[2]" while each member is one the schema
+// declares in properties (and each index one of a declared array), and
+// reports false, with the declared part only, where it stops being so.
+func argumentPath(root *jsonschema.Schema, loc []string) (string, bool) {
+	var b strings.Builder
+	s := root
+	for _, seg := range loc {
+		s = deref(s)
+		if s == nil {
+			return b.String(), false
+		}
+		if p, ok := s.Properties[seg]; ok {
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(printable(seg, 64))
+			s = p
+			continue
+		}
+		if i, err := strconv.Atoi(seg); err == nil && i >= 0 {
+			if item := itemSchema(s, i); item != nil {
+				fmt.Fprintf(&b, "[%d]", i)
+				s = item
+				continue
+			}
+		}
+		return b.String(), false
+	}
+	return b.String(), true
+}
+
+// deref follows $ref, as far as it goes.
+func deref(s *jsonschema.Schema) *jsonschema.Schema {
+	for range 16 { // a bound: references are compiled, but may loop
+		if s == nil || s.Ref == nil {
+			return s
+		}
+		s = s.Ref
+	}
+	return s
+}
+
+// itemSchema returns the schema of item i of an array schema, nil if the
+// schema declares no items.
+func itemSchema(s *jsonschema.Schema, i int) *jsonschema.Schema {
+	if i < len(s.PrefixItems) {
+		return s.PrefixItems[i]
+	}
+	if s.Items2020 != nil {
+		return s.Items2020
+	}
+	switch items := s.Items.(type) {
+	case *jsonschema.Schema:
+		return items
+	case []*jsonschema.Schema:
+		if i < len(items) {
+			return items[i]
+		}
+	}
+	return nil
+}
+
+// ruleOf words the rule a value broke, from what the schema wants; never
+// from the value itself.
+func ruleOf(k jsonschema.ErrorKind) string {
+	switch k := k.(type) {
+	case *kind.Type:
+		return "want " + printable(strings.Join(k.Want, " or "), 64)
+	case *kind.MinLength:
+		return fmt.Sprintf("shorter than %d", k.Want)
+	case *kind.MaxLength:
+		return fmt.Sprintf("longer than %d", k.Want)
+	case *kind.Minimum:
+		return "below " + number(k.Want)
+	case *kind.Maximum:
+		return "above " + number(k.Want)
+	case *kind.ExclusiveMinimum:
+		return "not above " + number(k.Want)
+	case *kind.ExclusiveMaximum:
+		return "not below " + number(k.Want)
+	case *kind.MultipleOf:
+		return "not a multiple of " + number(k.Want)
+	case *kind.Pattern:
+		return "does not match " + printable(k.Want, 128)
+	case *kind.Enum:
+		return "not one of " + printable(enumList(k.Want), 128)
+	case *kind.Const:
+		return "not the one value allowed"
+	case *kind.Format:
+		return "not a valid " + printable(k.Want, 64)
+	case *kind.MinItems:
+		return fmt.Sprintf("fewer than %d items", k.Want)
+	case *kind.MaxItems:
+		return fmt.Sprintf("more than %d items", k.Want)
+	case *kind.UniqueItems:
+		return "items not unique"
+	case *kind.MinProperties:
+		return fmt.Sprintf("fewer than %d properties", k.Want)
+	case *kind.MaxProperties:
+		return fmt.Sprintf("more than %d properties", k.Want)
+	case *kind.FalseSchema:
+		return "not allowed"
+	}
+	if kw := k.KeywordPath(); len(kw) > 0 {
+		return "fails " + printable(kw[0], 64)
+	}
+	return "fails its schema"
+}
+
+func number(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// enumList lists the allowed values of an enum, or says there are too
+// many (or too complex ones) to list.
+func enumList(want []any) string {
+	var parts []string
+	for _, v := range want {
+		switch v := v.(type) {
+		case string:
+			parts = append(parts, strconv.Quote(v))
+		case bool, nil:
+			parts = append(parts, fmt.Sprint(v))
+		default:
+			if n, ok := v.(fmt.Stringer); ok {
+				parts = append(parts, n.String())
+			} else if _, compound := v.([]any); compound {
+				return "the allowed values"
+			} else if _, compound := v.(map[string]any); compound {
+				return "the allowed values"
+			} else {
+				parts = append(parts, fmt.Sprint(v))
+			}
+		}
+		if len(parts) > 8 {
+			return "the allowed values"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printable keeps the printable ASCII of s, at most max bytes of it.
+func printable(s string, max int) string {
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < max; i++ {
+		if c := s[i]; c >= 0x20 && c <= 0x7e {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
