@@ -22,9 +22,12 @@ import (
 	"github.com/okso-io/okso/jsonscan"
 )
 
-// MetaRequestID is the _meta key of a result that carries the call's
-// request id.
-const MetaRequestID = "io.okso/request_id"
+// Keys of a result's _meta: MetaRequestID carries the call's request id
+// (every result), MetaError the error envelope of a failed call.
+const (
+	MetaRequestID = "io.okso/request_id"
+	MetaError     = "io.okso/error"
+)
 
 var (
 	requestIDRe   = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -255,12 +258,16 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	}, nil
 }
 
+// errorResult is a failed call as MCP carries it (DESIGN.md §5): isError,
+// the envelope as its text and in _meta, and no structuredContent, which
+// clients check against the tool's outputSchema (an envelope never
+// matches it, and the client would throw instead of showing the error).
 func errorResult(e *bus.Error, requestID string) *sdk.CallToolResult {
+	doc := e.JSON()
 	return &sdk.CallToolResult{
-		Meta:              sdk.Meta{MetaRequestID: requestID},
-		IsError:           true,
-		Content:           []sdk.Content{&sdk.TextContent{Text: string(e.JSON())}},
-		StructuredContent: e,
+		Meta:    sdk.Meta{MetaRequestID: requestID, MetaError: json.RawMessage(doc)},
+		IsError: true,
+		Content: []sdk.Content{&sdk.TextContent{Text: string(doc)}},
 	}
 }
 

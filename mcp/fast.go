@@ -427,18 +427,25 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 		buf.Write(g.serverInfo)
 		buf.WriteByte(',')
 	}
+	if isError {
+		buf.WriteString(`"` + MetaError + `":`)
+		buf.Write(doc) // okso wrote it, compact
+		buf.WriteByte(',')
+	}
 	buf.WriteString(`"` + MetaRequestID + `":`)
 	writeJSONString(buf, requestID)
 	buf.WriteString(`},"content":[{"type":"text","text":`)
 	writeJSONString(buf, doc)
-	buf.WriteString(`}],"structuredContent":`)
-	if jsonscan.Compact(doc) { // doc is valid: it passed its schema, or okso wrote it
+	buf.WriteString(`}]`)
+	if isError {
+		buf.WriteString(`,"isError":true}}`)
+		return
+	}
+	buf.WriteString(`,"structuredContent":`)
+	if jsonscan.Compact(doc) { // doc is valid: it passed its schema
 		buf.Write(doc)
 	} else if json.Compact(buf, doc) != nil {
 		buf.WriteString("null")
-	}
-	if isError {
-		buf.WriteString(`,"isError":true`)
 	}
 	buf.WriteString("}}")
 }

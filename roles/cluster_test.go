@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/mcp"
 )
 
 // freePorts reserves n distinct loopback ports and releases them for a
@@ -78,7 +79,7 @@ func callOnce(ctx context.Context, s *sdk.ClientSession, node string, c *tally) 
 		}
 		return true
 	case res.IsError:
-		b, _ := json.Marshal(res.StructuredContent)
+		b, _ := json.Marshal(res.Meta[mcp.MetaError])
 		_ = json.Unmarshal(b, &e)
 		c.add(e.Code, d)
 	default:

@@ -21,6 +21,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/mcp"
 )
 
 // syncBuffer is a log sink shared by the parts and the test.
@@ -200,16 +201,21 @@ func (f *fixture) connectDevice(tenant string, edit func(id string, o *device.Op
 
 func echoName(node string) string { return "sysecho." + node + ".echo.invoke" }
 
-// envelope returns the error envelope of a failed call.
+// envelope returns the error envelope of a failed call, checking its
+// form (DESIGN.md §5): isError, the envelope as the only text content and
+// in _meta["io.okso/error"], and no structuredContent.
 func envelope(t *testing.T, res *sdk.CallToolResult) bus.Error {
 	t.Helper()
 	if !res.IsError {
 		t.Fatalf("call succeeded, want an error: %+v", res.StructuredContent)
 	}
+	if res.StructuredContent != nil {
+		t.Errorf("error result carries structuredContent %v", res.StructuredContent)
+	}
 	var e bus.Error
-	b, _ := json.Marshal(res.StructuredContent)
-	if err := json.Unmarshal(b, &e); err != nil {
-		t.Fatalf("error result is not an envelope: %s", b)
+	b, _ := json.Marshal(res.Meta[mcp.MetaError])
+	if err := json.Unmarshal(b, &e); err != nil || e.Code == "" {
+		t.Fatalf("error result's _meta %v has no envelope", res.Meta)
 	}
 	if len(res.Content) != 1 {
 		t.Fatalf("error result has %d content items", len(res.Content))

@@ -15,6 +15,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/mcp"
 )
 
 // sdkGateway starts a second gateway on the fixture's NATS with the fast
@@ -301,9 +302,16 @@ func wantCode(code string) func(*testing.T, mcpAnswer) {
 		t.Helper()
 		m, _ := a.message.(map[string]any)
 		res, _ := m["result"].(map[string]any)
-		sc, _ := res["structuredContent"].(map[string]any)
-		if res["isError"] != true || sc["code"] != code {
-			t.Fatalf("want an isError result with %s, got %v", code, a.message)
+		meta, _ := res["_meta"].(map[string]any)
+		env, _ := meta[mcp.MetaError].(map[string]any)
+		if res["isError"] != true || env["code"] != code || res["structuredContent"] != nil {
+			t.Fatalf("want an isError result with %s in _meta and no structuredContent, got %v", code, a.message)
+		}
+		content, _ := res["content"].([]any)
+		item, _ := content[0].(map[string]any)
+		var fromText any
+		if json.Unmarshal([]byte(item["text"].(string)), &fromText) != nil || !reflect.DeepEqual(fromText, env) {
+			t.Errorf("text content %v differs from the envelope %v", item, env)
 		}
 	}
 }
