@@ -68,13 +68,32 @@ type Claims struct {
 	Scope  string `json:"scope,omitempty"` // space separated
 }
 
-// HasScope reports whether the token grants scope s.
+// callScopes are the call scopes from the weakest up: each implies the
+// ones before it (destructive ⊃ mutating ⊃ read_only, DESIGN.md §5).
+var callScopes = [...]string{ScopeReadOnly, ScopeMutating, ScopeDestructive}
+
+// callRank is the place of s in callScopes, from 1; 0 for another scope.
+func callRank(s string) int {
+	for i, c := range callScopes {
+		if c == s {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// KnownScope reports whether s is one of okso's scopes.
+func KnownScope(s string) bool { return callRank(s) > 0 || s == ScopeDeviceConnect }
+
+// HasScope reports whether the token grants scope s: the scope itself or,
+// for a call scope, one that implies it.
 func (c *Claims) HasScope(s string) bool {
 	if s == "" {
 		return false
 	}
+	want := callRank(s)
 	for f := range strings.FieldsSeq(c.Scope) {
-		if f == s {
+		if f == s || (want > 0 && callRank(f) >= want) {
 			return true
 		}
 	}
@@ -202,6 +221,12 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	for _, sc := range o.Scopes {
+		if !KnownScope(sc) {
+			return "", fmt.Errorf("mint token: unknown scope %q (want %s, %s, %s or %s)",
+				sc, ScopeReadOnly, ScopeMutating, ScopeDestructive, ScopeDeviceConnect)
+		}
+	}
 	c := Claims{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    Issuer,
@@ -288,7 +313,7 @@ func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
 // wraps [ErrInvalid].
 func (v *Verifier) Verify(token string) (*Claims, error) {
 	if len(token) > 8192 {
-		return nil, fmt.Errorf("%w: too long", ErrInvalid)
+		return nil, fmt.Errorf("%w: it is longer than 8192 bytes", ErrInvalid)
 	}
 	v.mu.Lock()
 	c, ok := v.cache[token]
@@ -319,7 +344,7 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 // verify checks a token's signature and claims.
 func (v *Verifier) verify(token string) (*Claims, error) {
 	var c Claims
-	_, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+	t, err := v.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
 		if kid == "" {
 			return v.key, nil
@@ -327,20 +352,50 @@ func (v *Verifier) verify(token string) (*Claims, error) {
 		if k, ok := v.keys[kid]; ok {
 			return k, nil
 		}
-		return nil, errors.New("unknown key id")
+		return nil, errUnknownKey
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, v.reason(err, t, &c))
 	}
 	switch {
 	case c.Subject == "":
-		return nil, fmt.Errorf("%w: no subject", ErrInvalid)
+		return nil, fmt.Errorf("%w: it has no subject (sub)", ErrInvalid)
 	case !tenantRe.MatchString(c.Tenant):
-		return nil, fmt.Errorf("%w: missing or malformed tenant", ErrInvalid)
+		return nil, fmt.Errorf("%w: its tenant is missing or malformed", ErrInvalid)
 	case c.ID == "":
-		return nil, fmt.Errorf("%w: no jti", ErrInvalid)
+		return nil, fmt.Errorf("%w: it has no token id (jti)", ErrInvalid)
 	}
 	return &c, nil
+}
+
+// errUnknownKey is the key lookup's failure for a kid no key matches.
+var errUnknownKey = errors.New("unknown key id")
+
+// reason words why the parser refused a token, in one clause a person can
+// act on; never with text taken from the token but its expiry.
+func (v *Verifier) reason(err error, t *jwt.Token, c *Claims) string {
+	var alg string
+	if t != nil {
+		alg, _ = t.Header["alg"].(string)
+	}
+	switch {
+	case t == nil, errors.Is(err, jwt.ErrTokenMalformed):
+		return "it is not a well-formed JWT"
+	case alg != jwt.SigningMethodEdDSA.Alg():
+		return "its signing algorithm is not EdDSA"
+	case errors.Is(err, errUnknownKey), errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "it was signed with a key this server does not know (minted with another --data-dir, " +
+			"or before a key rotation whose old key is not in keys/?)"
+	case errors.Is(err, jwt.ErrTokenExpired) && c.ExpiresAt != nil:
+		return "it expired at " + c.ExpiresAt.UTC().Format(time.RFC3339) + "; mint a new one"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing) && c.ExpiresAt == nil:
+		return "it has no expiry (exp)"
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "it is not valid yet (check the clocks)"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience), errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "it is not meant for this server (its audience is not " + v.audience + ")"
+	}
+	return "it is not a well-formed JWT"
 }
 
 // UnverifiedClaims returns a token's claims without checking its

@@ -493,3 +493,79 @@ func TestLoadOrCreateSignerConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyReasons: each refusal says why in one clause a person can act
+// on, after one "invalid token: ".
+func TestVerifyReasons(t *testing.T) {
+	now := time.Now()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := auth.NewVerifier(pub, auth.AudienceGateway)
+	with := func(k string, val any) jwt.MapClaims {
+		c := validClaims(now)
+		if val == nil {
+			delete(c, k)
+		} else {
+			c[k] = val
+		}
+		return c
+	}
+	ed := func(c jwt.MapClaims) string { return signWith(t, jwt.SigningMethodEdDSA, priv, c) }
+	expired := now.Add(-time.Hour).Truncate(time.Second)
+	for tok, want := range map[string]string{
+		ed(with("exp", expired.Unix())):                                    "it expired at " + expired.UTC().Format(time.RFC3339) + "; mint a new one",
+		signWith(t, jwt.SigningMethodEdDSA, otherPriv, validClaims(now)):   "key this server does not know",
+		ed(with("aud", []string{auth.AudienceDevice})):                     "not meant for this server (its audience is not okso-mcp)",
+		signWith(t, jwt.SigningMethodHS256, []byte(pub), validClaims(now)): "its signing algorithm is not EdDSA",
+		"not a token": "it is not a well-formed JWT",
+		ed(with("nbf", now.Add(time.Hour).Unix())): "it is not valid yet",
+		ed(with("exp", nil)):                       "it has no expiry (exp)",
+		ed(with("tenant", "a.b")):                  "its tenant is missing or malformed",
+	} {
+		_, err := v.Verify(tok)
+		if err == nil {
+			t.Fatalf("accepted, want %q", want)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "invalid token: ") || strings.Count(msg, "invalid token") != 1 || !strings.Contains(msg, want) {
+			t.Errorf("%q: want one \"invalid token: \" and %q", msg, want)
+		}
+	}
+}
+
+func TestScopesImply(t *testing.T) {
+	for _, c := range []struct {
+		granted string
+		want    map[string]bool
+	}{
+		{auth.ScopeReadOnly, map[string]bool{auth.ScopeReadOnly: true}},
+		{auth.ScopeMutating, map[string]bool{auth.ScopeReadOnly: true, auth.ScopeMutating: true}},
+		{auth.ScopeDestructive, map[string]bool{auth.ScopeReadOnly: true, auth.ScopeMutating: true, auth.ScopeDestructive: true}},
+		{auth.ScopeDeviceConnect, map[string]bool{auth.ScopeDeviceConnect: true}},
+		{"tools:call:other " + auth.ScopeDeviceConnect, map[string]bool{auth.ScopeDeviceConnect: true, "tools:call:other": true}},
+	} {
+		claims := &auth.Claims{Scope: c.granted}
+		for _, s := range []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive, auth.ScopeDeviceConnect, "tools:call:other", ""} {
+			if got := claims.HasScope(s); got != c.want[s] {
+				t.Errorf("%q HasScope(%q) = %v, want %v", c.granted, s, got, c.want[s])
+			}
+		}
+	}
+}
+
+func TestMintRefusesUnknownScope(t *testing.T) {
+	s, err := auth.LoadOrCreateSigner(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Mint(auth.MintOptions{Subject: "a", Tenant: "demo", Scopes: []string{"tools:call:readonly"}})
+	if err == nil || !strings.Contains(err.Error(), `unknown scope "tools:call:readonly"`) {
+		t.Errorf("mint with a misspelt scope: %v", err)
+	}
+}

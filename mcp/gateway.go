@@ -140,8 +140,10 @@ func scopeBit(scope string) uint8 {
 
 func viewOf(c *auth.Claims) view {
 	v := view{tenant: c.Tenant}
-	for _, s := range c.Scopes() {
-		v.scopes |= scopeBit(s)
+	for _, s := range [...]string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive} {
+		if c.HasScope(s) { // granted, or implied by a wider scope
+			v.scopes |= scopeBit(s)
+		}
 	}
 	return v
 }
@@ -320,12 +322,12 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		if err != nil {
 			// Who sent it is unknown: logged, not published to a tenant.
 			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionDenied, Code: "invalid_token"})
-			return nil, fmt.Errorf("%w: %w", sdkauth.ErrInvalidToken, err)
+			return nil, tokenError(err.Error())
 		}
 		if g.revoked(c) {
 			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Tenant: c.Tenant, Subject: c.Subject, JTI: c.ID,
 				Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
-			return nil, fmt.Errorf("%w: token revoked", sdkauth.ErrInvalidToken)
+			return nil, tokenError("invalid token: it was revoked")
 		}
 		infoMu.Lock()
 		defer infoMu.Unlock()
@@ -376,6 +378,13 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// tokenError is why a bearer token was refused, the one sentence of the
+// 401 answer; it is an sdkauth.ErrInvalidToken.
+type tokenError string
+
+func (e tokenError) Error() string        { return string(e) }
+func (e tokenError) Is(target error) bool { return target == sdkauth.ErrInvalidToken }
 
 // maxTokenInfos bounds the TokenInfos kept (the verifier's cache of
 // verified tokens has the same bound); maxMetadataHosts, the host names

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -405,7 +406,7 @@ func TestCallFailures(t *testing.T) {
 		{"argument too long", demo, echoName(good), map[string]any{"message": long}, bus.CodeManifestInvalid},
 		{"extra property", demo, echoName(good), map[string]any{"message": "a", "x": 1}, bus.CodeManifestInvalid},
 		{"missing argument", demo, echoName(good), map[string]any{}, bus.CodeManifestInvalid},
-		{"missing scope", f.token(auth.MintOptions{Scopes: []string{auth.ScopeMutating}}), echoName(good),
+		{"missing scope", f.token(auth.MintOptions{Scopes: []string{auth.ScopeDeviceConnect}}), echoName(good),
 			map[string]any{"message": "a"}, bus.CodeSafetyDenied},
 		{"other tenant", demo, echoName(other), map[string]any{"message": "a"}, bus.CodeSafetyDenied},
 		{"node offline", demo, echoName(ghost), map[string]any{"message": "a"}, bus.CodeNodeOffline},
@@ -502,15 +503,27 @@ func TestLateAck(t *testing.T) {
 func TestHTTPAuth(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	other, err := auth.LoadOrCreateSigner(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := other.Mint(auth.MintOptions{Subject: "agent", Tenant: DefaultTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each 401 says why in one sentence.
 	cases := []struct {
 		name  string
 		token string
+		body  string
 	}{
-		{"no token", ""},
-		{"expired", f.token(auth.MintOptions{Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour})},
-		{"wrong audience", f.token(auth.MintOptions{Audience: "someone-else"})},
-		{"device token", f.token(auth.MintOptions{Audience: auth.AudienceDevice, Scopes: []string{auth.ScopeDeviceConnect}})},
-		{"garbage", "not.a.token"},
+		{"no token", "", "no bearer token"},
+		{"expired", f.token(auth.MintOptions{Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour}), "invalid token: it expired at "},
+		{"wrong audience", f.token(auth.MintOptions{Audience: "someone-else"}), "invalid token: it is not meant for this server"},
+		{"device token", f.token(auth.MintOptions{Audience: auth.AudienceDevice, Scopes: []string{auth.ScopeDeviceConnect}}),
+			"invalid token: it is not meant for this server"},
+		{"garbage", "not.a.token", "invalid token: it is not a well-formed JWT"},
+		{"another data dir", foreign, "invalid token: it was signed with a key this server does not know (minted with another --data-dir"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -524,9 +537,13 @@ func TestHTTPAuth(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			msg, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("status %d, want 401", resp.StatusCode)
+			}
+			if !strings.HasPrefix(string(msg), c.body) || strings.Count(string(msg), "invalid token") > 1 {
+				t.Errorf("401 says %q, want %q", msg, c.body)
 			}
 			h := resp.Header.Get("WWW-Authenticate")
 			if !strings.HasPrefix(h, "Bearer ") || !strings.Contains(h, `resource_metadata="http://`) {

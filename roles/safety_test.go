@@ -29,10 +29,11 @@ func TestSafetyMatrix(t *testing.T) {
 		write  string   // outcome of a write
 	}{
 		{"read only", []string{auth.ScopeReadOnly}, []string{read}, bus.CodeSafetyDenied},
-		{"mutating only", []string{auth.ScopeMutating}, []string{write}, ""},
+		// A scope implies the classes below it (DESIGN.md §5).
+		{"mutating only", []string{auth.ScopeMutating}, []string{read, write}, ""},
 		{"read and mutate", []string{auth.ScopeReadOnly, auth.ScopeMutating}, []string{read, write}, ""},
-		{"destructive only", []string{auth.ScopeDestructive}, nil, bus.CodeSafetyDenied},
-		{"no call scope", []string{"something:else"}, nil, bus.CodeSafetyDenied},
+		{"destructive only", []string{auth.ScopeDestructive}, []string{read, write}, ""},
+		{"no call scope", []string{auth.ScopeDeviceConnect}, nil, bus.CodeSafetyDenied},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -299,6 +299,9 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 			if !bus.ValidTenant(o.Tenant) {
 				return fmt.Errorf("--tenant %q: use 1-64 letters, digits, _ or -", o.Tenant)
 			}
+			if o.TTL <= 0 {
+				return fmt.Errorf("--ttl %v: a token needs a validity above zero", o.TTL)
+			}
 			if isDev {
 				if !bus.ValidNodeID(nodeID) {
 					return fmt.Errorf("--node-id %q: want a lower-case ULID (26 characters)", nodeID)
@@ -313,7 +316,16 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 			}
 			var scopes []string
 			for _, s := range o.Scopes {
-				scopes = append(scopes, strings.Fields(s)...)
+				for _, f := range strings.Fields(s) {
+					if !auth.KnownScope(f) {
+						return fmt.Errorf("--scope %q: want %s, %s or %s (each implies the ones before it)",
+							f, auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive)
+					}
+					if f == auth.ScopeDeviceConnect && !isDev {
+						return fmt.Errorf("--scope %s is a device token's: use --device --node-id", f)
+					}
+					scopes = append(scopes, f)
+				}
 			}
 			o.Scopes = scopes
 			tok, err := signer.Mint(o)
@@ -327,7 +339,7 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 	fs := mint.Flags()
 	fs.StringVar(&o.Tenant, "tenant", DefaultTenant, "tenant of the token")
 	fs.StringSliceVar(&o.Scopes, "scope", nil, "scopes (repeatable, or space separated); default tools:call:read_only")
-	fs.DurationVar(&o.TTL, "ttl", 0, "validity (default 1h)")
+	fs.DurationVar(&o.TTL, "ttl", time.Hour, "validity")
 	fs.StringVar(&o.Subject, "subject", "agent", "subject (sub) of an agent token")
 	fs.StringVar(&o.Audience, "audience", "", "audience (default okso-mcp, or okso-device with --device)")
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")

@@ -273,7 +273,7 @@ func TestSSERefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			token := tok
 			if c.name == "missing scope" {
-				token = f.token(auth.MintOptions{Scopes: []string{auth.ScopeMutating}})
+				token = f.token(auth.MintOptions{Scopes: []string{auth.ScopeDeviceConnect}})
 			}
 			resp := f.post(t.Context(), token, c.accept, c.body)
 			defer resp.Body.Close()
