@@ -42,6 +42,13 @@ func NodeOfSubject(subject string) (string, bool) {
 // Stream is the subject that carries the frames of one subscription.
 func Stream(streamID string) string { return subjectPrefix + "stream." + streamID }
 
+// CallCancel is the subject on which any gateway replica relays an MCP
+// client's notifications/cancelled to the replica serving that request.
+// key names the request and its caller (the gateway derives it from the
+// caller's token and the JSON-RPC id), so one client cannot name
+// another's request.
+func CallCancel(key string) string { return subjectPrefix + "call." + key + ".cancel" }
+
 // Audit is the subject of a tenant's audit events.
 func Audit(tenant string) string { return subjectPrefix + "audit." + tenant }
 

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,10 +102,14 @@ func versionFits(h http.Header, req *fastRequest) bool {
 var fastBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // fastCall serves the requests the fast path recognises and hands every
-// other to next (the SDK), with its body intact.
+// other to next (the SDK), with its body intact. A stateless gateway
+// reads every POST here: a notifications/cancelled is relayed to the
+// replica serving the request it names (see cancel.go), and a request
+// goes on with its JSON-RPC id in its context, so that a handler can be
+// cancelled that way.
 func (g *Gateway) fastCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !g.fastEligible(r) {
+		if g.o.Stateful || r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -119,26 +124,39 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			http.Error(w, "failed to read body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		req, ok := parseFastRequest(body)
-		if ok && !versionFits(r.Header, req) {
-			ok = false
+		sound := acceptable(r)
+		if id, ok := cancelledID(body); ok && sound {
+			g.relayCancel(w, r, id)
+			return
+		}
+		var req *fastRequest
+		ok := false
+		if sound && !g.o.NoFastPath {
+			req, ok = parseFastRequest(body)
+			if ok && !versionFits(r.Header, req) {
+				ok = false
+			}
+			if ok && g.serveFast(w, r, req) {
+				return
+			}
+		}
+		var id []byte
+		if ok {
+			id = req.ID
+		} else {
+			id, ok = requestID(body)
 		}
 		if ok {
-			ok = g.serveFast(w, r, req)
+			r = r.WithContext(context.WithValue(r.Context(), rpcIDKey{}, id))
 		}
-		if !ok {
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			next.ServeHTTP(w, r)
-		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
 	})
 }
 
-// fastEligible checks what the SDK checks before it reads a stateless
+// acceptable checks what the SDK checks before it reads a stateless
 // POST; a request failing any check goes to the SDK for its exact answer.
-func (g *Gateway) fastEligible(r *http.Request) bool {
-	if g.o.Stateful || g.o.NoFastPath || r.Method != http.MethodPost {
-		return false
-	}
+func acceptable(r *http.Request) bool {
 	if r.Header.Get("Last-Event-ID") != "" { // the SDK refuses it on a POST
 		return false
 	}
@@ -416,10 +434,11 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	return true
 }
 
-// writeToolResult appends `,"result":{...}}`: a CallToolResult whose text
-// content and structured content are both the JSON document doc, as the
-// SDK encodes it (with the server's info in _meta for a sessionless
-// request).
+// writeToolResult appends `,"result":{...}}` as the SDK encodes a
+// CallToolResult (with the server's info in _meta for a sessionless
+// request): for a result, doc as its text content and structured content;
+// for a failure (isError), the envelope doc as its text content and in
+// _meta, and no structured content (see errorResult).
 func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
 	buf.WriteString(`,"result":{"_meta":{`)
 	if sessionless {

@@ -250,7 +250,7 @@ func (g *Gateway) routes() http.Handler {
 			g.log.Warn("ignoring allowed origin", "origin", o, "err", err)
 		}
 	}
-	mux.Handle("/mcp", cop.Handler(g.authenticate(g.fastCall(withResponseController(mcpHandler)))))
+	mux.Handle("/mcp", cop.Handler(g.authenticate(g.fastCall(withHTTPCall(mcpHandler)))))
 	mux.Handle("POST /mcp/tools/call", cop.Handler(g.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
 	meta := http.HandlerFunc(g.serveResourceMetadata)

@@ -211,6 +211,8 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 	if token == nil {
 		return errorResult(c.fail(bus.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
 	}
+	ctx, stop := g.cancellable(ctx, c.claims)
+	defer stop()
 	s, e, err := c.openStream(ctx, t, args)
 	if e != nil {
 		return errorResult(e, c.requestID), nil
@@ -219,7 +221,9 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 	var frames int64
 	if !errors.Is(err, errQuota) {
 		out := &progressSink{ctx: ctx, session: req.Session, token: token}
-		out.rc, _ = ctx.Value(responseControllerKey{}).(*http.ResponseController)
+		if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !g.o.Stateful {
+			out.rc = hc.rc
+		}
 		code = s.pump(ctx, out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
 		frames = s.count.Load()
 		g.finishStream(c, s, code)
@@ -287,13 +291,23 @@ func (p *progressSink) setWriteDeadline(t time.Time) error {
 	return nil
 }
 
-// responseControllerKey carries the /mcp response's controller into the
-// tool handlers, for write deadlines on streamed notifications.
-type responseControllerKey struct{}
+// httpCall is what a tool handler may need of the HTTP request that
+// carried its call, which the SDK's handlers do not see: the response's
+// controller (write deadlines for streamed notifications) and the
+// request's context (done when the client hangs up).
+//
+// Only a stateless gateway's handlers can use it: a stateful session's
+// handlers run in the context of the request that created the session.
+type httpCall struct {
+	rc   *http.ResponseController
+	done context.Context
+}
 
-func withResponseController(next http.Handler) http.Handler {
+type httpCallKey struct{}
+
+func withHTTPCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(r.Context(), responseControllerKey{}, http.NewResponseController(w))
-		next.ServeHTTP(w, r.WithContext(ctx))
+		hc := &httpCall{rc: http.NewResponseController(w), done: r.Context()}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpCallKey{}, hc)))
 	})
 }

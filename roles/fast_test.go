@@ -23,9 +23,18 @@ import (
 // MCP URL.
 func (f *fixture) sdkGateway() string {
 	f.t.Helper()
-	p, err := newGatewayPart(f.t.Context(), f.a.c, f.a.nats, gatewayConfig{
-		Addr: "127.0.0.1:0", Budget: 5 * time.Second, NoFastPath: true,
-	})
+	return f.secondGateway(gatewayConfig{NoFastPath: true}).url()
+}
+
+// secondGateway starts another gateway replica on the fixture's NATS and
+// returns once it lists every node the first one lists.
+func (f *fixture) secondGateway(cfg gatewayConfig) *gatewayPart {
+	f.t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	if cfg.Budget == 0 {
+		cfg.Budget = 5 * time.Second
+	}
+	p, err := newGatewayPart(f.t.Context(), f.a.c, f.a.nats, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -52,7 +61,7 @@ func (f *fixture) sdkGateway() string {
 			f.t.Fatalf("second gateway never listed node %s", id)
 		}
 	}
-	return p.url()
+	return p
 }
 
 // mcpAnswer is one HTTP answer to a POST /mcp, with the JSON-RPC message

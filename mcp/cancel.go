@@ -1,0 +1,142 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// A stateless gateway gets a client's notifications/cancelled as a POST of
+// its own, which the SDK answers in a throwaway session that does not hold
+// the request it names; and that POST may land on any replica. So the
+// gateway relays it: whichever replica receives it publishes on
+// [bus.CallCancel] under a key made of the caller's token and the request
+// id, and the replica serving that request, subscribed to that key while
+// it runs, cancels it. A caller can only name its own requests: the key
+// is derived from the token the gateway verified, never taken from the
+// client. (A stateful gateway's sessions cancel their own requests.)
+
+// rpcIDKey carries, in a request's context, the JSON-RPC id of the one
+// request its body holds, as [canonicalID] writes it.
+type rpcIDKey struct{}
+
+// canonicalID writes a JSON-RPC id as the SDK writes it back: a string
+// re-encoded, an integer in decimal; ok is false for any other id.
+func canonicalID(v any) ([]byte, bool) {
+	switch v := v.(type) {
+	case string:
+		b, _ := json.Marshal(v)
+		return b, true
+	case json.Number:
+		n, err := v.Int64()
+		if err != nil {
+			return nil, false
+		}
+		return strconv.AppendInt(nil, n, 10), true
+	}
+	return nil, false
+}
+
+// cancelKey names one request of one caller on [bus.CallCancel].
+func cancelKey(c *auth.Claims, id []byte) string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(c.Tenant), []byte(c.Subject), []byte(c.ID), id} {
+		h.Write(strconv.AppendInt(nil, int64(len(part)), 10))
+		h.Write([]byte{':'})
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// decodeRPC decodes a JSON-RPC message strictly (no duplicate keys, no
+// trailing data), or returns nil.
+func decodeRPC(body []byte) map[string]any {
+	doc, err := schemas.Decode(body)
+	if err != nil {
+		return nil
+	}
+	m, _ := doc.(map[string]any)
+	return m
+}
+
+// cancelledID returns the request id a notifications/cancelled body
+// names, as canonicalID writes it.
+func cancelledID(body []byte) ([]byte, bool) {
+	if !bytes.Contains(body, []byte(`"notifications/cancelled"`)) {
+		return nil, false // the usual case, decided without decoding
+	}
+	m := decodeRPC(body)
+	if m == nil || m["jsonrpc"] != "2.0" || m["method"] != "notifications/cancelled" {
+		return nil, false
+	}
+	if _, isRequest := m["id"]; isRequest {
+		return nil, false
+	}
+	params, _ := m["params"].(map[string]any)
+	return canonicalID(params["requestId"])
+}
+
+// requestID returns the id of the JSON-RPC request a body holds, as
+// canonicalID writes it.
+func requestID(body []byte) ([]byte, bool) {
+	m := decodeRPC(body)
+	if m == nil {
+		return nil, false
+	}
+	return canonicalID(m["id"])
+}
+
+// relayCancel publishes a caller's cancellation for the replica serving
+// the request, and answers the notification as the SDK would (202).
+func (g *Gateway) relayCancel(w http.ResponseWriter, r *http.Request, id []byte) {
+	c := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
+	if c != nil {
+		if err := g.o.NC.Publish(bus.CallCancel(cancelKey(c, id)), nil); err != nil {
+			g.log.Warn("relay a cancellation", "err", err)
+		}
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// cancellable returns ctx, cancelled also when the caller cancels the
+// request from any replica (stateless) or drops its HTTP request; stop
+// releases what it holds. The subscription is in place once the NATS
+// connection is next flushed.
+func (g *Gateway) cancellable(ctx context.Context, claims *auth.Claims) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stops := []func() bool{}
+	if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !g.o.Stateful {
+		// The SDK does not tie a handler to its HTTP request before
+		// protocol 2026-07-28: a client that hung up would be noticed at
+		// the next write only.
+		stops = append(stops, context.AfterFunc(hc.done, cancel))
+	}
+	var sub *nats.Subscription
+	if id, ok := ctx.Value(rpcIDKey{}).([]byte); ok && !g.o.Stateful && claims != nil {
+		var err error
+		sub, err = g.o.NC.Subscribe(bus.CallCancel(cancelKey(claims, id)), func(*nats.Msg) { cancel() })
+		if err != nil {
+			g.log.Warn("subscribe to cancellations", "err", err)
+		}
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		cancel()
+	}
+}
