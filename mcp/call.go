@@ -61,6 +61,10 @@ func correlation(h http.Header) (requestID, traceparent string) {
 	return requestID, traceparent
 }
 
+// msgRegistryDown is the message of every answer that needs the
+// registry while the gateway's NATS connection is down.
+const msgRegistryDown = "registry unavailable: the gateway lost its NATS connection"
+
 // callCtx is one call as the gateway sees it, whatever door it came in by.
 type callCtx struct {
 	g           *Gateway
@@ -104,6 +108,9 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 	}
 	if c.g.revoked(c.claims) { // revoked since the request came in
 		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "token revoked")
+	}
+	if c.g.registryDown() {
+		return nil, nil, nil, c.fail(bus.CodeInternal, msgRegistryDown)
 	}
 	name, ok := bus.ParseToolName(c.name)
 	if !ok {

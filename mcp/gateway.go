@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"github.com/nats-io/nats.go"
@@ -90,6 +91,7 @@ type Gateway struct {
 	// waits for them.
 	initialProbes sync.WaitGroup
 	synced        atomic.Bool // the first registry state is in
+	busDown       atomic.Bool // the NATS connection is down (see followLink)
 
 	schemaMu    sync.Mutex
 	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
@@ -481,18 +483,45 @@ func (g *Gateway) newServer() *sdk.Server {
 
 // intercept routes every tools/call through [Gateway.call], including
 // names the tenant's server does not list, so that each gets its exact
-// error.
+// error. The gateway serves tools only: a method of a capability it does
+// not declare is not found (the SDK would answer empty lists), and a
+// stateless gateway does not claim tools.listChanged on a revision whose
+// clients have no stream to receive it on.
 func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		if r, ok := req.(*sdk.CallToolRequest); ok && method == "tools/call" {
 			return g.call(ctx, r)
 		}
-		res, err := next(ctx, method, req)
-		if r, ok := res.(*sdk.ListToolsResult); ok && err == nil && method == "tools/list" {
-			g.listed(r)
+		switch {
+		case method == "tools/list" && g.registryDown():
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgRegistryDown,
+				Data: bus.NewError(bus.CodeInternal, msgRegistryDown).JSON()}
+		case undeclared(method):
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: okso serves tools only"}
 		}
-		return res, err
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return res, err
+		}
+		switch r := res.(type) {
+		case *sdk.ListToolsResult:
+			g.listed(r)
+		case *sdk.InitializeResult:
+			// A stateless session lives for one request: before 2026-07-28
+			// (subscriptions/listen) nothing can carry list_changed to it.
+			if !g.o.Stateful && r.Capabilities != nil && r.Capabilities.Tools != nil {
+				r.Capabilities.Tools = &sdk.ToolCapabilities{ListChanged: false}
+			}
+		}
+		return res, nil
 	}
+}
+
+// undeclared reports whether method belongs to a capability the gateway
+// does not declare.
+func undeclared(method string) bool {
+	return strings.HasPrefix(method, "prompts/") || strings.HasPrefix(method, "resources/") ||
+		method == "completion/complete" || method == "logging/setLevel"
 }
 
 // listed has a tools/list page carry each tool's schemas as documents.

@@ -14,14 +14,18 @@ import (
 // Run follows the registry and keeps every tenant's tools in step with it,
 // until ctx ends. After a NATS reconnect it watches afresh and reconciles:
 // nodes that went away meanwhile are removed, none is listed twice.
+//
+// While its NATS connection is down, the gateway's registry is
+// unavailable: tools/list and every call answer so (E_INTERNAL) rather
+// than with what the gateway last knew, and it logs one line when the
+// connection goes and one when it is back.
 func (g *Gateway) Run(ctx context.Context) error {
 	resync := make(chan struct{}, 1)
-	g.o.NC.SetReconnectHandler(func(*nats.Conn) {
-		select {
-		case resync <- struct{}{}:
-		default:
-		}
-	})
+	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
+	defer g.o.NC.RemoveStatusListener(status)
+	var links sync.WaitGroup
+	defer links.Wait()
+	links.Go(func() { g.followLink(ctx, status, resync) })
 	defer g.probeWG.Wait()
 	var once sync.Once
 	for {
@@ -49,6 +53,37 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// followLink marks the registry unavailable while NATS is down, logs the
+// change each way, and asks for a resync when the link is back.
+func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, resync chan<- struct{}) {
+	if !g.o.NC.IsConnected() {
+		g.busDown.Store(true)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case st := <-status:
+			down := st != nats.CONNECTED
+			if g.busDown.Swap(down) == down {
+				continue
+			}
+			if down {
+				g.log.Warn("NATS connection lost: tools/list and calls answer E_INTERNAL registry unavailable until it is back")
+				continue
+			}
+			g.log.Info("NATS connection back: reloading the registry")
+			select {
+			case resync <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// registryDown reports whether the gateway cannot see the registry.
+func (g *Gateway) registryDown() bool { return g.busDown.Load() }
 
 // markReady closes Ready once the nodes of the initial state are probed
 // (or after a bound, for nodes whose tier is slow to answer).
