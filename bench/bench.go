@@ -26,6 +26,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	gateway "github.com/okso-io/okso/mcp"
 )
 
 // Modes of [Options.Mode].
@@ -658,9 +660,16 @@ func classifyErr(ctx context.Context, err error) (code, msg string) {
 	return CodeTransport, msg
 }
 
-// classifyResult names an isError result by its structuredContent.code, or
-// the code in its text content.
+// classifyResult names an isError result by the code of its envelope:
+// okso's in _meta (gateway.MetaError), another server's in its
+// structuredContent or its text content.
 func classifyResult(r *mcp.CallToolResult) (code, msg string) {
+	if m, ok := r.Meta[gateway.MetaError].(map[string]any); ok {
+		if c, ok := m["code"].(string); ok && c != "" {
+			msg, _ := m["message"].(string)
+			return c, msg
+		}
+	}
 	if m, ok := r.StructuredContent.(map[string]any); ok {
 		if c, ok := m["code"].(string); ok && c != "" {
 			msg, _ := m["message"].(string)

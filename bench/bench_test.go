@@ -55,7 +55,7 @@ func startServer(t *testing.T, stateless bool, pageSize int) *server {
 	s.AddTool(&mcp.Tool{Name: "limited", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		env := map[string]any{"code": "E_RATE_LIMITED", "category": "transient", "message": "slow down"}
 		b, _ := json.Marshal(env)
-		return &mcp.CallToolResult{IsError: true, StructuredContent: env,
+		return &mcp.CallToolResult{IsError: true, Meta: mcp.Meta{"io.okso/error": env}, // as okso answers
 			Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
 	})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },

@@ -32,7 +32,7 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 			"or closed early by code (http/<status>, close/<code>), the metric frames per second in all\n" +
 			"and per stream in the measured time, and the time from request to first frame.\n\n" +
 			"A progress line goes to stderr every second. At the end: calls/s, errors by code (an isError\n" +
-			"result's structuredContent.code, JSON-RPC error codes, transport failures), latency\n" +
+			"result's envelope code, JSON-RPC error codes, transport failures), latency\n" +
 			"percentiles of the successful calls and a histogram; with --json one JSON object on stdout.",
 		Example: "  okso bench --token \"$TOKEN\" --tool 'sysecho.*'\n" +
 			"  okso bench --url http://127.0.0.1:9000/mcp --tool echo --concurrency 1 --sessions 1\n" +
