@@ -87,9 +87,12 @@ func cancelledID(body []byte) ([]byte, bool) {
 	return canonicalID(params["requestId"])
 }
 
-// requestID returns the id of the JSON-RPC request a body holds, as
-// canonicalID writes it.
-func requestID(body []byte) ([]byte, bool) {
+// callID returns the id of the tools/call request a body holds, as
+// canonicalID writes it: the one request a client may cancel.
+func callID(body []byte) ([]byte, bool) {
+	if !bytes.Contains(body, []byte(`"tools/call"`)) {
+		return nil, false // a list, an initialize: decided without decoding
+	}
 	m := decodeRPC(body)
 	if m == nil {
 		return nil, false

@@ -144,7 +144,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		if ok {
 			id = req.ID
 		} else {
-			id, ok = requestID(body)
+			id, ok = callID(body)
 		}
 		if ok {
 			r = r.WithContext(context.WithValue(r.Context(), rpcIDKey{}, id))
