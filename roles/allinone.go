@@ -88,10 +88,13 @@ func (a *AllInOne) Run(ctx context.Context) error {
 	defer a.close()
 	var g run.Group
 	g.Add(run.ContextHandler(ctx))
+	// Interrupted in this order: the gateway drains its calls while the
+	// devices still answer; then this process's own devices stop, so
+	// that the tier's 1001 is no outage to them; then the tier.
 	a.gw.actors(&g)
-	a.tier.actors(&g)
 	a.fleet.actors(&g)
 	a.agent.actors(&g)
+	a.tier.actors(&g)
 	err := g.Run()
 	if _, ok := err.(run.SignalError); ok || err == context.Canceled {
 		return nil

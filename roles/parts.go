@@ -393,6 +393,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, err
 	}
 	logAsyncErrors(c.log, nc)
+	logNATSLink(c.log.With("role", "device"), nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
@@ -452,6 +453,8 @@ func (p *tierPart) close() {
 type fleetPart struct {
 	log       *slog.Logger
 	devices   []*device.Device
+	links     []*deviceLink // of each device, in links
+	watch     *linkWatch
 	connected atomic.Int64 // devices that got their first announce_ok
 	// rate is how many devices start dialling per second (0: all at once).
 	rate int
@@ -462,6 +465,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
 	f := &fleetPart{log: c.log.With("role", "mock-fleet")}
+	f.watch = newLinkWatch(f.log, fleetLinkWindow)
 	if n > 0 && c.signer == nil {
 		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
 	}
@@ -477,12 +481,18 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		o := device.MockOptions(id, c.schemas, seed)
 		o.URLs, o.Token, o.Logger = urls, tok, f.log
 		var once sync.Once
-		o.OnReady = func([]string) { once.Do(func() { f.connected.Add(1) }) }
+		link := f.watch.add()
+		o.OnReady = func([]string) {
+			once.Do(func() { f.connected.Add(1) })
+			link.ready()
+		}
+		o.OnLost = link.lost
 		d, err := device.NewDevice(o)
 		if err != nil {
 			return nil, err
 		}
 		f.devices = append(f.devices, d)
+		f.links = append(f.links, link)
 	}
 	return f, nil
 }
@@ -501,7 +511,7 @@ func (f *fleetPart) actors(g *run.Group) {
 			pace = t.C
 		}
 	start:
-		for _, d := range f.devices {
+		for i, d := range f.devices {
 			if pace != nil {
 				select {
 				case <-ctx.Done():
@@ -512,11 +522,13 @@ func (f *fleetPart) actors(g *run.Group) {
 			wg.Go(func() {
 				if err := d.Run(ctx); err != nil {
 					f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
+					f.links[i].refused()
 				}
 			})
 		}
 		<-ctx.Done() // a device that gave up does not stop the role
 		wg.Wait()
+		f.watch.stop()
 		return nil
 	})
 }
@@ -544,8 +556,10 @@ func (f *fleetPart) progress(ctx context.Context) {
 
 // agentPart is the real device agent of this host.
 type agentPart struct {
-	log *slog.Logger
-	d   *device.Device
+	log   *slog.Logger
+	d     *device.Device
+	link  *deviceLink
+	watch *linkWatch
 }
 
 // newAgentPart builds the agent. With a token, the node id is the token's
@@ -572,14 +586,21 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 		}
 	}
 	log := c.log.With("role", "agent", "node_id", id)
+	watch := newLinkWatch(log, 0) // one device: say it at once
+	link := watch.add()
 	o := device.AgentOptions(id, c.schemas, Version)
 	o.URLs, o.Token, o.Logger = urls, token, log
-	o.OnReady = func(tools []string) { log.Info("agent connected", "tools", len(tools)) }
+	var once sync.Once
+	o.OnReady = func(tools []string) {
+		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })
+		link.ready()
+	}
+	o.OnLost = link.lost
 	d, err := device.NewDevice(o)
 	if err != nil {
 		return nil, err
 	}
-	return &agentPart{log: log, d: d}, nil
+	return &agentPart{log: log, d: d, link: link, watch: watch}, nil
 }
 
 // hostNodeID reads this host's node id from the data dir, creating it once.
@@ -609,8 +630,10 @@ func (a *agentPart) actors(g *run.Group) {
 	contextActor(g, func(ctx context.Context) error {
 		if err := a.d.Run(ctx); err != nil {
 			a.log.Error("agent stopped", "err", err)
+			a.link.refused()
 		}
 		<-ctx.Done() // an agent that was refused does not stop its role
+		a.watch.stop()
 		return nil
 	})
 }

@@ -143,8 +143,8 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			}
 			announceListeners(log, np, "role", "device", "device_url", tp.url())
 			return runGroup(ctx, func(g *run.Group) {
+				fleet.actors(g) // stopped first: the tier's 1001 is no outage to its own devices
 				tp.actors(g)
-				fleet.actors(g)
 			})
 		},
 	}
