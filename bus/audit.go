@@ -30,6 +30,8 @@ const (
 	DecisionRevoked    = "revoked"
 	DecisionConnected  = "connected"
 	DecisionDisconnect = "disconnected"
+	// DecisionStreamClosed ends a stream; its code is the stream's close code.
+	DecisionStreamClosed = "stream_closed"
 )
 
 // AuditEvent is one decision. It never carries arguments, results or any

@@ -24,6 +24,9 @@ type AllInOneConfig struct {
 	Tenant     string
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
+	// NoAuditLog leaves audit events out of the log; they are published
+	// on NATS all the same.
+	NoAuditLog bool
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -43,6 +46,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if err != nil {
 		return nil, err
 	}
+	c.noAuditLog = cfg.NoAuditLog
 	a := &AllInOne{c: c}
 	defer func() {
 		if err != nil {
@@ -135,6 +139,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			defer stop()
 			ctx := contextOf(cmd)
+			cfg.NoAuditLog = !logs.audit
 			a, err := NewAllInOne(ctx, log, cfg)
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,10 +17,13 @@ import (
 	"github.com/oklog/run"
 )
 
-// logSink is a JSON log that a test can wait on, line by line.
+// logSink is a log (or any output) that a test can wait on, line by
+// line: each line as text, and JSON lines decoded too.
 type logSink struct {
 	mu      sync.Mutex
 	raw     bytes.Buffer
+	partial []byte // the last line, until its newline comes
+	text    []string
 	lines   []map[string]any
 	changed chan struct{} // closed when a line comes
 }
@@ -30,11 +34,19 @@ func (s *logSink) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.raw.Write(p)
-	for l := range bytes.Lines(p) {
+	s.partial = append(s.partial, p...)
+	for {
+		i := bytes.IndexByte(s.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l := bytes.TrimSuffix(s.partial[:i], []byte("\r"))
+		s.text = append(s.text, string(l))
 		var m map[string]any
 		if json.Unmarshal(l, &m) == nil {
 			s.lines = append(s.lines, m)
 		}
+		s.partial = s.partial[i+1:]
 	}
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -47,7 +59,7 @@ func (s *logSink) String() string {
 	return s.raw.String()
 }
 
-// count returns how many lines match.
+// count returns how many JSON lines match.
 func (s *logSink) count(match func(map[string]any) bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,24 +72,61 @@ func (s *logSink) count(match func(map[string]any) bool) int {
 	return n
 }
 
-// wait returns the first line that matches, waiting for it up to 15 s.
+// wait returns the first JSON line that matches, waiting for it up to 15 s.
 func (s *logSink) wait(t *testing.T, what string, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	var found map[string]any
+	s.await(t, what, func() bool {
+		for _, l := range s.lines {
+			if match(l) {
+				found = l
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// waitText returns the first line that matches, as text, waiting for it
+// up to 15 s.
+func (s *logSink) waitText(t *testing.T, what string, match func(string) bool) string {
+	t.Helper()
+	var found string
+	s.await(t, what, func() bool {
+		for _, l := range s.text {
+			if match(l) {
+				found = l
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// textLines returns the lines so far.
+func (s *logSink) textLines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.text)
+}
+
+// await waits until found, called with s.mu held, reports true.
+func (s *logSink) await(t *testing.T, what string, found func() bool) {
 	t.Helper()
 	timeout := time.After(15 * time.Second)
 	for {
 		s.mu.Lock()
-		for _, l := range s.lines {
-			if match(l) {
-				s.mu.Unlock()
-				return l
-			}
-		}
-		changed := s.changed
+		ok, changed := found(), s.changed
 		s.mu.Unlock()
+		if ok {
+			return
+		}
 		select {
 		case <-changed:
 		case <-timeout:
-			t.Fatalf("no log line: %s; the log:\n%s", what, s)
+			t.Fatalf("no line: %s; the output:\n%s", what, s)
 		}
 	}
 }

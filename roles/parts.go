@@ -189,6 +189,19 @@ type common struct {
 	signer  *auth.Signer      // nil for a role that only verifies
 	public  ed25519.PublicKey // verifies tokens
 	extra   []ed25519.PublicKey
+	// noAuditLog leaves audit events out of the log (--log-audit=false);
+	// they are published all the same.
+	noAuditLog bool
+}
+
+// auditor returns an Auditor that publishes on nc and logs unless
+// noAuditLog.
+func (c *common) auditor(nc *nats.Conn) *bus.Auditor {
+	a := &bus.Auditor{NC: nc}
+	if !c.noAuditLog {
+		a.Log = c.log
+	}
+	return a
 }
 
 // verifier accepts tokens of the current key and of the keys kept after a
@@ -256,6 +269,8 @@ type gatewayPart struct {
 	gw      *mcp.Gateway
 	http    *httpPart
 	revoked *bus.Revocations
+	summary *callSummary
+	tick    <-chan time.Time // of the summary; nil: every summaryPeriod
 }
 
 type gatewayConfig struct {
@@ -271,6 +286,9 @@ type gatewayConfig struct {
 	StreamPing          time.Duration
 	StreamIdle          time.Duration
 	PublicURL           string
+	// SummaryTick, if set, says when to write the calls line (default:
+	// every minute).
+	SummaryTick <-chan time.Time
 }
 
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
@@ -299,7 +317,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if aud == "" {
 		aud = auth.AudienceGateway
 	}
-	audit := &bus.Auditor{Log: c.log, NC: nc}
+	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
+	audit := c.auditor(nc)
+	audit.Observe = summary.observe
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
 		Registry:       reg,
@@ -329,13 +349,24 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		return nil, err
 	}
 	audit.Start()
-	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked}, nil
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked,
+		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
 func (p *gatewayPart) url() string { return "http://" + p.http.addr() + "/mcp" }
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
+	contextActor(g, func(ctx context.Context) error {
+		tick := p.tick
+		if tick == nil {
+			t := time.NewTicker(summaryPeriod)
+			defer t.Stop()
+			tick = t.C
+		}
+		p.summary.run(ctx, tick)
+		return nil
+	})
 	contextActor(g, func(ctx context.Context) error { return p.revoked.Run(ctx, nil, nil) })
 	// Serve once the registry is loaded, so the first tools/list is whole;
 	// on stop, streams get their 1000 close before the server drains.
@@ -404,7 +435,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	audit := &bus.Auditor{Log: c.log, NC: nc}
+	audit := c.auditor(nc)
 	tier, err := device.NewTier(device.TierOptions{
 		Revoked: revoked,
 
@@ -549,7 +580,9 @@ func (f *fleetPart) progress(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f.log.Info("mock devices connecting", "connected", f.connected.Load(), "of", n)
+			if c := f.connected.Load(); c < n { // else the line above, at once
+				f.log.Info("mock devices connecting", "connected", c, "of", n)
+			}
 		}
 	}
 }

@@ -71,6 +71,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			c.noAuditLog = !logs.audit
 			np, err := openNATS(nf.config())
 			if err != nil {
 				return err
@@ -127,6 +128,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			c.noAuditLog = !logs.audit
 			np, err := openNATS(nf.config())
 			if err != nil {
 				return err
