@@ -1,10 +1,12 @@
 package roles
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -223,4 +225,25 @@ func waitLogLine(t *testing.T, logs *syncBuffer, msg string) map[string]any {
 		return false
 	})
 	return found
+}
+
+// TestVersion: `okso version` and `okso --version` print the same line:
+// the version and the Go release okso was built with.
+func TestVersion(t *testing.T) {
+	var lines []string
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out bytes.Buffer
+		root := NewRoot(&out, &out)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("okso %s: %v", args[0], err)
+		}
+		lines = append(lines, out.String())
+	}
+	want := "okso version " + Version + " ("
+	if lines[0] != lines[1] || !strings.HasPrefix(lines[0], want) || !strings.Contains(lines[0], runtime.Version()) ||
+		strings.Count(lines[0], "\n") != 1 {
+		t.Errorf("okso version printed %q and okso --version %q, want one line %s... naming %s",
+			lines[0], lines[1], want, runtime.Version())
+	}
 }

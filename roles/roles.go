@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -48,7 +49,9 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetVersionTemplate(versionLine() + "\n")
 	root.AddCommand(
+		versionCmd(stdout),
 		allInOneCmd(stdout, stderr),
 		gatewayCmd(stderr),
 		deviceCmd(stderr),
@@ -58,6 +61,44 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		benchCmd(stdout, stderr),
 	)
 	return root
+}
+
+// versionLine is what `okso version` and `okso --version` print: the
+// version, and the Go release and commit this binary was built with, when
+// the build recorded them.
+func versionLine() string {
+	line := "okso version " + Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return line
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+changes"
+			}
+		}
+	}
+	if rev != "" {
+		return fmt.Sprintf("%s (commit %s%s, %s)", line, rev, modified, bi.GoVersion)
+	}
+	return fmt.Sprintf("%s (%s)", line, bi.GoVersion)
+}
+
+func versionCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print okso's version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(stdout, versionLine())
+			return err
+		},
+	}
 }
 
 // bindEnv sets every flag not given on the command line from OKSO_<NAME>.
