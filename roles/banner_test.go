@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -182,5 +184,22 @@ func TestSelfCommand(t *testing.T) {
 		if got := selfCommand(arg0); got != want {
 			t.Errorf("selfCommand(%q) = %s, want %s", arg0, got, want)
 		}
+	}
+}
+
+// TestReadmeNamesTheBannersInspector: the README's Inspector commands use
+// the release the banner names, and say the Node.js it needs.
+func TestReadmeNamesTheBannersInspector(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if n := strings.Count(readme, "@modelcontextprotocol/inspector"); n == 0 ||
+		n != strings.Count(readme, "@modelcontextprotocol/inspector@"+inspectorVersion+" ") {
+		t.Errorf("the README names the Inspector %d times, not all as release %s", n, inspectorVersion)
+	}
+	if !strings.Contains(readme, "Node.js >= "+inspectorNode) {
+		t.Errorf("the README does not say the Inspector needs Node.js >= %s", inspectorNode)
 	}
 }
