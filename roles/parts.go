@@ -484,9 +484,9 @@ func (p *tierPart) close() {
 type fleetPart struct {
 	log       *slog.Logger
 	devices   []*device.Device
-	links     []*deviceLink // of each device, in links
-	watch     *linkWatch
-	connected atomic.Int64 // devices that got their first announce_ok
+	watch     *linkWatch    // says when the tier goes away and comes back
+	links     []*deviceLink // each device's, in watch
+	connected atomic.Int64  // devices that got their first announce_ok
 	// rate is how many devices start dialling per second (0: all at once).
 	rate int
 }

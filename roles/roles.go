@@ -142,8 +142,8 @@ func (l *logFlags) add(fs *pflag.FlagSet) {
 	l.fs = fs
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.format, "log-format", "", "log format: json or text (default: text when stderr is a terminal, else json)")
-	fs.BoolVar(&l.audit, "log-audit", false, "also write each audit event to the log as a line \"msg\":\"audit\" "+
-		"(default: on unless stderr is a terminal); events go to NATS (okso.v1.audit.<tenant>) either way")
+	fs.BoolVar(&l.audit, "log-audit", false, "gateway and device tier: also write each audit event to the log as a line "+
+		"\"msg\":\"audit\" (default: on unless stderr is a terminal); events go to NATS (okso.v1.audit.<tenant>) either way")
 	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
 	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
 		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
