@@ -30,6 +30,8 @@ const (
 	DecisionRevoked    = "revoked"
 	DecisionConnected  = "connected"
 	DecisionDisconnect = "disconnected"
+	// DecisionStreamClosed ends a stream; its code is the stream's close code.
+	DecisionStreamClosed = "stream_closed"
 )
 
 // AuditEvent is one decision. It never carries arguments, results or any
@@ -48,9 +50,13 @@ type AuditEvent struct {
 	RequestID string        `json:"request_id,omitempty"`
 }
 
-// Auditor records audit events: one structured log line each, and, when it
-// has a connection, a message on [Audit] of the event's tenant.
-// The zero value discards events. It is safe for concurrent use.
+// Auditor records audit events: one structured log line each when it has
+// a Log, and, when it has a connection, a message on [Audit] of the
+// event's tenant. Observe, if set, is given each event before it is
+// published (so a reader of the subject knows it was observed); it runs
+// where the event is written and must be quick. Set the fields before the
+// first Record. The zero value discards events. It is safe for concurrent
+// use.
 //
 // Until [Auditor.Start], Record writes each event itself. After it, a
 // goroutine of the Auditor's own writes them, in the order they were
@@ -63,8 +69,9 @@ type AuditEvent struct {
 // queued (a few at most, short of a stalled log); the publish on NATS
 // was never more than best effort.
 type Auditor struct {
-	Log *slog.Logger
-	NC  *nats.Conn
+	Log     *slog.Logger
+	NC      *nats.Conn
+	Observe func(AuditEvent)
 
 	mu   sync.RWMutex
 	q    chan AuditEvent // nil unless started
@@ -140,6 +147,9 @@ func (a *Auditor) write(e AuditEvent) {
 			slog.Duration("duration", e.Duration),
 			slog.String("request_id", e.RequestID),
 		)
+	}
+	if a.Observe != nil {
+		a.Observe(e)
 	}
 	if a.NC != nil && ValidTenant(e.Tenant) {
 		if b, err := e.encode(); err == nil {

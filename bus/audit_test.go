@@ -211,3 +211,50 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// An Auditor without a Log still publishes; Observe sees every event, in
+// order, before it is published.
+func TestAuditorObserve(t *testing.T) {
+	srv, pub := startBus(t)
+	sub := connect(t, srv, "audit-reader")
+	s, err := sub.SubscribeSync("okso.v1.audit.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		observed []string
+	)
+	a := &bus.Auditor{NC: pub, Observe: func(e bus.AuditEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		observed = append(observed, e.RequestID)
+	}}
+	a.Start()
+	defer a.Close()
+	const n = 100
+	for i := range n {
+		e := auditEvent()
+		e.RequestID = fmt.Sprint(i)
+		a.Record(e)
+	}
+	for i := range n {
+		m, err := s.NextMsg(eventTimeout)
+		if err != nil {
+			t.Fatalf("%d of %d events published: %v", i, n, err)
+		}
+		var e bus.AuditEvent
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		seen := len(observed) > i && observed[i] == e.RequestID
+		mu.Unlock()
+		if !seen {
+			t.Fatalf("event %s published before it was observed (observed %d)", e.RequestID, len(observed))
+		}
+	}
+}

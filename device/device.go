@@ -48,6 +48,12 @@ type Options struct {
 	// OnReady, if set, is called after each accepted announce with the
 	// projected tool names.
 	OnReady func(tools []string)
+	// OnLost, if set, is called when a connection that got as far as
+	// OnReady ends while the device is still running (the tier went away,
+	// closed the session, or the link broke), with the reason, before
+	// the device waits to reconnect. OnReady and OnLost are called in
+	// turn from the goroutine of Run, never at once.
+	OnLost func(err error)
 	// PingInterval is how often the device pings its tier (30 s): a
 	// connection that died without a close (a crashed host, a NAT that
 	// forgot it) is noticed and replaced.
@@ -111,6 +117,9 @@ func (d *Device) Run(ctx context.Context) error {
 		ready, err := d.session(ctx, url)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if ready && d.o.OnLost != nil {
+			d.o.OnLost(err)
 		}
 		var ce *CloseError
 		if errors.As(err, &ce) {

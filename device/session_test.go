@@ -812,13 +812,16 @@ func TestDeviceRefused(t *testing.T) {
 }
 
 // TestFailover shuts a tier down under a device: the device gets 1001,
-// reconnects to the next tier, and its node is served from there.
+// says so once (OnLost), reconnects to the next tier, and its node is
+// served from there. Stopping the device is no loss.
 func TestFailover(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
 	tierB, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
 	o := device.MockOptions(device.NewNodeID(), tt.set, 1)
 	o.URLs = []string{tt.url, urlB}
 	o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
+	lost := make(chan error, 8)
+	o.OnLost = func(err error) { lost <- err }
 	d := tt.runDevice(t, o)
 	// The device starts at a random tier of its list; shut that one down.
 	r := tt.record(t, d.node)
@@ -847,4 +850,16 @@ func TestFailover(t *testing.T) {
 		t.Errorf("%s has %d sessions, want 1", toTier, n)
 	}
 	tt.echo(t, d.node)
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	close(lost) // Run has returned: no call comes after
+	var errs []error
+	for err := range lost {
+		errs = append(errs, err)
+	}
+	var wce websocket.CloseError
+	if len(errs) != 1 || !errors.As(errs[0], &wce) || wce.Code != device.CloseGoingAway {
+		t.Errorf("OnLost called with %v, want once with the tier's close 1001", errs)
+	}
 }

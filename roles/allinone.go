@@ -1,10 +1,15 @@
 package roles
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/oklog/run"
@@ -24,6 +29,9 @@ type AllInOneConfig struct {
 	Tenant     string
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
+	// NoAuditLog leaves audit events out of the log; they are published
+	// on NATS all the same.
+	NoAuditLog bool
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -43,6 +51,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if err != nil {
 		return nil, err
 	}
+	c.noAuditLog = cfg.NoAuditLog
 	a := &AllInOne{c: c}
 	defer func() {
 		if err != nil {
@@ -88,10 +97,13 @@ func (a *AllInOne) Run(ctx context.Context) error {
 	defer a.close()
 	var g run.Group
 	g.Add(run.ContextHandler(ctx))
+	// Interrupted in this order: the gateway drains its calls while the
+	// devices still answer; then this process's own devices stop, so
+	// that the tier's 1001 is no outage to them; then the tier.
 	a.gw.actors(&g)
-	a.tier.actors(&g)
 	a.fleet.actors(&g)
 	a.agent.actors(&g)
+	a.tier.actors(&g)
 	err := g.Run()
 	if _, ok := err.(run.SignalError); ok || err == context.Canceled {
 		return nil
@@ -132,6 +144,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			defer stop()
 			ctx := contextOf(cmd)
+			cfg.NoAuditLog = !logs.audit
 			a, err := NewAllInOne(ctx, log, cfg)
 			if err != nil {
 				return err
@@ -142,20 +155,18 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "okso %s all-in-one\n", Version)
-			fmt.Fprintf(stdout, "  MCP endpoint : %s\n", a.MCPURL())
-			fmt.Fprintf(stdout, "  device tier  : %s\n", a.DeviceURL())
-			if u := a.NATSURL(); u != "" {
-				fmt.Fprintf(stdout, "  NATS         : %s\n", u)
+			b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
+				natsURL: a.NATSURL(), dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
+				token: token, ttl: ttl, logFormat: logs.format, auditLog: logs.audit}
+			if abs, err := filepath.Abs(b.dataDir); err == nil {
+				b.dataDir = abs
 			}
-			fmt.Fprintf(stdout, "  mock devices : %d (tenant %s)\n", cfg.Mock, cfg.Tenant)
 			if a.agent != nil {
-				fmt.Fprintf(stdout, "  this host    : node %s (okso agent)\n", a.agent.d.NodeID())
+				b.hostNode = a.agent.d.NodeID()
 			}
-			fmt.Fprintf(stdout, "  agent token  : %s\n", token)
-			fmt.Fprintf(stdout, "                (tenant %s, scope %s, valid %s)\n", cfg.Tenant, auth.ScopeReadOnly, ttl)
-			fmt.Fprintf(stdout, "  try it       : npx @modelcontextprotocol/inspector --cli %s --transport http "+
-				"--header \"Authorization: Bearer %s\" --method tools/list\n", a.MCPURL(), token)
+			if err := b.write(stdout); err != nil {
+				return fmt.Errorf("write the banner: %w", err)
+			}
 			return a.Run(ctx)
 		},
 	}
@@ -171,4 +182,91 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")
 	logs.add(fs)
 	return cmd
+}
+
+// The MCP Inspector release the banner and the README name, and the
+// Node.js it needs (its package.json engines).
+const (
+	inspectorVersion = "2.12.0"
+	inspectorNode    = "22.19"
+)
+
+// banner is what all-in-one prints on stdout once it is ready: where each
+// part is and how to start. Scripts read the values of its labels MCP
+// endpoint, device tier, NATS and agent token: keep them.
+type banner struct {
+	self      string // how to run this okso again: "okso", "./bin/okso", "go run ."
+	mcpURL    string
+	deviceURL string
+	natsURL   string // "" unless --nats-listen
+	dataDir   string
+	mock      int
+	tenant    string
+	hostNode  string // "" without the local agent
+	token     string
+	ttl       time.Duration
+	logFormat string
+	auditLog  bool
+}
+
+func (b banner) write(w io.Writer) error {
+	var buf bytes.Buffer
+	row := func(label, format string, args ...any) {
+		fmt.Fprintf(&buf, "  %-12s : %s\n", label, fmt.Sprintf(format, args...))
+	}
+	more := func(format string, args ...any) { // a row's second line
+		fmt.Fprintf(&buf, "%17s%s\n", "", fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(&buf, "okso %s all-in-one\n", Version)
+	row("MCP endpoint", "%s", b.mcpURL)
+	row("device tier", "%s", b.deviceURL)
+	if b.natsURL != "" {
+		row("NATS", "%s", b.natsURL)
+	}
+	row("data dir", "%s", b.dataDir)
+	more("(the signing key; give the other roles and token mint the same --data-dir)")
+	row("mock devices", "%d (tenant %s)", b.mock, b.tenant)
+	if b.hostNode != "" {
+		row("this host", "node %s (okso agent)", b.hostNode)
+	}
+	row("agent token", "%s", b.token)
+	more("(tenant %s, scope %s, valid %s: lists and calls read-only tools)", b.tenant, auth.ScopeReadOnly, b.ttl)
+	row("token mint", "%s token mint --data-dir %s --tenant %s --scope %s",
+		b.self, shellQuote(b.dataDir), shellQuote(b.tenant), auth.ScopeMutating)
+	more("(prints a token that may also call mutating tools, such as gpio.<node>.pin.write)")
+	row("try it", "npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
+		"--header \"Authorization: Bearer %s\" --method tools/list", inspectorVersion, b.mcpURL, b.token)
+	more("(MCP Inspector %s needs Node.js >= %s)", inspectorVersion, inspectorNode)
+	if b.auditLog {
+		row("logs", "stderr, %s, with a line per audit event", b.logFormat)
+	} else {
+		row("logs", "stderr, %s; audit events go to NATS only (--log-audit logs them too)", b.logFormat)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// selfCommand is how a person runs this okso again, given how it was
+// started (os.Args[0]): "go run ." when `go run` built it (its binary is
+// gone once it exits), else the name or path it was started by.
+func selfCommand(arg0 string) string {
+	dir := filepath.Dir(arg0)
+	if filepath.Base(dir) == "exe" && strings.Contains(dir, "go-build") {
+		return "go run ."
+	}
+	if arg0 == "" {
+		return "okso"
+	}
+	return shellQuote(arg0)
+}
+
+// shellSafe matches the words a POSIX shell takes as they are.
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:@%+=,~-]+$`)
+
+// shellQuote returns s as one word for a POSIX shell.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

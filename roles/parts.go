@@ -189,6 +189,19 @@ type common struct {
 	signer  *auth.Signer      // nil for a role that only verifies
 	public  ed25519.PublicKey // verifies tokens
 	extra   []ed25519.PublicKey
+	// noAuditLog leaves audit events out of the log (--log-audit=false);
+	// they are published all the same.
+	noAuditLog bool
+}
+
+// auditor returns an Auditor that publishes on nc and logs unless
+// noAuditLog.
+func (c *common) auditor(nc *nats.Conn) *bus.Auditor {
+	a := &bus.Auditor{NC: nc}
+	if !c.noAuditLog {
+		a.Log = c.log
+	}
+	return a
 }
 
 // verifier accepts tokens of the current key and of the keys kept after a
@@ -256,6 +269,8 @@ type gatewayPart struct {
 	gw      *mcp.Gateway
 	http    *httpPart
 	revoked *bus.Revocations
+	summary *callSummary
+	tick    <-chan time.Time // of the summary; nil: every summaryPeriod
 }
 
 type gatewayConfig struct {
@@ -271,6 +286,9 @@ type gatewayConfig struct {
 	StreamPing          time.Duration
 	StreamIdle          time.Duration
 	PublicURL           string
+	// SummaryTick, if set, says when to write the calls line (default:
+	// every minute).
+	SummaryTick <-chan time.Time
 }
 
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
@@ -299,7 +317,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if aud == "" {
 		aud = auth.AudienceGateway
 	}
-	audit := &bus.Auditor{Log: c.log, NC: nc}
+	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
+	audit := c.auditor(nc)
+	audit.Observe = summary.observe
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
 		Registry:       reg,
@@ -329,13 +349,24 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		return nil, err
 	}
 	audit.Start()
-	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked}, nil
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked,
+		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
 func (p *gatewayPart) url() string { return "http://" + p.http.addr() + "/mcp" }
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
+	contextActor(g, func(ctx context.Context) error {
+		tick := p.tick
+		if tick == nil {
+			t := time.NewTicker(summaryPeriod)
+			defer t.Stop()
+			tick = t.C
+		}
+		p.summary.run(ctx, tick)
+		return nil
+	})
 	contextActor(g, func(ctx context.Context) error { return p.revoked.Run(ctx, nil, nil) })
 	// Serve once the registry is loaded, so the first tools/list is whole;
 	// on stop, streams get their 1000 close before the server drains.
@@ -393,6 +424,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, err
 	}
 	logAsyncErrors(c.log, nc)
+	logNATSLink(c.log.With("role", "device"), nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
 		nc.Close()
@@ -403,7 +435,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	audit := &bus.Auditor{Log: c.log, NC: nc}
+	audit := c.auditor(nc)
 	tier, err := device.NewTier(device.TierOptions{
 		Revoked: revoked,
 
@@ -452,7 +484,9 @@ func (p *tierPart) close() {
 type fleetPart struct {
 	log       *slog.Logger
 	devices   []*device.Device
-	connected atomic.Int64 // devices that got their first announce_ok
+	watch     *linkWatch    // says when the tier goes away and comes back
+	links     []*deviceLink // each device's, in watch
+	connected atomic.Int64  // devices that got their first announce_ok
 	// rate is how many devices start dialling per second (0: all at once).
 	rate int
 }
@@ -462,6 +496,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
 	f := &fleetPart{log: c.log.With("role", "mock-fleet")}
+	f.watch = newLinkWatch(f.log, fleetLinkWindow)
 	if n > 0 && c.signer == nil {
 		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
 	}
@@ -477,12 +512,18 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		o := device.MockOptions(id, c.schemas, seed)
 		o.URLs, o.Token, o.Logger = urls, tok, f.log
 		var once sync.Once
-		o.OnReady = func([]string) { once.Do(func() { f.connected.Add(1) }) }
+		link := f.watch.add()
+		o.OnReady = func([]string) {
+			once.Do(func() { f.connected.Add(1) })
+			link.ready()
+		}
+		o.OnLost = link.lost
 		d, err := device.NewDevice(o)
 		if err != nil {
 			return nil, err
 		}
 		f.devices = append(f.devices, d)
+		f.links = append(f.links, link)
 	}
 	return f, nil
 }
@@ -501,7 +542,7 @@ func (f *fleetPart) actors(g *run.Group) {
 			pace = t.C
 		}
 	start:
-		for _, d := range f.devices {
+		for i, d := range f.devices {
 			if pace != nil {
 				select {
 				case <-ctx.Done():
@@ -512,11 +553,13 @@ func (f *fleetPart) actors(g *run.Group) {
 			wg.Go(func() {
 				if err := d.Run(ctx); err != nil {
 					f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
+					f.links[i].refused()
 				}
 			})
 		}
 		<-ctx.Done() // a device that gave up does not stop the role
 		wg.Wait()
+		f.watch.stop()
 		return nil
 	})
 }
@@ -537,15 +580,19 @@ func (f *fleetPart) progress(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f.log.Info("mock devices connecting", "connected", f.connected.Load(), "of", n)
+			if c := f.connected.Load(); c < n { // else the line above, at once
+				f.log.Info("mock devices connecting", "connected", c, "of", n)
+			}
 		}
 	}
 }
 
 // agentPart is the real device agent of this host.
 type agentPart struct {
-	log *slog.Logger
-	d   *device.Device
+	log   *slog.Logger
+	d     *device.Device
+	link  *deviceLink
+	watch *linkWatch
 }
 
 // newAgentPart builds the agent. With a token, the node id is the token's
@@ -572,14 +619,21 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 		}
 	}
 	log := c.log.With("role", "agent", "node_id", id)
+	watch := newLinkWatch(log, 0) // one device: say it at once
+	link := watch.add()
 	o := device.AgentOptions(id, c.schemas, Version)
 	o.URLs, o.Token, o.Logger = urls, token, log
-	o.OnReady = func(tools []string) { log.Info("agent connected", "tools", len(tools)) }
+	var once sync.Once
+	o.OnReady = func(tools []string) {
+		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })
+		link.ready()
+	}
+	o.OnLost = link.lost
 	d, err := device.NewDevice(o)
 	if err != nil {
 		return nil, err
 	}
-	return &agentPart{log: log, d: d}, nil
+	return &agentPart{log: log, d: d, link: link, watch: watch}, nil
 }
 
 // hostNodeID reads this host's node id from the data dir, creating it once.
@@ -609,8 +663,10 @@ func (a *agentPart) actors(g *run.Group) {
 	contextActor(g, func(ctx context.Context) error {
 		if err := a.d.Run(ctx); err != nil {
 			a.log.Error("agent stopped", "err", err)
+			a.link.refused()
 		}
 		<-ctx.Done() // an agent that was refused does not stop its role
+		a.watch.stop()
 		return nil
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -48,7 +49,9 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetVersionTemplate(versionLine() + "\n")
 	root.AddCommand(
+		versionCmd(stdout),
 		allInOneCmd(stdout, stderr),
 		gatewayCmd(stderr),
 		deviceCmd(stderr),
@@ -58,6 +61,44 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		benchCmd(stdout, stderr),
 	)
 	return root
+}
+
+// versionLine is what `okso version` and `okso --version` print: the
+// version, and the Go release and commit this binary was built with, when
+// the build recorded them.
+func versionLine() string {
+	line := "okso version " + Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return line
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+changes"
+			}
+		}
+	}
+	if rev != "" {
+		return fmt.Sprintf("%s (commit %s%s, %s)", line, rev, modified, bi.GoVersion)
+	}
+	return fmt.Sprintf("%s (%s)", line, bi.GoVersion)
+}
+
+func versionCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print okso's version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(stdout, versionLine())
+			return err
+		},
+	}
 }
 
 // bindEnv sets every flag not given on the command line from OKSO_<NAME>.
@@ -89,15 +130,20 @@ func defaultDataDir() string {
 type logFlags struct {
 	level  string
 	format string
+	audit  bool
 	debug  string
 	procs  bool
 
-	out *logWriter // under the logger; closed by start's stop
+	fs  *pflag.FlagSet // tells a flag given (or set from OKSO_*) from its default
+	out *logWriter     // under the logger; closed by start's stop
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
+	l.fs = fs
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&l.format, "log-format", "json", "log format: json or text")
+	fs.StringVar(&l.format, "log-format", "", "log format: json or text (default: text when stderr is a terminal, else json)")
+	fs.BoolVar(&l.audit, "log-audit", false, "gateway and device tier: also write each audit event to the log as a line "+
+		"\"msg\":\"audit\" (default: on unless stderr is a terminal); events go to NATS (okso.v1.audit.<tenant>) either way")
 	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
 	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
 		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
@@ -159,8 +205,10 @@ func (l *logFlags) serveDebug(log *slog.Logger) (stop func(), err error) {
 }
 
 // logger makes the role's logger, writing to w through a logWriter that
-// start's stop closes.
+// start's stop closes. The flags not given suit where w goes: a person's
+// terminal gets text and no audit lines, anything else JSON with them.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	l.defaults(isTerminal(w))
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -175,6 +223,21 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		h = slog.NewTextHandler(l.out, o)
 	}
 	return slog.New(flushOnError{h, l.out}), nil
+}
+
+// defaults sets --log-format and --log-audit, unless given, for a log
+// that goes to a terminal or not.
+func (l *logFlags) defaults(terminal bool) {
+	given := func(name string) bool { return l.fs == nil || l.fs.Changed(name) }
+	if !given("log-format") {
+		l.format = "json"
+		if terminal {
+			l.format = "text"
+		}
+	}
+	if !given("log-audit") {
+		l.audit = !terminal
+	}
 }
 
 // natsFlags select embedded or external NATS.

@@ -71,6 +71,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			c.noAuditLog = !logs.audit
 			np, err := openNATS(nf.config())
 			if err != nil {
 				return err
@@ -127,6 +128,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			c.noAuditLog = !logs.audit
 			np, err := openNATS(nf.config())
 			if err != nil {
 				return err
@@ -143,8 +145,8 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			}
 			announceListeners(log, np, "role", "device", "device_url", tp.url())
 			return runGroup(ctx, func(g *run.Group) {
+				fleet.actors(g) // stopped first: the tier's 1001 is no outage to its own devices
 				tp.actors(g)
-				fleet.actors(g)
 			})
 		},
 	}

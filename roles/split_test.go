@@ -210,11 +210,21 @@ func TestSplitMode(t *testing.T) {
 	tier.stop()
 }
 
-// TestAllInOneSignal: all-in-one stops cleanly on SIGTERM.
+// TestAllInOneSignal: all-in-one stops cleanly on SIGTERM, and its own
+// devices (the mock fleet, this host's agent) do not take the stop for
+// their tier going away.
 func TestAllInOneSignal(t *testing.T) {
 	bin := oksoBinary(t)
 	p := startProc(t, bin, "all-in-one", "all-in-one", "--data-dir", t.TempDir(),
 		"--mcp-addr", "127.0.0.1:0", "--device-addr", "127.0.0.1:0", "--mock", "2")
-	p.wait(msgIs("mock devices connected"))
+	seen := map[any]bool{}
+	for !seen["mock devices connected"] || !seen["agent connected"] {
+		seen[p.wait(func(m map[string]any) bool {
+			return m["msg"] == "mock devices connected" || m["msg"] == "agent connected"
+		})["msg"]] = true
+	}
 	p.stop()
+	if log := p.log(); strings.Contains(log, "device tier unreachable") {
+		t.Errorf("a device of all-in-one reported an outage when it stopped:\n%s", log)
+	}
 }

@@ -1,0 +1,194 @@
+package roles
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// fleetLinkWindow is how long a fleet's linkWatch waits after the first
+// device lost its tier before it says so: a tier that goes away closes its
+// thousands of sessions over a moment, and the line counts them all.
+const fleetLinkWindow = 2 * time.Second
+
+// linkWatch turns the tier links of a set of devices, one agent or a fleet
+// of thousands, into two log lines per outage whatever their number:
+// "device tier unreachable" window after the first device lost its link
+// (at once for a zero window), counting every device the outage took, and
+// "device tier back" once each of them has its link again or was refused
+// for good. A device stopped by its owner is no loss. After stop it writes
+// nothing. Make one with newLinkWatch; it is safe for concurrent use.
+type linkWatch struct {
+	log    *slog.Logger
+	window time.Duration
+
+	mu        sync.Mutex
+	devices   int     // added and not refused
+	connected int     // of them, those whose link is up
+	out       *outage // nil between outages
+	outages   int     // outages begun
+	stopped   bool
+}
+
+// outage is one spell of a linkWatch's devices losing their tier.
+type outage struct {
+	n        int // its number, from 1
+	start    time.Time
+	lost     int   // devices that lost their link in it
+	down     int   // of them, those still without it
+	err      error // why the first one lost it
+	reported bool  // the unreachable line is written
+	timer    *time.Timer
+}
+
+// deviceLink is one device of a linkWatch. Its methods are called in turn
+// from that device's Run goroutine (ready: OnReady, lost: OnLost) and
+// after Run returned (refused).
+type deviceLink struct {
+	w      *linkWatch
+	up     bool
+	down   bool // lost its link in the current outage and not back
+	outage int  // number of the last outage that counted it
+}
+
+func newLinkWatch(log *slog.Logger, window time.Duration) *linkWatch {
+	return &linkWatch{log: log, window: window}
+}
+
+// add adds a device to w.
+func (w *linkWatch) add() *deviceLink {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.devices++
+	return &deviceLink{w: w}
+}
+
+// stop ends w: it writes no line after it.
+func (w *linkWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.out != nil && w.out.timer != nil {
+		w.out.timer.Stop()
+	}
+}
+
+// ready records that the device's link is up.
+func (d *deviceLink) ready() {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !d.up {
+		d.up = true
+		w.connected++
+	}
+	d.settle()
+}
+
+// lost records that the device's link went down for err.
+func (d *deviceLink) lost(err error) {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d.up {
+		d.up = false
+		w.connected--
+	}
+	o := w.out
+	if o == nil {
+		w.outages++
+		o = &outage{n: w.outages, start: time.Now(), err: err}
+		w.out = o
+		if w.window > 0 {
+			o.timer = time.AfterFunc(w.window, func() {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if w.out == o {
+					w.report()
+				}
+			})
+		}
+	}
+	if d.outage != o.n {
+		d.outage = o.n
+		o.lost++
+	}
+	if !d.down {
+		d.down = true
+		o.down++
+	}
+	if w.window <= 0 && !o.reported {
+		w.report()
+	}
+}
+
+// refused records that the tier refused the device for good: it is waited
+// for no more.
+func (d *deviceLink) refused() {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.devices--
+	if d.up {
+		d.up = false
+		w.connected--
+	}
+	d.settle()
+}
+
+// settle takes the device out of the outage it is down in, if any; w.mu
+// is held.
+func (d *deviceLink) settle() {
+	if !d.down {
+		return
+	}
+	d.down = false
+	d.w.out.down--
+	d.w.back()
+}
+
+// report writes the unreachable line of the current outage, and the back
+// line too if it is over already; w.mu is held.
+func (w *linkWatch) report() {
+	o := w.out
+	if w.stopped || o.reported {
+		return
+	}
+	o.reported = true
+	w.log.Warn("device tier unreachable", "disconnected", o.lost, "connected", w.connected, "of", w.devices,
+		"err", o.err)
+	w.back()
+}
+
+// back ends the current outage once it is reported and no device is down
+// in it any more; w.mu is held.
+func (w *linkWatch) back() {
+	o := w.out
+	if w.stopped || o == nil || !o.reported || o.down > 0 {
+		return
+	}
+	w.out = nil
+	w.log.Info("device tier back", "connected", w.connected, "of", w.devices, "lost", o.lost,
+		"down_for", time.Since(o.start).Round(time.Millisecond).String())
+}
+
+// logNATSLink logs one line when nc loses its NATS server and one when it
+// is connected again: nats.go reconnects on its own, and silently.
+// Closing nc is no loss.
+func logNATSLink(log *slog.Logger, nc *nats.Conn) {
+	// nats.go runs a connection's handlers one at a time, on one goroutine.
+	var lostAt time.Time
+	nc.SetDisconnectErrHandler(func(nc *nats.Conn, err error) {
+		if nc.IsClosed() {
+			return
+		}
+		lostAt = time.Now()
+		log.Warn("NATS connection lost", "err", err)
+	})
+	nc.SetReconnectHandler(func(nc *nats.Conn) {
+		log.Info("NATS connection back", "nats_url", nc.ConnectedUrlRedacted(),
+			"down_for", time.Since(lostAt).Round(time.Millisecond).String())
+	})
+}
