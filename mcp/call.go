@@ -114,6 +114,7 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 	}
 	name, ok := bus.ParseToolName(c.name)
 	if !ok {
+		c.ev.Tool = trimASCII(c.name, bus.MaxToolName) // what the caller asked for, bounded
 		return nil, nil, nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
 	}
 	c.tool = name

@@ -169,7 +169,7 @@ func metricEvent(f []byte) (string, []byte) { return "metric", f }
 // finishStream releases a stream and audits how it ended.
 func (g *Gateway) finishStream(c *callCtx, s *stream, code int) {
 	s.close(code != bus.StreamDeviceOffline)
-	c.ev.Decision, c.ev.Code = "stream_closed", strconv.Itoa(code)
+	c.ev.Decision, c.ev.Code = bus.DecisionStreamClosed, strconv.Itoa(code)
 	c.ev.Duration = time.Since(c.start)
 	g.o.Auditor.Record(c.ev)
 }

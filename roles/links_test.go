@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -240,67 +238,6 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 	}
 }
 
-// relay forwards TCP connections to a server until cut breaks every one
-// it carries, as a network fault would; new connections are forwarded
-// again at once.
-type relay struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func startRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{ln: ln, target: target}
-	r.wg.Go(func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = down.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, down, up)
-			r.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				_, _ = io.Copy(dst, src)
-				_ = dst.Close()
-				_ = src.Close()
-			}
-			r.wg.Go(func() { pipe(up, down) })
-			r.wg.Go(func() { pipe(down, up) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		r.cut()
-		r.wg.Wait()
-	})
-	return r
-}
-
-func (r *relay) addr() string { return r.ln.Addr().String() }
-
-// cut breaks every connection the relay carries.
-func (r *relay) cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		_ = c.Close()
-	}
-	r.conns = nil
-}
-
 // TestTierSaysWhenNATSGoesAway cuts the device tier's link to NATS: the
 // tier writes one line when it is lost and one when its connection is
 // back; closing it at the end is no loss.
@@ -316,7 +253,7 @@ func TestTierSaysWhenNATSGoesAway(t *testing.T) {
 	}
 	t.Cleanup(server.close) // after the relay's and the tier's cleanups
 	r := startRelay(t, strings.TrimPrefix(server.clientURL(), "nats://"))
-	np, err := openNATS(natsConfig{URL: "nats://" + r.addr()})
+	np, err := openNATS(natsConfig{URL: "nats://" + r.addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,6 +264,7 @@ func TestTierSaysWhenNATSGoesAway(t *testing.T) {
 	if lost["err"] == nil {
 		t.Errorf("line %v gives no reason", lost)
 	}
+	r.restore()
 	logs.wait(t, "connection back", line("NATS connection back", "role", "device"))
 
 	stopTier()
