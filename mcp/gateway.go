@@ -470,8 +470,14 @@ func (g *Gateway) newServer() *sdk.Server {
 		&sdk.ServerOptions{
 			Instructions: "Each tool is one capability of one device of your fleet, " +
 				"named {kind}.{node_id}.{capability}.{verb}.",
-			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
-			Logger:       g.sdkLog(),
+			// Tools, and logging: clients of the 2025 revisions set a
+			// log level (logging/setLevel) and expect it accepted, though
+			// okso sends no log notifications yet.
+			Capabilities: &sdk.ServerCapabilities{
+				Tools:   &sdk.ToolCapabilities{ListChanged: true},
+				Logging: &sdk.LoggingCapabilities{},
+			},
+			Logger: g.sdkLog(),
 			// Tool lists are per tenant and change as devices come and go.
 			SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) {
 				c.CacheScope, c.TTLMs = "private", 0
@@ -521,7 +527,7 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 // does not declare.
 func undeclared(method string) bool {
 	return strings.HasPrefix(method, "prompts/") || strings.HasPrefix(method, "resources/") ||
-		method == "completion/complete" || method == "logging/setLevel"
+		method == "completion/complete"
 }
 
 // listed has a tools/list page carry each tool's schemas as documents.

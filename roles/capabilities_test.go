@@ -71,8 +71,8 @@ func TestCapabilitiesTruthful(t *testing.T) {
 			if caps.Tools == nil || caps.Tools.ListChanged != c.listChanged {
 				t.Errorf("tools capability %+v, want listChanged %v", caps.Tools, c.listChanged)
 			}
-			if caps.Prompts != nil || caps.Resources != nil || caps.Logging != nil || caps.Completions != nil {
-				t.Errorf("capabilities %+v declare more than tools", caps)
+			if caps.Prompts != nil || caps.Resources != nil || caps.Completions != nil || caps.Logging == nil {
+				t.Errorf("capabilities %+v: want tools and logging only", caps)
 			}
 			_, err := s.ListPrompts(t.Context(), nil)
 			var rpcErr *jsonrpc.Error
