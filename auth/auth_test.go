@@ -76,6 +76,17 @@ func b64(v any) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// claimsWith is validClaims with claim k set to val, or removed (nil).
+func claimsWith(now time.Time, k string, val any) jwt.MapClaims {
+	c := validClaims(now)
+	if val == nil {
+		delete(c, k)
+	} else {
+		c[k] = val
+	}
+	return c
+}
+
 func TestVerifyRejects(t *testing.T) {
 	now := time.Now()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -84,15 +95,7 @@ func TestVerifyRejects(t *testing.T) {
 	}
 	v := auth.NewVerifier(pub, auth.AudienceGateway)
 
-	with := func(k string, val any) jwt.MapClaims {
-		c := validClaims(now)
-		if val == nil {
-			delete(c, k)
-		} else {
-			c[k] = val
-		}
-		return c
-	}
+	with := func(k string, val any) jwt.MapClaims { return claimsWith(now, k, val) }
 	ed := func(c jwt.MapClaims) string { return signWith(t, jwt.SigningMethodEdDSA, priv, c) }
 
 	// Positive controls: the same construction, unchanged, verifies.
@@ -507,15 +510,7 @@ func TestVerifyReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := auth.NewVerifier(pub, auth.AudienceGateway)
-	with := func(k string, val any) jwt.MapClaims {
-		c := validClaims(now)
-		if val == nil {
-			delete(c, k)
-		} else {
-			c[k] = val
-		}
-		return c
-	}
+	with := func(k string, val any) jwt.MapClaims { return claimsWith(now, k, val) }
 	ed := func(c jwt.MapClaims) string { return signWith(t, jwt.SigningMethodEdDSA, priv, c) }
 	expired := now.Add(-time.Hour).Truncate(time.Second)
 	for tok, want := range map[string]string{
