@@ -57,8 +57,13 @@ const (
 	HeaderRequestID   = "Okso-Request-Id"
 	HeaderTraceparent = "traceparent"
 	HeaderBudgetMs    = "Okso-Budget-Ms" // remaining caller budget, decimal milliseconds
-	HeaderTenant      = "Okso-Tenant"
-	HeaderSubject     = "Okso-Subject"
+	// HeaderDeadline is when the caller's budget ends, as Unix time in
+	// decimal milliseconds of the sender's clock: a request that arrives
+	// after it (held in a reconnect buffer, say) must not start, whatever
+	// budget it still claims.
+	HeaderDeadline = "Okso-Deadline"
+	HeaderTenant   = "Okso-Tenant"
+	HeaderSubject  = "Okso-Subject"
 )
 
 // validToken reports whether s is 1 to 64 of [A-Za-z0-9_-]: a subject
