@@ -92,7 +92,7 @@ func (c *Claims) HasScope(s string) bool {
 		return false
 	}
 	want := callRank(s)
-	for f := range strings.FieldsSeq(c.Scope) {
+	for f := range strings.SplitSeq(c.Scope, " ") {
 		if f == s || (want > 0 && callRank(f) >= want) {
 			return true
 		}
@@ -100,8 +100,18 @@ func (c *Claims) HasScope(s string) bool {
 	return false
 }
 
-// Scopes returns the granted scopes.
-func (c *Claims) Scopes() []string { return strings.Fields(c.Scope) }
+// Scopes returns the granted scopes. The scope claim is split on spaces
+// only (RFC 6749 §3.3): a tab or a no-break space is part of a scope
+// name, which then names no scope of okso's.
+func (c *Claims) Scopes() []string {
+	var scopes []string
+	for f := range strings.SplitSeq(c.Scope, " ") {
+		if f != "" {
+			scopes = append(scopes, f)
+		}
+	}
+	return scopes
+}
 
 // Signer signs tokens with an Ed25519 key.
 type Signer struct {

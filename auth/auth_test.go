@@ -544,6 +544,11 @@ func TestScopesImply(t *testing.T) {
 		{auth.ScopeDestructive, map[string]bool{auth.ScopeReadOnly: true, auth.ScopeMutating: true, auth.ScopeDestructive: true}},
 		{auth.ScopeDeviceConnect, map[string]bool{auth.ScopeDeviceConnect: true}},
 		{"tools:call:other " + auth.ScopeDeviceConnect, map[string]bool{auth.ScopeDeviceConnect: true, "tools:call:other": true}},
+		{"  " + auth.ScopeReadOnly + "  ", map[string]bool{auth.ScopeReadOnly: true}},
+		// Scopes are separated by spaces only (RFC 6749 §3.3).
+		{auth.ScopeDeviceConnect + "\t" + auth.ScopeReadOnly, nil},
+		{auth.ScopeReadOnly + "\u00a0" + auth.ScopeDestructive, nil},
+		{auth.ScopeReadOnly + "\n", nil},
 	} {
 		claims := &auth.Claims{Scope: c.granted}
 		for _, s := range []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive, auth.ScopeDeviceConnect, "tools:call:other", ""} {
