@@ -163,12 +163,24 @@ func removeAll(dir string) {
 	}
 }
 
+// A connection to a NATS server in another process pings it every
+// PingInterval and counts the link dead after MaxPingsOutstanding pings
+// go unanswered: a link that went silent (a partition, a blackholed
+// route) is noticed within PingInterval × (MaxPingsOutstanding + 1),
+// 9 s, rather than nats.go's default of minutes, and the connection then
+// reconnects (and okso's roles say they are unready meanwhile).
+const (
+	PingInterval        = 3 * time.Second
+	MaxPingsOutstanding = 2
+)
+
 // ConnectURL connects to an external NATS server or cluster (url may list
 // several servers, comma separated); once connected it reconnects for
 // ever, with jittered waits.
 func ConnectURL(url, name string) (*nats.Conn, error) {
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second),
+		nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOutstanding),
 		nats.RetryOnFailedConnect(false))
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s as %s: %w", url, name, err)

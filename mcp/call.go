@@ -138,7 +138,14 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 }
 
 // request sends the call to the node and returns the tier's reply.
-// Headers carry the correlation, the caller and the remaining budget.
+// Headers carry the correlation, the caller and the remaining budget, both
+// relative and as an absolute deadline.
+//
+// A call is at most once (DESIGN.md §2): it is never handed to a NATS
+// connection that is not connected, which would keep it in its reconnect
+// buffer and send it when the link returns, after its caller was told it
+// failed. Should the link drop between that check and the send, the
+// absolute deadline makes the tier refuse the late request.
 func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, extra nats.Header) (*bus.Reply, *bus.Error) {
 	body, err := bus.Call{Tool: t.name, Arguments: args}.Encode()
 	if err != nil {
@@ -146,10 +153,8 @@ func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, ex
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.g.o.Budget)
 	defer cancel()
-	budget := c.g.o.Budget
-	if d, ok := cctx.Deadline(); ok {
-		budget = time.Until(d)
-	}
+	deadline, _ := cctx.Deadline()
+	budget := time.Until(deadline)
 	msg := &nats.Msg{Subject: bus.NodeCmd(c.tool.NodeID), Data: body, Header: nats.Header{}}
 	for k, v := range extra {
 		msg.Header[k] = v
@@ -157,8 +162,12 @@ func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, ex
 	msg.Header.Set(bus.HeaderRequestID, c.requestID)
 	msg.Header.Set(bus.HeaderTraceparent, c.traceparent)
 	msg.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(budget.Milliseconds(), 10))
+	msg.Header.Set(bus.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)
 	msg.Header.Set(bus.HeaderSubject, c.claims.Subject)
+	if !c.g.o.NC.IsConnected() {
+		return nil, c.fail(bus.CodeInternal, msgRegistryDown)
+	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
