@@ -349,7 +349,7 @@ func TestHasScope(t *testing.T) {
 	}{
 		{"tools:call:read_only", auth.ScopeReadOnly, true},
 		{"  device:connect   tools:call:read_only ", auth.ScopeReadOnly, true},
-		{"tools:call:read_only\tdevice:connect", auth.ScopeDeviceConnect, true},
+		{"tools:call:read_only\tdevice:connect", auth.ScopeDeviceConnect, false}, // spaces only, RFC 6749 §3.3
 		{"tools:call:read_only_extra", auth.ScopeReadOnly, false},
 		{"tools:call:read", auth.ScopeReadOnly, false},
 		{"tools:call:*", auth.ScopeReadOnly, false},
