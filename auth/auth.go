@@ -351,6 +351,19 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 	return &cc, nil
 }
 
+// Cached reports whether token was verified and has not expired since,
+// with its id (jti): a cheap look at the cache of [Verifier.Verify], for a
+// caller that only wants to know whether Verify would accept it.
+func (v *Verifier) Cached(token string) (jti string, ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c, ok := v.cache[token]
+	if !ok || !time.Now().Before(c.ExpiresAt.Time.Add(leeway)) {
+		return "", false
+	}
+	return c.ID, true
+}
+
 // verify checks a token's signature and claims.
 func (v *Verifier) verify(token string) (*Claims, error) {
 	var c Claims

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -113,7 +114,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMCPBody))
+		body, err := readBody(w, r, maxMCPBody)
 		if err != nil {
 			// The SDK's answers for a body it cannot read.
 			var mbe *http.MaxBytesError
@@ -152,6 +153,23 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bodyReadTimeout bounds the time a client takes to send a request's
+// body, once its headers are in (http.Server's ReadHeaderTimeout bounds
+// those).
+const bodyReadTimeout = 10 * time.Second
+
+// readBody reads a request's body, at most limit bytes, within
+// bodyReadTimeout. The connection's read deadline is lifted again after:
+// a response may stream for long, and net/http's watch for a client that
+// hangs up reads under the same deadline.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	_ = rc.SetReadDeadline(time.Time{})
+	return body, err
 }
 
 // acceptable checks what the SDK checks before it reads a stateless

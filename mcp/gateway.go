@@ -349,9 +349,19 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		return info, nil
 	}
 	middleware := func(base string) http.Handler {
-		return sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
+		h := sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
 			ResourceMetadataURL: base + "/.well-known/oauth-protected-resource/mcp",
 		})(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !g.passes(r) {
+				// The refusal is written without reading the body, and the
+				// connection closed after it: net/http would otherwise
+				// read what the body declares before answering, and a
+				// client that never sends it would hold the connection.
+				w.Header().Set("Connection", "close")
+			}
+			h.ServeHTTP(w, r)
+		})
 	}
 	if g.o.PublicURL != "" {
 		return middleware(g.baseURL(nil))
@@ -379,6 +389,26 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// passes reports whether the request's bearer token will be accepted,
+// as cheaply as possible for a token seen before.
+func (g *Gateway) passes(r *http.Request) bool {
+	// Read as the SDK reads it: a scheme, any case, and a token.
+	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return false
+	}
+	token = strings.TrimSpace(token)
+	jti, ok := g.o.Verifier.Cached(token)
+	if !ok {
+		c, err := g.o.Verifier.Verify(token)
+		if err != nil {
+			return false
+		}
+		jti = c.ID
+	}
+	return g.o.Revoked == nil || !g.o.Revoked.Revoked(jti)
 }
 
 // tokenError is why a bearer token was refused, the one sentence of the

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -32,11 +31,10 @@ type callBody struct {
 // decodeCallBody decodes the body strictly: exactly the keys "tool" and
 // "arguments" (no case variants, no duplicates, nothing else), a tool
 // name, arguments that are an object, and no trailing data.
-func decodeCallBody(r io.Reader) (callBody, error) {
+func decodeCallBody(raw []byte, err error) (callBody, error) {
 	var b callBody
-	raw, err := io.ReadAll(r)
 	if err != nil {
-		return b, errors.New("body too large or unreadable")
+		return b, errors.New("body too large, too slow or unreadable")
 	}
 	doc, err := schemas.Decode(raw) // refuses duplicate keys and trailing data
 	obj, ok := doc.(map[string]any)
@@ -114,7 +112,7 @@ func accepts(r *http.Request, mediaType string, allowAny bool) bool {
 // not speak MCP.
 func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
-	body, err := decodeCallBody(http.MaxBytesReader(w, r.Body, maxCallBody))
+	body, err := decodeCallBody(readBody(w, r, maxCallBody))
 	c := g.newCall(claims, body.Tool, r.Header)
 	w.Header().Set("X-Request-Id", c.requestID)
 	if err != nil {

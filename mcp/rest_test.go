@@ -25,7 +25,7 @@ func FuzzDecodeCallBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		b, err := decodeCallBody(bytes.NewReader(body))
+		b, err := decodeCallBody(body, nil)
 		if err != nil {
 			return
 		}
@@ -60,7 +60,7 @@ func TestDecodeCallBody(t *testing.T) {
 		{`{"tool":"x","more":1}`, false},
 		{`null`, false},
 	} {
-		_, err := decodeCallBody(bytes.NewReader([]byte(c.body)))
+		_, err := decodeCallBody([]byte(c.body), nil)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err %v, want ok=%v", c.body, err, c.ok)
 		}

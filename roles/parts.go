@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/run"
+	"golang.org/x/net/netutil"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -147,10 +148,17 @@ type httpPart struct {
 	srv *http.Server
 }
 
-func listen(addr string, h http.Handler) (*httpPart, error) {
+// listen binds addr for h, holding at most maxConns connections at once
+// (0: no bound): beyond, a new connection waits in the kernel's backlog
+// until one closes, so a flood of one listener can neither take every
+// file descriptor of the process nor starve its other listeners.
+func listen(addr string, h http.Handler, maxConns int) (*httpPart, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if maxConns > 0 {
+		ln = netutil.LimitListener(ln, maxConns)
 	}
 	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute}}, nil
@@ -286,6 +294,7 @@ type gatewayConfig struct {
 	StreamPing          time.Duration
 	StreamIdle          time.Duration
 	PublicURL           string
+	MaxConnections      int // held by the MCP listener at once (0: no bound)
 	// SummaryTick, if set, says when to write the calls line (default:
 	// every minute).
 	SummaryTick <-chan time.Time
@@ -343,7 +352,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(cfg.Addr, gw.Handler())
+	hp, err := listen(cfg.Addr, gw.Handler(), cfg.MaxConnections)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -416,7 +425,13 @@ type tierConfig struct {
 	ConnBurstPerIP    int
 	MaxSessions       int
 	MaxPendingPerNode int
+	MaxConnections    int // held by the device listener at once (0: MaxSessions + deviceConnSlack)
 }
+
+// deviceConnSlack is how many connections beyond --max-sessions the
+// device listener holds by default: those the tier is refusing (4429),
+// authenticating, or replacing.
+const deviceConnSlack = 1024
 
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
 	nc, err := np.connect("okso-device-tier")
@@ -457,7 +472,11 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(cfg.Addr, tier.Handler())
+	maxConns := cfg.MaxConnections
+	if maxConns == 0 && cfg.MaxSessions > 0 {
+		maxConns = cfg.MaxSessions + deviceConnSlack
+	}
+	hp, err := listen(cfg.Addr, tier.Handler(), maxConns)
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -1,0 +1,123 @@
+package roles
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestUnauthenticatedBodiesHoldNothing: a client without a valid token
+// that declares a body and never sends it is answered 401 at once and
+// holds nothing: 50 of them all get their 401 within 2 s, on a kept
+// connection or not, and a device can still connect meanwhile.
+func TestUnauthenticatedBodiesHoldNothing(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	host := strings.TrimPrefix(strings.TrimSuffix(f.a.MCPURL(), "/mcp"), "http://")
+	paths := []string{"/mcp", "/mcp/tools/call"}
+	tokens := []string{"", "Authorization: Bearer not-a-token\r\n"}
+	const n = 50
+	var wg sync.WaitGroup
+	statuses := make(chan string, n)
+	deadline := time.Now().Add(2 * time.Second)
+	for i := range n {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", host)
+			if err != nil {
+				statuses <- "dial: " + err.Error()
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(deadline)
+			req := "POST " + paths[i%2] + " HTTP/1.1\r\nHost: " + host + "\r\n" + tokens[i/2%2] +
+				"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n" +
+				"Content-Length: 100000\r\n\r\n{\"jsonrpc\":\"2.0\""
+			if _, err := c.Write([]byte(req)); err != nil {
+				statuses <- "write: " + err.Error()
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				statuses <- "read: " + err.Error()
+				return
+			}
+			resp.Body.Close()
+			statuses <- resp.Status
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if !strings.HasPrefix(s, "401") {
+			t.Errorf("an unfinished body without a valid token got %q, want 401 within 2s", s)
+		}
+	}
+	f.connectDevice(DefaultTenant, nil)
+}
+
+// TestFloodedMCPListenerSparesDevices: the MCP listener holds at most
+// --mcp-max-connections at once; a flood of idle connections waits
+// beyond that instead of taking the process's descriptors, and the device
+// listener goes on serving devices meanwhile.
+func TestFloodedMCPListenerSparesDevices(t *testing.T) {
+	const limit = 20
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.MaxConnections = limit })
+	host := strings.TrimPrefix(strings.TrimSuffix(f.a.MCPURL(), "/mcp"), "http://")
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	// limit connections that send half a request header and wait: the
+	// listener holds them all, and no more.
+	for range limit {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more is accepted by the kernel but not served while they hold.
+	extra, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, extra)
+	if _, err := extra.Write([]byte("GET /healthz HTTP/1.1\r\nHost: " + host + "\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan string, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(extra), nil)
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.Status
+	}()
+	// Devices connect meanwhile, on their own listener.
+	f.connectDevice(DefaultTenant, nil)
+	select {
+	case s := <-answered:
+		t.Fatalf("connection %d was served (%s) while %d were held", limit+1, s, limit)
+	default:
+	}
+	// Once one held connection goes, the waiting one is served.
+	held[0].Close()
+	select {
+	case s := <-answered:
+		if !strings.HasPrefix(s, "200") {
+			t.Errorf("the waiting connection got %q, want 200", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the waiting connection was not served after a slot freed")
+	}
+}
