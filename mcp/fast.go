@@ -107,10 +107,11 @@ var fastBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // reads every POST here: a notifications/cancelled is relayed to the
 // replica serving the request it names (see cancel.go), and a request
 // goes on with its JSON-RPC id in its context, so that a handler can be
-// cancelled that way.
+// cancelled that way. Every gateway refuses a JSON-RPC batch (protocol
+// 2025-03-26) of more than maxBatch messages.
 func (g *Gateway) fastCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if g.o.Stateful || r.Method != http.MethodPost {
+		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -123,6 +124,18 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 				return
 			}
 			http.Error(w, "failed to read body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if n, ok := batchLen(body); ok && n > maxBatch {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"a batch of %d messages: at most %d"}}`,
+				jsonrpc.CodeInvalidRequest, n, maxBatch)
+			return
+		}
+		if g.o.Stateful {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
 			return
 		}
 		sound := acceptable(r)
@@ -153,6 +166,25 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// maxBatch bounds the messages of one JSON-RPC batch (protocol
+// 2025-03-26 has them): each call of a batch runs, so an unbounded one
+// would let one HTTP request run thousands.
+const maxBatch = 16
+
+// batchLen returns the number of messages of a JSON-RPC batch; ok is
+// false for a body that is no batch (a single message, or not JSON).
+func batchLen(body []byte) (int, bool) {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		return 0, false
+	}
+	var msgs []json.RawMessage
+	if json.Unmarshal(trimmed, &msgs) != nil {
+		return 0, false
+	}
+	return len(msgs), true
 }
 
 // bodyReadTimeout bounds the time a client takes to send a request's

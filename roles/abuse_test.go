@@ -2,12 +2,19 @@ package roles
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/device"
 )
 
 // TestUnauthenticatedBodiesHoldNothing: a client without a valid token
@@ -119,5 +126,44 @@ func TestFloodedMCPListenerSparesDevices(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("the waiting connection was not served after a slot freed")
+	}
+}
+
+// TestBatchBounded: a JSON-RPC batch (protocol 2025-03-26) runs at most 16
+// calls; a bigger one is refused whole, before any call runs, on a
+// stateless and a stateful gateway.
+func TestBatchBounded(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	var calls atomic.Int64
+	node, _ := f.connectDevice(DefaultTenant, func(id string, o *device.Options) {
+		o.Handlers["echo.invoke"] = func(_ context.Context, args json.RawMessage) (any, error) {
+			calls.Add(1)
+			return device.EchoResult{Message: "b", NodeID: id, ReceivedAtMs: time.Now().UnixMilli()}, nil
+		}
+	})
+	stateful := f.secondGateway(gatewayConfig{Stateful: true}).url()
+	tok := f.token(auth.MintOptions{})
+	batch := func(n int) string {
+		var msgs []string
+		for i := range n {
+			msgs = append(msgs, `{"jsonrpc":"2.0","id":`+strconv.Itoa(i+1)+`,"method":"tools/call","params":{"name":"`+
+				echoName(node)+`","arguments":{"message":"b"}}}`)
+		}
+		return "[" + strings.Join(msgs, ",") + "]"
+	}
+	hdr := map[string]string{"Mcp-Protocol-Version": "2025-03-26"}
+	for _, url := range []string{f.a.MCPURL(), stateful} {
+		a := postMCP(t, url, tok, hdr, batch(17))
+		m, _ := a.message.(map[string]any)
+		e, _ := m["error"].(map[string]any)
+		if a.status != http.StatusBadRequest || e["code"] != float64(-32600) {
+			t.Errorf("%s: a batch of 17: %d %v, want 400 and -32600", url, a.status, a.message)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d calls of a refused batch ran", n)
+	}
+	if a := postMCP(t, f.a.MCPURL(), tok, hdr, batch(2)); a.status != http.StatusOK || calls.Load() != 2 {
+		t.Errorf("a batch of 2: %d %v %s; %d calls ran, want 2", a.status, a.message, a.text, calls.Load())
 	}
 }
