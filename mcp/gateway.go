@@ -92,6 +92,7 @@ type Gateway struct {
 	initialProbes sync.WaitGroup
 	synced        atomic.Bool // the first registry state is in
 	busDown       atomic.Bool // the NATS connection is down (see followLink)
+	draining      atomic.Bool // see Drain
 
 	schemaMu    sync.Mutex
 	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
@@ -197,7 +198,7 @@ func New(o Options) (*Gateway, error) {
 		streamsByNode:   map[string]map[*stream]struct{}{},
 	}
 	g.serverInfo, _ = json.Marshal(g.implementation())
-	g.handler = g.routes()
+	g.handler = g.drainable(g.routes())
 	return g, nil
 }
 
@@ -272,10 +273,46 @@ func (g *Gateway) routes() http.Handler {
 			http.Error(w, "NATS disconnected", http.StatusServiceUnavailable)
 			return
 		}
+		if g.draining.Load() {
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+			return
+		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	return mux
 }
+
+// Drain prepares the gateway to stop: /readyz answers 503, so load
+// balancers send it no more, while it goes on serving what still comes,
+// each answer with Connection: close so that no client sends another
+// request on a connection the stop will close under it.
+func (g *Gateway) Drain() { g.draining.Store(true) }
+
+func (g *Gateway) drainable(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.draining.Load() {
+			w = closing{w}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// closing answers with Connection: close whatever the handler set (the
+// SDK sets keep-alive on its event streams).
+type closing struct{ http.ResponseWriter }
+
+func (c closing) WriteHeader(code int) {
+	c.Header().Set("Connection", "close")
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c closing) Write(b []byte) (int, error) {
+	c.Header().Set("Connection", "close") // no effect once the header is out
+	return c.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (c closing) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 func (g *Gateway) sdkLog() *slog.Logger {
 	return slog.New(quietHandler{g.log.Handler(), slog.LevelWarn})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -165,5 +166,70 @@ func TestBatchBounded(t *testing.T) {
 	}
 	if a := postMCP(t, f.a.MCPURL(), tok, hdr, batch(2)); a.status != http.StatusOK || calls.Load() != 2 {
 		t.Errorf("a batch of 2: %d %v %s; %d calls ran, want 2", a.status, a.message, a.text, calls.Load())
+	}
+}
+
+// TestShutdownDrains: a stopping gateway with --shutdown-drain first goes
+// unready while it serves on, each answer closing its connection, so
+// that clients move elsewhere before the listener closes rather than
+// have a request cut under them.
+func TestShutdownDrains(t *testing.T) {
+	cfg := AllInOneConfig{
+		Gateway: gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second, ShutdownDrain: 2 * time.Second},
+		Tier:    tierConfig{Addr: "127.0.0.1:0"},
+		DataDir: t.TempDir(),
+		Tenant:  DefaultTenant,
+	}
+	a, err := NewAllInOne(t.Context(), slog.New(slog.DiscardHandler), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	base := strings.TrimSuffix(a.MCPURL(), "/mcp")
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	ready := func() int {
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually(t, "all-in-one ready", func() bool { return ready() == http.StatusOK })
+	tok, err := a.Signer().Mint(auth.MintOptions{Subject: "agent", Tenant: DefaultTenant, Scopes: []string{auth.ScopeReadOnly}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, a.MCPURL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("tools/list while draining: %v", err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := list(); resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("before the stop: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	cancel()
+	eventually(t, "/readyz 503 once stopping", func() bool { return ready() == http.StatusServiceUnavailable })
+	if resp := list(); resp.StatusCode != http.StatusOK || !resp.Close {
+		t.Errorf("while draining: %d, Connection: close %v; want 200 and a closed connection", resp.StatusCode, resp.Close)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("all-in-one stopped with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("all-in-one did not stop")
 	}
 }

@@ -279,6 +279,7 @@ type gatewayPart struct {
 	revoked *bus.Revocations
 	summary *callSummary
 	tick    <-chan time.Time // of the summary; nil: every summaryPeriod
+	drain   time.Duration    // unready but serving, before the stop
 }
 
 type gatewayConfig struct {
@@ -295,6 +296,9 @@ type gatewayConfig struct {
 	StreamIdle          time.Duration
 	PublicURL           string
 	MaxConnections      int // held by the MCP listener at once (0: no bound)
+	// ShutdownDrain is how long a stopping gateway stays unready but
+	// serving, before it stops accepting (0: it stops at once).
+	ShutdownDrain time.Duration
 	// SummaryTick, if set, says when to write the calls line (default:
 	// every minute).
 	SummaryTick <-chan time.Time
@@ -358,7 +362,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		return nil, err
 	}
 	audit.Start()
-	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked,
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, drain: cfg.ShutdownDrain,
 		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
@@ -393,6 +397,12 @@ func (p *gatewayPart) actors(g *run.Group) {
 		return nil
 	}, func(error) {
 		cancel()
+		if p.drain > 0 {
+			// Unready, but serving: load balancers take the gateway out of
+			// rotation before it stops accepting (see mcp.Gateway.Drain).
+			p.gw.Drain()
+			time.Sleep(p.drain)
+		}
 		p.gw.CloseStreams()
 		sctx, scancel := shutdownCtx()
 		defer scancel()

@@ -267,6 +267,7 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.StringVar(&c.PublicURL, "public-url", "", "the gateway's URL as clients reach it (e.g. https://okso.example.com), for OAuth metadata")
 	fs.IntVar(&c.MaxStreamsPerTenant, "max-streams-per-tenant", 256, "streams a tenant may hold open; one more is closed with 4429")
 	fs.IntVar(&c.MaxConnections, "mcp-max-connections", 16384, "connections the MCP listener holds at once (0: no bound); more wait until one closes")
+	fs.DurationVar(&c.ShutdownDrain, "shutdown-drain", 0, "on stop, stay unready (/readyz 503) but serving this long, answering with Connection: close, before closing the listener (for load balancers)")
 	fs.DurationVar(&c.StreamPing, "stream-ping-interval", 25*time.Second, "heartbeat of metric streams")
 	fs.DurationVar(&c.StreamIdle, "stream-idle-timeout", 90*time.Second, "a stream whose client makes no read progress this long is closed with 4408")
 }
