@@ -86,6 +86,7 @@ func versionFits(h http.Header, req *fastRequest) bool {
 	}
 	var caps struct {
 		sdk.ClientCapabilities
+		//lint:ignore SA1019 the SDK still decodes roots (deprecated in 2026-07-28): so must the fast path
 		Roots *sdk.RootCapabilities `json:"roots,omitempty"`
 	}
 	if c, ok := meta[metaClientCapabilities]; !ok || json.Unmarshal(c, &caps) != nil || string(c) == "null" {

@@ -541,7 +541,8 @@ func (g *Gateway) newServer() *sdk.Server {
 			// log level (logging/setLevel) and expect it accepted, though
 			// okso sends no log notifications yet.
 			Capabilities: &sdk.ServerCapabilities{
-				Tools:   &sdk.ToolCapabilities{ListChanged: true},
+				Tools: &sdk.ToolCapabilities{ListChanged: true},
+				//lint:ignore SA1019 deprecated from 2026-07-28, expected by the 2025 revisions' clients
 				Logging: &sdk.LoggingCapabilities{},
 			},
 			Logger: g.sdkLog(),

@@ -71,6 +71,7 @@ func TestCapabilitiesTruthful(t *testing.T) {
 			if caps.Tools == nil || caps.Tools.ListChanged != c.listChanged {
 				t.Errorf("tools capability %+v, want listChanged %v", caps.Tools, c.listChanged)
 			}
+			//lint:ignore SA1019 logging is deprecated from 2026-07-28, and still declared for 2025 clients
 			if caps.Prompts != nil || caps.Resources != nil || caps.Completions != nil || caps.Logging == nil {
 				t.Errorf("capabilities %+v: want tools and logging only", caps)
 			}

@@ -362,8 +362,7 @@ func TestCallFailures(t *testing.T) {
 	}
 	silent := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": block})
 	t.Cleanup(func() { close(release) }) // before the device's own cleanup waits for it
-	var wrongNode string
-	wrongNode = f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+	wrongNode := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
 		return device.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: device.NewNodeID()}, nil
 	}})
 	badOutput := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +44,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 type streamProbe struct {
 	started chan struct{}
 	exited  chan struct{}
-	once    sync.Once
 	frames  func(node string, i int) any // nil: valid samples
 }
 

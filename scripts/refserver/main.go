@@ -37,7 +37,7 @@ func main() {
 	s := mcp.NewServer(&mcp.Implementation{Name: "refserver", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes message."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, echoOut, error) {
-			return nil, echoOut{Message: in.Message}, nil
+			return nil, echoOut(in), nil
 		})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Stateless: *stateless, JSONResponse: *jsonResp})
