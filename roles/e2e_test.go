@@ -49,6 +49,9 @@ type fixture struct {
 	a    *AllInOne
 	logs *syncBuffer
 	nc   *nats.Conn // a test connection to the embedded NATS
+	// stop stops the all-in-one and waits for it (at the end of the test
+	// unless called before).
+	stop func()
 }
 
 func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture {
@@ -76,7 +79,8 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
+	f := &fixture{t: t, a: a, logs: logs, nc: nc}
+	f.stop = sync.OnceFunc(func() {
 		nc.Close()
 		// Keep-alive connections of the tests' clients would outlive the run.
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
@@ -90,7 +94,7 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 			t.Error("all-in-one did not stop")
 		}
 	})
-	f := &fixture{t: t, a: a, logs: logs, nc: nc}
+	t.Cleanup(f.stop)
 	f.waitNodes(cfg.Tenant, mock)
 	return f
 }

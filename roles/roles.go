@@ -246,14 +246,21 @@ type natsFlags struct{ c natsConfig }
 func (n *natsFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&n.c.URL, "nats-url", "", "connect to this NATS server or cluster (comma separated URLs) instead of embedding one")
 	fs.StringVar(&n.c.Listen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
-	fs.StringVar(&n.c.Name, "nats-name", "", "name of the embedded NATS server, unique in its cluster (default: random)")
+	fs.StringVar(&n.c.Name, "nats-name", "", "name of the embedded NATS server, unique in its cluster; its JetStream store is <data-dir>/nats/<name> "+
+		"(default: one made on first start and kept in <data-dir>/nats/<role>.name)")
 	fs.StringVar(&n.c.Cluster, "nats-cluster", "", "join the embedded NATS server to this cluster (with --nats-cluster-addr)")
 	fs.StringVar(&n.c.Addr, "nats-cluster-addr", "", "host:port the embedded server takes routes on")
 	fs.StringSliceVar(&n.c.Routes, "nats-routes", nil, "nats-route://host:port of the other cluster members (repeatable)")
 	fs.IntVar(&n.c.Replicas, "registry-replicas", 0, "replicas of okso's JetStream buckets (0: 3 in a cluster of 3 or more, else 1)")
 }
 
-func (n *natsFlags) config() natsConfig { return n.c }
+// config is the NATS of role, whose embedded server keeps its store in
+// dataDir.
+func (n *natsFlags) config(dataDir, role string) natsConfig {
+	c := n.c
+	c.DataDir, c.Role = dataDir, role
+	return c
+}
 
 // gatewayFlags are the flags of the agents' door.
 func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
