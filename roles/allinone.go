@@ -32,6 +32,9 @@ type AllInOneConfig struct {
 	// NoAuditLog leaves audit events out of the log; they are published
 	// on NATS all the same.
 	NoAuditLog bool
+	// LogRepeats is the period in which audit lines of a kind are logged
+	// once and counted (0: each is logged).
+	LogRepeats time.Duration
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -51,7 +54,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if err != nil {
 		return nil, err
 	}
-	c.noAuditLog = cfg.NoAuditLog
+	c.noAuditLog, c.logRepeats = cfg.NoAuditLog, cfg.LogRepeats
 	a := &AllInOne{c: c}
 	defer func() {
 		if err != nil {
@@ -144,7 +147,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			defer stop()
 			ctx := contextOf(cmd)
-			cfg.NoAuditLog = !logs.audit
+			cfg.NoAuditLog, cfg.LogRepeats = !logs.audit, logs.repeats
 			a, err := NewAllInOne(ctx, log, cfg)
 			if err != nil {
 				return err

@@ -56,6 +56,14 @@ type fixture struct {
 
 func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture {
 	t.Helper()
+	logs := &syncBuffer{}
+	return startAllInOneLog(t, mock, edit, slog.New(slog.NewJSONHandler(logs, nil)), logs)
+}
+
+// startAllInOneLog is startAllInOne with the log given, which writes to
+// logs.
+func startAllInOneLog(t *testing.T, mock int, edit func(*AllInOneConfig), log *slog.Logger, logs *syncBuffer) *fixture {
+	t.Helper()
 	cfg := AllInOneConfig{
 		Gateway: gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second},
 		Tier:    tierConfig{Addr: "127.0.0.1:0"},
@@ -66,8 +74,6 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 	if edit != nil {
 		edit(&cfg)
 	}
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
 	a, err := NewAllInOne(t.Context(), log, cfg)
 	if err != nil {
 		t.Fatal(err)

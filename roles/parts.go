@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -205,13 +206,25 @@ type httpPart struct {
 	srv *http.Server
 }
 
-func listen(addr string, h http.Handler) (*httpPart, error) {
+func listen(log *slog.Logger, addr string, h http.Handler) (*httpPart, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute}}, nil
+		IdleTimeout: 2 * time.Minute, ErrorLog: stdlog.New(httpErrors{log}, "", 0)}}, nil
+}
+
+// httpErrors writes what net/http logs (accept errors when the process
+// runs out of file descriptors, a handler's panic) to log, as a warning
+// "http server" whose err is net/http's line: one message, so a flood of
+// them is counted, not written (repeatHandler), and no line bypasses the
+// log's format.
+type httpErrors struct{ log *slog.Logger }
+
+func (w httpErrors) Write(p []byte) (int, error) {
+	w.log.Warn("http server", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func (p *httpPart) addr() string { return p.ln.Addr().String() }
@@ -261,14 +274,18 @@ type common struct {
 	// noAuditLog leaves audit events out of the log (--log-audit=false);
 	// they are published all the same.
 	noAuditLog bool
+	// logRepeats is the period in which audit lines of a kind are logged
+	// once and counted (--log-repeats; 0: each is logged).
+	logRepeats time.Duration
 }
 
 // auditor returns an Auditor that publishes on nc and logs unless
-// noAuditLog.
-func (c *common) auditor(nc *nats.Conn) *bus.Auditor {
+// noAuditLog, bounding its lines by logRepeats; tick, if set, ends each
+// period of it.
+func (c *common) auditor(nc *nats.Conn, tick <-chan time.Time) *bus.Auditor {
 	a := &bus.Auditor{NC: nc}
 	if !c.noAuditLog {
-		a.Log = c.log
+		a.Log, a.LogRepeats, a.LogTick = c.log, c.logRepeats, tick
 	}
 	return a
 }
@@ -358,6 +375,9 @@ type gatewayConfig struct {
 	// SummaryTick, if set, says when to write the calls line (default:
 	// every minute).
 	SummaryTick <-chan time.Time
+	// AuditTick, if set, ends each period of the audit log's repeats
+	// (default: every --log-repeats).
+	AuditTick <-chan time.Time
 }
 
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
@@ -387,7 +407,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		aud = auth.AudienceGateway
 	}
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
-	audit := c.auditor(nc)
+	audit := c.auditor(nc, cfg.AuditTick)
 	audit.Observe = summary.observe
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
@@ -412,7 +432,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(cfg.Addr, gw.Handler())
+	hp, err := listen(c.log.With("role", "gateway"), cfg.Addr, gw.Handler())
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -488,6 +508,9 @@ type tierConfig struct {
 	ConnBurstPerIP    int
 	MaxSessions       int
 	MaxPendingPerNode int
+	// AuditTick, if set, ends each period of the audit log's repeats
+	// (default: every --log-repeats).
+	AuditTick <-chan time.Time
 }
 
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
@@ -507,7 +530,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	audit := c.auditor(nc)
+	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := device.NewTier(device.TierOptions{
 		Revoked: revoked,
 
@@ -529,7 +552,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(cfg.Addr, tier.Handler())
+	hp, err := listen(c.log.With("role", "device"), cfg.Addr, tier.Handler())
 	if err != nil {
 		nc.Close()
 		return nil, err

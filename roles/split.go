@@ -75,7 +75,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c.noAuditLog = !logs.audit
+			c.noAuditLog, c.logRepeats = !logs.audit, logs.repeats
 			np, err := openNATS(nf.config(dataDir, "gateway"))
 			if err != nil {
 				return err
@@ -132,7 +132,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c.noAuditLog = !logs.audit
+			c.noAuditLog, c.logRepeats = !logs.audit, logs.repeats
 			np, err := openNATS(nf.config(dataDir, "device"))
 			if err != nil {
 				return err
