@@ -31,7 +31,8 @@ type ServerOptions struct {
 	// Name is the server's name, unique in a cluster (default: random).
 	Name string
 	// Cluster, when its Listen is set, joins the embedded servers of
-	// several okso processes into one NATS cluster (JetStream clustered).
+	// several okso processes into one NATS cluster (JetStream clustered);
+	// it needs Listen and the other members' Routes.
 	Cluster ClusterOptions
 }
 
@@ -72,6 +73,16 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		o.Host, o.Port = host, port
 	}
 	if opts.Cluster.Listen != "" {
+		// nats-server opens its routes once its client listener is up: a
+		// clustered server that does not listen would never be ready, and
+		// its Shutdown would then wait for ever. JetStream in a cluster
+		// wants the other members' routes from the start.
+		if opts.Listen == "" {
+			return nil, errors.New("nats cluster: a clustered server must also listen for clients")
+		}
+		if len(opts.Cluster.Routes) == 0 {
+			return nil, errors.New("nats cluster: JetStream needs the routes of the other members")
+		}
 		host, port, err := splitHostPort(opts.Cluster.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("nats cluster listen address: %w", err)

@@ -71,6 +71,12 @@ func openNATS(c natsConfig) (*natsPart, error) {
 	if (c.Addr == "") != (c.Cluster == "") {
 		return nil, errors.New("--nats-cluster and --nats-cluster-addr go together")
 	}
+	if c.Addr != "" && c.Listen == "" {
+		return nil, errors.New("--nats-cluster-addr needs --nats-listen: the embedded server opens its routes only once it listens for clients")
+	}
+	if c.Addr != "" && len(c.Routes) == 0 {
+		return nil, errors.New("--nats-cluster-addr needs --nats-routes: JetStream in a cluster needs the other members' routes")
+	}
 	if replicas <= 0 {
 		replicas = 1
 		if len(c.Routes) >= 2 { // this member and at least two others

@@ -181,3 +181,34 @@ func TestNATSStore(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenNATSRefusesHalfClusters: a cluster member without a client
+// listener, or without routes, is refused at once with the flag it needs
+// (nats-server would never get ready, and then never stop).
+func TestOpenNATSRefusesHalfClusters(t *testing.T) {
+	for _, tc := range []struct {
+		c    natsConfig
+		want string
+	}{
+		{natsConfig{Cluster: "okso", Addr: "127.0.0.1:0", Routes: []string{"nats-route://127.0.0.1:1"}}, "needs --nats-listen"},
+		{natsConfig{Cluster: "okso", Addr: "127.0.0.1:0", Listen: "127.0.0.1:0"}, "needs --nats-routes"},
+	} {
+		tc.c.DataDir, tc.c.Role = t.TempDir(), "device"
+		done := make(chan error, 1)
+		go func() {
+			np, err := openNATS(tc.c)
+			if err == nil {
+				np.close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%+v: %v, want an error that %s", tc.c, err, tc.want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%+v: openNATS hangs", tc.c)
+		}
+	}
+}
