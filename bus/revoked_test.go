@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,4 +192,98 @@ func TestStoreLocked(t *testing.T) {
 		t.Fatalf("the store once free: %v", err)
 	}
 	srv.Shutdown()
+}
+
+// TestRevocationsSurviveClusterRestart: in a cluster of three embedded
+// servers, the bucket is on three replicas, and a revocation outlives a
+// restart of every server (each on its own store, under its own name).
+func TestRevocationsSurviveClusterRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("forms a JetStream cluster twice")
+	}
+	dir := t.TempDir()
+	// Every member routes to the others (JetStream wants routes at start),
+	// on the same ports after the restart.
+	var routes []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, ln.Addr().String())
+		ln.Close()
+	}
+	start := func() []*bus.Server {
+		var srvs []*bus.Server
+		for i, name := range []string{"n1", "n2", "n3"} {
+			o := bus.ServerOptions{Name: name, StoreDir: filepath.Join(dir, name), Listen: "127.0.0.1:0",
+				Cluster: bus.ClusterOptions{Name: "okso", Listen: routes[i]}}
+			for j, r := range routes {
+				if j != i {
+					o.Cluster.Routes = append(o.Cluster.Routes, "nats-route://"+r)
+				}
+			}
+			srv, err := bus.StartServer(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srvs = append(srvs, srv)
+		}
+		return srvs
+	}
+	stop := func(srvs []*bus.Server) {
+		for _, s := range srvs {
+			s.Shutdown()
+		}
+	}
+	// open retries while the cluster elects its JetStream leader.
+	open := func(nc *nats.Conn) *bus.Revocations {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		for {
+			octx, ocancel := context.WithTimeout(ctx, 2*time.Second)
+			r, err := bus.OpenRevocations(octx, nc, bus.RevocationOptions{Replicas: 3})
+			ocancel()
+			if err == nil {
+				return r
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("OpenRevocations: %v", err)
+			case <-time.After(100 * time.Millisecond): // the cluster has no leader yet
+			}
+		}
+	}
+	srvs := start()
+	nc, err := srvs[1].Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := open(nc)
+	if err := r.Revoke(t.Context(), jtiA, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	kv, _ := js.KeyValue(t.Context(), bus.BucketRevoked)
+	st, err := kv.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.Config(); c.Replicas != 3 || c.Storage != jetstream.FileStorage {
+		t.Errorf("bucket on %d replicas in %v storage, want 3 in file", c.Replicas, c.Storage)
+	}
+	nc.Close()
+	stop(srvs)
+
+	srvs = start()
+	defer stop(srvs)
+	nc, err = srvs[2].Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	open(nc)
+	if !openRevocations(t, nc).Revoked(jtiA) {
+		t.Error("the revocation was lost when the cluster restarted")
+	}
 }
