@@ -1,11 +1,15 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,14 +72,96 @@ type AuditEvent struct {
 // events itself again. A process that crashes loses the events still
 // queued (a few at most, short of a stalled log); the publish on NATS
 // was never more than best effort.
+//
+// With LogRepeats, a started Auditor keeps its log bounded whatever its
+// peers send: in each period of LogRepeats it logs the first event of a
+// kind (actor, tenant, subject, node, decision and code) and only counts
+// the others, then writes one line "audit repeated" per kind with how
+// many more there were ("more") in how long ("in_last"). Every event is
+// still observed and published. A period counts at most maxAuditKinds
+// kinds (a caller chooses the node id it names); events of further kinds
+// are counted by actor, decision and code alone. The counting is done by
+// the Auditor's goroutine: it costs Record nothing.
 type Auditor struct {
 	Log     *slog.Logger
 	NC      *nats.Conn
 	Observe func(AuditEvent)
+	// LogRepeats is the period of the log's aggregation (0: every event
+	// is logged).
+	LogRepeats time.Duration
+	// LogTick, if set, ends each period in place of a ticker of
+	// LogRepeats.
+	LogTick <-chan time.Time
 
 	mu   sync.RWMutex
 	q    chan AuditEvent // nil unless started
 	done chan struct{}
+}
+
+// maxAuditKinds bounds the kinds of event counted apart in one period of
+// LogRepeats, and so the lines logged in it.
+const maxAuditKinds = 64
+
+// auditKind is what makes two audit events alike in the log.
+type auditKind struct {
+	actor, tenant, subject, nodeID, decision, code string
+}
+
+// auditRepeats counts, for each kind logged in this period, the events
+// of that kind not logged. It belongs to the Auditor's goroutine.
+type auditRepeats struct {
+	since time.Time // start of the period
+	more  map[auditKind]int
+}
+
+// logs reports whether e is the first of its kind in the period, and
+// counts it otherwise. A nil *auditRepeats logs every event.
+func (r *auditRepeats) logs(e AuditEvent) bool {
+	if r == nil {
+		return true
+	}
+	k := auditKind{e.Actor, e.Tenant, e.Subject, e.NodeID, e.Decision, e.Code}
+	n, ok := r.more[k]
+	if !ok && len(r.more) >= maxAuditKinds {
+		k = auditKind{actor: e.Actor, decision: e.Decision, code: e.Code}
+		n, ok = r.more[k]
+	}
+	if ok {
+		r.more[k] = n + 1
+		return false
+	}
+	r.more[k] = 0
+	return true
+}
+
+// flush writes a line for each kind with events not logged, and starts a
+// new period at now.
+func (r *auditRepeats) flush(log *slog.Logger, now time.Time) {
+	if r == nil {
+		return
+	}
+	in := now.Sub(r.since).Round(time.Millisecond).String()
+	kinds := slices.SortedFunc(maps.Keys(r.more), func(a, b auditKind) int {
+		return cmp.Or(strings.Compare(a.actor, b.actor), strings.Compare(a.tenant, b.tenant),
+			strings.Compare(a.subject, b.subject), strings.Compare(a.nodeID, b.nodeID),
+			strings.Compare(a.decision, b.decision), strings.Compare(a.code, b.code))
+	})
+	for _, k := range kinds {
+		if n := r.more[k]; n > 0 {
+			log.LogAttrs(context.Background(), slog.LevelInfo, "audit repeated",
+				slog.String("actor", k.actor),
+				slog.String("tenant", k.tenant),
+				slog.String("subject", k.subject),
+				slog.String("node_id", k.nodeID),
+				slog.String("decision", k.decision),
+				slog.String("code", k.code),
+				slog.Int("more", n),
+				slog.String("in_last", in),
+			)
+		}
+	}
+	clear(r.more)
+	r.since = now
 }
 
 // auditQueue is how many events wait for the Auditor's goroutine before
@@ -91,15 +177,38 @@ func (a *Auditor) Start() {
 	}
 	q, done := make(chan AuditEvent, auditQueue), make(chan struct{})
 	a.q, a.done = q, done
+	var (
+		rep  *auditRepeats
+		tick <-chan time.Time
+		stop = func() {}
+	)
+	if a.LogRepeats > 0 && a.Log != nil {
+		rep = &auditRepeats{since: time.Now(), more: map[auditKind]int{}}
+		if tick = a.LogTick; tick == nil {
+			t := time.NewTicker(a.LogRepeats)
+			tick, stop = t.C, t.Stop
+		}
+	}
 	go func() {
 		defer close(done)
-		for e := range q {
-			a.write(e)
+		defer stop()
+		for {
+			select {
+			case e, ok := <-q:
+				if !ok {
+					rep.flush(a.Log, time.Now())
+					return
+				}
+				a.write(e, rep)
+			case now := <-tick:
+				rep.flush(a.Log, now)
+			}
 		}
 	}()
 }
 
-// Close writes the queued events and stops the goroutine Start began.
+// Close writes the queued events (and the repeats counted) and stops the
+// goroutine Start began.
 // Events recorded meanwhile wait for the queue to be written, then are
 // written by Record itself, after it.
 func (a *Auditor) Close() {
@@ -130,11 +239,12 @@ func (a *Auditor) Record(e AuditEvent) {
 		return
 	}
 	a.mu.RUnlock()
-	a.write(e)
+	a.write(e, nil)
 }
 
-func (a *Auditor) write(e AuditEvent) {
-	if a.Log != nil {
+// write logs e (unless rep counts it), then observes and publishes it.
+func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
+	if a.Log != nil && rep.logs(e) {
 		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
 			slog.String("actor", e.Actor),
 			slog.String("tenant", e.Tenant),

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
 )
@@ -212,6 +215,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+func (s *syncBuffer) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
 // An Auditor without a Log still publishes; Observe sees every event, in
 // order, before it is published.
 func TestAuditorObserve(t *testing.T) {
@@ -256,5 +265,169 @@ func TestAuditorObserve(t *testing.T) {
 		if !seen {
 			t.Fatalf("event %s published before it was observed (observed %d)", e.RequestID, len(observed))
 		}
+	}
+}
+
+// countAudit counts the events published on okso.v1.audit.> until the
+// test ends; wait returns once n have come.
+type auditCount struct {
+	mu   sync.Mutex
+	n    int
+	more chan struct{} // signalled at each message
+}
+
+func countAudit(t *testing.T, nc *nats.Conn) *auditCount {
+	t.Helper()
+	c := &auditCount{more: make(chan struct{}, 1)}
+	sub, err := nc.Subscribe("okso.v1.audit.>", func(*nats.Msg) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+		select {
+		case c.more <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.SetPendingLimits(-1, -1)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *auditCount) wait(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.NewTimer(eventTimeout)
+	defer timeout.Stop()
+	for {
+		c.mu.Lock()
+		got := c.n
+		c.mu.Unlock()
+		if got >= n {
+			if got > n {
+				t.Fatalf("%d events published, want %d", got, n)
+			}
+			return
+		}
+		select {
+		case <-c.more:
+		case <-timeout.C:
+			t.Fatalf("%d of %d events published", got, n)
+		}
+	}
+}
+
+// auditLines decodes the log's lines.
+func auditLines(t *testing.T, log string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for l := range strings.Lines(log) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %v\n%s", err, l)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+// TestAuditorLogRepeats: a flood of 100,000 events of one kind (a device
+// sending bogus acks), with a few of two other kinds among them, leaves a
+// few lines in the log: the first of each kind, then at the period's end
+// one line per kind with how many more there were. Every event is
+// published all the same. Then a period of 1,000 kinds (a caller naming
+// node ids of its choosing) logs no more than maxAuditKinds of them apart.
+func TestAuditorLogRepeats(t *testing.T) {
+	srv, pub := startBus(t)
+	count := countAudit(t, connect(t, srv, "audit-reader"))
+	var buf syncBuffer
+	tick := make(chan time.Time)
+	a := &bus.Auditor{Log: slog.New(slog.NewJSONHandler(&buf, nil)), NC: pub,
+		LogRepeats: 10 * time.Second, LogTick: tick}
+	a.Start()
+	defer a.Close()
+	start := time.Now()
+	tick <- start // the first period begins
+
+	const flood = 100_000
+	late := bus.AuditEvent{Actor: "tier", Tenant: "acme", Subject: node, NodeID: node, Decision: bus.DecisionLateAck}
+	denied := auditEvent()
+	other := auditEvent()
+	other.NodeID = "01hzx9k3m4p7q8r9s0t1v2w3xz"
+	for i := range flood {
+		e := late
+		e.RequestID = fmt.Sprint(i)
+		a.Record(e)
+		if i%1000 == 0 {
+			a.Record(denied)
+			a.Record(other)
+		}
+	}
+	const total = flood + 2*flood/1000
+	count.wait(t, total) // every event published: each was written
+	tick <- start.Add(10 * time.Second)
+	// Events are written in order: once this one is out, so are the lines
+	// of the period before it.
+	a.Record(late)
+	count.wait(t, total+1)
+
+	log := buf.String()
+	t.Logf("%d events, %d bytes of log in %d lines", total+1, len(log), strings.Count(log, "\n"))
+	if len(log) > 4<<10 {
+		t.Errorf("%d bytes of log for %d events, want at most 4 KiB", len(log), total+1)
+	}
+	lines := auditLines(t, log)
+	more := map[string]float64{} // by node and decision
+	firsts := 0
+	for _, l := range lines {
+		switch l["msg"] {
+		case "audit":
+			firsts++
+		case "audit repeated":
+			more[l["node_id"].(string)+" "+l["decision"].(string)] = l["more"].(float64)
+			if l["in_last"] != "10s" {
+				t.Errorf("in_last = %v, want 10s", l["in_last"])
+			}
+		default:
+			t.Errorf("unexpected line %v", l)
+		}
+	}
+	want := map[string]float64{
+		node + " " + bus.DecisionLateAck:                   flood - 1,
+		node + " " + bus.DecisionDenied:                    flood/1000 - 1,
+		"01hzx9k3m4p7q8r9s0t1v2w3xz " + bus.DecisionDenied: flood/1000 - 1,
+	}
+	if !maps.Equal(more, want) {
+		t.Errorf("repeated lines %v, want %v", more, want)
+	}
+	if firsts != 4 { // each kind's first, and the first of the new period
+		t.Errorf("%d audit lines, want 4", firsts)
+	}
+
+	// A period of 1,000 kinds.
+	tick <- start.Add(20 * time.Second)
+	buf.reset()
+	for i := range 1000 {
+		e := late
+		e.NodeID = fmt.Sprintf("01hzx9k3m4p7q8r9s0t1v2%04d", i)
+		a.Record(e)
+	}
+	a.Close() // writes the period's repeats
+	count.wait(t, total+1+1000)
+	lines = auditLines(t, buf.String())
+	n, repeated := 0, 0.0
+	for _, l := range lines {
+		if l["msg"] == "audit" {
+			n++
+		} else {
+			repeated += l["more"].(float64)
+		}
+	}
+	if n != 65 || repeated != 1000-65 {
+		t.Errorf("1,000 kinds: %d audit lines and %v counted, want 65 (64 kinds and one for all others) and 935", n, repeated)
 	}
 }

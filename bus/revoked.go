@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -31,27 +32,124 @@ type Revocations struct {
 	set map[string]bool
 }
 
-// OpenRevocations binds to the bucket, creating it when it does not exist.
-func OpenRevocations(ctx context.Context, nc *nats.Conn, replicas int) (*Revocations, error) {
+// RevocationOptions configures [OpenRevocations]. The zero value keeps a
+// bucket it creates on one replica and logs nothing.
+type RevocationOptions struct {
+	// Replicas of the bucket, when this process creates it (or moves it
+	// to file storage).
+	Replicas int
+	// Log, if set, says when an older okso's bucket was moved to file
+	// storage.
+	Log *slog.Logger
+}
+
+// OpenRevocations binds to the bucket, creating it in file storage when
+// it does not exist, so that revocations outlive a restart of NATS. A
+// bucket in memory storage (as older oksos made it) is moved to
+// file storage with its entries: JetStream cannot change a stream's
+// storage in place, so it is read, deleted and made again (by whichever
+// process opens it first; each that moves it at the same time adds what
+// it read). A revocation written by another process in the instant
+// between the read and the new bucket is lost; every other survives.
+// Other processes that follow the bucket keep their sets meanwhile and
+// follow the new one.
+func OpenRevocations(ctx context.Context, nc *nats.Conn, o RevocationOptions) (*Revocations, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, BucketRevoked)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         BucketRevoked,
-			Description:    "okso revoked token ids",
-			History:        1,
-			Storage:        jetstream.MemoryStorage,
-			Replicas:       max(replicas, 1),
-			LimitMarkerTTL: time.Minute,
-		})
+	r := &Revocations{js: js, set: map[string]bool{}}
+	r.kv, err = js.KeyValue(ctx, BucketRevoked)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		r.kv, err = createRevoked(ctx, js, o.Replicas)
+	case err == nil:
+		err = r.keepOnDisk(ctx, o)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", BucketRevoked, err)
 	}
-	return &Revocations{js: js, kv: kv, set: map[string]bool{}}, nil
+	return r, nil
+}
+
+// createRevoked creates the bucket in file storage, or binds to it when
+// it exists in file storage already (another process made it).
+func createRevoked(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         BucketRevoked,
+		Description:    "okso revoked token ids",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       max(replicas, 1),
+		LimitMarkerTTL: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create in file storage (revocations must outlive a restart: "+
+			"the NATS servers need JetStream file storage): %w", err)
+	}
+	return kv, nil
+}
+
+// keepOnDisk moves the bound bucket to file storage if it is in memory.
+func (r *Revocations) keepOnDisk(ctx context.Context, o RevocationOptions) error {
+	st, err := r.kv.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Config().Storage == jetstream.FileStorage {
+		return nil
+	}
+	held, err := r.entries(ctx)
+	if err != nil {
+		return fmt.Errorf("read the memory bucket: %w", err)
+	}
+	// Another process may have moved it meanwhile: then what was read is
+	// added to its bucket, never deleted with it.
+	if st, err := r.kv.Status(ctx); err != nil || st.Config().Storage != jetstream.FileStorage {
+		if err := r.js.DeleteKeyValue(ctx, BucketRevoked); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return fmt.Errorf("delete the memory bucket: %w", err)
+		}
+	}
+	if r.kv, err = createRevoked(ctx, r.js, o.Replicas); err != nil {
+		return err
+	}
+	for jti, until := range held {
+		if err := r.Revoke(ctx, jti, until); err != nil {
+			return fmt.Errorf("move a revocation to file storage: %w", err)
+		}
+	}
+	if o.Log != nil {
+		o.Log.Info("revocations moved to file storage", "bucket", BucketRevoked, "revocations", len(held))
+	}
+	return nil
+}
+
+// entries reads every revocation in the bucket: token id and expiry.
+func (r *Revocations) entries(ctx context.Context) (map[string]time.Time, error) {
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	held := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("watch closed")
+			}
+			if e == nil {
+				return held, nil
+			}
+			until := time.Now().Add(MaxRevocation) // when the value says nothing
+			if s, err := strconv.ParseInt(string(e.Value()), 10, 64); err == nil {
+				until = time.Unix(s, 0)
+			}
+			held[e.Key()] = until
+		}
+	}
 }
 
 // Revoke records jti as revoked until the token would have expired.

@@ -22,12 +22,17 @@ type ServerOptions struct {
 	// Listen, when set (host:port, port 0 for any), also exposes the server
 	// to other processes over TCP.
 	Listen string
-	// StoreDir, when set, is where JetStream keeps file-backed data.
+	// StoreDir, when set, is where JetStream keeps file-backed data
+	// (in StoreDir/jetstream). It belongs to one server at a time: the
+	// server holds a lock on it while it runs, and a second one is
+	// refused. Give it the same Name across restarts: a clustered
+	// server's store is that of its name.
 	StoreDir string
 	// Name is the server's name, unique in a cluster (default: random).
 	Name string
 	// Cluster, when its Listen is set, joins the embedded servers of
-	// several okso processes into one NATS cluster (JetStream clustered).
+	// several okso processes into one NATS cluster (JetStream clustered);
+	// it needs Listen and the other members' Routes.
 	Cluster ClusterOptions
 }
 
@@ -40,8 +45,9 @@ type ClusterOptions struct {
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns  *server.Server
-	tmp string // removed on Shutdown
+	ns   *server.Server
+	tmp  string   // removed on Shutdown
+	lock *os.File // of StoreDir, released on Shutdown
 }
 
 // StartServer starts an embedded nats-server and waits until it accepts
@@ -59,16 +65,6 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		DontListen: opts.Listen == "",
 		StoreDir:   opts.StoreDir,
 	}
-	var tmp string
-	if o.StoreDir == "" {
-		// JetStream needs a directory even when every stream okso creates is
-		// in memory; give each server its own so processes never share one.
-		var err error
-		if tmp, err = os.MkdirTemp("", "okso-nats-"); err != nil {
-			return nil, fmt.Errorf("jetstream store dir: %w", err)
-		}
-		o.StoreDir = filepath.Join(tmp, "jetstream")
-	}
 	if opts.Listen != "" {
 		host, port, err := splitHostPort(opts.Listen)
 		if err != nil {
@@ -77,6 +73,16 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		o.Host, o.Port = host, port
 	}
 	if opts.Cluster.Listen != "" {
+		// nats-server opens its routes once its client listener is up: a
+		// clustered server that does not listen would never be ready, and
+		// its Shutdown would then wait for ever. JetStream in a cluster
+		// wants the other members' routes from the start.
+		if opts.Listen == "" {
+			return nil, errors.New("nats cluster: a clustered server must also listen for clients")
+		}
+		if len(opts.Cluster.Routes) == 0 {
+			return nil, errors.New("nats cluster: JetStream needs the routes of the other members")
+		}
 		host, port, err := splitHostPort(opts.Cluster.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("nats cluster listen address: %w", err)
@@ -89,18 +95,38 @@ func StartServer(opts ServerOptions) (*Server, error) {
 			o.Routes = server.RoutesFromStr(strings.Join(opts.Cluster.Routes, ","))
 		}
 	}
+	s := &Server{}
+	if o.StoreDir != "" {
+		if err := os.MkdirAll(o.StoreDir, 0o700); err != nil {
+			return nil, fmt.Errorf("jetstream store dir: %w", err)
+		}
+		var err error
+		if s.lock, err = lockStore(o.StoreDir); err != nil {
+			return nil, err
+		}
+	} else {
+		// JetStream needs a directory even when every stream okso creates is
+		// in memory; give each server its own so processes never share one.
+		var err error
+		if s.tmp, err = os.MkdirTemp("", "okso-nats-"); err != nil {
+			return nil, fmt.Errorf("jetstream store dir: %w", err)
+		}
+		o.StoreDir = filepath.Join(s.tmp, "jetstream")
+	}
 	ns, err := server.NewServer(o)
 	if err != nil {
-		removeAll(tmp)
+		s.release()
 		return nil, fmt.Errorf("start embedded nats: %w", err)
 	}
 	ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		ns.Shutdown()
-		removeAll(tmp)
+		ns.WaitForShutdown()
+		s.release()
 		return nil, errors.New("start embedded nats: not ready after 10s")
 	}
-	return &Server{ns: ns, tmp: tmp}, nil
+	s.ns = ns
+	return s, nil
 }
 
 // splitHostPort parses host:port; port 0 means any free port.
@@ -154,12 +180,16 @@ func (s *Server) Connect(name string) (*nats.Conn, error) {
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
-	removeAll(s.tmp)
+	s.release()
 }
 
-func removeAll(dir string) {
-	if dir != "" {
-		_ = os.RemoveAll(dir)
+// release removes the temporary store and lets go of the store's lock.
+func (s *Server) release() {
+	if s.tmp != "" {
+		_ = os.RemoveAll(s.tmp)
+	}
+	if s.lock != nil {
+		_ = s.lock.Close()
 	}
 }
 

@@ -32,6 +32,9 @@ type AllInOneConfig struct {
 	// NoAuditLog leaves audit events out of the log; they are published
 	// on NATS all the same.
 	NoAuditLog bool
+	// LogRepeats is the period in which audit lines of a kind are logged
+	// once and counted (0: each is logged).
+	LogRepeats time.Duration
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -51,14 +54,14 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if err != nil {
 		return nil, err
 	}
-	c.noAuditLog = cfg.NoAuditLog
+	c.noAuditLog, c.logRepeats = cfg.NoAuditLog, cfg.LogRepeats
 	a := &AllInOne{c: c}
 	defer func() {
 		if err != nil {
 			a.close()
 		}
 	}()
-	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen}); err != nil {
+	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one"}); err != nil {
 		return nil, err
 	}
 	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {
@@ -144,7 +147,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			defer stop()
 			ctx := contextOf(cmd)
-			cfg.NoAuditLog = !logs.audit
+			cfg.NoAuditLog, cfg.LogRepeats = !logs.audit, logs.repeats
 			a, err := NewAllInOne(ctx, log, cfg)
 			if err != nil {
 				return err
@@ -174,7 +177,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	addGatewayFlags(fs, &cfg.Gateway)
 	addTierFlags(fs, &cfg.Tier)
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
-	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start)")
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start) and of the NATS store (nats/: revocations)")
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics")
 	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
@@ -224,7 +227,7 @@ func (b banner) write(w io.Writer) error {
 		row("NATS", "%s", b.natsURL)
 	}
 	row("data dir", "%s", b.dataDir)
-	more("(the signing key; give the other roles and token mint the same --data-dir)")
+	more("(the signing key, and revocations in nats/; give the other roles and token mint the same --data-dir)")
 	row("mock devices", "%d (tenant %s)", b.mock, b.tenant)
 	if b.hostNode != "" {
 		row("this host", "node %s (okso agent)", b.hostNode)

@@ -49,9 +49,20 @@ type fixture struct {
 	a    *AllInOne
 	logs *syncBuffer
 	nc   *nats.Conn // a test connection to the embedded NATS
+	// stop stops the all-in-one and waits for it (at the end of the test
+	// unless called before).
+	stop func()
 }
 
 func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture {
+	t.Helper()
+	logs := &syncBuffer{}
+	return startAllInOneLog(t, mock, edit, slog.New(slog.NewJSONHandler(logs, nil)), logs)
+}
+
+// startAllInOneLog is startAllInOne with the log given, which writes to
+// logs.
+func startAllInOneLog(t *testing.T, mock int, edit func(*AllInOneConfig), log *slog.Logger, logs *syncBuffer) *fixture {
 	t.Helper()
 	cfg := AllInOneConfig{
 		Gateway: gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second},
@@ -63,8 +74,6 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 	if edit != nil {
 		edit(&cfg)
 	}
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
 	a, err := NewAllInOne(t.Context(), log, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +85,8 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
+	f := &fixture{t: t, a: a, logs: logs, nc: nc}
+	f.stop = sync.OnceFunc(func() {
 		nc.Close()
 		// Keep-alive connections of the tests' clients would outlive the run.
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
@@ -90,7 +100,7 @@ func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture 
 			t.Error("all-in-one did not stop")
 		}
 	})
-	f := &fixture{t: t, a: a, logs: logs, nc: nc}
+	t.Cleanup(f.stop)
 	f.waitNodes(cfg.Tenant, mock)
 	return f
 }

@@ -5,17 +5,20 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"github.com/oklog/run"
 	"golang.org/x/net/netutil"
 
@@ -36,6 +39,8 @@ func shutdownCtx() (context.Context, context.CancelFunc) {
 // natsPart is the NATS a role uses: an embedded server, or an external one.
 type natsPart struct {
 	srv      *bus.Server // nil when external
+	name     string      // of the embedded server
+	store    string      // its JetStream store ("" when none is on disk)
 	url      string
 	replicas int // of the JetStream buckets okso creates
 }
@@ -49,6 +54,11 @@ type natsConfig struct {
 	Addr     string   // cluster listen address
 	Routes   []string // the other members
 	Replicas int      // bucket replicas; 0: 3 in a cluster of 3 or more, else 1
+	// DataDir, when set, keeps the embedded server's JetStream store
+	// (revocations) under DataDir/nats; Role tells apart the stores of
+	// the roles that share a data dir.
+	DataDir string
+	Role    string
 }
 
 func openNATS(c natsConfig) (*natsPart, error) {
@@ -62,18 +72,73 @@ func openNATS(c natsConfig) (*natsPart, error) {
 	if (c.Addr == "") != (c.Cluster == "") {
 		return nil, errors.New("--nats-cluster and --nats-cluster-addr go together")
 	}
+	if c.Addr != "" && c.Listen == "" {
+		return nil, errors.New("--nats-cluster-addr needs --nats-listen: the embedded server opens its routes only once it listens for clients")
+	}
+	if c.Addr != "" && len(c.Routes) == 0 {
+		return nil, errors.New("--nats-cluster-addr needs --nats-routes: JetStream in a cluster needs the other members' routes")
+	}
 	if replicas <= 0 {
 		replicas = 1
 		if len(c.Routes) >= 2 { // this member and at least two others
 			replicas = 3
 		}
 	}
-	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: c.Name,
+	name, store := c.Name, ""
+	if c.DataDir != "" {
+		var err error
+		if name, store, err = natsStore(c.DataDir, c.Role, c.Name); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store,
 		Cluster: bus.ClusterOptions{Name: c.Cluster, Listen: c.Addr, Routes: c.Routes}})
 	if err != nil {
 		return nil, err
 	}
-	return &natsPart{srv: srv, replicas: replicas}, nil
+	return &natsPart{srv: srv, name: name, store: store, replicas: replicas}, nil
+}
+
+// natsName is what an embedded server's name may be: it names its store
+// directory too.
+var natsName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// natsStore returns the name and the JetStream store directory of the
+// embedded server of role in dataDir. The name is the one given
+// (--nats-name) or else the one made on the role's first start and kept
+// in dataDir/nats/<role>.name: JetStream's store belongs to a server
+// name (a clustered server finds its state by it), so the name must not
+// change across restarts. The store is dataDir/nats/<name>: roles that
+// share a data dir (okso device and okso gateway on one machine) get
+// names, and stores, of their own; two processes of one role on one data
+// dir need --nats-name each, or the second is refused (the store is
+// locked while its server runs).
+func natsStore(dataDir, role, name string) (string, string, error) {
+	dir := filepath.Join(dataDir, "nats")
+	if name == "" {
+		file := filepath.Join(dir, role+".name")
+		b, err := os.ReadFile(file)
+		switch {
+		case err == nil:
+			name = strings.TrimSpace(string(b))
+			if !natsName.MatchString(name) {
+				return "", "", fmt.Errorf("%s: %q is no NATS server name (delete the file to make a new one)", file, name)
+			}
+		case errors.Is(err, os.ErrNotExist):
+			name = "okso-" + role + "-" + strings.ToLower(nuid.Next()[:8])
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return "", "", fmt.Errorf("create NATS store dir: %w", err)
+			}
+			if err := os.WriteFile(file, []byte(name+"\n"), 0o600); err != nil {
+				return "", "", fmt.Errorf("keep the NATS server name: %w", err)
+			}
+		default:
+			return "", "", fmt.Errorf("read the NATS server name: %w", err)
+		}
+	} else if !natsName.MatchString(name) {
+		return "", "", fmt.Errorf("--nats-name %q: use up to 64 letters, digits, '.', '_' or '-' (it names the NATS store's directory too)", name)
+	}
+	return name, filepath.Join(dir, name), nil
 }
 
 func (p *natsPart) connect(name string) (*nats.Conn, error) {
@@ -152,7 +217,7 @@ type httpPart struct {
 // (0: no bound): beyond, a new connection waits in the kernel's backlog
 // until one closes, so a flood of one listener can neither take every
 // file descriptor of the process nor starve its other listeners.
-func listen(addr string, h http.Handler, maxConns int) (*httpPart, error) {
+func listen(log *slog.Logger, addr string, h http.Handler, maxConns int) (*httpPart, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -161,26 +226,49 @@ func listen(addr string, h http.Handler, maxConns int) (*httpPart, error) {
 		ln = netutil.LimitListener(ln, maxConns)
 	}
 	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute}}, nil
+		IdleTimeout: 2 * time.Minute, ErrorLog: stdlog.New(httpErrors{log}, "", 0)}}, nil
+}
+
+// httpErrors writes what net/http logs (accept errors when the process
+// runs out of file descriptors, a handler's panic) to log, as a warning
+// "http server" whose err is net/http's line: one message, so a flood of
+// them is counted, not written (repeatHandler), and no line bypasses the
+// log's format.
+type httpErrors struct{ log *slog.Logger }
+
+func (w httpErrors) Write(p []byte) (int, error) {
+	w.log.Warn("http server", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func (p *httpPart) addr() string { return p.ln.Addr().String() }
 
-// actor adds the server to g; before is called on interrupt, before the
-// HTTP server stops accepting.
-func (p *httpPart) actor(g *run.Group, before func(context.Context)) {
+// actor adds the server to g, serving once ready is closed (nil: at
+// once); before is called on interrupt, before the HTTP server stops
+// accepting.
+func (p *httpPart) actor(g *run.Group, ready <-chan struct{}, before func(context.Context)) {
+	stop := make(chan struct{})
 	g.Add(func() error {
+		if ready != nil {
+			select {
+			case <-ready:
+			case <-stop:
+				return nil
+			}
+		}
 		if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	}, func(error) {
+		close(stop)
 		ctx, cancel := shutdownCtx()
 		defer cancel()
 		if before != nil {
 			before(ctx)
 		}
 		_ = p.srv.Shutdown(ctx)
+		_ = p.ln.Close() // if Serve never started
 	})
 }
 
@@ -200,14 +288,18 @@ type common struct {
 	// noAuditLog leaves audit events out of the log (--log-audit=false);
 	// they are published all the same.
 	noAuditLog bool
+	// logRepeats is the period in which audit lines of a kind are logged
+	// once and counted (--log-repeats; 0: each is logged).
+	logRepeats time.Duration
 }
 
 // auditor returns an Auditor that publishes on nc and logs unless
-// noAuditLog.
-func (c *common) auditor(nc *nats.Conn) *bus.Auditor {
+// noAuditLog, bounding its lines by logRepeats; tick, if set, ends each
+// period of it.
+func (c *common) auditor(nc *nats.Conn, tick <-chan time.Time) *bus.Auditor {
 	a := &bus.Auditor{NC: nc}
 	if !c.noAuditLog {
-		a.Log = c.log
+		a.Log, a.LogRepeats, a.LogTick = c.log, c.logRepeats, tick
 	}
 	return a
 }
@@ -266,7 +358,7 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 // openRevocations opens the shared revocation set.
 func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
 	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Revocations, error) {
-		return bus.OpenRevocations(ctx, nc, replicas)
+		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: replicas, Log: log})
 	})
 }
 
@@ -302,6 +394,9 @@ type gatewayConfig struct {
 	// SummaryTick, if set, says when to write the calls line (default:
 	// every minute).
 	SummaryTick <-chan time.Time
+	// AuditTick, if set, ends each period of the audit log's repeats
+	// (default: every --log-repeats).
+	AuditTick <-chan time.Time
 }
 
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
@@ -331,7 +426,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		aud = auth.AudienceGateway
 	}
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
-	audit := c.auditor(nc)
+	audit := c.auditor(nc, cfg.AuditTick)
 	audit.Observe = summary.observe
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
@@ -356,7 +451,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(cfg.Addr, gw.Handler(), cfg.MaxConnections)
+	hp, err := listen(c.log.With("role", "gateway"), cfg.Addr, gw.Handler(), cfg.MaxConnections)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -380,16 +475,19 @@ func (p *gatewayPart) actors(g *run.Group) {
 		p.summary.run(ctx, tick)
 		return nil
 	})
-	contextActor(g, func(ctx context.Context) error { return p.revoked.Run(ctx, nil, nil) })
-	// Serve once the registry is loaded, so the first tools/list is whole;
+	revoked := followRevocations(g, p.revoked, nil)
+	// Serve once the registry is loaded, so the first tools/list is whole,
+	// and the revocations, so no revoked token gets in after a restart;
 	// on stop, streams get their 1000 close before the server drains.
 	ready := p.gw.Ready()
 	ctx, cancel := context.WithCancel(context.Background())
 	g.Add(func() error {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return nil
+		for _, c := range []<-chan struct{}{ready, revoked} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		if err := p.http.srv.Serve(p.http.ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -436,6 +534,9 @@ type tierConfig struct {
 	MaxSessions       int
 	MaxPendingPerNode int
 	MaxConnections    int // held by the device listener at once (0: MaxSessions + deviceConnSlack)
+	// AuditTick, if set, ends each period of the audit log's repeats
+	// (default: every --log-repeats).
+	AuditTick <-chan time.Time
 }
 
 // deviceConnSlack is how many connections beyond --max-sessions the
@@ -460,7 +561,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
-	audit := c.auditor(nc)
+	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := device.NewTier(device.TierOptions{
 		Revoked: revoked,
 
@@ -486,7 +587,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if maxConns == 0 && cfg.MaxSessions > 0 {
 		maxConns = cfg.MaxSessions + deviceConnSlack
 	}
-	hp, err := listen(cfg.Addr, tier.Handler(), maxConns)
+	hp, err := listen(c.log.With("role", "device"), cfg.Addr, tier.Handler(), maxConns)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -499,9 +600,23 @@ func (p *tierPart) url() string { return "ws://" + p.http.addr() + device.Path }
 
 func (p *tierPart) actors(g *run.Group) {
 	// A revoked device token loses its live sessions too.
-	contextActor(g, func(ctx context.Context) error { return p.revoked.Run(ctx, nil, p.tier.Revoke) })
-	// Devices first get 1001 so they reconnect elsewhere; then the listener stops.
-	p.http.actor(g, func(ctx context.Context) { _ = p.tier.Shutdown(ctx) })
+	revoked := followRevocations(g, p.revoked, p.tier.Revoke)
+	// Devices first get 1001 so they reconnect elsewhere; then the listener
+	// stops. Devices are served once the revocations are loaded: the
+	// listener holds them until then.
+	p.http.actor(g, revoked, func(ctx context.Context) { _ = p.tier.Shutdown(ctx) })
+}
+
+// followRevocations adds an actor that follows the revocation bucket,
+// calling onRevoke (if set) for each revoked token id, and returns a
+// channel closed once the revocations present are loaded.
+func followRevocations(g *run.Group, r *bus.Revocations, onRevoke func(jti string)) <-chan struct{} {
+	loaded := make(chan struct{})
+	var once sync.Once
+	contextActor(g, func(ctx context.Context) error {
+		return r.Run(ctx, func() { once.Do(func() { close(loaded) }) }, onRevoke)
+	})
+	return loaded
 }
 
 func (p *tierPart) close() {

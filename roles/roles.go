@@ -128,14 +128,16 @@ func defaultDataDir() string {
 // logFlags are shared by the server roles: logs, the debug listener, and
 // GOMAXPROCS.
 type logFlags struct {
-	level  string
-	format string
-	audit  bool
-	debug  string
-	procs  bool
+	level   string
+	format  string
+	audit   bool
+	repeats time.Duration
+	debug   string
+	procs   bool
 
 	fs  *pflag.FlagSet // tells a flag given (or set from OKSO_*) from its default
 	out *logWriter     // under the logger; closed by start's stop
+	rep *logRepeats    // of the logger, nil with --log-repeats 0; flushed until start's stop
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
@@ -144,6 +146,9 @@ func (l *logFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&l.format, "log-format", "", "log format: json or text (default: text when stderr is a terminal, else json)")
 	fs.BoolVar(&l.audit, "log-audit", false, "gateway and device tier: also write each audit event to the log as a line "+
 		"\"msg\":\"audit\" (default: on unless stderr is a terminal); events go to NATS (okso.v1.audit.<tenant>) either way")
+	fs.DurationVar(&l.repeats, "log-repeats", 10*time.Second, "bound the log under floods: in each period this long, "+
+		"the first warning, error or audit line of a kind is written and the others of that kind are counted, "+
+		"in one line at the period's end (0: write every line)")
 	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
 	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
 		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
@@ -152,7 +157,9 @@ func (l *logFlags) add(fs *pflag.FlagSet) {
 // start serves --debug-addr and adapts GOMAXPROCS (--adaptive-procs)
 // until stop, which also writes the log lines still waiting.
 func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
+	stopRepeats := l.flushRepeats()
 	closeLog := func() {
+		stopRepeats()
 		if l.out != nil {
 			l.out.Close()
 		}
@@ -180,6 +187,26 @@ func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
 		stopDebug()
 		closeLog()
 	}, nil
+}
+
+// flushRepeats writes the repeated lines the logger counted at the end of
+// each period until stop, and once more then.
+func (l *logFlags) flushRepeats() (stop func()) {
+	if l.rep == nil {
+		return func() {}
+	}
+	tick := time.NewTicker(l.repeats)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.rep.run(ctx, tick.C)
+	}()
+	return func() {
+		cancel()
+		<-done
+		tick.Stop()
+	}
 }
 
 // serveDebug serves net/http/pprof on --debug-addr, if set, until stop.
@@ -217,12 +244,19 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if l.format != "json" && l.format != "text" {
 		return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
 	}
+	if l.repeats < 0 {
+		return nil, fmt.Errorf("--log-repeats %v: want 0 (off) or more", l.repeats)
+	}
 	l.out = newLogWriter(w)
 	var h slog.Handler = slog.NewJSONHandler(l.out, o)
 	if l.format == "text" {
 		h = slog.NewTextHandler(l.out, o)
 	}
-	return slog.New(flushOnError{h, l.out}), nil
+	h = flushOnError{h, l.out}
+	if l.repeats > 0 {
+		h, l.rep = newRepeatHandler(h, time.Now())
+	}
+	return slog.New(h), nil
 }
 
 // defaults sets --log-format and --log-audit, unless given, for a log
@@ -246,14 +280,21 @@ type natsFlags struct{ c natsConfig }
 func (n *natsFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&n.c.URL, "nats-url", "", "connect to this NATS server or cluster (comma separated URLs) instead of embedding one")
 	fs.StringVar(&n.c.Listen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
-	fs.StringVar(&n.c.Name, "nats-name", "", "name of the embedded NATS server, unique in its cluster (default: random)")
+	fs.StringVar(&n.c.Name, "nats-name", "", "name of the embedded NATS server, unique in its cluster; its JetStream store is <data-dir>/nats/<name> "+
+		"(default: one made on first start and kept in <data-dir>/nats/<role>.name)")
 	fs.StringVar(&n.c.Cluster, "nats-cluster", "", "join the embedded NATS server to this cluster (with --nats-cluster-addr)")
 	fs.StringVar(&n.c.Addr, "nats-cluster-addr", "", "host:port the embedded server takes routes on")
 	fs.StringSliceVar(&n.c.Routes, "nats-routes", nil, "nats-route://host:port of the other cluster members (repeatable)")
 	fs.IntVar(&n.c.Replicas, "registry-replicas", 0, "replicas of okso's JetStream buckets (0: 3 in a cluster of 3 or more, else 1)")
 }
 
-func (n *natsFlags) config() natsConfig { return n.c }
+// config is the NATS of role, whose embedded server keeps its store in
+// dataDir.
+func (n *natsFlags) config(dataDir, role string) natsConfig {
+	c := n.c
+	c.DataDir, c.Role = dataDir, role
+	return c
+}
 
 // gatewayFlags are the flags of the agents' door.
 func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {

@@ -41,6 +41,10 @@ func announceListeners(log *slog.Logger, np *natsPart, attrs ...any) {
 		if u := np.srv.ClusterURL(); u != "" {
 			attrs = append(attrs, "nats_route_url", u)
 		}
+		attrs = append(attrs, "nats_name", np.name)
+		if np.store != "" {
+			attrs = append(attrs, "nats_store", np.store)
+		}
 	}
 	log.Info("listening", attrs...)
 }
@@ -71,8 +75,8 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c.noAuditLog = !logs.audit
-			np, err := openNATS(nf.config())
+			c.noAuditLog, c.logRepeats = !logs.audit, logs.repeats
+			np, err := openNATS(nf.config(dataDir, "gateway"))
 			if err != nil {
 				return err
 			}
@@ -90,7 +94,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg)
 	nf.add(fs)
-	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key")
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	logs.add(fs)
 	return cmd
 }
@@ -128,8 +132,8 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c.noAuditLog = !logs.audit
-			np, err := openNATS(nf.config())
+			c.noAuditLog, c.logRepeats = !logs.audit, logs.repeats
+			np, err := openNATS(nf.config(dataDir, "device"))
 			if err != nil {
 				return err
 			}
@@ -153,7 +157,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 	fs := cmd.Flags()
 	addTierFlags(fs, &cfg)
 	nf.add(fs)
-	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key")
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	fs.IntVar(&mock, "mock", 0, "number of simulated devices to run against this tier")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the simulated devices' metrics")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
@@ -412,7 +416,7 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(contextOf(cmd), 10*time.Second)
 			defer cancel()
-			revs, err := bus.OpenRevocations(ctx, nc, 1)
+			revs, err := bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: 1})
 			if err != nil {
 				return err
 			}
