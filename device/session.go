@@ -52,6 +52,8 @@ type session struct {
 	agent                        bus.Agent
 	caps                         map[string]*capState
 	manifest                     []bus.Capability // as announced, in order
+	// boundAt is when the node's binding to its tenant was last refreshed.
+	boundAt time.Time
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -266,6 +268,14 @@ func (s *session) run(ctx context.Context) {
 	if !deadline.Stop() {
 		return // the deadline fired while we verified
 	}
+	// Whose node id this is, asked of JetStream, is the tier's time, not
+	// the device's, and must not end in a 4401.
+	if !s.bind(ctx) {
+		return
+	}
+	if s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id}) != nil {
+		return
+	}
 	deadline.Reset(s.t.o.AuthTimeout)
 	lease := s.announce(ctx, deadline)
 	if lease == nil {
@@ -347,7 +357,45 @@ func (s *session) authenticate(ctx context.Context) bool {
 	s.mu.Lock()
 	s.nodeID = claims.Subject
 	s.mu.Unlock()
-	return s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id}) == nil
+	return true
+}
+
+// bind makes sure the node id is its tenant's: it binds a free node id to
+// the session's tenant, refreshes the binding of one the tenant holds, and
+// refuses the session (4403) when another tenant holds it.
+func (s *session) bind(ctx context.Context) bool {
+	var owner string
+	err := s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		owner, err = s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		return err
+	}, bus.ErrOtherTenant)
+	switch {
+	case errors.Is(err, bus.ErrOtherTenant):
+		s.refuseOtherTenant(owner)
+		return false
+	case err != nil:
+		s.t.log.Error("bind node id to its tenant", "node_id", s.nodeID, "err", err)
+		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot read the node bindings")
+		return false
+	}
+	s.boundAt = time.Now()
+	return true
+}
+
+// refuseOtherTenant closes a session whose node id another tenant holds,
+// with 4403. The refused tenant's audit says so without naming the owner;
+// the owner's says that its node id was presented, without naming who
+// presented it. Only the tier's log, the operator's, names both.
+func (s *session) refuseOtherTenant(owner string) {
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+		Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+	if owner != s.tenant && bus.ValidTenant(owner) {
+		s.t.audit(bus.AuditEvent{Tenant: owner, NodeID: s.nodeID, Decision: bus.DecisionDenied,
+			Code: bus.CodeSafetyDenied})
+	}
+	s.t.log.Warn("refused a node id bound to another tenant", "node_id", s.nodeID, "tenant", s.tenant,
+		"owner", owner)
+	s.close(CloseForbidden, "", "node id belongs to another tenant")
 }
 
 // announce reads and checks the manifest, takes the node's subject and
@@ -538,6 +586,19 @@ func (k *keeper) onRefresh() {
 		return
 	}
 	ctx := context.Background()
+	if time.Since(s.boundAt) >= s.t.o.Bindings.RefreshEvery() {
+		owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		switch {
+		case errors.Is(err, bus.ErrOtherTenant):
+			// An operator freed the node id and another tenant took it.
+			s.refuseOtherTenant(owner)
+			return
+		case err != nil:
+			s.t.log.Warn("refresh node binding", "node_id", s.nodeID, "err", err)
+		default:
+			s.boundAt = time.Now()
+		}
+	}
 	err := k.lease.Refresh(ctx)
 	if errors.Is(err, bus.ErrLeaseLost) {
 		// Replaced only if another session holds the node; a record that
@@ -585,21 +646,31 @@ func (k *keeper) onPing() {
 	k.mu.Unlock()
 }
 
-// claim writes the node's record. While a NATS cluster elects a new
-// JetStream leader (a member just died) writes fail for a few seconds:
-// retry for up to 8 s rather than send the device away.
-func (s *session) claim(ctx context.Context) (*bus.Lease, error) {
+// claim writes the node's record.
+func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
+	err = s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		lease, err = s.t.o.Registry.Claim(ctx, s.record())
+		return err
+	}, nil)
+	return lease, err
+}
+
+// untilJetStream runs op until it succeeds or fails with final. While a
+// NATS cluster elects a new JetStream leader (a member just died) reads
+// and writes fail for a few seconds: it tries again for up to 8 s rather
+// than send the device away.
+func (s *session) untilJetStream(ctx context.Context, op func(context.Context) error, final error) error {
 	deadline := time.Now().Add(8 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		lease, err := s.t.o.Registry.Claim(cctx, s.record())
+		err := op(cctx)
 		cancel()
-		if err == nil || time.Now().After(deadline) || s.closed() {
-			return lease, err
+		if err == nil || (final != nil && errors.Is(err, final)) || time.Now().After(deadline) || s.closed() {
+			return err
 		}
 		select {
 		case <-s.done:
-			return nil, err
+			return err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

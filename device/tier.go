@@ -22,11 +22,15 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// TierOptions configure a [Tier]. NC, Registry, Schemas and Verifier are
-// required; every other zero value means the protocol default.
+// TierOptions configure a [Tier]. NC, Registry, Bindings, Schemas and
+// Verifier are required; every other zero value means the protocol default.
 type TierOptions struct {
 	NC       *nats.Conn
 	Registry *bus.Registry
+	// Bindings says which tenant owns a node id; a session of another
+	// tenant for it is refused with 4403. Their TTL must be at least the
+	// registry's, so that a live session's refreshes keep its binding.
+	Bindings *bus.Bindings
 	Schemas  *schemas.Set
 	Verifier *auth.Verifier // for device tokens (audience okso-device)
 	Auditor  *bus.Auditor
@@ -97,8 +101,12 @@ const cmdQueue = 1 << 16
 
 // NewTier checks opts and returns a tier ready to serve.
 func NewTier(o TierOptions) (*Tier, error) {
-	if o.NC == nil || o.Registry == nil || o.Schemas == nil || o.Verifier == nil {
-		return nil, errors.New("device tier: NC, Registry, Schemas and Verifier are required")
+	if o.NC == nil || o.Registry == nil || o.Bindings == nil || o.Schemas == nil || o.Verifier == nil {
+		return nil, errors.New("device tier: NC, Registry, Bindings, Schemas and Verifier are required")
+	}
+	if o.Bindings.TTL() < o.Registry.TTL() {
+		return nil, fmt.Errorf("device tier: node binding TTL %v is shorter than the registry lease %v",
+			o.Bindings.TTL(), o.Registry.TTL())
 	}
 	if o.AuthTimeout <= 0 {
 		o.AuthTimeout = DefaultAuthTimeoutMs * time.Millisecond

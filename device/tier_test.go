@@ -107,7 +107,11 @@ func (tt *testTier) startReplica(t testing.TB, o device.TierOptions) (*device.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.NC, o.Registry, o.Schemas = nc, reg, tt.set
+	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.NC, o.Registry, o.Bindings, o.Schemas = nc, reg, bindings, tt.set
 	o.Verifier = auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice)
 	o.Auditor = &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}
 	tier, err := device.NewTier(o)
@@ -396,14 +400,20 @@ type rawClient struct {
 // unless o says otherwise.
 func (tt *testTier) dial(t *testing.T, o *websocket.DialOptions) *rawClient {
 	t.Helper()
+	return dialURL(t, tt.url, o)
+}
+
+// dialURL is dial for the tier at url.
+func dialURL(t *testing.T, url string, o *websocket.DialOptions) *rawClient {
+	t.Helper()
 	if o == nil {
 		o = &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, tt.url, o)
+	c, resp, err := websocket.Dial(ctx, url, o)
 	if err != nil {
-		t.Fatalf("dial %s: %v", tt.url, err)
+		t.Fatalf("dial %s: %v", url, err)
 	}
 	if resp.Body != nil {
 		resp.Body.Close()
@@ -554,10 +564,12 @@ type auditLog struct {
 type auditEntry struct {
 	Decision  string `json:"decision"`
 	Tenant    string `json:"tenant"`
+	Subject   string `json:"subject"`
 	NodeID    string `json:"node_id"`
 	Tool      string `json:"tool"`
 	Code      string `json:"code"`
 	RequestID string `json:"request_id"`
+	raw       string // the whole line
 }
 
 func newAuditLog() *auditLog { return &auditLog{changed: make(chan struct{})} }
@@ -571,6 +583,7 @@ func (a *auditLog) Write(p []byte) (int, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return 0, err
 		}
+		e.raw = sc.Text()
 		entries = append(entries, e)
 	}
 	a.mu.Lock()

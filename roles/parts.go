@@ -416,6 +416,7 @@ type tierConfig struct {
 	ConnBurstPerIP    int
 	MaxSessions       int
 	MaxPendingPerNode int
+	NodeBindingTTL    time.Duration
 }
 
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
@@ -435,9 +436,21 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
+	if cfg.NodeBindingTTL != 0 && cfg.NodeBindingTTL < time.Second {
+		nc.Close()
+		return nil, fmt.Errorf("--node-binding-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.NodeBindingTTL)
+	}
+	bindings, err := whileJetStreamForms(ctx, c.log, func(ctx context.Context) (*bus.Bindings, error) {
+		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg})
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	audit := c.auditor(nc)
 	tier, err := device.NewTier(device.TierOptions{
-		Revoked: revoked,
+		Revoked:  revoked,
+		Bindings: bindings,
 
 		ConnRatePerIP:     cfg.ConnRatePerIP,
 		ConnBurstPerIP:    cfg.ConnBurstPerIP,

@@ -20,6 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/okso-io/okso/bus"
 )
 
 // Version is the okso version, set at build time with -ldflags.
@@ -280,6 +282,7 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.IntVar(&c.ConnBurstPerIP, "conn-burst-per-ip", 1000, "burst of device connection attempts from one address")
 	fs.IntVar(&c.MaxSessions, "max-sessions", 50000, "device connections the tier holds; excess ones close with 4429")
 	fs.IntVar(&c.MaxPendingPerNode, "max-pending-per-node", 64, "calls in flight to one node; excess ones get E_RATE_LIMITED")
+	fs.DurationVar(&c.NodeBindingTTL, "node-binding-ttl", bus.DefaultBindingTTL, "how long a node id stays its tenant's after its last session (refreshed hourly while one is up); another tenant's device with that id closes with 4403")
 }
 
 // runUntil runs fn until ctx is cancelled (by a signal, in main).
