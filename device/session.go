@@ -444,6 +444,12 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		return nil
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
+	if !s.t.admitTools(s, len(tools)) {
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+		s.close(CloseForbidden, "", "the tenant's tool cap of "+strconv.Itoa(s.t.o.MaxToolsPerTenant)+" tools is reached")
+		return nil
+	}
 
 	if !s.t.attach(s) {
 		s.close(CloseGoingAway, "", "tier shutting down")
@@ -734,6 +740,9 @@ func (s *session) cleanup() {
 	}
 	s.endStreams(bus.ReasonDeviceOffline)
 	s.t.release(s)
+	if s.t.tools != nil && s.nodeID != "" {
+		s.t.tools.release(s.id, s.nodeID)
+	}
 	if s.nodeID != "" && s.caps != nil {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDisconnect})

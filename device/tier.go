@@ -62,6 +62,11 @@ type TierOptions struct {
 	// MaxPendingPerNode bounds the calls in flight to one node (64), on top
 	// of its capabilities' own limits; excess calls get E_RATE_LIMITED.
 	MaxPendingPerNode int
+	// MaxToolsPerTenant bounds the tools a tenant's nodes register in all,
+	// on every tier ([DefaultMaxToolsPerTenant]); an announce that would
+	// exceed it is refused with 4403. Negative: no cap. The tier counts
+	// from a watch of the registry, which it keeps only with a cap.
+	MaxToolsPerTenant int
 }
 
 // Tier is the device tier: it accepts device WebSockets at [Path], keeps one
@@ -92,6 +97,12 @@ type Tier struct {
 	inbox    string
 	inboxSub *nats.Subscription
 	stopOnce sync.Once
+
+	// tools counts each tenant's tools, from a watch of the registry that
+	// bg runs until stopBG; nil without a cap.
+	tools  *toolCounts
+	stopBG context.CancelFunc
+	bg     sync.WaitGroup
 }
 
 // cmdQueue is the capacity of the tier's call channel. NATS drops a
@@ -135,6 +146,9 @@ func NewTier(o TierOptions) (*Tier, error) {
 	if o.MaxPendingPerNode <= 0 {
 		o.MaxPendingPerNode = 64
 	}
+	if o.MaxToolsPerTenant == 0 {
+		o.MaxToolsPerTenant = DefaultMaxToolsPerTenant
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -152,6 +166,23 @@ func NewTier(o TierOptions) (*Tier, error) {
 		return nil, fmt.Errorf("device tier: subscribe to its stream inbox: %w", err)
 	}
 	go t.dispatch(o.NC.StatusChanged(nats.CLOSED))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.stopBG = cancel
+	if o.MaxToolsPerTenant > 0 {
+		t.tools = newToolCounts()
+		t.bg.Go(func() { t.watchTools(ctx) })
+		// Like dispatch, the watch ends with the connection if Shutdown
+		// never comes.
+		closed := o.NC.StatusChanged(nats.CLOSED)
+		t.bg.Go(func() {
+			defer o.NC.RemoveStatusListener(closed)
+			select {
+			case <-closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		})
+	}
 	return t, nil
 }
 
@@ -303,6 +334,8 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 			_ = t.inboxSub.Unsubscribe()
 		}
 		t.stopOnce.Do(func() { close(t.stopCmds) })
+		t.stopBG()
+		t.bg.Wait()
 		close(done)
 	}()
 	select {
@@ -435,6 +468,32 @@ func (t *Tier) release(s *session) {
 		delete(t.sessions, s.nodeID)
 	}
 	t.mu.Unlock()
+}
+
+// toolCountWait bounds how long an announce waits for a tier that has
+// just started to load its tool counts; past it, it is admitted on the
+// counts so far.
+const toolCountWait = 5 * time.Second
+
+// admitTools counts the tools of s's announce against its tenant's cap,
+// and reports whether they fit.
+func (t *Tier) admitTools(s *session, tools int) bool {
+	if t.tools == nil {
+		return true
+	}
+	select {
+	case <-t.tools.ready:
+	default:
+		wait := time.NewTimer(toolCountWait)
+		select {
+		case <-t.tools.ready:
+		case <-s.done:
+		case <-wait.C:
+			t.log.Warn("announce admitted before the tool counts loaded", "node_id", s.nodeID)
+		}
+		wait.Stop()
+	}
+	return t.tools.admit(s.id, s.nodeID, s.tenant, tools, t.o.MaxToolsPerTenant)
 }
 
 func (t *Tier) audit(e bus.AuditEvent) {

@@ -417,6 +417,7 @@ type tierConfig struct {
 	MaxSessions       int
 	MaxPendingPerNode int
 	NodeBindingTTL    time.Duration
+	MaxToolsPerTenant int
 }
 
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
@@ -451,6 +452,8 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	tier, err := device.NewTier(device.TierOptions{
 		Revoked:  revoked,
 		Bindings: bindings,
+
+		MaxToolsPerTenant: cfg.MaxToolsPerTenant,
 
 		ConnRatePerIP:     cfg.ConnRatePerIP,
 		ConnBurstPerIP:    cfg.ConnBurstPerIP,
