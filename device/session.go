@@ -830,8 +830,13 @@ func (s *session) onCall(m *nats.Msg) {
 	if deadline <= 0 {
 		deadline = DefaultDeadlineMs * time.Millisecond
 	}
-	if b, err := strconv.Atoi(m.Header.Get(bus.HeaderBudgetMs)); err == nil && b > 0 {
-		deadline = min(deadline, time.Duration(b)*time.Millisecond)
+	deadline, ok = callDeadline(start, deadline, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline),
+		s.t.o.MaxClockSkew)
+	if !ok {
+		// Held somewhere (a reconnect buffer, a partition) past the time
+		// its caller gave up: at-most-once means it must not start now.
+		fail(bus.CodeDeadlineExceeded, "the call's deadline passed before it reached the node", bus.DecisionTimeout, call.Tool)
+		return
 	}
 	args := call.Arguments
 	if len(args) == 0 {
@@ -883,6 +888,30 @@ func (s *session) onCall(m *nats.Msg) {
 			s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, bus.CodeNodeOffline)
 		}
 	}
+}
+
+// callDeadline bounds a call that may take d by its caller's remaining
+// budget (budgetMs, relative, from the moment it is read) and by its
+// deadline (deadlineMs, Unix milliseconds on the caller's clock, which
+// may be up to skew away from this host's). It reports false when the
+// deadline passed more than skew ago: the call must not start. Headers
+// that are absent or malformed bound nothing, as from an older gateway.
+func callDeadline(now time.Time, d time.Duration, budgetMs, deadlineMs string, skew time.Duration) (time.Duration, bool) {
+	if b, err := strconv.Atoi(budgetMs); err == nil && b > 0 {
+		d = min(d, time.Duration(b)*time.Millisecond)
+	}
+	if deadlineMs == "" {
+		return d, true
+	}
+	at, err := strconv.ParseInt(deadlineMs, 10, 64)
+	if err != nil || at <= 0 {
+		return d, true
+	}
+	left := time.UnixMilli(at).Add(skew).Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	return min(d, left), true
 }
 
 func containsVerb(verbs []string, v string) bool {

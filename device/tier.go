@@ -67,7 +67,17 @@ type TierOptions struct {
 	// exceed it is refused with 4403. Negative: no cap. The tier counts
 	// from a watch of the registry, which it keeps only with a cap.
 	MaxToolsPerTenant int
+	// MaxClockSkew is how far apart the clocks of gateways and tiers may
+	// be ([DefaultMaxClockSkew]): a call whose Okso-Deadline passed longer
+	// ago than that is refused, and one that has not runs at most until
+	// then.
+	MaxClockSkew time.Duration
 }
+
+// DefaultMaxClockSkew is the clock skew between gateway and tier hosts a
+// tier tolerates unless told otherwise: far more than NTP leaves between
+// hosts, far less than a call's budget.
+const DefaultMaxClockSkew = 250 * time.Millisecond
 
 // Tier is the device tier: it accepts device WebSockets at [Path], keeps one
 // session per node, and serves each node's NATS subject. It is safe for
@@ -145,6 +155,9 @@ func NewTier(o TierOptions) (*Tier, error) {
 	}
 	if o.MaxPendingPerNode <= 0 {
 		o.MaxPendingPerNode = 64
+	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = DefaultMaxClockSkew
 	}
 	if o.MaxToolsPerTenant == 0 {
 		o.MaxToolsPerTenant = DefaultMaxToolsPerTenant

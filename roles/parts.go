@@ -418,6 +418,7 @@ type tierConfig struct {
 	MaxPendingPerNode int
 	NodeBindingTTL    time.Duration
 	MaxToolsPerTenant int
+	MaxClockSkew      time.Duration
 }
 
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
@@ -454,6 +455,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		Bindings: bindings,
 
 		MaxToolsPerTenant: cfg.MaxToolsPerTenant,
+		MaxClockSkew:      cfg.MaxClockSkew,
 
 		ConnRatePerIP:     cfg.ConnRatePerIP,
 		ConnBurstPerIP:    cfg.ConnBurstPerIP,
