@@ -53,6 +53,9 @@ func wantOtherTenantRefused(t *testing.T, url, token string) {
 // operator who deletes the binding frees the node id.
 func TestNodeIDOfAnotherTenant(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
+	tt.audit.mu.Lock()
+	tt.audit.keepRaw = true
+	tt.audit.mu.Unlock()
 	_, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
 	owner := tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set, 1))
 	node := owner.node
