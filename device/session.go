@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,13 @@ type session struct {
 	manifest                     []bus.Capability // as announced, in order
 	// boundAt is when the node's binding to its tenant was last refreshed.
 	boundAt time.Time
+	// clockAt and clockMs are when auth_ok went out, on the tier's
+	// monotonic and wall clocks; a cmd's deadline_at_ms counts from them.
+	clockAt time.Time
+	clockMs int64
+	// deadlineAt: the device announced it checks deadline_at_ms, so cmds
+	// carry it.
+	deadlineAt bool
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -273,7 +281,10 @@ func (s *session) run(ctx context.Context) {
 	if !s.bind(ctx) {
 		return
 	}
-	if s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id}) != nil {
+	s.clockAt = time.Now()
+	s.clockMs = s.clockAt.UnixMilli()
+	if s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
+		ServerTimeMs: s.clockMs}) != nil {
 		return
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
@@ -429,6 +440,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		NodeID       string           `json:"node_id"`
 		Agent        bus.Agent        `json:"agent"`
 		Capabilities []bus.Capability `json:"capabilities"`
+		Features     []string         `json:"features"`
 	}
 	if err := DecodePayload(e, &a); err != nil {
 		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
@@ -444,6 +456,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		return nil
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
+	s.deadlineAt = slices.Contains(a.Features, FeatureDeadlineAt)
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
@@ -847,9 +860,14 @@ func (s *session) onCall(m *nats.Msg) {
 		return
 	}
 
+	cmd := Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
+	if s.deadlineAt {
+		// On the clock the device was given at auth_ok, reckoned on the
+		// monotonic clock since: a step of the wall clock moves neither.
+		cmd.DeadlineAtMs = s.clockMs + (start.Sub(s.clockAt) + deadline).Milliseconds()
+	}
 	cmdID := NewMsgID()
-	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args,
-		DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID})
+	frame, err := EncodeID(TypeCmd, cmdID, "", cmd)
 	if err != nil {
 		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
 		return
