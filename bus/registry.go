@@ -158,9 +158,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	ack, err := l.r.js.Publish(ctx, l.subject(), data,
 		jetstream.WithMsgTTL(l.r.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongSequence(err) {
 			return ErrLeaseLost
 		}
 		return fmt.Errorf("refresh node %s: %w", l.key, err)
@@ -174,9 +172,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) error {
 	err := l.r.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev), jetstream.PurgeTTL(l.r.ttl))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongSequence(err) {
 			return nil // a newer record; not ours to remove
 		}
 		return fmt.Errorf("release node %s: %w", l.key, err)
@@ -211,6 +207,25 @@ type Event struct {
 // calls fn for every change, until ctx is done. It returns ctx's error, or
 // the watch's if it fails. fn and ready run on Watch's goroutine.
 func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) error {
+	return r.WatchRaw(ctx, func(nodeID string, value []byte, initial bool) {
+		ev := Event{NodeID: nodeID, Initial: initial}
+		if value != nil {
+			var n Node
+			if err := json.Unmarshal(value, &n); err != nil || n.NodeID != nodeID {
+				return // not a record okso wrote; ignore it
+			}
+			ev.Node = &n
+		}
+		fn(ev)
+	}, ready)
+}
+
+// WatchRaw is [Registry.Watch] without the decoding, for a watcher that
+// needs little of each record or sees most of them unchanged (a refresh
+// writes the same bytes again): fn gets each record as stored, or a nil
+// value when the node went away, and must not keep value after it
+// returns. A value may be one okso did not write.
+func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []byte, initial bool), ready func()) error {
 	w, err := r.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch kv %s: %w", BucketNodes, err)
@@ -235,18 +250,13 @@ func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) erro
 				}
 				continue
 			}
-			if initial && e.Operation() != jetstream.KeyValuePut {
-				continue // a removal marker: the node is not present
-			}
-			ev := Event{NodeID: e.Key(), Initial: initial}
-			if e.Operation() == jetstream.KeyValuePut {
-				var n Node
-				if err := json.Unmarshal(e.Value(), &n); err != nil || n.NodeID != e.Key() {
-					continue // not a record okso wrote; ignore it
+			if e.Operation() != jetstream.KeyValuePut {
+				if !initial { // in the initial state a removal marker is no node
+					fn(e.Key(), nil, false)
 				}
-				ev.Node = &n
+				continue
 			}
-			fn(ev)
+			fn(e.Key(), e.Value(), initial)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"reflect"
@@ -459,5 +460,70 @@ func TestNodeCapability(t *testing.T) {
 	}
 	if _, ok := n.Capability("nope"); ok {
 		t.Error("Capability(nope) found")
+	}
+}
+
+// WatchRaw reports records as stored, a refresh as the same bytes again,
+// and a removal as a nil value; removal markers of the initial state are
+// not reported.
+func TestRegistryWatchRaw(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	gone := claim(t, r, newNode("gone"))
+	if err := gone.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	type rawEvent struct {
+		node    string
+		value   []byte
+		initial bool
+	}
+	events := make(chan rawEvent, 16)
+	ready := make(chan struct{})
+	c, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.WatchRaw(c, func(node string, value []byte, initial bool) {
+			events <- rawEvent{node, bytes.Clone(value), initial}
+		}, func() { close(ready) })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("WatchRaw returned %v, want context.Canceled", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(eventTimeout):
+		t.Fatal("WatchRaw never became ready")
+	}
+	next := func() rawEvent {
+		t.Helper()
+		select {
+		case e := <-events:
+			return e
+		case <-time.After(eventTimeout):
+			t.Fatal("no raw event")
+			return rawEvent{}
+		}
+	}
+	n := newNode("s1")
+	l := claim(t, r, n)
+	first := next()
+	if first.node != n.NodeID || first.initial || !bytes.Contains(first.value, []byte(`"session_id":"s1"`)) {
+		t.Fatalf("event %+v, want the record of %s", first, n.NodeID)
+	}
+	if err := l.Refresh(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e.node != n.NodeID || !bytes.Equal(e.value, first.value) {
+		t.Fatalf("refresh %+v, want the same bytes again", e)
+	}
+	if err := l.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e.node != n.NodeID || e.value != nil {
+		t.Fatalf("event %+v, want the removal of %s", e, n.NodeID)
 	}
 }

@@ -165,6 +165,34 @@ type conn struct {
 	d      *Device
 	c      *websocket.Conn
 	writes *writeGuard
+	clock  tierClock // the zero value when the tier sent no clock
+}
+
+// tierClock is the device's reckoning of its tier's clock: the tier's
+// time at auth_ok, and when auth_ok arrived on the device's monotonic
+// clock, which steps of the device's wall clock (an RTC-less board
+// setting its time after boot) do not move.
+type tierClock struct {
+	ms int64     // the tier's clock at auth_ok, Unix milliseconds
+	at time.Time // when auth_ok arrived
+}
+
+// clockSlack is how far past a cmd's deadline_at_ms, by the device's
+// reckoning of the tier's clock, a cmd still starts: the reckoning's
+// rounding, plus 100 ppm of the time since auth_ok for the two hosts'
+// clocks running at slightly different rates. The reckoning is late by
+// auth_ok's transit, which errs the same, safe, way.
+func clockSlack(sinceSync time.Duration) time.Duration {
+	return 10*time.Millisecond + sinceSync/10000
+}
+
+// left returns how long a cmd whose deadline is deadlineAtMs on the
+// tier's clock may still run, slack included; zero or less means its
+// deadline has passed and it must not start.
+func (k tierClock) left(now time.Time, deadlineAtMs int64) time.Duration {
+	since := now.Sub(k.at)
+	tierNow := k.ms + since.Milliseconds()
+	return time.Duration(deadlineAtMs-tierNow)*time.Millisecond + clockSlack(since)
 }
 
 // writeTimeout bounds a stalled write: the connection closes, and the
@@ -236,27 +264,35 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	if err := cn.send(hctx, TypeAuth, "", Auth{Token: d.o.Token}); err != nil {
 		return false, err
 	}
-	if _, err := cn.recv(hctx, TypeAuthOK); err != nil {
-		return false, err
-	}
-	err = cn.send(hctx, TypeAnnounce, "", map[string]any{
-		"node_id": d.o.NodeID, "agent": d.o.Agent, "capabilities": d.o.Capabilities,
-	})
+	e, err := cn.recv(hctx, TypeAuthOK)
 	if err != nil {
 		return false, err
 	}
-	e, err := cn.recv(hctx, TypeAnnounceOK)
-	if err != nil {
+	announce := map[string]any{"node_id": d.o.NodeID, "agent": d.o.Agent, "capabilities": d.o.Capabilities}
+	// Leniently: only the clock matters here, and a newer tier may say more.
+	var ok struct {
+		ServerTimeMs int64 `json:"server_time_ms"`
+	}
+	if json.Unmarshal(e.Payload, &ok) == nil && ok.ServerTimeMs > 0 {
+		// A tier that sends its clock takes the features that need it; an
+		// older one would refuse an announce that names any.
+		cn.clock = tierClock{ms: ok.ServerTimeMs, at: time.Now()}
+		announce["features"] = []string{FeatureDeadlineAt}
+	}
+	if err := cn.send(hctx, TypeAnnounce, "", announce); err != nil {
 		return false, err
 	}
-	var ok AnnounceOK
-	if err := DecodePayload(e, &ok); err != nil {
+	if e, err = cn.recv(hctx, TypeAnnounceOK); err != nil {
+		return false, err
+	}
+	var announced AnnounceOK
+	if err := DecodePayload(e, &announced); err != nil {
 		return false, err
 	}
 	cancel()
-	tools := d.toolTable(ok.Tools)
+	tools := d.toolTable(announced.Tools)
 	if d.o.OnReady != nil {
-		d.o.OnReady(ok.Tools)
+		d.o.OnReady(announced.Tools)
 	}
 	return true, cn.serve(ctx, tools)
 }
@@ -379,6 +415,15 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]*tool) {
 		fail(bus.CodeBadRequest)
 		return
 	}
+	var left time.Duration // until deadline_at_ms; 0: none given
+	if cmd.DeadlineAtMs > 0 && c.clock.ms > 0 {
+		if left = c.clock.left(time.Now(), cmd.DeadlineAtMs); left <= 0 {
+			// Delivered after the tier gave up on it: at most once means
+			// not now.
+			fail(bus.CodeDeadlineExceeded)
+			return
+		}
+	}
 	t := tools[cmd.Tool]
 	if t == nil {
 		fail(bus.CodeToolNotFound)
@@ -407,6 +452,9 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]*tool) {
 	deadline := time.Duration(cmd.DeadlineMs) * time.Millisecond
 	if deadline <= 0 {
 		deadline = DefaultDeadlineMs * time.Millisecond
+	}
+	if left > 0 {
+		deadline = min(deadline, left)
 	}
 	hctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()

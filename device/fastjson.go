@@ -47,7 +47,7 @@ func fastEnvelope(b []byte) (e Envelope, ok bool) {
 
 // fastCmd decodes the canonical form of a cmd payload.
 func fastCmd(b []byte, c *Cmd) bool {
-	var seen [4]bool
+	var seen [5]bool
 	var d Cmd
 	ok := jsonscan.Members(b, func(k, v []byte) bool {
 		var i int
@@ -65,6 +65,9 @@ func fastCmd(b []byte, c *Cmd) bool {
 		case "request_id":
 			i = 3
 			d.RequestID, ok = jsonscan.String(v)
+		case "deadline_at_ms":
+			i = 4
+			d.DeadlineAtMs, ok = scanMillis(v)
 		}
 		if !ok || seen[i] {
 			return false
@@ -76,6 +79,23 @@ func fastCmd(b []byte, c *Cmd) bool {
 		*c = d
 	}
 	return ok
+}
+
+// scanMillis reads a value that is a JSON integer from 0 to 10^15 written
+// plainly (no sign, no leading zero, no fraction or exponent): a time in
+// Unix milliseconds. Anything else is left to the strict decoder.
+func scanMillis(v []byte) (int64, bool) {
+	if len(v) == 0 || len(v) > 15 || (v[0] == '0' && len(v) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // fastCmdAck decodes the canonical form of a successful cmd_ack payload;
@@ -132,13 +152,21 @@ func encodePayload(payload any) ([]byte, error) {
 	switch p := payload.(type) {
 	case Cmd:
 		if jsonscan.HTMLSafe(p.Tool) && jsonscan.HTMLSafe(p.RequestID) && jsonscan.MarshalsAsIs(p.Arguments) {
-			b := make([]byte, 0, len(p.Tool)+len(p.Arguments)+len(p.RequestID)+64)
+			n := len(p.Tool) + len(p.Arguments) + len(p.RequestID) + 64
+			if p.DeadlineAtMs != 0 {
+				n += len(`,"deadline_at_ms":`) + 20
+			}
+			b := make([]byte, 0, n)
 			b = append(b, `{"tool":"`...)
 			b = append(b, p.Tool...)
 			b = append(b, `","arguments":`...)
 			b = append(b, p.Arguments...)
 			b = append(b, `,"deadline_ms":`...)
 			b = strconv.AppendInt(b, int64(p.DeadlineMs), 10)
+			if p.DeadlineAtMs != 0 {
+				b = append(b, `,"deadline_at_ms":`...)
+				b = strconv.AppendInt(b, p.DeadlineAtMs, 10)
+			}
 			if p.RequestID != "" {
 				b = append(b, `,"request_id":"`...)
 				b = append(b, p.RequestID...)

@@ -13,6 +13,16 @@ var fastSeeds = []string{
 	`{"type":"cmd","msg_id":"01HZXC0000000000000000SRV0","payload":{"tool":"sysecho.n.echo.invoke","arguments":{"message":"ping"},"deadline_ms":2000,"request_id":"01HZXC0000000000000000REQ0"}}`,
 	`{"type":"cmd_ack","msg_id":"01HZXC0000000000000000DEV0","in_reply_to":"01HZXC0000000000000000SRV0","payload":{"ok":true,"result":{"message":"ping","received_at_ms":1745236800012,"node_id":"n"}}}`,
 	` { "type" : "cmd" , "msg_id" : "x" , "payload" : { } } `,
+	`{"type":"cmd","msg_id":"01HZXC0000000000000000SRV0","payload":{"tool":"sysecho.n.echo.invoke","arguments":{"message":"ping"},"deadline_ms":2000,"deadline_at_ms":1745236802012,"request_id":"01HZXC0000000000000000REQ0"}}`,
+	`{"tool":"t","arguments":{},"deadline_ms":5,"deadline_at_ms":0}`,
+	`{"tool":"t","deadline_at_ms":-1745236802012}`,
+	`{"tool":"t","deadline_at_ms":01745236802012}`,
+	`{"tool":"t","deadline_at_ms":1745236802012.5}`,
+	`{"tool":"t","deadline_at_ms":1e12}`,
+	`{"tool":"t","deadline_at_ms":999999999999999}`,
+	`{"tool":"t","deadline_at_ms":9223372036854775808}`,
+	`{"tool":"t","deadline_at_ms":"1745236802012"}`,
+	`{"tool":"t","deadline_at_ms":1,"deadline_at_ms":2}`,
 	`{"tool":"t","arguments":null,"deadline_ms":-5}`,
 	`{"tool":"t","deadline_ms":+5}`,
 	`{"tool":"t","deadline_ms":05}`,
@@ -94,6 +104,11 @@ func TestFastDecodeCovers(t *testing.T) {
 	if !ok || !fastCmd(e.Payload, &c) || c.DeadlineMs != 2000 || string(c.Arguments) != `{"message":"ping"}` {
 		t.Fatalf("cmd frame not read in one pass: %+v %+v", e, c)
 	}
+	e, ok = fastEnvelope([]byte(fastSeeds[3]))
+	c = Cmd{}
+	if !ok || !fastCmd(e.Payload, &c) || c.DeadlineAtMs != 1745236802012 || c.RequestID != "01HZXC0000000000000000REQ0" {
+		t.Fatalf("cmd frame with deadline_at_ms not read in one pass: %+v %+v", e, c)
+	}
 	e, ok = fastEnvelope([]byte(fastSeeds[1]))
 	var a CmdAck
 	if !ok || !fastCmdAck(e.Payload, &a) || !a.OK || e.InReplyTo != "01HZXC0000000000000000SRV0" {
@@ -118,13 +133,13 @@ func FuzzValidMsgID(f *testing.F) {
 // FuzzEncodePayload: a cmd or cmd_ack payload written by hand is byte for
 // byte the one json.Marshal writes.
 func FuzzEncodePayload(f *testing.F) {
-	f.Add("sysecho.n.echo.invoke", []byte(`{"message":"ping"}`), 2000, "01HZXC0000000000000000REQ0", true)
-	f.Add("t<", []byte(` {"a":"<"} `), -1, "", false)
-	f.Add("t", []byte(``), 0, "r&", true)
-	f.Add("t", []byte(`{"a":"\u2028"}`), 0, "", true)
-	f.Fuzz(func(t *testing.T, tool string, raw []byte, deadline int, reqID string, ok bool) {
+	f.Add("sysecho.n.echo.invoke", []byte(`{"message":"ping"}`), 2000, int64(1745236802012), "01HZXC0000000000000000REQ0", true)
+	f.Add("t<", []byte(` {"a":"<"} `), -1, int64(-1), "", false)
+	f.Add("t", []byte(``), 0, int64(0), "r&", true)
+	f.Add("t", []byte(`{"a":"\u2028"}`), 0, int64(0), "", true)
+	f.Fuzz(func(t *testing.T, tool string, raw []byte, deadline int, deadlineAt int64, reqID string, ok bool) {
 		for _, p := range []any{
-			Cmd{Tool: tool, Arguments: raw, DeadlineMs: deadline, RequestID: reqID},
+			Cmd{Tool: tool, Arguments: raw, DeadlineMs: deadline, DeadlineAtMs: deadlineAt, RequestID: reqID},
 			CmdAck{OK: ok, Result: raw},
 		} {
 			want, errW := json.Marshal(p)

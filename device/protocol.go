@@ -49,6 +49,12 @@ const (
 	CloseTooMany    = 4429 // too many connection attempts
 )
 
+// FeatureDeadlineAt, in an announce's features, says the device reads
+// auth_ok's server_time_ms and refuses a cmd whose deadline_at_ms has
+// passed. Devices that do not announce it get cmds without deadline_at_ms,
+// which a strict decoder of the older protocol would refuse.
+const FeatureDeadlineAt = "deadline_at"
+
 // Defaults of the protocol.
 const (
 	DefaultMaxFrameBytes = 64 << 10
@@ -74,22 +80,32 @@ type (
 	Auth struct {
 		Token string `json:"token"`
 	}
+	// AuthOK confirms authentication. ServerTimeMs is the tier's clock
+	// (Unix milliseconds) as it sends the frame, which a device keeps to
+	// read the deadline_at_ms of later cmds; a tier older than it sends
+	// none.
 	AuthOK struct {
-		NodeID    string `json:"node_id"`
-		Tenant    string `json:"tenant"`
-		SessionID string `json:"session_id"`
+		NodeID       string `json:"node_id"`
+		Tenant       string `json:"tenant"`
+		SessionID    string `json:"session_id"`
+		ServerTimeMs int64  `json:"server_time_ms,omitempty"`
 	}
 	AnnounceOK struct {
 		Tools []string `json:"tools"`
 	}
 	// Cmd asks the device to run a tool. DeadlineMs is 0 for a streaming
-	// verb (it runs until cancelled). RequestID correlates the call with
-	// the gateway's and the tier's logs.
+	// verb (it runs until cancelled). DeadlineAtMs, when set, is when the
+	// tier gives up on the cmd, on the tier's clock (Unix milliseconds, as
+	// auth_ok's server_time_ms): a device that reads it after then must
+	// not start the cmd. It is set only for devices that announced
+	// [FeatureDeadlineAt]. RequestID correlates the call with the
+	// gateway's and the tier's logs.
 	Cmd struct {
-		Tool       string          `json:"tool"`
-		Arguments  json.RawMessage `json:"arguments"`
-		DeadlineMs int             `json:"deadline_ms"`
-		RequestID  string          `json:"request_id,omitempty"`
+		Tool         string          `json:"tool"`
+		Arguments    json.RawMessage `json:"arguments"`
+		DeadlineMs   int             `json:"deadline_ms"`
+		DeadlineAtMs int64           `json:"deadline_at_ms,omitempty"`
+		RequestID    string          `json:"request_id,omitempty"`
 	}
 	CmdAck struct {
 		OK     bool            `json:"ok"`

@@ -26,7 +26,11 @@ func TestLeaseReclaimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tier, err := device.NewTier(device.TierOptions{NC: nc, Registry: reg, Schemas: tt.set,
+	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier, err := device.NewTier(device.TierOptions{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.set,
 		Verifier: auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice),
 		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,15 @@ type session struct {
 	agent                        bus.Agent
 	caps                         map[string]*capState
 	manifest                     []bus.Capability // as announced, in order
+	// boundAt is when the node's binding to its tenant was last refreshed.
+	boundAt time.Time
+	// clockAt and clockMs are when auth_ok went out, on the tier's
+	// monotonic and wall clocks; a cmd's deadline_at_ms counts from them.
+	clockAt time.Time
+	clockMs int64
+	// deadlineAt: the device announced it checks deadline_at_ms, so cmds
+	// carry it.
+	deadlineAt bool
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -266,6 +276,17 @@ func (s *session) run(ctx context.Context) {
 	if !deadline.Stop() {
 		return // the deadline fired while we verified
 	}
+	// Whose node id this is, asked of JetStream, is the tier's time, not
+	// the device's, and must not end in a 4401.
+	if !s.bind(ctx) {
+		return
+	}
+	s.clockAt = time.Now()
+	s.clockMs = s.clockAt.UnixMilli()
+	if s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
+		ServerTimeMs: s.clockMs}) != nil {
+		return
+	}
 	deadline.Reset(s.t.o.AuthTimeout)
 	lease := s.announce(ctx, deadline)
 	if lease == nil {
@@ -347,7 +368,45 @@ func (s *session) authenticate(ctx context.Context) bool {
 	s.mu.Lock()
 	s.nodeID = claims.Subject
 	s.mu.Unlock()
-	return s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id}) == nil
+	return true
+}
+
+// bind makes sure the node id is its tenant's: it binds a free node id to
+// the session's tenant, refreshes the binding of one the tenant holds, and
+// refuses the session (4403) when another tenant holds it.
+func (s *session) bind(ctx context.Context) bool {
+	var owner string
+	err := s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		owner, err = s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		return err
+	}, bus.ErrOtherTenant)
+	switch {
+	case errors.Is(err, bus.ErrOtherTenant):
+		s.refuseOtherTenant(owner)
+		return false
+	case err != nil:
+		s.t.log.Error("bind node id to its tenant", "node_id", s.nodeID, "err", err)
+		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot read the node bindings")
+		return false
+	}
+	s.boundAt = time.Now()
+	return true
+}
+
+// refuseOtherTenant closes a session whose node id another tenant holds,
+// with 4403. The refused tenant's audit says so without naming the owner;
+// the owner's says that its node id was presented, without naming who
+// presented it. Only the tier's log, the operator's, names both.
+func (s *session) refuseOtherTenant(owner string) {
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+		Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+	if owner != s.tenant && bus.ValidTenant(owner) {
+		s.t.audit(bus.AuditEvent{Tenant: owner, NodeID: s.nodeID, Decision: bus.DecisionDenied,
+			Code: bus.CodeSafetyDenied})
+	}
+	s.t.log.Warn("refused a node id bound to another tenant", "node_id", s.nodeID, "tenant", s.tenant,
+		"owner", owner)
+	s.close(CloseForbidden, "", "node id belongs to another tenant")
 }
 
 // announce reads and checks the manifest, takes the node's subject and
@@ -381,6 +440,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		NodeID       string           `json:"node_id"`
 		Agent        bus.Agent        `json:"agent"`
 		Capabilities []bus.Capability `json:"capabilities"`
+		Features     []string         `json:"features"`
 	}
 	if err := DecodePayload(e, &a); err != nil {
 		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
@@ -396,6 +456,13 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		return nil
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
+	s.deadlineAt = slices.Contains(a.Features, FeatureDeadlineAt)
+	if !s.t.admitTools(s, len(tools)) {
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+		s.close(CloseForbidden, "", "the tenant's tool cap of "+strconv.Itoa(s.t.o.MaxToolsPerTenant)+" tools is reached")
+		return nil
+	}
 
 	if !s.t.attach(s) {
 		s.close(CloseGoingAway, "", "tier shutting down")
@@ -538,6 +605,19 @@ func (k *keeper) onRefresh() {
 		return
 	}
 	ctx := context.Background()
+	if time.Since(s.boundAt) >= s.t.o.Bindings.RefreshEvery() {
+		owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		switch {
+		case errors.Is(err, bus.ErrOtherTenant):
+			// An operator freed the node id and another tenant took it.
+			s.refuseOtherTenant(owner)
+			return
+		case err != nil:
+			s.t.log.Warn("refresh node binding", "node_id", s.nodeID, "err", err)
+		default:
+			s.boundAt = time.Now()
+		}
+	}
 	err := k.lease.Refresh(ctx)
 	if errors.Is(err, bus.ErrLeaseLost) {
 		// Replaced only if another session holds the node; a record that
@@ -585,21 +665,31 @@ func (k *keeper) onPing() {
 	k.mu.Unlock()
 }
 
-// claim writes the node's record. While a NATS cluster elects a new
-// JetStream leader (a member just died) writes fail for a few seconds:
-// retry for up to 8 s rather than send the device away.
-func (s *session) claim(ctx context.Context) (*bus.Lease, error) {
+// claim writes the node's record.
+func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
+	err = s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		lease, err = s.t.o.Registry.Claim(ctx, s.record())
+		return err
+	}, nil)
+	return lease, err
+}
+
+// untilJetStream runs op until it succeeds or fails with final. While a
+// NATS cluster elects a new JetStream leader (a member just died) reads
+// and writes fail for a few seconds: it tries again for up to 8 s rather
+// than send the device away.
+func (s *session) untilJetStream(ctx context.Context, op func(context.Context) error, final error) error {
 	deadline := time.Now().Add(8 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		lease, err := s.t.o.Registry.Claim(cctx, s.record())
+		err := op(cctx)
 		cancel()
-		if err == nil || time.Now().After(deadline) || s.closed() {
-			return lease, err
+		if err == nil || (final != nil && errors.Is(err, final)) || time.Now().After(deadline) || s.closed() {
+			return err
 		}
 		select {
 		case <-s.done:
-			return nil, err
+			return err
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -663,6 +753,9 @@ func (s *session) cleanup() {
 	}
 	s.endStreams(bus.ReasonDeviceOffline)
 	s.t.release(s)
+	if s.t.tools != nil && s.nodeID != "" {
+		s.t.tools.release(s.id, s.nodeID)
+	}
 	if s.nodeID != "" && s.caps != nil {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDisconnect})
@@ -750,8 +843,13 @@ func (s *session) onCall(m *nats.Msg) {
 	if deadline <= 0 {
 		deadline = DefaultDeadlineMs * time.Millisecond
 	}
-	if b, err := strconv.Atoi(m.Header.Get(bus.HeaderBudgetMs)); err == nil && b > 0 {
-		deadline = min(deadline, time.Duration(b)*time.Millisecond)
+	deadline, ok = callDeadline(start, deadline, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline),
+		s.t.o.MaxClockSkew)
+	if !ok {
+		// Held somewhere (a reconnect buffer, a partition) past the time
+		// its caller gave up: at-most-once means it must not start now.
+		fail(bus.CodeDeadlineExceeded, "the call's deadline passed before it reached the node", bus.DecisionTimeout, call.Tool)
+		return
 	}
 	args := call.Arguments
 	if len(args) == 0 {
@@ -762,9 +860,14 @@ func (s *session) onCall(m *nats.Msg) {
 		return
 	}
 
+	cmd := Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
+	if s.deadlineAt {
+		// On the clock the device was given at auth_ok, reckoned on the
+		// monotonic clock since: a step of the wall clock moves neither.
+		cmd.DeadlineAtMs = s.clockMs + (start.Sub(s.clockAt) + deadline).Milliseconds()
+	}
 	cmdID := NewMsgID()
-	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args,
-		DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID})
+	frame, err := EncodeID(TypeCmd, cmdID, "", cmd)
 	if err != nil {
 		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
 		return
@@ -803,6 +906,30 @@ func (s *session) onCall(m *nats.Msg) {
 			s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, bus.CodeNodeOffline)
 		}
 	}
+}
+
+// callDeadline bounds a call that may take d by its caller's remaining
+// budget (budgetMs, relative, from the moment it is read) and by its
+// deadline (deadlineMs, Unix milliseconds on the caller's clock, which
+// may be up to skew away from this host's). It reports false when the
+// deadline passed more than skew ago: the call must not start. Headers
+// that are absent or malformed bound nothing, as from an older gateway.
+func callDeadline(now time.Time, d time.Duration, budgetMs, deadlineMs string, skew time.Duration) (time.Duration, bool) {
+	if b, err := strconv.Atoi(budgetMs); err == nil && b > 0 {
+		d = min(d, time.Duration(b)*time.Millisecond)
+	}
+	if deadlineMs == "" {
+		return d, true
+	}
+	at, err := strconv.ParseInt(deadlineMs, 10, 64)
+	if err != nil || at <= 0 {
+		return d, true
+	}
+	left := time.UnixMilli(at).Add(skew).Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	return min(d, left), true
 }
 
 func containsVerb(verbs []string, v string) bool {

@@ -22,11 +22,15 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// TierOptions configure a [Tier]. NC, Registry, Schemas and Verifier are
-// required; every other zero value means the protocol default.
+// TierOptions configure a [Tier]. NC, Registry, Bindings, Schemas and
+// Verifier are required; every other zero value means the protocol default.
 type TierOptions struct {
 	NC       *nats.Conn
 	Registry *bus.Registry
+	// Bindings says which tenant owns a node id; a session of another
+	// tenant for it is refused with 4403. Their TTL must be at least the
+	// registry's, so that a live session's refreshes keep its binding.
+	Bindings *bus.Bindings
 	Schemas  *schemas.Set
 	Verifier *auth.Verifier // for device tokens (audience okso-device)
 	Auditor  *bus.Auditor
@@ -58,7 +62,22 @@ type TierOptions struct {
 	// MaxPendingPerNode bounds the calls in flight to one node (64), on top
 	// of its capabilities' own limits; excess calls get E_RATE_LIMITED.
 	MaxPendingPerNode int
+	// MaxToolsPerTenant bounds the tools a tenant's nodes register in all,
+	// on every tier ([DefaultMaxToolsPerTenant]); an announce that would
+	// exceed it is refused with 4403. Negative: no cap. The tier counts
+	// from a watch of the registry, which it keeps only with a cap.
+	MaxToolsPerTenant int
+	// MaxClockSkew is how far apart the clocks of gateways and tiers may
+	// be ([DefaultMaxClockSkew]): a call whose Okso-Deadline passed longer
+	// ago than that is refused, and one that has not runs at most until
+	// then.
+	MaxClockSkew time.Duration
 }
+
+// DefaultMaxClockSkew is the clock skew between gateway and tier hosts a
+// tier tolerates unless told otherwise: far more than NTP leaves between
+// hosts, far less than a call's budget.
+const DefaultMaxClockSkew = 250 * time.Millisecond
 
 // Tier is the device tier: it accepts device WebSockets at [Path], keeps one
 // session per node, and serves each node's NATS subject. It is safe for
@@ -88,6 +107,12 @@ type Tier struct {
 	inbox    string
 	inboxSub *nats.Subscription
 	stopOnce sync.Once
+
+	// tools counts each tenant's tools, from a watch of the registry that
+	// bg runs until stopBG; nil without a cap.
+	tools  *toolCounts
+	stopBG context.CancelFunc
+	bg     sync.WaitGroup
 }
 
 // cmdQueue is the capacity of the tier's call channel. NATS drops a
@@ -97,8 +122,12 @@ const cmdQueue = 1 << 16
 
 // NewTier checks opts and returns a tier ready to serve.
 func NewTier(o TierOptions) (*Tier, error) {
-	if o.NC == nil || o.Registry == nil || o.Schemas == nil || o.Verifier == nil {
-		return nil, errors.New("device tier: NC, Registry, Schemas and Verifier are required")
+	if o.NC == nil || o.Registry == nil || o.Bindings == nil || o.Schemas == nil || o.Verifier == nil {
+		return nil, errors.New("device tier: NC, Registry, Bindings, Schemas and Verifier are required")
+	}
+	if o.Bindings.TTL() < o.Registry.TTL() {
+		return nil, fmt.Errorf("device tier: node binding TTL %v is shorter than the registry lease %v",
+			o.Bindings.TTL(), o.Registry.TTL())
 	}
 	if o.AuthTimeout <= 0 {
 		o.AuthTimeout = DefaultAuthTimeoutMs * time.Millisecond
@@ -127,6 +156,12 @@ func NewTier(o TierOptions) (*Tier, error) {
 	if o.MaxPendingPerNode <= 0 {
 		o.MaxPendingPerNode = 64
 	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if o.MaxToolsPerTenant == 0 {
+		o.MaxToolsPerTenant = DefaultMaxToolsPerTenant
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -144,6 +179,23 @@ func NewTier(o TierOptions) (*Tier, error) {
 		return nil, fmt.Errorf("device tier: subscribe to its stream inbox: %w", err)
 	}
 	go t.dispatch(o.NC.StatusChanged(nats.CLOSED))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.stopBG = cancel
+	if o.MaxToolsPerTenant > 0 {
+		t.tools = newToolCounts()
+		t.bg.Go(func() { t.watchTools(ctx) })
+		// Like dispatch, the watch ends with the connection if Shutdown
+		// never comes.
+		closed := o.NC.StatusChanged(nats.CLOSED)
+		t.bg.Go(func() {
+			defer o.NC.RemoveStatusListener(closed)
+			select {
+			case <-closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		})
+	}
 	return t, nil
 }
 
@@ -295,6 +347,8 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 			_ = t.inboxSub.Unsubscribe()
 		}
 		t.stopOnce.Do(func() { close(t.stopCmds) })
+		t.stopBG()
+		t.bg.Wait()
 		close(done)
 	}()
 	select {
@@ -427,6 +481,32 @@ func (t *Tier) release(s *session) {
 		delete(t.sessions, s.nodeID)
 	}
 	t.mu.Unlock()
+}
+
+// toolCountWait bounds how long an announce waits for a tier that has
+// just started to load its tool counts; past it, it is admitted on the
+// counts so far.
+const toolCountWait = 5 * time.Second
+
+// admitTools counts the tools of s's announce against its tenant's cap,
+// and reports whether they fit.
+func (t *Tier) admitTools(s *session, tools int) bool {
+	if t.tools == nil {
+		return true
+	}
+	select {
+	case <-t.tools.ready:
+	default:
+		wait := time.NewTimer(toolCountWait)
+		select {
+		case <-t.tools.ready:
+		case <-s.done:
+		case <-wait.C:
+			t.log.Warn("announce admitted before the tool counts loaded", "node_id", s.nodeID)
+		}
+		wait.Stop()
+	}
+	return t.tools.admit(s.id, s.nodeID, s.tenant, tools, t.o.MaxToolsPerTenant)
 }
 
 func (t *Tier) audit(e bus.AuditEvent) {

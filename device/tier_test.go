@@ -107,7 +107,11 @@ func (tt *testTier) startReplica(t testing.TB, o device.TierOptions) (*device.Ti
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.NC, o.Registry, o.Schemas = nc, reg, tt.set
+	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.NC, o.Registry, o.Bindings, o.Schemas = nc, reg, bindings, tt.set
 	o.Verifier = auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice)
 	o.Auditor = &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}
 	tier, err := device.NewTier(o)
@@ -396,14 +400,20 @@ type rawClient struct {
 // unless o says otherwise.
 func (tt *testTier) dial(t *testing.T, o *websocket.DialOptions) *rawClient {
 	t.Helper()
+	return dialURL(t, tt.url, o)
+}
+
+// dialURL is dial for the tier at url.
+func dialURL(t *testing.T, url string, o *websocket.DialOptions) *rawClient {
+	t.Helper()
 	if o == nil {
 		o = &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, tt.url, o)
+	c, resp, err := websocket.Dial(ctx, url, o)
 	if err != nil {
-		t.Fatalf("dial %s: %v", tt.url, err)
+		t.Fatalf("dial %s: %v", url, err)
 	}
 	if resp.Body != nil {
 		resp.Body.Close()
@@ -549,15 +559,20 @@ type auditLog struct {
 	mu      sync.Mutex
 	lines   []auditEntry
 	changed chan struct{} // closed and replaced on every write
+	// keepRaw keeps each entry's whole line, for the tests that read it;
+	// the others (benchmarks among them) do not pay for the copy.
+	keepRaw bool
 }
 
 type auditEntry struct {
 	Decision  string `json:"decision"`
 	Tenant    string `json:"tenant"`
+	Subject   string `json:"subject"`
 	NodeID    string `json:"node_id"`
 	Tool      string `json:"tool"`
 	Code      string `json:"code"`
 	RequestID string `json:"request_id"`
+	raw       string // the whole line, if the log keeps it
 }
 
 func newAuditLog() *auditLog { return &auditLog{changed: make(chan struct{})} }
@@ -565,11 +580,17 @@ func newAuditLog() *auditLog { return &auditLog{changed: make(chan struct{})} }
 // Write takes one or more JSON lines; slog writes one record per call.
 func (a *auditLog) Write(p []byte) (int, error) {
 	var entries []auditEntry
+	a.mu.Lock()
+	keepRaw := a.keepRaw
+	a.mu.Unlock()
 	sc := bufio.NewScanner(bytes.NewReader(p))
 	for sc.Scan() {
 		var e auditEntry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return 0, err
+		}
+		if keepRaw {
+			e.raw = sc.Text()
 		}
 		entries = append(entries, e)
 	}

@@ -534,6 +534,9 @@ type tierConfig struct {
 	MaxSessions       int
 	MaxPendingPerNode int
 	MaxConnections    int // held by the device listener at once (0: MaxSessions + deviceConnSlack)
+	NodeBindingTTL    time.Duration
+	MaxToolsPerTenant int
+	MaxClockSkew      time.Duration
 	// AuditTick, if set, ends each period of the audit log's repeats
 	// (default: every --log-repeats).
 	AuditTick <-chan time.Time
@@ -561,9 +564,24 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		nc.Close()
 		return nil, err
 	}
+	if cfg.NodeBindingTTL != 0 && cfg.NodeBindingTTL < time.Second {
+		nc.Close()
+		return nil, fmt.Errorf("--node-binding-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.NodeBindingTTL)
+	}
+	bindings, err := whileJetStreamForms(ctx, c.log, func(ctx context.Context) (*bus.Bindings, error) {
+		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg})
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := device.NewTier(device.TierOptions{
-		Revoked: revoked,
+		Revoked:  revoked,
+		Bindings: bindings,
+
+		MaxToolsPerTenant: cfg.MaxToolsPerTenant,
+		MaxClockSkew:      cfg.MaxClockSkew,
 
 		ConnRatePerIP:     cfg.ConnRatePerIP,
 		ConnBurstPerIP:    cfg.ConnBurstPerIP,

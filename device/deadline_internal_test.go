@@ -1,0 +1,75 @@
+package device
+
+import (
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestCallDeadline(t *testing.T) {
+	now := time.Now()
+	ms := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).UnixMilli(), 10) }
+	const skew = 250 * time.Millisecond
+	tests := []struct {
+		name               string
+		budget, deadlineAt string
+		want               time.Duration // -1: refused
+	}{
+		{"no headers: the capability's", "", "", 2 * time.Second},
+		{"a shorter budget", "500", "", 500 * time.Millisecond},
+		{"a longer budget", "5000", "", 2 * time.Second},
+		{"no budget left: ignored, as before", "0", "", 2 * time.Second},
+		{"a deadline sooner than the budget", "5000", ms(time.Second), time.Second + skew},
+		{"a deadline later than the budget", "1000", ms(time.Minute), time.Second},
+		{"a deadline just passed, within the skew", "5000", ms(-100 * time.Millisecond), skew - 100*time.Millisecond},
+		{"a deadline passed by the skew", "5000", ms(-skew), -1},
+		{"a deadline long passed", "5000", ms(-10 * time.Second), -1},
+		{"a malformed deadline", "5000", "soon", 2 * time.Second},
+		{"a zero deadline", "5000", "0", 2 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := callDeadline(now, 2*time.Second, tc.budget, tc.deadlineAt, skew)
+			if tc.want < 0 {
+				if ok {
+					t.Fatalf("callDeadline = %v, want refused", got)
+				}
+				return
+			}
+			// Unix milliseconds round now down by up to a millisecond.
+			if !ok || got > tc.want || got < tc.want-time.Millisecond {
+				t.Fatalf("callDeadline = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// TestTierClock: the device reckons the tier's clock from auth_ok on its
+// own monotonic clock, and allows for drift as time goes on.
+func TestTierClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tierMs = 1_800_000_000_000 // the tier's clock, whatever the device's says
+		k := tierClock{ms: tierMs, at: time.Now()}
+		if left := k.left(time.Now(), tierMs+2000); left != 2*time.Second+clockSlack(0) {
+			t.Errorf("left at auth_ok: %v, want 2s and the slack", left)
+		}
+		if left := k.left(time.Now(), tierMs-20); left > 0 {
+			t.Errorf("a deadline 20 ms before auth_ok: %v left, want none", left)
+		}
+		time.Sleep(time.Second) // the bubble's clock: no real wait
+		if left := k.left(time.Now(), tierMs+2000); left != time.Second+clockSlack(time.Second) {
+			t.Errorf("left a second later: %v, want 1s and the slack", left)
+		}
+		time.Sleep(10 * time.Hour)
+		now := time.Now()
+		since := now.Sub(k.at)
+		tierNow := tierMs + since.Milliseconds()
+		if left := k.left(now, tierNow-3000); left <= 0 {
+			t.Errorf("10 h after auth_ok, 3 s late is within the drift allowance %v, got %v left", clockSlack(since), left)
+		}
+		if left := k.left(now, tierNow-5000); left > 0 {
+			t.Errorf("10 h after auth_ok, 5 s late is beyond the drift allowance %v, got %v left", clockSlack(since), left)
+		}
+	})
+}
