@@ -71,18 +71,23 @@ type callCtx struct {
 	start       time.Time
 	claims      *auth.Claims
 	name        string
-	tool        bus.ToolName
+	entry       *entry // the tool, from the one lookup of the call; nil: none
+	elsewhere   bool   // no tool of the caller's tenant, but another tenant's
 	requestID   string
 	traceparent string
 	ev          bus.AuditEvent
 }
 
+// newCall starts a call of the tool name by the caller of claims: it
+// looks the tool up in the catalog, once for the whole call (nothing is
+// audited yet; check does that).
 func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *callCtx {
 	c := &callCtx{g: g, start: time.Now(), claims: claims, name: name}
 	c.requestID, c.traceparent = correlation(h)
 	c.ev = bus.AuditEvent{Actor: "gateway", RequestID: c.requestID}
 	if claims != nil {
 		c.ev.Tenant, c.ev.Subject, c.ev.JTI = claims.Tenant, claims.Subject, claims.ID
+		c.entry, c.elsewhere = g.cat.lookup(claims.Tenant, name)
 	}
 	return c
 }
@@ -99,45 +104,43 @@ func (c *callCtx) fail(code, msg string) *bus.Error {
 	return bus.NewError(code, msg)
 }
 
-// check runs every check that comes before NATS: name, node, tenant,
-// scope, arguments. It returns the tool and the arguments to send. A
-// non-nil error is audited already.
-func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *bus.Error) {
+// check runs every check that comes before NATS: token, tool, scope,
+// arguments, on the entry newCall found. It returns the arguments to send.
+// A non-nil error is audited already.
+func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *bus.Error) {
 	if c.claims == nil {
-		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "no verified token")
+		return nil, c.fail(bus.CodeSafetyDenied, "no verified token")
 	}
 	if c.g.revoked(c.claims) { // revoked since the request came in
-		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "token revoked")
+		return nil, c.fail(bus.CodeSafetyDenied, "token revoked")
 	}
 	if c.g.registryDown() {
-		return nil, nil, nil, c.fail(bus.CodeInternal, msgRegistryDown)
+		return nil, c.fail(bus.CodeInternal, msgRegistryDown)
 	}
-	name, ok := bus.ParseToolName(c.name)
-	if !ok {
-		c.ev.Tool = trimASCII(c.name, bus.MaxToolName) // what the caller asked for, bounded
-		return nil, nil, nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
-	}
-	c.tool = name
-	c.ev.Tool, c.ev.NodeID = c.name, name.NodeID
-	n, t := c.g.lookup(name.NodeID, c.name)
+	e := c.entry
 	switch {
-	case n == nil || t == nil:
-		return nil, nil, nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
-	case n.rec.Tenant != c.claims.Tenant:
-		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "node belongs to another tenant")
-	case !c.claims.HasScope(t.scope):
-		return nil, nil, nil, c.fail(bus.CodeSafetyDenied, "token lacks scope "+t.scope)
+	case e == nil && c.elsewhere:
+		c.ev.Tool = c.name // a name the catalog holds
+		return nil, c.fail(bus.CodeSafetyDenied, "tool belongs to another tenant")
+	case e == nil:
+		c.ev.Tool = trimASCII(c.name, bus.MaxToolName) // what the caller asked for, bounded
+		return nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
+	}
+	c.ev.Tool, c.ev.NodeID = e.name, e.nodeID
+	if !c.claims.HasScope(e.scope) {
+		return nil, c.fail(bus.CodeSafetyDenied, "token lacks scope "+e.scope)
 	}
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	if err := c.g.o.Schemas.ValidateJSON(t.verb.Input, args); err != nil {
-		return nil, nil, nil, c.fail(bus.CodeManifestInvalid, c.g.o.Schemas.Explain(t.verb.Input, err))
+	if err := e.input.validate(args); err != nil {
+		return nil, c.fail(bus.CodeManifestInvalid, e.input.explain(err))
 	}
-	return n, t, args, nil
+	return args, nil
 }
 
-// request sends the call to the node and returns the tier's reply.
+// request sends the call to the subject that serves the tool and returns
+// the reply.
 // Headers carry the correlation, the caller and the remaining budget, both
 // relative and as an absolute deadline.
 //
@@ -146,22 +149,26 @@ func (c *callCtx) check(args json.RawMessage) (*node, *tool, json.RawMessage, *b
 // buffer and send it when the link returns, after its caller was told it
 // failed. Should the link drop between that check and the send, the
 // absolute deadline makes the tier refuse the late request.
-func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, extra nats.Header) (*bus.Reply, *bus.Error) {
-	body, err := bus.Call{Tool: t.name, Arguments: args}.Encode()
+func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.Header) (*bus.Reply, *bus.Error) {
+	e := c.entry
+	body, err := bus.Call{Tool: e.name, Arguments: args}.Encode()
 	if err != nil {
 		return nil, c.fail(bus.CodeBadRequest, "arguments do not encode")
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.g.o.Budget)
+	budget := c.g.o.Budget
+	if e.budget > 0 {
+		budget = e.budget
+	}
+	cctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	deadline, _ := cctx.Deadline()
-	budget := time.Until(deadline)
-	msg := &nats.Msg{Subject: bus.NodeCmd(c.tool.NodeID), Data: body, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: e.subject, Data: body, Header: nats.Header{}}
 	for k, v := range extra {
 		msg.Header[k] = v
 	}
 	msg.Header.Set(bus.HeaderRequestID, c.requestID)
 	msg.Header.Set(bus.HeaderTraceparent, c.traceparent)
-	msg.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(budget.Milliseconds(), 10))
+	msg.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(time.Until(deadline).Milliseconds(), 10))
 	msg.Header.Set(bus.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
 	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)
 	msg.Header.Set(bus.HeaderSubject, c.claims.Subject)
@@ -175,9 +182,9 @@ func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, ex
 	case err != nil && ctx.Err() != nil:
 		return nil, c.fail(bus.CodeDeadlineExceeded, "call cancelled by the client")
 	case err != nil && cctx.Err() != nil:
-		return nil, c.fail(bus.CodeDeadlineExceeded, "node did not answer within "+c.g.o.Budget.String())
+		return nil, c.fail(bus.CodeDeadlineExceeded, "no answer within "+budget.String())
 	case err != nil:
-		c.g.log.Error("nats request", "node_id", c.tool.NodeID, "err", err)
+		c.g.log.Error("nats request", "subject", e.subject, "err", err)
 		return nil, c.fail(bus.CodeInternal, "message bus unavailable")
 	}
 	rep, err := bus.DecodeReply(resp.Data)
@@ -190,14 +197,19 @@ func (c *callCtx) request(ctx context.Context, t *tool, args json.RawMessage, ex
 	return &rep, nil
 }
 
-// checkResult validates a device's result: the output schema, and the
-// node id it claims to come from.
-func (c *callCtx) checkResult(schema string, result json.RawMessage) *bus.Error {
-	if err := c.g.o.Schemas.ValidateJSON(schema, result); err != nil {
-		return c.fail(bus.CodeInternal, "device result fails schema "+schema)
+// checkResult validates a result as its entry says: the output schema,
+// and for a device tool the node id it claims to come from.
+func (c *callCtx) checkResult(result json.RawMessage) *bus.Error {
+	e := c.entry
+	if e.output != nil {
+		if err := e.output.validate(result); err != nil {
+			return c.fail(bus.CodeInternal, "result fails the tool's output schema")
+		}
 	}
-	if id, ok := resultNodeID(result); !ok || id != c.tool.NodeID {
-		return c.fail(bus.CodeInternal, "device answered for another node")
+	if e.nodeID != "" {
+		if id, ok := resultNodeID(result); !ok || id != e.nodeID {
+			return c.fail(bus.CodeInternal, "device answered for another node")
+		}
 	}
 	return nil
 }
@@ -229,12 +241,12 @@ func resultNodeID(result []byte) (string, bool) {
 }
 
 // unary runs a whole unary call after check: request, result checks, audit.
-func (c *callCtx) unary(ctx context.Context, t *tool, args json.RawMessage) (json.RawMessage, *bus.Error) {
-	rep, e := c.request(ctx, t, args, nil)
+func (c *callCtx) unary(ctx context.Context, args json.RawMessage) (json.RawMessage, *bus.Error) {
+	rep, e := c.request(ctx, args, nil)
 	if e != nil {
 		return nil, e
 	}
-	if e := c.checkResult(t.verb.Output, rep.Result); e != nil {
+	if e := c.checkResult(rep.Result); e != nil {
 		return nil, e
 	}
 	c.audit(bus.DecisionAllowed, "")
@@ -254,17 +266,17 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 		header = req.Extra.Header
 	}
 	c := g.newCall(claims, req.Params.Name, header)
-	_, t, args, e := c.check(req.Params.Arguments)
+	args, e := c.check(req.Params.Arguments)
 	if e != nil {
 		if e.Code == bus.CodeToolNotFound {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool", Data: e.JSON()}
 		}
 		return errorResult(e, c.requestID), nil
 	}
-	if t.verb.Stream {
-		return g.subscribeMCP(ctx, req, c, t, args)
+	if c.entry.stream {
+		return g.subscribeMCP(ctx, req, c, args)
 	}
-	result, e := c.unary(ctx, t, args)
+	result, e := c.unary(ctx, args)
 	if e != nil {
 		return errorResult(e, c.requestID), nil
 	}

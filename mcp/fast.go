@@ -439,14 +439,13 @@ func nestingDepth(doc []byte) int {
 func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastRequest) bool {
 	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
 	sessionless := r.Header.Get("Mcp-Protocol-Version") >= sessionless
-	n, t := g.lookupName(req.Params.Name)
+	c := g.newCall(claims, req.Params.Name, r.Header)
 	switch {
-	case n != nil && t != nil && t.verb.Stream:
+	case c.entry != nil && c.entry.stream:
 		return false
-	case (n == nil || t == nil) && sessionless:
+	case c.entry == nil && !c.elsewhere && sessionless:
 		return false // the SDK answers an unknown tool with an HTTP status of its own
 	}
-	c := g.newCall(claims, req.Params.Name, r.Header)
 	buf := fastBufs.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= 64<<10 {
@@ -457,10 +456,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	buf.Reset()
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.Write(req.ID)
-	_, t, args, e := c.check(req.Params.Arguments)
-	if e == nil && t.verb.Stream {
-		return false // listed since the lookup above; check audits nothing when it passes
-	}
+	args, e := c.check(req.Params.Arguments)
 	switch {
 	case e != nil && e.Code == bus.CodeToolNotFound:
 		buf.WriteString(`,"error":{"code":`)
@@ -471,7 +467,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	case e != nil:
 		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
-		result, e := c.unary(r.Context(), t, args)
+		result, e := c.unary(r.Context(), args)
 		if e != nil {
 			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 		} else {
@@ -524,15 +520,6 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 // escapes it.
 func writeJSONString[S []byte | string](buf *bytes.Buffer, s S) {
 	buf.Write(jsonscan.AppendString(buf.AvailableBuffer(), s))
-}
-
-// lookupName returns the node and tool a projected name addresses, if any.
-func (g *Gateway) lookupName(name string) (*node, *tool) {
-	tn, ok := bus.ParseToolName(name)
-	if !ok {
-		return nil, nil
-	}
-	return g.lookup(tn.NodeID, name)
 }
 
 // streamableAccepts reports whether the Accept values admit JSON and an

@@ -4,6 +4,10 @@
 // (name, tenant, scope, arguments) before it reaches NATS, and checks each
 // answer (output schema, node id) before it reaches the agent.
 //
+// Every tool lives in one catalog (catalog.go), fed by its sources (the
+// device registry: devices.go); every door looks a tool up there once per
+// call and runs the same checks on what it finds (call.go).
+//
 // Create a [Gateway] with [New], run its registry watch with
 // [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
 // tier: the two meet on NATS (package bus).
@@ -14,7 +18,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -78,15 +81,17 @@ type Gateway struct {
 	handler http.Handler
 	ready   chan struct{}
 
-	mu        sync.RWMutex
-	nodes     map[string]*node     // by node id
-	views     map[view]*sdk.Server // created on a caller's first request
-	changedCh chan struct{}        // closed and replaced on every change
+	cat *catalog // every tenant's tools: the one place a tool is looked up
 
-	pending map[string]string // node id -> session id being probed before listing
-	sdkMu   sync.Mutex        // orders the changes made to the SDK servers
-	probes  chan struct{}     // bounds concurrent probes
-	probeWG sync.WaitGroup
+	// The device source (devices.go): the nodes it lists, and those it
+	// probes before listing them.
+	listMu    sync.Mutex // orders listing and unlisting nodes
+	mu        sync.RWMutex
+	nodes     map[string]*bus.Node // listed, by node id
+	pending   map[string]string    // node id -> session id being probed before listing
+	changedCh chan struct{}        // closed and replaced on every change
+	probes    chan struct{}        // bounds concurrent probes
+	probeWG   sync.WaitGroup
 	// initialProbes counts the probes of the first registry state: Ready
 	// waits for them.
 	initialProbes sync.WaitGroup
@@ -106,55 +111,6 @@ type Gateway struct {
 	streamsMu       sync.Mutex
 	streamsByTenant map[string]int
 	streamsByNode   map[string]map[*stream]struct{}
-}
-
-type node struct {
-	rec   bus.Node
-	tools map[string]*tool // by projected name
-}
-
-type tool struct {
-	name   string
-	cap    bus.Capability
-	verb   schemas.Verb
-	scope  string
-	schema *sdk.Tool
-}
-
-// view is what one caller may see: a tenant's tools, filtered by the
-// call scopes of the caller's token. Each view has its own cached server.
-type view struct {
-	tenant string
-	scopes uint8 // scopeBit of every call scope the token grants
-}
-
-// scopeBit maps a call scope to its bit in view.scopes; 0 for none.
-func scopeBit(scope string) uint8 {
-	switch scope {
-	case auth.ScopeReadOnly:
-		return 1
-	case auth.ScopeMutating:
-		return 2
-	case auth.ScopeDestructive:
-		return 4
-	}
-	return 0
-}
-
-func viewOf(c *auth.Claims) view {
-	v := view{tenant: c.Tenant}
-	for _, s := range [...]string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive} {
-		if c.HasScope(s) { // granted, or implied by a wider scope
-			v.scopes |= scopeBit(s)
-		}
-	}
-	return v
-}
-
-// allows reports whether the view lists a tool that needs scope.
-func (v view) allows(scope string) bool {
-	b := scopeBit(scope)
-	return b != 0 && v.scopes&b != 0
 }
 
 // New checks opts and builds a gateway.
@@ -185,8 +141,7 @@ func New(o Options) (*Gateway, error) {
 		o:         o,
 		log:       log,
 		ready:     make(chan struct{}),
-		nodes:     map[string]*node{},
-		views:     map[view]*sdk.Server{},
+		nodes:     map[string]*bus.Node{},
 		changedCh: make(chan struct{}),
 		pending:   map[string]string{},
 
@@ -197,6 +152,7 @@ func New(o Options) (*Gateway, error) {
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
 	}
+	g.cat = newCatalog(g.newServer)
 	g.serverInfo, _ = json.Marshal(g.implementation())
 	g.handler = g.drainable(g.routes())
 	return g, nil
@@ -220,7 +176,7 @@ func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]i
 		g.mu.RLock()
 		counts := map[string]int{}
 		for _, n := range g.nodes {
-			counts[n.rec.Tenant]++
+			counts[n.Tenant]++
 		}
 		ch := g.changedCh
 		g.mu.RUnlock()
@@ -485,51 +441,7 @@ func (g *Gateway) server(r *http.Request) *sdk.Server {
 	if c == nil {
 		return nil
 	}
-	v := viewOf(c)
-	g.mu.RLock()
-	srv := g.views[v]
-	g.mu.RUnlock()
-	if srv != nil {
-		return srv
-	}
-	// A new view: fill it with the tenant's listed tools, in step with
-	// list and unlist (which hold sdkMu while they change the servers).
-	g.sdkMu.Lock()
-	defer g.sdkMu.Unlock()
-	g.mu.Lock()
-	if srv = g.views[v]; srv != nil {
-		g.mu.Unlock()
-		return srv
-	}
-	srv = g.newServer()
-	g.views[v] = srv
-	var tools []*sdk.Tool
-	for _, n := range g.nodes {
-		if n.rec.Tenant != v.tenant {
-			continue
-		}
-		for _, t := range n.tools {
-			if v.allows(t.scope) {
-				tools = append(tools, t.schema)
-			}
-		}
-	}
-	g.mu.Unlock()
-	for _, t := range tools {
-		srv.AddTool(t, unreachable)
-	}
-	return srv
-}
-
-// viewsOf returns the servers of a tenant's views; g.mu is held.
-func (g *Gateway) viewsOfLocked(tenant string) map[view]*sdk.Server {
-	m := map[view]*sdk.Server{}
-	for v, srv := range g.views {
-		if v.tenant == tenant {
-			m[v] = srv
-		}
-	}
-	return m
+	return g.cat.server(viewOf(c))
 }
 
 func (g *Gateway) newServer() *sdk.Server {
@@ -623,76 +535,6 @@ func (g *Gateway) listed(r *sdk.ListToolsResult) {
 	}
 }
 
-// errNotIntercepted would mean a tools/call reached the SDK's own handler.
-var errNotIntercepted = errors.New("tools/call bypassed the gateway")
-
-// project builds the tools of one node record (RFC projection
-// {kind_short}.{node_id}.{cap_id}.{verb}).
-func (g *Gateway) project(rec *bus.Node) *node {
-	n := &node{rec: *rec, tools: map[string]*tool{}}
-	for _, c := range rec.Capabilities {
-		k, ok := schemas.LookupKind(c.Kind)
-		if !ok {
-			continue
-		}
-		for _, vn := range c.Verbs {
-			v, ok := k.Verb(vn)
-			if !ok {
-				continue
-			}
-			name := bus.ToolName{KindShort: k.Short, NodeID: rec.NodeID, CapID: c.CapID, Verb: vn}.String()
-			if len(name) > bus.MaxToolName {
-				continue
-			}
-			class := v.SafetyOf(c.SafetyClass)
-			in := g.toolSchema(v.Input)
-			st := &sdk.Tool{
-				Name:        name,
-				Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
-				Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, vn, rec.NodeID, class),
-				InputSchema: in,
-				Annotations: &sdk.ToolAnnotations{
-					Title:          v.Title,
-					ReadOnlyHint:   class == schemas.SafetyReadOnly,
-					IdempotentHint: k.Idempotent || c.Idempotent,
-				},
-				Meta: sdk.Meta{
-					"io.okso/node_id":      rec.NodeID,
-					"io.okso/kind":         c.Kind,
-					"io.okso/safety_class": class,
-				},
-			}
-			if class == schemas.SafetyDestructive {
-				yes := true
-				st.Annotations.DestructiveHint = &yes
-			} else if class != schemas.SafetyReadOnly {
-				no := false
-				st.Annotations.DestructiveHint = &no
-			}
-			if v.Stream {
-				st.OutputSchema = g.toolSchema(v.Result)
-				st.Description += " Streams each frame as a progress notification (send a progressToken) " +
-					"until cancelled; the result tells how the stream ended."
-			} else {
-				st.OutputSchema = g.toolSchema(v.Output)
-			}
-			n.tools[name] = &tool{name: name, cap: c, verb: v, scope: auth.ScopeFor(class), schema: st}
-		}
-	}
-	return n
-}
-
-// NodeIDs returns the nodes the gateway lists.
-func (g *Gateway) NodeIDs() map[string]bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	ids := make(map[string]bool, len(g.nodes))
-	for id := range g.nodes {
-		ids[id] = true
-	}
-	return ids
-}
-
 // toolSchema returns the embedded schema id as the SDK's schema type,
 // decoded once and shared by every tool that uses it: handed a raw
 // document, the SDK would re-encode it on every AddTool (seconds for a
@@ -716,24 +558,6 @@ func (g *Gateway) toolSchema(id string) *jsonschema.Schema {
 	}
 	g.toolSchemas[id] = s
 	return s
-}
-
-// HasNode reports whether the gateway currently lists the node.
-func (g *Gateway) HasNode(nodeID string) bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.nodes[nodeID] != nil
-}
-
-// lookup returns the node and tool a projected name addresses.
-func (g *Gateway) lookup(nodeID, name string) (*node, *tool) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	n := g.nodes[nodeID]
-	if n == nil {
-		return nil, nil
-	}
-	return n, n.tools[name]
 }
 
 func trimASCII(s string, max int) string {

@@ -119,17 +119,17 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, c.fail(bus.CodeBadRequest, err.Error()))
 		return
 	}
-	_, t, args, e := c.check(body.Arguments)
+	args, e := c.check(body.Arguments)
 	if e != nil {
 		writeError(w, httpStatus(e.Code), e)
 		return
 	}
-	if !t.verb.Stream {
+	if !c.entry.stream {
 		if !accepts(r, "application/json", true) {
 			writeError(w, http.StatusNotAcceptable, c.fail(bus.CodeBadRequest, "unary tools answer with Accept: application/json"))
 			return
 		}
-		result, e := c.unary(r.Context(), t, args)
+		result, e := c.unary(r.Context(), args)
 		if e != nil {
 			writeError(w, httpStatus(e.Code), e)
 			return
@@ -142,7 +142,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotAcceptable, c.fail(bus.CodeBadRequest, "streaming tools need Accept: text/event-stream"))
 		return
 	}
-	s, e, err := c.openStream(r.Context(), t, args)
+	s, e, err := c.openStream(r.Context(), args)
 	if e != nil {
 		writeError(w, httpStatus(e.Code), e)
 		return
@@ -204,14 +204,14 @@ func (s *sseSink) setWriteDeadline(t time.Time) error { return s.rc.SetWriteDead
 // subscribeMCP serves a streaming tool over MCP: each frame is a progress
 // notification of the call (message = the frame JSON) until the client
 // cancels or the stream ends; the result says how it ended.
-func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, t *tool, args json.RawMessage) (sdk.Result, error) {
+func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) (sdk.Result, error) {
 	token := req.Params.GetProgressToken()
 	if token == nil {
 		return errorResult(c.fail(bus.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
 	}
 	ctx, stop := g.cancellable(ctx, c.claims)
 	defer stop()
-	s, e, err := c.openStream(ctx, t, args)
+	s, e, err := c.openStream(ctx, args)
 	if e != nil {
 		return errorResult(e, c.requestID), nil
 	}

@@ -40,7 +40,7 @@ type sink interface {
 type stream struct {
 	g      *Gateway
 	id     string
-	schema string // $id of each frame's schema
+	frame  validator // of each frame
 	nodeID string
 	tenant string
 	sub    *nats.Subscription
@@ -85,7 +85,7 @@ func (s *stream) onFrame(m *nats.Msg) {
 		s.end(bus.StreamDeviceOffline)
 		return
 	}
-	data, ok := s.g.validFrame(s.schema, s.nodeID, m.Data)
+	data, ok := s.g.validFrame(s.frame, s.nodeID, m.Data)
 	if !ok {
 		return
 	}
@@ -99,8 +99,8 @@ func (s *stream) onFrame(m *nats.Msg) {
 // validFrame checks one frame against its schema and the addressed node,
 // and returns it compacted to one line (a device's newlines must never
 // reach an SSE stream). A frame that fails is dropped and counted.
-func (g *Gateway) validFrame(schema, nodeID string, data []byte) ([]byte, bool) {
-	if g.o.Schemas.ValidateJSON(schema, data) != nil {
+func (g *Gateway) validFrame(frame validator, nodeID string, data []byte) ([]byte, bool) {
+	if frame.validate(data) != nil {
 		g.droppedFrames.Add(1)
 		return nil, false
 	}
@@ -135,7 +135,7 @@ var errQuota = errors.New("stream quota")
 
 // openStream subscribes to a new stream subject and asks the node to start
 // it. On success the caller must call close.
-func (c *callCtx) openStream(ctx context.Context, t *tool, args json.RawMessage) (*stream, *bus.Error, error) {
+func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream, *bus.Error, error) {
 	g := c.g
 	if !g.takeStreamSlot(c.claims.Tenant) {
 		c.audit(bus.DecisionRateLimit, strconv.Itoa(bus.StreamRateLimited))
@@ -144,8 +144,8 @@ func (c *callCtx) openStream(ctx context.Context, t *tool, args json.RawMessage)
 	s := &stream{
 		g:      g,
 		id:     strings.ToLower(ulid.Make().String()),
-		schema: t.verb.Output,
-		nodeID: c.tool.NodeID,
+		frame:  c.entry.output,
+		nodeID: c.entry.nodeID,
 		tenant: c.claims.Tenant,
 		frames: make(chan []byte, StreamBuffer),
 		done:   make(chan struct{}),
@@ -163,7 +163,7 @@ func (c *callCtx) openStream(ctx context.Context, t *tool, args json.RawMessage)
 	}
 	s.sub = sub
 	g.trackStream(s, true)
-	if _, e := c.request(ctx, t, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
+	if _, e := c.request(ctx, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
 		// After a timeout the device may have started: stop it.
 		s.close(e.Code == bus.CodeDeadlineExceeded)
 		return nil, e, nil

@@ -26,7 +26,7 @@ func newTestStream(t *testing.T) *stream {
 		t.Fatal(err)
 	}
 	g := &Gateway{o: Options{Schemas: set}, streamsByTenant: map[string]int{}, streamsByNode: map[string]map[*stream]struct{}{}}
-	return &stream{g: g, id: "s", schema: schemas.MetricsFrame, nodeID: testNode,
+	return &stream{g: g, id: "s", frame: embedded{set, schemas.MetricsFrame}, nodeID: testNode,
 		frames: make(chan []byte, StreamBuffer), done: make(chan struct{})}
 }
 

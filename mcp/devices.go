@@ -2,14 +2,21 @@ package mcp
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
+
+// The device source of the catalog: every gateway watches the registry
+// (KV okso_nodes) and lists a node's capabilities as tools once the node's
+// subject answers from here.
 
 // Run follows the registry and keeps every tenant's tools in step with it,
 // until ctx ends. After a NATS reconnect it watches afresh and reconciles:
@@ -138,7 +145,7 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 	g.mu.Lock()
 	old := g.nodes[ev.NodeID]
 	if ev.Node != nil {
-		if old != nil && old.rec.SessionID == ev.Node.SessionID && old.rec.Tenant == ev.Node.Tenant {
+		if old != nil && old.SessionID == ev.Node.SessionID && old.Tenant == ev.Node.Tenant {
 			g.mu.Unlock()
 			return // a lease refresh: nothing changed
 		}
@@ -206,81 +213,56 @@ func (g *Gateway) probe(ctx context.Context, rec *bus.Node) {
 	}
 }
 
+// nodeKey is the catalog key of a node's tools.
+func nodeKey(nodeID string) string { return "node/" + nodeID }
+
 // list makes a probed node's tools visible to its tenant, replacing an
 // older session's.
 func (g *Gateway) list(rec *bus.Node) {
-	g.sdkMu.Lock()
-	defer g.sdkMu.Unlock()
-	g.mu.Lock()
-	if g.pending[rec.NodeID] != rec.SessionID {
-		g.mu.Unlock()
+	g.listMu.Lock()
+	defer g.listMu.Unlock()
+	g.mu.RLock()
+	current := g.pending[rec.NodeID] == rec.SessionID
+	old := g.nodes[rec.NodeID]
+	g.mu.RUnlock()
+	if !current {
 		return // superseded while probing
 	}
-	old := g.nodes[rec.NodeID]
-	n := g.project(rec)
-	views := g.viewsOfLocked(rec.Tenant)
-	g.mu.Unlock()
+	entries := g.project(rec)
+	g.cat.put(nodeKey(rec.NodeID), rec.Tenant, entries)
 	if old != nil {
-		g.removeTools(old)
 		g.nodeGone(rec.NodeID) // its streams were served by the old session
 	}
-	for v, srv := range views {
-		for _, t := range n.tools {
-			if v.allows(t.scope) {
-				srv.AddTool(t.schema, unreachable)
-			}
-		}
-	}
 	// The node counts as listed (HasNode, Wait) only once every server
-	// lists its tools: no view is made meanwhile (sdkMu is held), and one
-	// made later takes the tools from g.nodes.
+	// lists its tools (put returns then).
 	g.mu.Lock()
 	delete(g.pending, rec.NodeID) // still pending until now: a refresh meanwhile starts no probe
-	g.nodes[rec.NodeID] = n
+	listed := *rec
+	g.nodes[rec.NodeID] = &listed
 	g.mu.Unlock()
 	g.changed()
-	g.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(n.tools))
+	g.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(entries))
 }
 
 // unlist removes a node that left the registry, and ends its streams.
 func (g *Gateway) unlist(nodeID string) {
-	g.sdkMu.Lock()
-	defer g.sdkMu.Unlock()
-	g.mu.Lock()
+	g.listMu.Lock()
+	defer g.listMu.Unlock()
+	g.mu.RLock()
 	old := g.nodes[nodeID]
-	g.mu.Unlock()
+	g.mu.RUnlock()
 	if old == nil {
 		return
 	}
 	// Unlisted from every server first, then forgotten: as in list, the
 	// node's count changes only once the servers agree.
-	g.removeTools(old)
+	g.cat.drop(nodeKey(nodeID))
 	g.mu.Lock()
-	if g.nodes[nodeID] == old {
-		delete(g.nodes, nodeID)
-	}
+	delete(g.nodes, nodeID)
 	g.mu.Unlock()
 	g.changed()
 	g.nodeGone(nodeID)
 	g.log.Debug("node offline", "node_id", nodeID)
-}
-
-// removeTools takes a node's tools out of every view of its tenant.
-func (g *Gateway) removeTools(n *node) {
-	g.mu.RLock()
-	views := g.viewsOfLocked(n.rec.Tenant)
-	g.mu.RUnlock()
-	for v, srv := range views {
-		var names []string
-		for name, t := range n.tools {
-			if v.allows(t.scope) {
-				names = append(names, name)
-			}
-		}
-		if len(names) > 0 {
-			srv.RemoveTools(names...)
-		}
-	}
 }
 
 // changed wakes the waiters of [Gateway.Wait].
@@ -291,8 +273,87 @@ func (g *Gateway) changed() {
 	g.changedCh = make(chan struct{})
 }
 
-// unreachable is the handler registered with the SDK; [Gateway.intercept]
-// answers every tools/call before the SDK would call it.
-func unreachable(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	return nil, errNotIntercepted
+// project builds the catalog entries of one node record: a tool per verb
+// of each capability of a known kind, named {kind_short}.{node_id}.
+// {cap_id}.{verb}, served on the node's cmd subject.
+func (g *Gateway) project(rec *bus.Node) []*entry {
+	var entries []*entry
+	for _, c := range rec.Capabilities {
+		k, ok := schemas.LookupKind(c.Kind)
+		if !ok {
+			continue
+		}
+		for _, vn := range c.Verbs {
+			v, ok := k.Verb(vn)
+			if !ok {
+				continue
+			}
+			name := bus.ToolName{KindShort: k.Short, NodeID: rec.NodeID, CapID: c.CapID, Verb: vn}.String()
+			if len(name) > bus.MaxToolName {
+				continue
+			}
+			class := v.SafetyOf(c.SafetyClass)
+			st := &sdk.Tool{
+				Name:        name,
+				Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
+				Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, vn, rec.NodeID, class),
+				InputSchema: g.toolSchema(v.Input),
+				Annotations: &sdk.ToolAnnotations{
+					Title:          v.Title,
+					ReadOnlyHint:   class == schemas.SafetyReadOnly,
+					IdempotentHint: k.Idempotent || c.Idempotent,
+				},
+				Meta: sdk.Meta{
+					"io.okso/node_id":      rec.NodeID,
+					"io.okso/kind":         c.Kind,
+					"io.okso/safety_class": class,
+				},
+			}
+			if class == schemas.SafetyDestructive {
+				yes := true
+				st.Annotations.DestructiveHint = &yes
+			} else if class != schemas.SafetyReadOnly {
+				no := false
+				st.Annotations.DestructiveHint = &no
+			}
+			if v.Stream {
+				st.OutputSchema = g.toolSchema(v.Result)
+				st.Description += " Streams each frame as a progress notification (send a progressToken) " +
+					"until cancelled; the result tells how the stream ended."
+			} else {
+				st.OutputSchema = g.toolSchema(v.Output)
+			}
+			entries = append(entries, &entry{
+				name:    name,
+				source:  sourceDevice,
+				class:   class,
+				scope:   auth.ScopeFor(class),
+				input:   embedded{g.o.Schemas, v.Input},
+				output:  embedded{g.o.Schemas, v.Output}, // of each frame, for a stream
+				stream:  v.Stream,
+				nodeID:  rec.NodeID,
+				subject: bus.NodeCmd(rec.NodeID),
+				desc:    st,
+			})
+		}
+	}
+	return entries
+}
+
+// NodeIDs returns the nodes the gateway lists.
+func (g *Gateway) NodeIDs() map[string]bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	ids := make(map[string]bool, len(g.nodes))
+	for id := range g.nodes {
+		ids[id] = true
+	}
+	return ids
+}
+
+// HasNode reports whether the gateway currently lists the node.
+func (g *Gateway) HasNode(nodeID string) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.nodes[nodeID] != nil
 }
