@@ -18,6 +18,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/internal/repeats"
 )
 
 // logLines decodes the JSON lines of a log.
@@ -98,13 +99,13 @@ func TestRepeatHandler(t *testing.T) {
 			}
 		}
 		t.Logf("%d bytes of log for 21,200 records", len(buf.String()))
-		if warns != 2 || infos != 100 || errs != maxLogKinds+1 {
-			t.Errorf("%d warnings, %d info lines, %d errors written; want 2, 100, %d", warns, infos, errs, maxLogKinds+1)
+		if warns != 2 || infos != 100 || errs != repeats.MaxKinds+1 {
+			t.Errorf("%d warnings, %d info lines, %d errors written; want 2, 100, %d", warns, infos, errs, repeats.MaxKinds+1)
 		}
 		want := map[string]any{
-			"WARN device publish reply":    float64(9999),
-			"WARN gateway publish reply":   float64(99),
-			"ERROR <nil> " + msgOtherKinds: float64(1000 - maxLogKinds - 1),
+			"WARN device publish reply":            float64(9999),
+			"WARN gateway publish reply":           float64(99),
+			"ERROR <nil> " + repeats.MsgOtherKinds: float64(1000 - repeats.MaxKinds - 1),
 		}
 		for k, v := range want {
 			if more[k] != v {

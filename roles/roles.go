@@ -23,6 +23,10 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/internal/logwriter"
+	"github.com/okso-io/okso/internal/procs"
+	"github.com/okso-io/okso/internal/repeats"
+	"github.com/okso-io/okso/internal/terminal"
 )
 
 // Version is the okso version, set at build time with -ldflags.
@@ -138,9 +142,9 @@ type logFlags struct {
 	debug   string
 	procs   bool
 
-	fs  *pflag.FlagSet // tells a flag given (or set from OKSO_*) from its default
-	out *logWriter     // under the logger; closed by start's stop
-	rep *logRepeats    // of the logger, nil with --log-repeats 0; flushed until start's stop
+	fs  *pflag.FlagSet    // tells a flag given (or set from OKSO_*) from its default
+	out *logwriter.Writer // under the logger; closed by start's stop
+	rep *repeats.Counts   // of the logger, nil with --log-repeats 0; flushed until start's stop
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
@@ -172,21 +176,18 @@ func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
 		closeLog()
 		return nil, err
 	}
-	cpu := processCPU()
-	if !l.procs || os.Getenv("GOMAXPROCS") != "" || cpu == nil {
+	if !l.procs {
 		return func() { stopDebug(); closeLog() }, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tick := time.NewTicker(procsWindow)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tuneProcs(ctx, log, tick.C, cpu, setProcs, getProcs)
+		procs.Adapt(ctx, log)
 	}()
 	return func() {
 		cancel()
 		<-done
-		tick.Stop()
 		stopDebug()
 		closeLog()
 	}, nil
@@ -203,7 +204,7 @@ func (l *logFlags) flushRepeats() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		l.rep.run(ctx, tick.C)
+		l.rep.Run(ctx, tick.C)
 	}()
 	return func() {
 		cancel()
@@ -238,7 +239,7 @@ func (l *logFlags) serveDebug(log *slog.Logger) (stop func(), err error) {
 // start's stop closes. The flags not given suit where w goes: a person's
 // terminal gets text and no audit lines, anything else JSON with them.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	l.defaults(isTerminal(w))
+	l.defaults(terminal.Is(w))
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -250,14 +251,14 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if l.repeats < 0 {
 		return nil, fmt.Errorf("--log-repeats %v: want 0 (off) or more", l.repeats)
 	}
-	l.out = newLogWriter(w)
+	l.out = logwriter.New(w)
 	var h slog.Handler = slog.NewJSONHandler(l.out, o)
 	if l.format == "text" {
 		h = slog.NewTextHandler(l.out, o)
 	}
-	h = flushOnError{h, l.out}
+	h = logwriter.FlushOnError(h, l.out)
 	if l.repeats > 0 {
-		h, l.rep = newRepeatHandler(h, time.Now())
+		h, l.rep = repeats.New(h, time.Now())
 	}
 	return slog.New(h), nil
 }
