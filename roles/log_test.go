@@ -17,7 +17,7 @@ func TestErrorLineSurvivesCrash(t *testing.T) {
 	if os.Getenv("OKSO_TEST_CRASH") == "1" {
 		runtime.GOMAXPROCS(1)
 		l := &logFlags{level: "info", format: "json"}
-		log, err := l.logger(os.Stderr)
+		log, err := l.open(os.Stderr)
 		if err != nil {
 			panic(err)
 		}

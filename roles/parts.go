@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -207,26 +208,36 @@ func whileJetStreamForms[T any](ctx context.Context, log *slog.Logger, open func
 	}
 }
 
-// httpPart is a bound listener and the server that will serve it.
+// httpPart is a bound listener and the server that will serve it. Bind
+// it with listen, set its handler with handle, then serve it in a run
+// group (actors, actor), or close it.
 type httpPart struct {
+	log *slog.Logger
 	ln  net.Listener
 	srv *http.Server
 }
 
-// listen binds addr for h, holding at most maxConns connections at once
-// (0: no bound): beyond, a new connection waits in the kernel's backlog
-// until one closes, so a flood of one listener can neither take every
-// file descriptor of the process nor starve its other listeners.
-func listen(log *slog.Logger, addr string, h http.Handler, maxConns int) (*httpPart, error) {
+// listen binds addr, the value of flag, holding at most maxConns
+// connections at once (0: no bound): beyond, a new connection waits in
+// the kernel's backlog until one closes, so a flood of one listener can
+// neither take every file descriptor of the process nor starve its other
+// listeners.
+func listen(flag, addr string, maxConns int) (*httpPart, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if maxConns > 0 {
 		ln = netutil.LimitListener(ln, maxConns)
 	}
-	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute, ErrorLog: stdlog.New(httpErrors{log}, "", 0)}}, nil
+	return &httpPart{ln: ln}, nil
+}
+
+// handle sets what p serves, and the log of its errors.
+func (p *httpPart) handle(log *slog.Logger, h http.Handler) {
+	p.log = log
+	p.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, ErrorLog: stdlog.New(httpErrors{log}, "", 0)}
 }
 
 // httpErrors writes what net/http logs (accept errors when the process
@@ -242,6 +253,20 @@ func (w httpErrors) Write(p []byte) (int, error) {
 }
 
 func (p *httpPart) addr() string { return p.ln.Addr().String() }
+
+// close closes the listener of a part that will not serve; p may be nil.
+func (p *httpPart) close() {
+	if p != nil {
+		_ = p.ln.Close() // nothing was served on it: no error to tell
+	}
+}
+
+// actors adds the server to g, serving at once; p may be nil.
+func (p *httpPart) actors(g *run.Group) {
+	if p != nil {
+		p.actor(g, nil, nil)
+	}
+}
 
 // actor adds the server to g, serving once ready is closed (nil: at
 // once); before is called on interrupt, before the HTTP server stops
@@ -267,15 +292,18 @@ func (p *httpPart) actor(g *run.Group, ready <-chan struct{}, before func(contex
 		if before != nil {
 			before(ctx)
 		}
-		_ = p.srv.Shutdown(ctx)
-		_ = p.ln.Close() // if Serve never started
+		p.stop(ctx)
 	})
 }
 
-// contextActor runs fn with a context cancelled on interrupt.
-func contextActor(g *run.Group, fn func(ctx context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	g.Add(func() error { return fn(ctx) }, func(error) { cancel() })
+// stop stops the server gracefully within ctx, then closes the
+// connections still open; it closes the listener if Serve never started.
+func (p *httpPart) stop(ctx context.Context) {
+	if err := p.srv.Shutdown(ctx); err != nil {
+		p.log.Warn("http server: connections still open at the stop, closed", "addr", p.addr(), "err", err)
+		_ = p.srv.Close() // its error is the listener's, closed by Shutdown
+	}
+	_ = p.ln.Close() // if Serve never started; else closed already
 }
 
 // common holds what every server role loads.
@@ -285,21 +313,26 @@ type common struct {
 	signer  *auth.Signer      // nil for a role that only verifies
 	public  ed25519.PublicKey // verifies tokens
 	extra   []ed25519.PublicKey
-	// noAuditLog leaves audit events out of the log (--log-audit=false);
-	// they are published all the same.
-	noAuditLog bool
-	// logRepeats is the period in which audit lines of a kind are logged
+	audit   auditLog
+}
+
+// auditLog says whether and how the auditors of a role log.
+type auditLog struct {
+	// NoAuditLog leaves audit events out of the log (--log-audit=false);
+	// they are published on NATS all the same.
+	NoAuditLog bool
+	// LogRepeats is the period in which audit lines of a kind are logged
 	// once and counted (--log-repeats; 0: each is logged).
-	logRepeats time.Duration
+	LogRepeats time.Duration
 }
 
 // auditor returns an Auditor that publishes on nc and logs unless
-// noAuditLog, bounding its lines by logRepeats; tick, if set, ends each
+// NoAuditLog, bounding its lines by LogRepeats; tick, if set, ends each
 // period of it.
 func (c *common) auditor(nc *nats.Conn, tick <-chan time.Time) *bus.Auditor {
 	a := &bus.Auditor{NC: nc}
-	if !c.noAuditLog {
-		a.Log, a.LogRepeats, a.LogTick = c.log, c.logRepeats, tick
+	if !c.audit.NoAuditLog {
+		a.Log, a.LogRepeats, a.LogTick = c.log, c.audit.LogRepeats, tick
 	}
 	return a
 }
@@ -399,25 +432,38 @@ type gatewayConfig struct {
 	AuditTick <-chan time.Time
 }
 
-func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
+// newGatewayPart binds the MCP listener, then connects to np, opens the
+// registry and the revocations and builds the gateway.
+func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (_ *gatewayPart, err error) {
+	hp, err := listen("--mcp-addr", cfg.Addr, cfg.MaxConnections)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			hp.close()
+		}
+	}()
 	nc, err := np.connect("okso-gateway")
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
 	logAsyncErrors(c.log, nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{Replicas: np.replicas})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	if cfg.AuditRetention > 0 {
 		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false); err != nil {
-			nc.Close()
 			return nil, err
 		}
 	}
@@ -439,7 +485,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Stateful:       cfg.Stateful,
 		NoFastPath:     cfg.NoFastPath,
 		AllowedOrigins: cfg.AllowedOrigins,
-		Version:        cfg.Version,
+		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,
 		Revoked:        revoked,
 
@@ -448,14 +494,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		IdleTimeout:         cfg.StreamIdle,
 	})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(c.log.With("role", "gateway"), cfg.Addr, gw.Handler(), cfg.MaxConnections)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
+	hp.handle(c.log.With("role", "gateway"), gw.Handler())
 	audit.Start()
 	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, drain: cfg.ShutdownDrain,
 		summary: summary, tick: cfg.SummaryTick}, nil
@@ -504,8 +545,7 @@ func (p *gatewayPart) actors(g *run.Group) {
 		p.gw.CloseStreams()
 		sctx, scancel := shutdownCtx()
 		defer scancel()
-		_ = p.http.srv.Shutdown(sctx)
-		_ = p.http.ln.Close() // if Serve never started
+		p.http.stop(sctx)
 	})
 }
 
@@ -547,32 +587,48 @@ type tierConfig struct {
 // authenticating, or replacing.
 const deviceConnSlack = 1024
 
-func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
+// newTierPart binds the device listener, then connects to np, opens the
+// registry, the revocations and the node bindings and builds the tier.
+func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (_ *tierPart, err error) {
+	maxConns := cfg.MaxConnections
+	if maxConns == 0 && cfg.MaxSessions > 0 {
+		maxConns = cfg.MaxSessions + deviceConnSlack
+	}
+	hp, err := listen("--device-addr", cfg.Addr, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			hp.close()
+		}
+	}()
 	nc, err := np.connect("okso-device-tier")
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
 	logAsyncErrors(c.log, nc)
 	logNATSLink(c.log.With("role", "device"), nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	if cfg.NodeBindingTTL != 0 && cfg.NodeBindingTTL < time.Second {
-		nc.Close()
 		return nil, fmt.Errorf("--node-binding-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.NodeBindingTTL)
 	}
 	bindings, err := whileJetStreamForms(ctx, c.log, func(ctx context.Context) (*bus.Bindings, error) {
 		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg})
 	})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
@@ -598,18 +654,9 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		PingInterval:      cfg.PingInterval,
 	})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
-	maxConns := cfg.MaxConnections
-	if maxConns == 0 && cfg.MaxSessions > 0 {
-		maxConns = cfg.MaxSessions + deviceConnSlack
-	}
-	hp, err := listen(c.log.With("role", "device"), cfg.Addr, tier.Handler(), maxConns)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
+	hp.handle(c.log.With("role", "device"), tier.Handler())
 	audit.Start()
 	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
 }
@@ -622,7 +669,11 @@ func (p *tierPart) actors(g *run.Group) {
 	// Devices first get 1001 so they reconnect elsewhere; then the listener
 	// stops. Devices are served once the revocations are loaded: the
 	// listener holds them until then.
-	p.http.actor(g, revoked, func(ctx context.Context) { _ = p.tier.Shutdown(ctx) })
+	p.http.actor(g, revoked, func(ctx context.Context) {
+		if err := p.tier.Shutdown(ctx); err != nil {
+			p.http.log.Warn("device tier: sessions still open at the stop", "err", err)
+		}
+	})
 }
 
 // followRevocations adds an actor that follows the revocation bucket,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -36,8 +35,8 @@ func logLines(t *testing.T, log string) []map[string]any {
 }
 
 // roleLog is a role's log with these flags, JSON with audit lines,
-// writing to a buffer.
-func roleLog(t *testing.T, args ...string) (*slog.Logger, *syncBuffer, *logFlags) {
+// writing to a buffer, open until the test closes it.
+func roleLog(t *testing.T, args ...string) (*processLog, *syncBuffer, *logFlags) {
 	t.Helper()
 	var logs logFlags
 	fs := pflag.NewFlagSet("role", pflag.ContinueOnError)
@@ -46,7 +45,7 @@ func roleLog(t *testing.T, args ...string) (*slog.Logger, *syncBuffer, *logFlags
 		t.Fatal(err)
 	}
 	buf := &syncBuffer{}
-	log, err := logs.logger(buf)
+	log, err := logs.open(buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +60,7 @@ func roleLog(t *testing.T, args ...string) (*slog.Logger, *syncBuffer, *logFlags
 // the others. With --log-repeats 0 every line is written.
 func TestRepeatHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		log, buf, logs := roleLog(t)
-		stop, err := logs.start(log)
-		if err != nil {
-			t.Fatal(err)
-		}
+		log, buf, _ := roleLog(t)
 		tier, gw := log.With("role", "device"), log.With("role", "gateway")
 		for i := range 10_000 {
 			tier.Warn("publish reply", "node_id", fmt.Sprint(i), "err", "nats: connection closed")
@@ -79,7 +74,7 @@ func TestRepeatHandler(t *testing.T) {
 		for i := range 1000 {
 			tier.Error(fmt.Sprintf("failed to connect: %d", i))
 		}
-		stop() // writes the last period's repeats, then the log
+		log.Close() // writes the last period's repeats, then the log
 
 		var warns, infos, errs int
 		more := map[string]any{}
@@ -117,14 +112,11 @@ func TestRepeatHandler(t *testing.T) {
 		}
 
 		// --log-repeats 0.
-		log, buf, logs = roleLog(t, "--log-repeats=0")
-		if stop, err = logs.start(log); err != nil {
-			t.Fatal(err)
-		}
+		log, buf, _ = roleLog(t, "--log-repeats=0")
 		for range 100 {
 			log.Warn("publish reply")
 		}
-		stop()
+		log.Close()
 		if n := strings.Count(buf.String(), "\n"); n != 100 {
 			t.Errorf("--log-repeats 0: %d lines of 100", n)
 		}
@@ -192,15 +184,11 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 func TestLogBoundedUnderFlood(t *testing.T) {
 	const flood = 20_000
 	log, buf, logs := roleLog(t)
-	stop, err := logs.start(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop) // after the all-in-one stops
+	t.Cleanup(log.Close) // after the all-in-one stops
 	tick := make(chan time.Time)
 	f := startAllInOneLog(t, 0, func(c *AllInOneConfig) {
 		c.Tier.AuditTick, c.LogRepeats = tick, logs.repeats
-	}, log, buf)
+	}, log.Logger, buf)
 
 	var (
 		mu   sync.Mutex
@@ -264,7 +252,7 @@ func TestLogBoundedUnderFlood(t *testing.T) {
 	}
 	start := time.Now()
 	endPeriod(start) // the tier's audit log begins a period
-	logs.out.Flush()
+	log.out.Flush()
 	before := len(buf.String())
 	for range flood {
 		ack()
@@ -275,7 +263,7 @@ func TestLogBoundedUnderFlood(t *testing.T) {
 	// the lines of the period before it are written.
 	ack()
 	waitLate(flood + 1)
-	logs.out.Flush()
+	log.out.Flush()
 	grown := buf.String()[before:]
 	t.Logf("%d bogus acks: %d events published, the log grew by %d bytes in %d lines (%s)",
 		flood+1, flood+1, len(grown), strings.Count(grown, "\n"), time.Since(start).Round(time.Millisecond))
