@@ -328,9 +328,9 @@ type auditLog struct {
 
 // auditor returns an Auditor that publishes on nc and logs unless
 // NoAuditLog, bounding its lines by LogRepeats; tick, if set, ends each
-// period of it.
+// period of it. It logs what it cannot publish either way.
 func (c *common) auditor(nc *nats.Conn, tick <-chan time.Time) *bus.Auditor {
-	a := &bus.Auditor{NC: nc}
+	a := &bus.Auditor{NC: nc, ErrorLog: c.log}
 	if !c.audit.NoAuditLog {
 		a.Log, a.LogRepeats, a.LogTick = c.log, c.audit.LogRepeats, tick
 	}
