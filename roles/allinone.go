@@ -44,7 +44,10 @@ type AllInOne struct {
 }
 
 // NewAllInOne starts NATS and binds both listeners; [AllInOne.Run] serves.
+// It fails, saying why, when it cannot start within startTimeout (12 s).
 func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *AllInOne, err error) {
+	ctx, cancel := startContext(ctx)
+	defer cancel()
 	c, err := loadCommon(log, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -56,7 +59,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 			a.close()
 		}
 	}()
-	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one"}); err != nil {
+	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one", Log: log}); err != nil {
 		return nil, err
 	}
 	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/oklog/run"
 	"golang.org/x/net/netutil"
@@ -60,6 +61,8 @@ type natsConfig struct {
 	// the roles that share a data dir.
 	DataDir string
 	Role    string
+	// Log, if set, gets the embedded server's fatal errors.
+	Log *slog.Logger
 }
 
 func openNATS(c natsConfig) (*natsPart, error) {
@@ -92,7 +95,7 @@ func openNATS(c natsConfig) (*natsPart, error) {
 			return nil, err
 		}
 	}
-	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store,
+	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store, Log: c.Log,
 		Cluster: bus.ClusterOptions{Name: c.Cluster, Listen: c.Addr, Routes: c.Routes}})
 	if err != nil {
 		return nil, err
@@ -176,34 +179,89 @@ func (p *natsPart) close() {
 	}
 }
 
+// startTimeout bounds the start of a role: its constructor fails, saying
+// why, rather than wait longer (for a NATS cluster whose JetStream never
+// forms, say), so that a role that cannot start exits within seconds.
+// Three okso processes forming a NATS cluster at once take 2 to 8 s to
+// have JetStream and okso's buckets (measured with -race on 2 cores).
+const startTimeout = 12 * time.Second
+
+// startContext is the context a role's constructor works within: it ends
+// startTimeout from now, for errStartTimeout.
+func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, startTimeout, errStartTimeout{})
+}
+
+// errStartTimeout is why a role's start context ended: the role could
+// not start within startTimeout.
+type errStartTimeout struct{}
+
+func (errStartTimeout) Error() string { return fmt.Sprintf("not ready within %v", startTimeout) }
+
 // openRegistry opens the registry.
 func openRegistry(ctx context.Context, log *slog.Logger, nc *nats.Conn, o bus.RegistryOptions) (*bus.Registry, error) {
 	if o.TTL != 0 && o.TTL < time.Second {
 		return nil, fmt.Errorf("--lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", o.TTL)
 	}
-	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Registry, error) {
+	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Registry, error) {
 		return bus.OpenRegistry(ctx, nc, o)
 	})
 }
 
-// whileJetStreamForms runs open until it succeeds, for up to 30 s: while a
-// NATS cluster is still forming, JetStream has no leader and okso's
-// buckets cannot be opened yet.
-func whileJetStreamForms[T any](ctx context.Context, log *slog.Logger, open func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+// whileJetStreamForms opens one of okso's buckets on nc with open,
+// trying again until it succeeds or ctx ends (a role's start context):
+// while a NATS cluster is still forming, JetStream has no leader and
+// does not answer, or answers "temporarily unavailable". It first asks
+// every second whether JetStream answers at all, then opens with 2 s per
+// attempt: a start waits little longer than the cluster takes (when
+// several processes create one replicated bucket at once, an answer can
+// be lost while the bucket is made; the next attempt finds it). A NATS
+// without JetStream (its API has no responders) is an error at once:
+// waiting would not mend it.
+func whileJetStreamForms[T any](ctx context.Context, log *slog.Logger, nc *nats.Conn, open func(context.Context) (T, error)) (T, error) {
+	var zero T
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return zero, fmt.Errorf("open jetstream: %w", err)
+	}
+	if _, err := retryJetStream(ctx, log, time.Second, js.AccountInfo); err != nil {
+		return zero, err
+	}
+	return retryJetStream(ctx, log, 2*time.Second, open)
+}
+
+// retryJetStream runs do, each attempt bounded by attempt, until it
+// succeeds, fails for want of JetStream, or ctx ends.
+func retryJetStream[T any](ctx context.Context, log *slog.Logger, attempt time.Duration, do func(context.Context) (T, error)) (T, error) {
+	var last error // of an attempt ctx did not cut short, if any
 	for {
-		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		v, err := open(octx)
-		ocancel()
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		v, err := do(actx)
+		cancel()
 		if err == nil {
 			return v, nil
+		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: no answer in %v", err, attempt)
+		}
+		if last == nil || ctx.Err() == nil {
+			last = err
+		}
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			// Every server with JetStream answers its API, even while its
+			// cluster forms ("temporarily unavailable").
+			return v, fmt.Errorf("no JetStream on this NATS (okso keeps its registry in it: enable JetStream): %w", err)
 		}
 		log.Info("waiting for JetStream", "err", err)
 		select {
 		case <-ctx.Done():
-			return v, err
-		case <-time.After(500 * time.Millisecond):
+			if cause := context.Cause(ctx); errors.As(cause, new(errStartTimeout)) {
+				return v, fmt.Errorf("JetStream %v (a NATS cluster has it once a majority of its members are up "+
+					"and routed to each other): %w", cause, last)
+			}
+			return v, last
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
@@ -390,7 +448,7 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 
 // openRevocations opens the shared revocation set.
 func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
-	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Revocations, error) {
+	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Revocations, error) {
 		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: replicas, Log: log})
 	})
 }
@@ -625,7 +683,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if cfg.NodeBindingTTL != 0 && cfg.NodeBindingTTL < time.Second {
 		return nil, fmt.Errorf("--node-binding-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.NodeBindingTTL)
 	}
-	bindings, err := whileJetStreamForms(ctx, c.log, func(ctx context.Context) (*bus.Bindings, error) {
+	bindings, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Bindings, error) {
 		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg})
 	})
 	if err != nil {

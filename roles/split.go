@@ -51,8 +51,11 @@ type Gateway struct {
 
 // NewGateway starts (or connects to) its NATS, binds the MCP listener
 // and loads what the gateway needs; [Gateway.Run] serves. A gateway only
-// verifies tokens: the data dir's signing.pub is enough.
+// verifies tokens: the data dir's signing.pub is enough. It fails, saying
+// why, when it cannot start within startTimeout (12 s).
 func NewGateway(ctx context.Context, log *slog.Logger, cfg GatewayConfig) (_ *Gateway, err error) {
+	ctx, cancel := startContext(ctx)
+	defer cancel()
 	c, err := loadVerifier(log, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -64,7 +67,7 @@ func NewGateway(ctx context.Context, log *slog.Logger, cfg GatewayConfig) (_ *Ga
 			g.close()
 		}
 	}()
-	cfg.NATS.DataDir, cfg.NATS.Role = cfg.DataDir, "gateway"
+	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "gateway", log
 	if g.nats, err = openNATS(cfg.NATS); err != nil {
 		return nil, err
 	}
@@ -145,8 +148,11 @@ type DeviceTier struct {
 // NewDeviceTier starts (or connects to) its NATS, binds the device
 // listener and loads what the tier needs; [DeviceTier.Run] serves. A
 // tier only verifies tokens, unless it mints its mock devices' tokens:
-// then it needs the data dir's signing key.
+// then it needs the data dir's signing key. It fails, saying why, when
+// it cannot start within startTimeout (12 s).
 func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) (_ *DeviceTier, err error) {
+	ctx, cancel := startContext(ctx)
+	defer cancel()
 	load := loadVerifier
 	if cfg.Mock > 0 {
 		load = loadCommon
@@ -162,7 +168,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 			d.close()
 		}
 	}()
-	cfg.NATS.DataDir, cfg.NATS.Role = cfg.DataDir, "device"
+	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "device", log
 	if d.nats, err = openNATS(cfg.NATS); err != nil {
 		return nil, err
 	}
