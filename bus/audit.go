@@ -92,6 +92,10 @@ type Auditor struct {
 	// LogTick, if set, ends each period in place of a ticker of
 	// LogRepeats.
 	LogTick <-chan time.Time
+	// ErrorLog, if set, says when an event could not be published (the
+	// connection closed, or its reconnect buffer full): a warning "audit
+	// publish" each, whose repeats a role's log counts.
+	ErrorLog *slog.Logger
 
 	mu   sync.RWMutex
 	q    chan AuditEvent // nil unless started
@@ -262,8 +266,12 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 		a.Observe(e)
 	}
 	if a.NC != nil && ValidTenant(e.Tenant) {
-		if b, err := e.encode(); err == nil {
-			_ = a.NC.Publish(Audit(e.Tenant), b)
+		b, err := e.encode()
+		if err == nil {
+			err = a.NC.Publish(Audit(e.Tenant), b)
+		}
+		if err != nil && a.ErrorLog != nil {
+			a.ErrorLog.Warn("audit publish", "actor", e.Actor, "tenant", e.Tenant, "decision", e.Decision, "err", err)
 		}
 	}
 }

@@ -431,3 +431,29 @@ func TestAuditorLogRepeats(t *testing.T) {
 		t.Errorf("1,000 kinds: %d audit lines and %v counted, want 65 (64 kinds and one for all others) and 935", n, repeated)
 	}
 }
+
+// TestAuditorPublishFailure: an event the Auditor cannot publish (its
+// connection is closed) is a warning on its ErrorLog, naming the event
+// but nothing a caller wrote; without an ErrorLog it is dropped quietly,
+// as it always was.
+func TestAuditorPublishFailure(t *testing.T) {
+	srv, _ := startBus(t)
+	nc := connect(t, srv, "auditor")
+	nc.Close()
+	var buf bytes.Buffer
+	a := &bus.Auditor{NC: nc, ErrorLog: slog.New(slog.NewJSONHandler(&buf, nil))}
+	a.Record(auditEvent())
+	lines := auditLines(t, buf.String())
+	if len(lines) != 1 {
+		t.Fatalf("%d lines for one failed publish, want 1:\n%s", len(lines), buf.String())
+	}
+	l := lines[0]
+	if l["level"] != "WARN" || l["msg"] != "audit publish" || l["tenant"] != "acme" || l["decision"] != bus.DecisionDenied ||
+		!strings.Contains(fmt.Sprint(l["err"]), "closed") {
+		t.Errorf("line %v, want a warning audit publish naming the tenant, the decision and the error", l)
+	}
+	if strings.Contains(buf.String(), auditEvent().Tool) {
+		t.Errorf("the warning names the tool: %s", buf.String())
+	}
+	(&bus.Auditor{NC: nc}).Record(auditEvent())
+}

@@ -125,8 +125,10 @@ func (b *Bindings) Bind(ctx context.Context, nodeID, tenant string) (owner strin
 			return tenant, nil
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			if b.reg != nil {
+				// A record okso did not write belongs to no tenant: the
+				// node's claim will replace it.
 				n, err := b.reg.Get(ctx, nodeID)
-				if err != nil {
+				if err != nil && !errors.Is(err, ErrBadRecord) {
 					return "", fmt.Errorf("bind node %s: %w", nodeID, err)
 				}
 				if n != nil && n.Tenant != tenant {

@@ -229,3 +229,24 @@ func TestOpenBindingsRefusesSubSecondTTL(t *testing.T) {
 		t.Fatal("OpenBindings took a 500ms TTL")
 	}
 }
+
+// A registry record okso did not write, under a free node id, belongs to
+// no tenant: the node id binds.
+func TestBindingsIgnoreBadRecords(t *testing.T) {
+	_, nc := startBus(t)
+	reg := openRegistry(t, nc, bus.RegistryOptions{})
+	b := openBindings(t, nc, bus.BindingsOptions{Registry: reg})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := newNode("s").NodeID
+	if _, err := kv.Put(ctx(t), node, []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	wantBind(t, b, node, "demo")
+}

@@ -180,6 +180,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
+// ErrBadRecord is returned, wrapped, by [Registry.Get] for a record that
+// is no node okso wrote: it does not decode as a node of its key's id.
+// [Registry.Watch] skips such records, and [Registry.Claim] replaces one.
+var ErrBadRecord = errors.New("registry record is not an okso node")
+
 // Get returns the live record of a node, or nil when there is none.
 func (r *Registry) Get(ctx context.Context, nodeID string) (*Node, error) {
 	e, err := r.kv.Get(ctx, nodeID)
@@ -191,7 +196,10 @@ func (r *Registry) Get(ctx context.Context, nodeID string) (*Node, error) {
 	}
 	var n Node
 	if err := json.Unmarshal(e.Value(), &n); err != nil {
-		return nil, nil
+		return nil, fmt.Errorf("get node %s: %w: %v", nodeID, ErrBadRecord, err)
+	}
+	if n.NodeID != nodeID {
+		return nil, fmt.Errorf("get node %s: %w: it names node %q", nodeID, ErrBadRecord, n.NodeID)
 	}
 	return &n, nil
 }

@@ -527,3 +527,42 @@ func TestRegistryWatchRaw(t *testing.T) {
 		t.Fatalf("event %+v, want the removal of %s", e, n.NodeID)
 	}
 }
+
+// Get returns a node's record, nil when there is none, and ErrBadRecord,
+// not "no node", for a record okso did not write: one that is no node,
+// or the node of another id.
+func TestRegistryGet(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	n := newNode("s")
+	claim(t, r, n)
+	got, err := r.Get(ctx(t), n.NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameNode(t, got, n)
+	if got, err := r.Get(ctx(t), newNode("s").NodeID); got != nil || err != nil {
+		t.Errorf("Get of a node with no record = %v, %v; want nil, nil", got, err)
+	}
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage, mismatch := newNode("s"), newNode("s")
+	for key, val := range map[string]string{
+		garbage.NodeID:  "not json",
+		mismatch.NodeID: `{"node_id":"` + n.NodeID + `","tenant":"acme"}`,
+	} {
+		if _, err := kv.Put(ctx(t), key, []byte(val)); err != nil {
+			t.Fatalf("Put %s: %v", key, err)
+		}
+		if got, err := r.Get(ctx(t), key); got != nil || !errors.Is(err, bus.ErrBadRecord) {
+			t.Errorf("Get of %s, stored %s = %v, %v; want ErrBadRecord", key, val, got, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,21 +26,23 @@ const MaxRevocation = 90 * 24 * time.Hour
 // Revocations is the set of revoked token ids, kept in step with the
 // bucket by [Revocations.Run]. It is safe for concurrent use.
 type Revocations struct {
-	js jetstream.JetStream
-	kv jetstream.KeyValue
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	log *slog.Logger
 
 	mu  sync.RWMutex
 	set map[string]bool
 }
 
 // RevocationOptions configures [OpenRevocations]. The zero value keeps a
-// bucket it creates on one replica and logs nothing.
+// bucket it creates on one replica and logs to [slog.Default].
 type RevocationOptions struct {
 	// Replicas of the bucket, when this process creates it (or moves it
 	// to file storage).
 	Replicas int
-	// Log, if set, says when an older okso's bucket was moved to file
-	// storage.
+	// Log says when an older okso's bucket was moved to file storage, and
+	// why [Revocations.Run] follows the bucket anew (default
+	// slog.Default()).
 	Log *slog.Logger
 }
 
@@ -58,7 +61,7 @@ func OpenRevocations(ctx context.Context, nc *nats.Conn, o RevocationOptions) (*
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	r := &Revocations{js: js, set: map[string]bool{}}
+	r := &Revocations{js: js, log: cmp.Or(o.Log, slog.Default()), set: map[string]bool{}}
 	r.kv, err = js.KeyValue(ctx, BucketRevoked)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
@@ -118,9 +121,7 @@ func (r *Revocations) keepOnDisk(ctx context.Context, o RevocationOptions) error
 			return fmt.Errorf("move a revocation to file storage: %w", err)
 		}
 	}
-	if o.Log != nil {
-		o.Log.Info("revocations moved to file storage", "bucket", BucketRevoked, "revocations", len(held))
-	}
+	r.log.Info("revocations moved to file storage", "bucket", BucketRevoked, "revocations", len(held))
 	return nil
 }
 
@@ -178,20 +179,22 @@ func (r *Revocations) Revoked(jti string) bool {
 }
 
 // Run follows the bucket until ctx ends, calling onRevoke (if set) for each
-// token revoked while it runs, and ready once the present set is loaded.
+// token revoked while it runs, and ready each time the present set is
+// loaded. A watch can end with the connection: Run logs why, as a
+// warning, and follows the bucket again a second later. It returns nil
+// once ctx ends.
 func (r *Revocations) Run(ctx context.Context, ready func(), onRevoke func(jti string)) error {
 	for {
 		err := r.watch(ctx, ready, onRevoke)
 		if ctx.Err() != nil {
 			return nil
 		}
-		// A watch can end with the connection; follow again.
+		r.log.Warn("revocations: watch ended, following again in 1s", "bucket", BucketRevoked, "err", err)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(time.Second):
 		}
-		_ = err
 	}
 }
 

@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -285,5 +287,68 @@ func TestRevocationsSurviveClusterRestart(t *testing.T) {
 	open(nc)
 	if !openRevocations(t, nc).Revoked(jtiA) {
 		t.Error("the revocation was lost when the cluster restarted")
+	}
+}
+
+// lineSink is a log that hands each line to the test, and drops those
+// the test does not take.
+type lineSink chan string
+
+func (s lineSink) Write(p []byte) (int, error) {
+	select {
+	case s <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// TestRevocationsRunSaysWhyItFollowsAgain: a watch that ends (here with
+// its connection) is a warning with its error, then the bucket is
+// followed again; Run returns nil once its context ends.
+func TestRevocationsRunSaysWhyItFollowsAgain(t *testing.T) {
+	srv, _ := startBus(t)
+	nc := connect(t, srv, "revocations")
+	lines := make(lineSink, 64)
+	r, err := bus.OpenRevocations(ctx(t), nc, bus.RevocationOptions{Log: slog.New(slog.NewJSONHandler(lines, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}, 1), make(chan error, 1)
+	go func() {
+		done <- r.Run(rctx, func() {
+			select {
+			case ready <- struct{}{}:
+			default:
+			}
+		}, nil)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v once its context ended, want nil", err)
+		}
+	}()
+	timeout := time.After(eventTimeout)
+	select {
+	case <-ready:
+	case <-timeout:
+		t.Fatal("the revocations never loaded")
+	}
+	nc.Close()
+	for {
+		select {
+		case l := <-lines:
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) != nil || m["level"] != "WARN" {
+				continue
+			}
+			if m["bucket"] != bus.BucketRevoked || m["err"] == nil {
+				t.Errorf("warning %v names no bucket or error", m)
+			}
+			return
+		case <-timeout:
+			t.Fatal("the end of the watch was not logged")
+		}
 	}
 }

@@ -3,11 +3,13 @@ package bus
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,6 +36,10 @@ type ServerOptions struct {
 	// several okso processes into one NATS cluster (JetStream clustered);
 	// it needs Listen and the other members' Routes.
 	Cluster ClusterOptions
+	// Log, if set, gets the server's fatal errors once it has started, at
+	// error level (one while it starts is StartServer's error). The
+	// server's other log lines are dropped.
+	Log *slog.Logger
 }
 
 // ClusterOptions configure an embedded server's cluster membership.
@@ -51,7 +57,9 @@ type Server struct {
 }
 
 // StartServer starts an embedded nats-server and waits until it accepts
-// connections. NoSigs is always on, so signals stay with okso.
+// connections, for up to 10 s; it fails at once, saying why, when the
+// server cannot start (a listener whose address is taken, say). NoSigs
+// is always on, so signals stay with okso.
 func StartServer(opts ServerOptions) (*Server, error) {
 	name := opts.Name
 	if name == "" {
@@ -118,16 +126,72 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		s.release()
 		return nil, fmt.Errorf("start embedded nats: %w", err)
 	}
+	// nats-server says why it cannot start only in its log, and then
+	// never gets ready.
+	l := &serverLog{fatal: make(chan string, 1), log: opts.Log}
+	ns.SetLoggerV2(l, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
+	if err := ready(ns, l.fatal, 10*time.Second); err != nil {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		s.release()
-		return nil, errors.New("start embedded nats: not ready after 10s")
+		return nil, fmt.Errorf("start embedded nats: %w", err)
+	}
+	l.started.Store(true)
+	select {
+	case msg := <-l.fatal: // between ready and now
+		l.Fatalf("%s", msg)
+	default:
 	}
 	s.ns = ns
 	return s, nil
 }
+
+// ready waits until ns accepts connections, for up to d, or until it
+// reports a fatal error on fatal.
+func ready(ns *server.Server, fatal <-chan string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			return errors.New(msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v", d)
+		}
+	}
+	return nil
+}
+
+// serverLog is an embedded server's logger: it hands the first fatal
+// error to StartServer while the server starts, and logs fatal errors
+// after that to log, if set.
+type serverLog struct {
+	fatal   chan string // capacity 1
+	started atomic.Bool
+	log     *slog.Logger
+}
+
+func (l *serverLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if !l.started.Load() {
+		select {
+		case l.fatal <- msg:
+		default: // one reason is enough
+		}
+		return
+	}
+	if l.log != nil {
+		l.log.Error("embedded nats", "err", msg)
+	}
+}
+
+func (*serverLog) Noticef(string, ...any) {}
+func (*serverLog) Warnf(string, ...any)   {}
+func (*serverLog) Errorf(string, ...any)  {}
+func (*serverLog) Debugf(string, ...any)  {}
+func (*serverLog) Tracef(string, ...any)  {}
 
 // splitHostPort parses host:port; port 0 means any free port.
 func splitHostPort(addr string) (string, int, error) {

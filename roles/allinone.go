@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oklog/run"
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
@@ -29,16 +28,12 @@ type AllInOneConfig struct {
 	Tenant     string
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
-	// NoAuditLog leaves audit events out of the log; they are published
-	// on NATS all the same.
-	NoAuditLog bool
-	// LogRepeats is the period in which audit lines of a kind are logged
-	// once and counted (0: each is logged).
-	LogRepeats time.Duration
+	auditLog
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
-// devices in one process, each part with its own NATS connection.
+// devices in one process, each part with its own NATS connection: the
+// parts of the split roles, composed.
 type AllInOne struct {
 	c     *common
 	nats  *natsPart
@@ -49,25 +44,27 @@ type AllInOne struct {
 }
 
 // NewAllInOne starts NATS and binds both listeners; [AllInOne.Run] serves.
+// It fails, saying why, when it cannot start within startTimeout (12 s).
 func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *AllInOne, err error) {
+	ctx, cancel := startContext(ctx)
+	defer cancel()
 	c, err := loadCommon(log, cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	c.noAuditLog, c.logRepeats = cfg.NoAuditLog, cfg.LogRepeats
+	c.audit = cfg.auditLog
 	a := &AllInOne{c: c}
 	defer func() {
 		if err != nil {
 			a.close()
 		}
 	}()
-	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one"}); err != nil {
+	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one", Log: log}); err != nil {
 		return nil, err
 	}
 	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {
 		return nil, err
 	}
-	cfg.Gateway.Version = Version
 	if a.gw, err = newGatewayPart(ctx, c, a.nats, cfg.Gateway); err != nil {
 		return nil, err
 	}
@@ -98,20 +95,10 @@ func (a *AllInOne) Signer() *auth.Signer { return a.c.signer }
 // Run serves until ctx ends or a part fails, then stops every part.
 func (a *AllInOne) Run(ctx context.Context) error {
 	defer a.close()
-	var g run.Group
-	g.Add(run.ContextHandler(ctx))
 	// Interrupted in this order: the gateway drains its calls while the
 	// devices still answer; then this process's own devices stop, so
 	// that the tier's 1001 is no outage to them; then the tier.
-	a.gw.actors(&g)
-	a.fleet.actors(&g)
-	a.agent.actors(&g)
-	a.tier.actors(&g)
-	err := g.Run()
-	if _, ok := err.(run.SignalError); ok || err == context.Canceled {
-		return nil
-	}
-	return err
+	return runGroup(ctx, a.gw.actors, a.fleet.actors, a.agent.actors, a.tier.actors)
 }
 
 func (a *AllInOne) close() {
@@ -137,40 +124,18 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Run NATS, the gateway, the device tier and simulated devices in one process",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(stderr)
-			if err != nil {
-				return err
-			}
-			stop, err := logs.start(log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			ctx := contextOf(cmd)
-			cfg.NoAuditLog, cfg.LogRepeats = !logs.audit, logs.repeats
-			a, err := NewAllInOne(ctx, log, cfg)
-			if err != nil {
-				return err
-			}
-			token, err := a.Signer().Mint(auth.MintOptions{
-				Subject: "agent", Tenant: cfg.Tenant, Scopes: []string{auth.ScopeReadOnly}, TTL: ttl,
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
+				cfg.auditLog = logs.auditLog()
+				a, err := NewAllInOne(ctx, log, cfg)
+				if err != nil {
+					return nil, err
+				}
+				if err := a.writeBanner(stdout, cfg, ttl, &logs); err != nil {
+					a.close()
+					return nil, err
+				}
+				return a.Run, nil
 			})
-			if err != nil {
-				return err
-			}
-			b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
-				natsURL: a.NATSURL(), dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
-				token: token, ttl: ttl, logFormat: logs.format, auditLog: logs.audit}
-			if abs, err := filepath.Abs(b.dataDir); err == nil {
-				b.dataDir = abs
-			}
-			if a.agent != nil {
-				b.hostNode = a.agent.d.NodeID()
-			}
-			if err := b.write(stdout); err != nil {
-				return fmt.Errorf("write the banner: %w", err)
-			}
-			return a.Run(ctx)
 		},
 	}
 	fs := cmd.Flags()
@@ -185,6 +150,30 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")
 	logs.add(fs)
 	return cmd
+}
+
+// writeBanner prints where each part is and how to start, with a
+// read-only agent token valid for ttl.
+func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duration, logs *logFlags) error {
+	token, err := a.Signer().Mint(auth.MintOptions{
+		Subject: "agent", Tenant: cfg.Tenant, Scopes: []string{auth.ScopeReadOnly}, TTL: ttl,
+	})
+	if err != nil {
+		return err
+	}
+	b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
+		natsURL: a.NATSURL(), dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
+		token: token, ttl: ttl, logFormat: logs.format, auditLog: logs.audit}
+	if abs, err := filepath.Abs(b.dataDir); err == nil {
+		b.dataDir = abs
+	}
+	if a.agent != nil {
+		b.hostNode = a.agent.d.NodeID()
+	}
+	if err := b.write(w); err != nil {
+		return fmt.Errorf("write the banner: %w", err)
+	}
+	return nil
 }
 
 // The MCP Inspector release the banner and the README name, and the

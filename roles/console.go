@@ -2,10 +2,8 @@ package roles
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -13,17 +11,6 @@ import (
 	"github.com/okso-io/okso/bench"
 	"github.com/okso-io/okso/bus"
 )
-
-// isTerminal reports whether w is a terminal (a character device), where a
-// person reads the log rather than a pipeline.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
 
 // summaryPeriod is how often a gateway writes its calls line.
 const summaryPeriod = time.Minute

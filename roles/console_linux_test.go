@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/terminal"
 )
 
 // openPTY opens a pseudo-terminal: what is written on tty is read from
@@ -63,8 +64,8 @@ func TestConsoleOnATerminal(t *testing.T) {
 			read := make(chan struct{})
 			go func() { defer close(read); _, _ = io.Copy(term, ptmx) }()
 			defer func() { _ = tty.Close(); _ = ptmx.Close(); <-read }()
-			if !isTerminal(tty) {
-				t.Fatalf("%s is no terminal to isTerminal", tty.Name())
+			if !terminal.Is(tty) {
+				t.Fatalf("%s is no terminal to terminal.Is", tty.Name())
 			}
 
 			args := []string{"all-in-one", "--data-dir", t.TempDir(), "--mcp-addr", "127.0.0.1:0",

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -62,29 +60,6 @@ func TestLogDefaults(t *testing.T) {
 				t.Errorf("format %q audit %v, want %q %v", l.format, l.audit, tc.format, tc.audit)
 			}
 		})
-	}
-}
-
-// TestIsTerminal: neither a pipe nor a file is a terminal.
-func TestIsTerminal(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, out := range []*os.File{w, f} {
-		if isTerminal(out) {
-			t.Errorf("%s taken for a terminal", out.Name())
-		}
-	}
-	if isTerminal(&syncBuffer{}) {
-		t.Error("a buffer taken for a terminal")
 	}
 }
 

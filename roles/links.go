@@ -19,10 +19,12 @@ const fleetLinkWindow = 2 * time.Second
 // (at once for a zero window), counting every device the outage took, and
 // "device tier back" once each of them has its link again or was refused
 // for good. A device stopped by its owner is no loss. After stop it writes
-// nothing. Make one with newLinkWatch; it is safe for concurrent use.
+// nothing, and no timer of its runs. Make one with newLinkWatch; it is
+// safe for concurrent use.
 type linkWatch struct {
 	log    *slog.Logger
 	window time.Duration
+	timers sync.WaitGroup // outage timers scheduled or running
 
 	mu        sync.Mutex
 	devices   int     // added and not refused
@@ -65,14 +67,16 @@ func (w *linkWatch) add() *deviceLink {
 	return &deviceLink{w: w}
 }
 
-// stop ends w: it writes no line after it.
+// stop ends w: it writes no line after it. It returns once no timer of
+// w runs.
 func (w *linkWatch) stop() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.stopped = true
-	if w.out != nil && w.out.timer != nil {
-		w.out.timer.Stop()
+	if w.out != nil && w.out.timer != nil && w.out.timer.Stop() {
+		w.timers.Done() // its function will not run
 	}
+	w.mu.Unlock()
+	w.timers.Wait()
 }
 
 // ready records that the device's link is up.
@@ -101,8 +105,10 @@ func (d *deviceLink) lost(err error) {
 		w.outages++
 		o = &outage{n: w.outages, start: time.Now(), err: err}
 		w.out = o
-		if w.window > 0 {
+		if w.window > 0 && !w.stopped {
+			w.timers.Add(1)
 			o.timer = time.AfterFunc(w.window, func() {
+				defer w.timers.Done()
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				if w.out == o {

@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/oklog/run"
 	"golang.org/x/net/netutil"
@@ -59,6 +61,8 @@ type natsConfig struct {
 	// the roles that share a data dir.
 	DataDir string
 	Role    string
+	// Log, if set, gets the embedded server's fatal errors.
+	Log *slog.Logger
 }
 
 func openNATS(c natsConfig) (*natsPart, error) {
@@ -91,7 +95,7 @@ func openNATS(c natsConfig) (*natsPart, error) {
 			return nil, err
 		}
 	}
-	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store,
+	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store, Log: c.Log,
 		Cluster: bus.ClusterOptions{Name: c.Cluster, Listen: c.Addr, Routes: c.Routes}})
 	if err != nil {
 		return nil, err
@@ -175,58 +179,123 @@ func (p *natsPart) close() {
 	}
 }
 
+// startTimeout bounds the start of a role: its constructor fails, saying
+// why, rather than wait longer (for a NATS cluster whose JetStream never
+// forms, say), so that a role that cannot start exits within seconds.
+// Three okso processes forming a NATS cluster at once take 2 to 8 s to
+// have JetStream and okso's buckets (measured with -race on 2 cores).
+const startTimeout = 12 * time.Second
+
+// startContext is the context a role's constructor works within: it ends
+// startTimeout from now, for errStartTimeout.
+func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, startTimeout, errStartTimeout{})
+}
+
+// errStartTimeout is why a role's start context ended: the role could
+// not start within startTimeout.
+type errStartTimeout struct{}
+
+func (errStartTimeout) Error() string { return fmt.Sprintf("not ready within %v", startTimeout) }
+
 // openRegistry opens the registry.
 func openRegistry(ctx context.Context, log *slog.Logger, nc *nats.Conn, o bus.RegistryOptions) (*bus.Registry, error) {
 	if o.TTL != 0 && o.TTL < time.Second {
 		return nil, fmt.Errorf("--lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", o.TTL)
 	}
-	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Registry, error) {
+	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Registry, error) {
 		return bus.OpenRegistry(ctx, nc, o)
 	})
 }
 
-// whileJetStreamForms runs open until it succeeds, for up to 30 s: while a
-// NATS cluster is still forming, JetStream has no leader and okso's
-// buckets cannot be opened yet.
-func whileJetStreamForms[T any](ctx context.Context, log *slog.Logger, open func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
+// whileJetStreamForms opens one of okso's buckets on nc with open,
+// trying again until it succeeds or ctx ends (a role's start context):
+// while a NATS cluster is still forming, JetStream has no leader and
+// does not answer, or answers "temporarily unavailable". It first asks
+// every second whether JetStream answers at all, then opens with 2 s per
+// attempt: a start waits little longer than the cluster takes (when
+// several processes create one replicated bucket at once, an answer can
+// be lost while the bucket is made; the next attempt finds it). A NATS
+// without JetStream (its API has no responders) is an error at once:
+// waiting would not mend it.
+func whileJetStreamForms[T any](ctx context.Context, log *slog.Logger, nc *nats.Conn, open func(context.Context) (T, error)) (T, error) {
+	var zero T
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return zero, fmt.Errorf("open jetstream: %w", err)
+	}
+	if _, err := retryJetStream(ctx, log, time.Second, js.AccountInfo); err != nil {
+		return zero, err
+	}
+	return retryJetStream(ctx, log, 2*time.Second, open)
+}
+
+// retryJetStream runs do, each attempt bounded by attempt, until it
+// succeeds, fails for want of JetStream, or ctx ends.
+func retryJetStream[T any](ctx context.Context, log *slog.Logger, attempt time.Duration, do func(context.Context) (T, error)) (T, error) {
+	var last error // of an attempt ctx did not cut short, if any
 	for {
-		octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-		v, err := open(octx)
-		ocancel()
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		v, err := do(actx)
+		cancel()
 		if err == nil {
 			return v, nil
+		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: no answer in %v", err, attempt)
+		}
+		if last == nil || ctx.Err() == nil {
+			last = err
+		}
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			// Every server with JetStream answers its API, even while its
+			// cluster forms ("temporarily unavailable").
+			return v, fmt.Errorf("no JetStream on this NATS (okso keeps its registry in it: enable JetStream): %w", err)
 		}
 		log.Info("waiting for JetStream", "err", err)
 		select {
 		case <-ctx.Done():
-			return v, err
-		case <-time.After(500 * time.Millisecond):
+			if cause := context.Cause(ctx); errors.As(cause, new(errStartTimeout)) {
+				return v, fmt.Errorf("JetStream %v (a NATS cluster has it once a majority of its members are up "+
+					"and routed to each other): %w", cause, last)
+			}
+			return v, last
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
 
-// httpPart is a bound listener and the server that will serve it.
+// httpPart is a bound listener and the server that will serve it. Bind
+// it with listen, set its handler with handle, then serve it in a run
+// group (actors, actor), or close it.
 type httpPart struct {
+	log *slog.Logger
 	ln  net.Listener
 	srv *http.Server
 }
 
-// listen binds addr for h, holding at most maxConns connections at once
-// (0: no bound): beyond, a new connection waits in the kernel's backlog
-// until one closes, so a flood of one listener can neither take every
-// file descriptor of the process nor starve its other listeners.
-func listen(log *slog.Logger, addr string, h http.Handler, maxConns int) (*httpPart, error) {
+// listen binds addr, the value of flag, holding at most maxConns
+// connections at once (0: no bound): beyond, a new connection waits in
+// the kernel's backlog until one closes, so a flood of one listener can
+// neither take every file descriptor of the process nor starve its other
+// listeners.
+func listen(flag, addr string, maxConns int) (*httpPart, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if maxConns > 0 {
 		ln = netutil.LimitListener(ln, maxConns)
 	}
-	return &httpPart{ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute, ErrorLog: stdlog.New(httpErrors{log}, "", 0)}}, nil
+	return &httpPart{ln: ln}, nil
+}
+
+// handle sets what p serves, and the log of its errors.
+func (p *httpPart) handle(log *slog.Logger, h http.Handler) {
+	p.log = log
+	p.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, ErrorLog: stdlog.New(httpErrors{log}, "", 0)}
 }
 
 // httpErrors writes what net/http logs (accept errors when the process
@@ -242,6 +311,20 @@ func (w httpErrors) Write(p []byte) (int, error) {
 }
 
 func (p *httpPart) addr() string { return p.ln.Addr().String() }
+
+// close closes the listener of a part that will not serve; p may be nil.
+func (p *httpPart) close() {
+	if p != nil {
+		_ = p.ln.Close() // nothing was served on it: no error to tell
+	}
+}
+
+// actors adds the server to g, serving at once; p may be nil.
+func (p *httpPart) actors(g *run.Group) {
+	if p != nil {
+		p.actor(g, nil, nil)
+	}
+}
 
 // actor adds the server to g, serving once ready is closed (nil: at
 // once); before is called on interrupt, before the HTTP server stops
@@ -267,15 +350,18 @@ func (p *httpPart) actor(g *run.Group, ready <-chan struct{}, before func(contex
 		if before != nil {
 			before(ctx)
 		}
-		_ = p.srv.Shutdown(ctx)
-		_ = p.ln.Close() // if Serve never started
+		p.stop(ctx)
 	})
 }
 
-// contextActor runs fn with a context cancelled on interrupt.
-func contextActor(g *run.Group, fn func(ctx context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	g.Add(func() error { return fn(ctx) }, func(error) { cancel() })
+// stop stops the server gracefully within ctx, then closes the
+// connections still open; it closes the listener if Serve never started.
+func (p *httpPart) stop(ctx context.Context) {
+	if err := p.srv.Shutdown(ctx); err != nil {
+		p.log.Warn("http server: connections still open at the stop, closed", "addr", p.addr(), "err", err)
+		_ = p.srv.Close() // its error is the listener's, closed by Shutdown
+	}
+	_ = p.ln.Close() // if Serve never started; else closed already
 }
 
 // common holds what every server role loads.
@@ -285,21 +371,26 @@ type common struct {
 	signer  *auth.Signer      // nil for a role that only verifies
 	public  ed25519.PublicKey // verifies tokens
 	extra   []ed25519.PublicKey
-	// noAuditLog leaves audit events out of the log (--log-audit=false);
-	// they are published all the same.
-	noAuditLog bool
-	// logRepeats is the period in which audit lines of a kind are logged
+	audit   auditLog
+}
+
+// auditLog says whether and how the auditors of a role log.
+type auditLog struct {
+	// NoAuditLog leaves audit events out of the log (--log-audit=false);
+	// they are published on NATS all the same.
+	NoAuditLog bool
+	// LogRepeats is the period in which audit lines of a kind are logged
 	// once and counted (--log-repeats; 0: each is logged).
-	logRepeats time.Duration
+	LogRepeats time.Duration
 }
 
 // auditor returns an Auditor that publishes on nc and logs unless
-// noAuditLog, bounding its lines by logRepeats; tick, if set, ends each
-// period of it.
+// NoAuditLog, bounding its lines by LogRepeats; tick, if set, ends each
+// period of it. It logs what it cannot publish either way.
 func (c *common) auditor(nc *nats.Conn, tick <-chan time.Time) *bus.Auditor {
-	a := &bus.Auditor{NC: nc}
-	if !c.noAuditLog {
-		a.Log, a.LogRepeats, a.LogTick = c.log, c.logRepeats, tick
+	a := &bus.Auditor{NC: nc, ErrorLog: c.log}
+	if !c.audit.NoAuditLog {
+		a.Log, a.LogRepeats, a.LogTick = c.log, c.audit.LogRepeats, tick
 	}
 	return a
 }
@@ -357,7 +448,7 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 
 // openRevocations opens the shared revocation set.
 func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
-	return whileJetStreamForms(ctx, log, func(ctx context.Context) (*bus.Revocations, error) {
+	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Revocations, error) {
 		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: replicas, Log: log})
 	})
 }
@@ -399,25 +490,38 @@ type gatewayConfig struct {
 	AuditTick <-chan time.Time
 }
 
-func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (*gatewayPart, error) {
+// newGatewayPart binds the MCP listener, then connects to np, opens the
+// registry and the revocations and builds the gateway.
+func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (_ *gatewayPart, err error) {
+	hp, err := listen("--mcp-addr", cfg.Addr, cfg.MaxConnections)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			hp.close()
+		}
+	}()
 	nc, err := np.connect("okso-gateway")
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
 	logAsyncErrors(c.log, nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{Replicas: np.replicas})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	if cfg.AuditRetention > 0 {
 		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false); err != nil {
-			nc.Close()
 			return nil, err
 		}
 	}
@@ -439,7 +543,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Stateful:       cfg.Stateful,
 		NoFastPath:     cfg.NoFastPath,
 		AllowedOrigins: cfg.AllowedOrigins,
-		Version:        cfg.Version,
+		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,
 		Revoked:        revoked,
 
@@ -448,14 +552,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		IdleTimeout:         cfg.StreamIdle,
 	})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
-	hp, err := listen(c.log.With("role", "gateway"), cfg.Addr, gw.Handler(), cfg.MaxConnections)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
+	hp.handle(c.log.With("role", "gateway"), gw.Handler())
 	audit.Start()
 	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, drain: cfg.ShutdownDrain,
 		summary: summary, tick: cfg.SummaryTick}, nil
@@ -504,8 +603,7 @@ func (p *gatewayPart) actors(g *run.Group) {
 		p.gw.CloseStreams()
 		sctx, scancel := shutdownCtx()
 		defer scancel()
-		_ = p.http.srv.Shutdown(sctx)
-		_ = p.http.ln.Close() // if Serve never started
+		p.http.stop(sctx)
 	})
 }
 
@@ -547,32 +645,48 @@ type tierConfig struct {
 // authenticating, or replacing.
 const deviceConnSlack = 1024
 
-func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (*tierPart, error) {
+// newTierPart binds the device listener, then connects to np, opens the
+// registry, the revocations and the node bindings and builds the tier.
+func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (_ *tierPart, err error) {
+	maxConns := cfg.MaxConnections
+	if maxConns == 0 && cfg.MaxSessions > 0 {
+		maxConns = cfg.MaxSessions + deviceConnSlack
+	}
+	hp, err := listen("--device-addr", cfg.Addr, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			hp.close()
+		}
+	}()
 	nc, err := np.connect("okso-device-tier")
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
 	logAsyncErrors(c.log, nc)
 	logNATSLink(c.log.With("role", "device"), nc)
 	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	if cfg.NodeBindingTTL != 0 && cfg.NodeBindingTTL < time.Second {
-		nc.Close()
 		return nil, fmt.Errorf("--node-binding-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.NodeBindingTTL)
 	}
-	bindings, err := whileJetStreamForms(ctx, c.log, func(ctx context.Context) (*bus.Bindings, error) {
+	bindings, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Bindings, error) {
 		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg})
 	})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
@@ -598,18 +712,9 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		PingInterval:      cfg.PingInterval,
 	})
 	if err != nil {
-		nc.Close()
 		return nil, err
 	}
-	maxConns := cfg.MaxConnections
-	if maxConns == 0 && cfg.MaxSessions > 0 {
-		maxConns = cfg.MaxSessions + deviceConnSlack
-	}
-	hp, err := listen(c.log.With("role", "device"), cfg.Addr, tier.Handler(), maxConns)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
+	hp.handle(c.log.With("role", "device"), tier.Handler())
 	audit.Start()
 	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
 }
@@ -622,7 +727,11 @@ func (p *tierPart) actors(g *run.Group) {
 	// Devices first get 1001 so they reconnect elsewhere; then the listener
 	// stops. Devices are served once the revocations are loaded: the
 	// listener holds them until then.
-	p.http.actor(g, revoked, func(ctx context.Context) { _ = p.tier.Shutdown(ctx) })
+	p.http.actor(g, revoked, func(ctx context.Context) {
+		if err := p.tier.Shutdown(ctx); err != nil {
+			p.http.log.Warn("device tier: sessions still open at the stop", "err", err)
+		}
+	})
 }
 
 // followRevocations adds an actor that follows the revocation bucket,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/internal/repeats"
 )
 
 // logLines decodes the JSON lines of a log.
@@ -35,8 +35,8 @@ func logLines(t *testing.T, log string) []map[string]any {
 }
 
 // roleLog is a role's log with these flags, JSON with audit lines,
-// writing to a buffer.
-func roleLog(t *testing.T, args ...string) (*slog.Logger, *syncBuffer, *logFlags) {
+// writing to a buffer, open until the test closes it.
+func roleLog(t *testing.T, args ...string) (*processLog, *syncBuffer, *logFlags) {
 	t.Helper()
 	var logs logFlags
 	fs := pflag.NewFlagSet("role", pflag.ContinueOnError)
@@ -45,7 +45,7 @@ func roleLog(t *testing.T, args ...string) (*slog.Logger, *syncBuffer, *logFlags
 		t.Fatal(err)
 	}
 	buf := &syncBuffer{}
-	log, err := logs.logger(buf)
+	log, err := logs.open(buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,7 @@ func roleLog(t *testing.T, args ...string) (*slog.Logger, *syncBuffer, *logFlags
 // the others. With --log-repeats 0 every line is written.
 func TestRepeatHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		log, buf, logs := roleLog(t)
-		stop, err := logs.start(log)
-		if err != nil {
-			t.Fatal(err)
-		}
+		log, buf, _ := roleLog(t)
 		tier, gw := log.With("role", "device"), log.With("role", "gateway")
 		for i := range 10_000 {
 			tier.Warn("publish reply", "node_id", fmt.Sprint(i), "err", "nats: connection closed")
@@ -78,7 +74,7 @@ func TestRepeatHandler(t *testing.T) {
 		for i := range 1000 {
 			tier.Error(fmt.Sprintf("failed to connect: %d", i))
 		}
-		stop() // writes the last period's repeats, then the log
+		log.Close() // writes the last period's repeats, then the log
 
 		var warns, infos, errs int
 		more := map[string]any{}
@@ -98,13 +94,13 @@ func TestRepeatHandler(t *testing.T) {
 			}
 		}
 		t.Logf("%d bytes of log for 21,200 records", len(buf.String()))
-		if warns != 2 || infos != 100 || errs != maxLogKinds+1 {
-			t.Errorf("%d warnings, %d info lines, %d errors written; want 2, 100, %d", warns, infos, errs, maxLogKinds+1)
+		if warns != 2 || infos != 100 || errs != repeats.MaxKinds+1 {
+			t.Errorf("%d warnings, %d info lines, %d errors written; want 2, 100, %d", warns, infos, errs, repeats.MaxKinds+1)
 		}
 		want := map[string]any{
-			"WARN device publish reply":    float64(9999),
-			"WARN gateway publish reply":   float64(99),
-			"ERROR <nil> " + msgOtherKinds: float64(1000 - maxLogKinds - 1),
+			"WARN device publish reply":            float64(9999),
+			"WARN gateway publish reply":           float64(99),
+			"ERROR <nil> " + repeats.MsgOtherKinds: float64(1000 - repeats.MaxKinds - 1),
 		}
 		for k, v := range want {
 			if more[k] != v {
@@ -116,14 +112,11 @@ func TestRepeatHandler(t *testing.T) {
 		}
 
 		// --log-repeats 0.
-		log, buf, logs = roleLog(t, "--log-repeats=0")
-		if stop, err = logs.start(log); err != nil {
-			t.Fatal(err)
-		}
+		log, buf, _ = roleLog(t, "--log-repeats=0")
 		for range 100 {
 			log.Warn("publish reply")
 		}
-		stop()
+		log.Close()
 		if n := strings.Count(buf.String(), "\n"); n != 100 {
 			t.Errorf("--log-repeats 0: %d lines of 100", n)
 		}
@@ -191,15 +184,11 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 func TestLogBoundedUnderFlood(t *testing.T) {
 	const flood = 20_000
 	log, buf, logs := roleLog(t)
-	stop, err := logs.start(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop) // after the all-in-one stops
+	t.Cleanup(log.Close) // after the all-in-one stops
 	tick := make(chan time.Time)
 	f := startAllInOneLog(t, 0, func(c *AllInOneConfig) {
 		c.Tier.AuditTick, c.LogRepeats = tick, logs.repeats
-	}, log, buf)
+	}, log.Logger, buf)
 
 	var (
 		mu   sync.Mutex
@@ -263,7 +252,7 @@ func TestLogBoundedUnderFlood(t *testing.T) {
 	}
 	start := time.Now()
 	endPeriod(start) // the tier's audit log begins a period
-	logs.out.Flush()
+	log.out.Flush()
 	before := len(buf.String())
 	for range flood {
 		ack()
@@ -274,7 +263,7 @@ func TestLogBoundedUnderFlood(t *testing.T) {
 	// the lines of the period before it are written.
 	ack()
 	waitLate(flood + 1)
-	logs.out.Flush()
+	log.out.Flush()
 	grown := buf.String()[before:]
 	t.Logf("%d bogus acks: %d events published, the log grew by %d bytes in %d lines (%s)",
 		flood+1, flood+1, len(grown), strings.Count(grown, "\n"), time.Since(start).Round(time.Millisecond))

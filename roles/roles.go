@@ -8,10 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -128,175 +124,16 @@ func defaultDataDir() string {
 	return ".okso"
 }
 
-// logFlags are shared by the server roles: logs, the debug listener, and
-// GOMAXPROCS.
-type logFlags struct {
-	level   string
-	format  string
-	audit   bool
-	repeats time.Duration
-	debug   string
-	procs   bool
-
-	fs  *pflag.FlagSet // tells a flag given (or set from OKSO_*) from its default
-	out *logWriter     // under the logger; closed by start's stop
-	rep *logRepeats    // of the logger, nil with --log-repeats 0; flushed until start's stop
-}
-
-func (l *logFlags) add(fs *pflag.FlagSet) {
-	l.fs = fs
-	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&l.format, "log-format", "", "log format: json or text (default: text when stderr is a terminal, else json)")
-	fs.BoolVar(&l.audit, "log-audit", false, "gateway and device tier: also write each audit event to the log as a line "+
-		"\"msg\":\"audit\" (default: on unless stderr is a terminal); events go to NATS (okso.v1.audit.<tenant>) either way")
-	fs.DurationVar(&l.repeats, "log-repeats", 10*time.Second, "bound the log under floods: in each period this long, "+
-		"the first warning, error or audit line of a kind is written and the others of that kind are counted, "+
-		"in one line at the period's end (0: write every line)")
-	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
-	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
-		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
-}
-
-// start serves --debug-addr and adapts GOMAXPROCS (--adaptive-procs)
-// until stop, which also writes the log lines still waiting.
-func (l *logFlags) start(log *slog.Logger) (stop func(), err error) {
-	stopRepeats := l.flushRepeats()
-	closeLog := func() {
-		stopRepeats()
-		if l.out != nil {
-			l.out.Close()
-		}
-	}
-	stopDebug, err := l.serveDebug(log)
-	if err != nil {
-		closeLog()
-		return nil, err
-	}
-	cpu := processCPU()
-	if !l.procs || os.Getenv("GOMAXPROCS") != "" || cpu == nil {
-		return func() { stopDebug(); closeLog() }, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tick := time.NewTicker(procsWindow)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tuneProcs(ctx, log, tick.C, cpu, setProcs, getProcs)
-	}()
-	return func() {
-		cancel()
-		<-done
-		tick.Stop()
-		stopDebug()
-		closeLog()
-	}, nil
-}
-
-// flushRepeats writes the repeated lines the logger counted at the end of
-// each period until stop, and once more then.
-func (l *logFlags) flushRepeats() (stop func()) {
-	if l.rep == nil {
-		return func() {}
-	}
-	tick := time.NewTicker(l.repeats)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		l.rep.run(ctx, tick.C)
-	}()
-	return func() {
-		cancel()
-		<-done
-		tick.Stop()
-	}
-}
-
-// serveDebug serves net/http/pprof on --debug-addr, if set, until stop.
-func (l *logFlags) serveDebug(log *slog.Logger) (stop func(), err error) {
-	if l.debug == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", l.debug)
-	if err != nil {
-		return nil, fmt.Errorf("--debug-addr: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	log.Info("debug listener", "debug_url", "http://"+ln.Addr().String()+"/debug/pprof/")
-	return func() { _ = srv.Close(); <-done }, nil
-}
-
-// logger makes the role's logger, writing to w through a logWriter that
-// start's stop closes. The flags not given suit where w goes: a person's
-// terminal gets text and no audit lines, anything else JSON with them.
-func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	l.defaults(isTerminal(w))
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	o := &slog.HandlerOptions{Level: lv}
-	if l.format != "json" && l.format != "text" {
-		return nil, fmt.Errorf("--log-format %q: want json or text", l.format)
-	}
-	if l.repeats < 0 {
-		return nil, fmt.Errorf("--log-repeats %v: want 0 (off) or more", l.repeats)
-	}
-	l.out = newLogWriter(w)
-	var h slog.Handler = slog.NewJSONHandler(l.out, o)
-	if l.format == "text" {
-		h = slog.NewTextHandler(l.out, o)
-	}
-	h = flushOnError{h, l.out}
-	if l.repeats > 0 {
-		h, l.rep = newRepeatHandler(h, time.Now())
-	}
-	return slog.New(h), nil
-}
-
-// defaults sets --log-format and --log-audit, unless given, for a log
-// that goes to a terminal or not.
-func (l *logFlags) defaults(terminal bool) {
-	given := func(name string) bool { return l.fs == nil || l.fs.Changed(name) }
-	if !given("log-format") {
-		l.format = "json"
-		if terminal {
-			l.format = "text"
-		}
-	}
-	if !given("log-audit") {
-		l.audit = !terminal
-	}
-}
-
-// natsFlags select embedded or external NATS.
-type natsFlags struct{ c natsConfig }
-
-func (n *natsFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&n.c.URL, "nats-url", "", "connect to this NATS server or cluster (comma separated URLs) instead of embedding one")
-	fs.StringVar(&n.c.Listen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
-	fs.StringVar(&n.c.Name, "nats-name", "", "name of the embedded NATS server, unique in its cluster; its JetStream store is <data-dir>/nats/<name> "+
+// addNATSFlags adds the flags that select embedded or external NATS.
+func addNATSFlags(fs *pflag.FlagSet, c *natsConfig) {
+	fs.StringVar(&c.URL, "nats-url", "", "connect to this NATS server or cluster (comma separated URLs) instead of embedding one")
+	fs.StringVar(&c.Listen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
+	fs.StringVar(&c.Name, "nats-name", "", "name of the embedded NATS server, unique in its cluster; its JetStream store is <data-dir>/nats/<name> "+
 		"(default: one made on first start and kept in <data-dir>/nats/<role>.name)")
-	fs.StringVar(&n.c.Cluster, "nats-cluster", "", "join the embedded NATS server to this cluster (with --nats-cluster-addr)")
-	fs.StringVar(&n.c.Addr, "nats-cluster-addr", "", "host:port the embedded server takes routes on")
-	fs.StringSliceVar(&n.c.Routes, "nats-routes", nil, "nats-route://host:port of the other cluster members (repeatable)")
-	fs.IntVar(&n.c.Replicas, "registry-replicas", 0, "replicas of okso's JetStream buckets (0: 3 in a cluster of 3 or more, else 1)")
-}
-
-// config is the NATS of role, whose embedded server keeps its store in
-// dataDir.
-func (n *natsFlags) config(dataDir, role string) natsConfig {
-	c := n.c
-	c.DataDir, c.Role = dataDir, role
-	return c
+	fs.StringVar(&c.Cluster, "nats-cluster", "", "join the embedded NATS server to this cluster (with --nats-cluster-addr)")
+	fs.StringVar(&c.Addr, "nats-cluster-addr", "", "host:port the embedded server takes routes on")
+	fs.StringSliceVar(&c.Routes, "nats-routes", nil, "nats-route://host:port of the other cluster members (repeatable)")
+	fs.IntVar(&c.Replicas, "registry-replicas", 0, "replicas of okso's JetStream buckets (0: 3 in a cluster of 3 or more, else 1)")
 }
 
 // gatewayFlags are the flags of the agents' door.
@@ -332,7 +169,7 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.DurationVar(&c.NodeBindingTTL, "node-binding-ttl", bus.DefaultBindingTTL, "how long a node id stays its tenant's after its last session (refreshed hourly while one is up); another tenant's device with that id closes with 4403")
 }
 
-// runUntil runs fn until ctx is cancelled (by a signal, in main).
+// contextOf is the command's context, cancelled by a signal in main.
 func contextOf(cmd *cobra.Command) context.Context {
 	if ctx := cmd.Context(); ctx != nil {
 		return ctx

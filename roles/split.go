@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oklog/run"
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
@@ -17,19 +16,6 @@ import (
 	"github.com/okso-io/okso/device"
 	"github.com/okso-io/okso/schemas"
 )
-
-// runGroup runs the actors until ctx ends or one returns; a cancelled ctx
-// is a clean stop.
-func runGroup(ctx context.Context, add func(*run.Group)) error {
-	var g run.Group
-	g.Add(run.ContextHandler(ctx))
-	add(&g)
-	err := g.Run()
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
-}
 
 // announceListeners logs where a split role listens, for operators and for
 // scripts that start it on port 0.
@@ -49,171 +35,268 @@ func announceListeners(log *slog.Logger, np *natsPart, attrs ...any) {
 	log.Info("listening", attrs...)
 }
 
+// GatewayConfig configures [NewGateway]: okso gateway's flags.
+type GatewayConfig struct {
+	Gateway gatewayConfig
+	NATS    natsConfig
+	DataDir string
+	auditLog
+}
+
+// Gateway is okso gateway, the agents' door, on its NATS.
+type Gateway struct {
+	nats *natsPart
+	gw   *gatewayPart
+}
+
+// NewGateway starts (or connects to) its NATS, binds the MCP listener
+// and loads what the gateway needs; [Gateway.Run] serves. A gateway only
+// verifies tokens: the data dir's signing.pub is enough. It fails, saying
+// why, when it cannot start within startTimeout (12 s).
+func NewGateway(ctx context.Context, log *slog.Logger, cfg GatewayConfig) (_ *Gateway, err error) {
+	ctx, cancel := startContext(ctx)
+	defer cancel()
+	c, err := loadVerifier(log, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c.audit = cfg.auditLog
+	g := &Gateway{}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "gateway", log
+	if g.nats, err = openNATS(cfg.NATS); err != nil {
+		return nil, err
+	}
+	if g.gw, err = newGatewayPart(ctx, c, g.nats, cfg.Gateway); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// MCPURL is the agents' endpoint.
+func (g *Gateway) MCPURL() string { return g.gw.url() }
+
+// Run serves until ctx ends or a part fails, then stops every part.
+func (g *Gateway) Run(ctx context.Context) error {
+	defer g.close()
+	return runGroup(ctx, g.gw.actors)
+}
+
+func (g *Gateway) close() {
+	if g.gw != nil {
+		g.gw.close()
+	}
+	if g.nats != nil {
+		g.nats.close()
+	}
+}
+
 func gatewayCmd(stderr io.Writer) *cobra.Command {
 	var (
-		cfg     gatewayConfig
-		nf      natsFlags
-		logs    logFlags
-		dataDir string
+		cfg  GatewayConfig
+		logs logFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the agents' door: MCP over Streamable HTTP at /mcp",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(stderr)
-			if err != nil {
-				return err
-			}
-			stop, err := logs.start(log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			ctx := contextOf(cmd)
-			c, err := loadVerifier(log, dataDir)
-			if err != nil {
-				return err
-			}
-			c.noAuditLog, c.logRepeats = !logs.audit, logs.repeats
-			np, err := openNATS(nf.config(dataDir, "gateway"))
-			if err != nil {
-				return err
-			}
-			defer np.close()
-			cfg.Version = Version
-			gp, err := newGatewayPart(ctx, c, np, cfg)
-			if err != nil {
-				return err
-			}
-			defer gp.close()
-			announceListeners(log, np, "role", "gateway", "mcp_url", gp.url())
-			return runGroup(ctx, gp.actors)
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
+				cfg.auditLog = logs.auditLog()
+				g, err := NewGateway(ctx, log, cfg)
+				if err != nil {
+					return nil, err
+				}
+				announceListeners(log, g.nats, "role", "gateway", "mcp_url", g.MCPURL())
+				return g.Run, nil
+			})
 		},
 	}
 	fs := cmd.Flags()
-	addGatewayFlags(fs, &cfg)
-	nf.add(fs)
-	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
+	addGatewayFlags(fs, &cfg.Gateway)
+	addNATSFlags(fs, &cfg.NATS)
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	logs.add(fs)
 	return cmd
 }
 
+// DeviceTierConfig configures [NewDeviceTier]: okso device's flags.
+type DeviceTierConfig struct {
+	Tier    tierConfig
+	NATS    natsConfig
+	DataDir string
+	// Mock simulated devices run against the tier, of Tenant, their
+	// metrics seeded by Seed.
+	Mock   int
+	Tenant string
+	Seed   uint64
+	auditLog
+}
+
+// DeviceTier is okso device, the devices' door, on its NATS, with the
+// simulated devices of --mock.
+type DeviceTier struct {
+	nats  *natsPart
+	tier  *tierPart
+	fleet *fleetPart
+}
+
+// NewDeviceTier starts (or connects to) its NATS, binds the device
+// listener and loads what the tier needs; [DeviceTier.Run] serves. A
+// tier only verifies tokens, unless it mints its mock devices' tokens:
+// then it needs the data dir's signing key. It fails, saying why, when
+// it cannot start within startTimeout (12 s).
+func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) (_ *DeviceTier, err error) {
+	ctx, cancel := startContext(ctx)
+	defer cancel()
+	load := loadVerifier
+	if cfg.Mock > 0 {
+		load = loadCommon
+	}
+	c, err := load(log, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c.audit = cfg.auditLog
+	d := &DeviceTier{}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "device", log
+	if d.nats, err = openNATS(cfg.NATS); err != nil {
+		return nil, err
+	}
+	if d.tier, err = newTierPart(ctx, c, d.nats, cfg.Tier); err != nil {
+		return nil, err
+	}
+	if d.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, cfg.Seed); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// DeviceURL is the devices' endpoint.
+func (d *DeviceTier) DeviceURL() string { return d.tier.url() }
+
+// Run serves until ctx ends or a part fails, then stops every part.
+func (d *DeviceTier) Run(ctx context.Context) error {
+	defer d.close()
+	// The fleet is stopped first: the tier's 1001 is no outage to its own
+	// devices.
+	return runGroup(ctx, d.fleet.actors, d.tier.actors)
+}
+
+func (d *DeviceTier) close() {
+	if d.tier != nil {
+		d.tier.close()
+	}
+	if d.nats != nil {
+		d.nats.close()
+	}
+}
+
 func deviceCmd(stderr io.Writer) *cobra.Command {
 	var (
-		cfg     tierConfig
-		nf      natsFlags
-		logs    logFlags
-		dataDir string
-		mock    int
-		tenant  string
-		seed    uint64
+		cfg  DeviceTierConfig
+		logs logFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "device",
 		Short: "Run the devices' door: the okso.v1 WebSocket endpoint at /v1/device/ws",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(stderr)
-			if err != nil {
-				return err
-			}
-			stop, err := logs.start(log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			ctx := contextOf(cmd)
-			load := loadVerifier
-			if mock > 0 {
-				load = loadCommon
-			}
-			c, err := load(log, dataDir)
-			if err != nil {
-				return err
-			}
-			c.noAuditLog, c.logRepeats = !logs.audit, logs.repeats
-			np, err := openNATS(nf.config(dataDir, "device"))
-			if err != nil {
-				return err
-			}
-			defer np.close()
-			tp, err := newTierPart(ctx, c, np, cfg)
-			if err != nil {
-				return err
-			}
-			defer tp.close()
-			fleet, err := newFleetPart(c, mock, tenant, []string{tp.url()}, seed)
-			if err != nil {
-				return err
-			}
-			announceListeners(log, np, "role", "device", "device_url", tp.url())
-			return runGroup(ctx, func(g *run.Group) {
-				fleet.actors(g) // stopped first: the tier's 1001 is no outage to its own devices
-				tp.actors(g)
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
+				cfg.auditLog = logs.auditLog()
+				d, err := NewDeviceTier(ctx, log, cfg)
+				if err != nil {
+					return nil, err
+				}
+				announceListeners(log, d.nats, "role", "device", "device_url", d.DeviceURL())
+				return d.Run, nil
 			})
 		},
 	}
 	fs := cmd.Flags()
-	addTierFlags(fs, &cfg)
-	nf.add(fs)
-	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
-	fs.IntVar(&mock, "mock", 0, "number of simulated devices to run against this tier")
-	fs.Uint64Var(&seed, "seed", 1, "seed of the simulated devices' metrics")
-	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
+	addTierFlags(fs, &cfg.Tier)
+	addNATSFlags(fs, &cfg.NATS)
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
+	fs.IntVar(&cfg.Mock, "mock", 0, "number of simulated devices to run against this tier")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics")
+	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	logs.add(fs)
 	return cmd
 }
 
+// MockFleetConfig configures [NewMockFleet]: okso mock-fleet's flags.
+type MockFleetConfig struct {
+	Count   int      // devices
+	Connect []string // device tier URLs, tried in turn
+	Tenant  string
+	DataDir string // of the signing key that mints the devices' tokens
+	Seed    uint64
+	Rate    int // devices that start dialling per second (0: all at once)
+}
+
+// MockFleet is okso mock-fleet: simulated devices dialling a device tier.
+type MockFleet struct{ fleet *fleetPart }
+
+// NewMockFleet mints the devices' tokens; [MockFleet.Run] runs them.
+func NewMockFleet(log *slog.Logger, cfg MockFleetConfig) (*MockFleet, error) {
+	if err := checkConnect(cfg.Connect); err != nil {
+		return nil, err
+	}
+	if cfg.Count < 1 {
+		return nil, errors.New("-n must be at least 1")
+	}
+	c, err := loadCommon(log, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	fleet, err := newFleetPart(c, cfg.Count, cfg.Tenant, cfg.Connect, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	fleet.rate = cfg.Rate
+	return &MockFleet{fleet: fleet}, nil
+}
+
+// Run runs the devices until ctx ends.
+func (m *MockFleet) Run(ctx context.Context) error { return runGroup(ctx, m.fleet.actors) }
+
 func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	var (
-		n       int
-		urls    []string
-		tenant  string
-		dataDir string
-		seed    uint64
-		rate    int
-		logs    logFlags
+		cfg  MockFleetConfig
+		urls []string
+		logs logFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "mock-fleet",
 		Short: "Run N simulated devices against a device tier",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(stderr)
-			if err != nil {
-				return err
-			}
-			stop, err := logs.start(log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			if err := checkConnect(urls); err != nil {
-				return err
-			}
-			if n < 1 {
-				return errors.New("-n must be at least 1")
-			}
-			c, err := loadCommon(log, dataDir)
-			if err != nil {
-				return err
-			}
-			fleet, err := newFleetPart(c, n, tenant, urls, seed)
-			if err != nil {
-				return err
-			}
-			fleet.rate = rate
-			return runGroup(contextOf(cmd), fleet.actors)
+			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
+				cfg.Connect = urls
+				m, err := NewMockFleet(log, cfg)
+				if err != nil {
+					return nil, err
+				}
+				return m.Run, nil
+			})
 		},
 	}
 	fs := cmd.Flags()
-	fs.IntVarP(&n, "count", "n", 50, "number of simulated devices")
+	fs.IntVarP(&cfg.Count, "count", "n", 50, "number of simulated devices")
 	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+device.Path+" (repeatable: tried in turn)")
-	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
-	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
-	fs.Uint64Var(&seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
-	fs.IntVar(&rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
+	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
+	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
+	fs.IntVar(&cfg.Rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
 	logs.add(fs)
 	return cmd
 }
@@ -230,6 +313,45 @@ func checkConnect(urls []string) error {
 	}
 	return nil
 }
+
+// AgentConfig configures [NewAgent]: okso agent's flags.
+type AgentConfig struct {
+	Connect []string // device tier URLs, tried in turn
+	// Token is the device token; without it, one is minted with the data
+	// dir's key, of Tenant, for the node id kept in DataDir.
+	Token   string
+	Tenant  string
+	DataDir string
+}
+
+// Agent is okso agent: the device agent of this host.
+type Agent struct{ agent *agentPart }
+
+// NewAgent loads the agent's token and node id; [Agent.Run] runs it.
+func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
+	if err := checkConnect(cfg.Connect); err != nil {
+		return nil, err
+	}
+	set, err := schemas.Load()
+	if err != nil {
+		return nil, err
+	}
+	c := &common{log: log, schemas: set}
+	if cfg.Token == "" {
+		if c.signer, err = auth.LoadOrCreateSigner(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	a, err := newAgentPart(c, cfg.Connect, cfg.Token, cfg.DataDir, cfg.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{agent: a}, nil
+}
+
+// Run runs the agent until ctx ends: a refused agent says so in the log
+// and waits.
+func (a *Agent) Run(ctx context.Context) error { return runGroup(ctx, a.agent.actors) }
 
 func agentCmd(stderr io.Writer) *cobra.Command {
 	var (
@@ -248,32 +370,13 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			"mints a device token with the signing key in --data-dir, for a node id it keeps there.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(stderr)
-			if err != nil {
-				return err
-			}
-			stop, err := logs.start(log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-			if err := checkConnect(urls); err != nil {
-				return err
-			}
-			c := &common{log: log}
-			if c.schemas, err = schemas.Load(); err != nil {
-				return err
-			}
-			if token == "" {
-				if c.signer, err = auth.LoadOrCreateSigner(dataDir); err != nil {
-					return err
+			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
+				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir})
+				if err != nil {
+					return nil, err
 				}
-			}
-			ap, err := newAgentPart(c, urls, token, dataDir, tenant)
-			if err != nil {
-				return err
-			}
-			return runGroup(contextOf(cmd), ap.actors)
+				return a.Run, nil
+			})
 		},
 	}
 	fs := cmd.Flags()

@@ -1,4 +1,10 @@
-package roles
+// Package repeats keeps a log bounded when its warnings and errors
+// repeat, whatever a peer makes a server log: a [log/slog] handler that,
+// in each period, writes the first record of a kind and counts the
+// others, and at the period's end writes one line per kind with how many
+// more there were. Make one with [New] over the handler that writes, and
+// end each period with [Counts.Flush] (or [Counts.Run] on a ticker).
+package repeats
 
 import (
 	"context"
@@ -9,35 +15,36 @@ import (
 	"time"
 )
 
-// maxLogKinds bounds the kinds of line a repeatHandler counts apart in
-// one period, and so the lines it writes in it.
-const maxLogKinds = 64
+// MaxKinds bounds the kinds of line a Handler counts apart in one period,
+// and so the lines it writes in it.
+const MaxKinds = 64
 
-// msgOtherKinds is the message of the line that counts the repeats of
-// kinds beyond maxLogKinds.
-const msgOtherKinds = "more lines of other kinds"
+// MsgOtherKinds is the message of the line that counts the repeats of
+// kinds beyond MaxKinds.
+const MsgOtherKinds = "more lines of other kinds"
 
-// repeatHandler keeps the warnings and errors of a log bounded when they
-// repeat, whatever a peer sends: in each period of its logRepeats the
+// Handler keeps the warnings and errors of a log bounded when they
+// repeat, whatever a peer sends: in each period of its Counts the
 // first record of a kind (level, message, and the attributes and groups
 // the logger was given) is written, the others of that kind are counted,
 // and at the period's end one line of the same level and message says
 // how many more there were ("more") in how long ("in_last"). A period
-// counts at most maxLogKinds kinds; records of further kinds are counted
+// counts at most MaxKinds kinds; records of further kinds are counted
 // together, per level. Records below warn are all written: okso logs at
 // info what it does itself (starts, links, summaries), never a line per
 // peer message (the audit lines have their own bound: bus.Auditor's
 // LogRepeats). It is safe for concurrent use; a record at warn or above
 // takes one mutex, a record below it none.
-type repeatHandler struct {
+type Handler struct {
 	next slog.Handler
 	kind string // the attributes and groups added to the logger
-	rep  *logRepeats
+	rep  *Counts
 }
 
-// logRepeats is the count shared by a logger's repeatHandlers.
-type logRepeats struct {
-	root slog.Handler // writes the line of the kinds beyond maxLogKinds
+// Counts is the count shared by a logger's Handlers; its period ends
+// with each [Counts.Flush]. It is safe for concurrent use.
+type Counts struct {
+	root slog.Handler // writes the line of the kinds beyond MaxKinds
 
 	mu    sync.Mutex
 	since time.Time // start of the period
@@ -55,47 +62,47 @@ type repeated struct {
 	more int
 }
 
-// newRepeatHandler returns the handler of a logger writing to next whose
-// repeats p counts.
-func newRepeatHandler(next slog.Handler, now time.Time) (repeatHandler, *logRepeats) {
-	p := &logRepeats{root: next, since: now, kinds: map[repeatKey]*repeated{}}
-	return repeatHandler{next: next, rep: p}, p
+// New returns the handler of a logger writing to next, and the Counts of
+// its repeats, whose first period begins at now.
+func New(next slog.Handler, now time.Time) (Handler, *Counts) {
+	p := &Counts{root: next, since: now, kinds: map[repeatKey]*repeated{}}
+	return Handler{next: next, rep: p}, p
 }
 
-func (h repeatHandler) Enabled(ctx context.Context, l slog.Level) bool {
+func (h Handler) Enabled(ctx context.Context, l slog.Level) bool {
 	return h.next.Enabled(ctx, l)
 }
 
-func (h repeatHandler) Handle(ctx context.Context, r slog.Record) error {
+func (h Handler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level < slog.LevelWarn || h.rep.logs(h, r) {
 		return h.next.Handle(ctx, r)
 	}
 	return nil
 }
 
-func (h repeatHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+func (h Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	var b strings.Builder
 	b.WriteString(h.kind)
 	for _, a := range attrs {
 		b.WriteString(" " + a.String())
 	}
-	return repeatHandler{h.next.WithAttrs(attrs), b.String(), h.rep}
+	return Handler{h.next.WithAttrs(attrs), b.String(), h.rep}
 }
 
-func (h repeatHandler) WithGroup(name string) slog.Handler {
-	return repeatHandler{h.next.WithGroup(name), h.kind + " " + name + ":", h.rep}
+func (h Handler) WithGroup(name string) slog.Handler {
+	return Handler{h.next.WithGroup(name), h.kind + " " + name + ":", h.rep}
 }
 
 // logs reports whether r is the first of its kind in the period, and
 // counts it otherwise.
-func (p *logRepeats) logs(h repeatHandler, r slog.Record) bool {
+func (p *Counts) logs(h Handler, r slog.Record) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := repeatKey{r.Level, r.Message, h.kind}
 	c := p.kinds[k]
 	w := h.next
-	if c == nil && len(p.kinds) >= maxLogKinds {
-		k = repeatKey{level: r.Level, msg: msgOtherKinds}
+	if c == nil && len(p.kinds) >= MaxKinds {
+		k = repeatKey{level: r.Level, msg: MsgOtherKinds}
 		c, w = p.kinds[k], p.root
 	}
 	if c != nil {
@@ -106,9 +113,9 @@ func (p *logRepeats) logs(h repeatHandler, r slog.Record) bool {
 	return true
 }
 
-// flush writes a line for each kind with records not written, and starts
+// Flush writes a line for each kind with records not written, and starts
 // a new period at now.
-func (p *logRepeats) flush(now time.Time) {
+func (p *Counts) Flush(now time.Time) {
 	type line struct {
 		k repeatKey
 		c *repeated
@@ -134,15 +141,15 @@ func (p *logRepeats) flush(now time.Time) {
 	}
 }
 
-// run flushes at each tick until ctx ends, and once more then.
-func (p *logRepeats) run(ctx context.Context, tick <-chan time.Time) {
+// Run flushes at each tick until ctx ends, and once more then.
+func (p *Counts) Run(ctx context.Context, tick <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
-			p.flush(time.Now())
+			p.Flush(time.Now())
 			return
 		case now := <-tick:
-			p.flush(now)
+			p.Flush(now)
 		}
 	}
 }

@@ -1,9 +1,14 @@
-package roles
+// Package procs adapts GOMAXPROCS to the load of a process: one P while
+// the process uses well under a core, Go's default as soon as it uses
+// most of what it has. Start it with [Adapt], on a goroutine the caller
+// owns, and cancel its context to stop it.
+package procs
 
 import (
 	"context"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
 	"time"
 )
@@ -65,6 +70,21 @@ func (t *procTuner) next(load float64) int {
 	}
 	t.sum, t.windows = 0, 0
 	return t.cur
+}
+
+// Adapt adapts GOMAXPROCS every 100 ms (procsWindow) until ctx ends,
+// then gives Go's default back. It returns at once, leaving GOMAXPROCS
+// alone, where it has nothing to do: when the GOMAXPROCS environment
+// variable is set, where the process's CPU time cannot be read, or on a
+// single CPU. Run it on one goroutine at a time.
+func Adapt(ctx context.Context, log *slog.Logger) {
+	cpu := processCPU()
+	if os.Getenv("GOMAXPROCS") != "" || cpu == nil {
+		return
+	}
+	tick := time.NewTicker(procsWindow)
+	defer tick.Stop()
+	tuneProcs(ctx, log, tick.C, cpu, setProcs, getProcs)
 }
 
 // tuneProcs adapts GOMAXPROCS every tick until ctx ends. cpu reports the

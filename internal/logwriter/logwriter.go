@@ -1,4 +1,9 @@
-package roles
+// Package logwriter writes a server's log lines on a goroutine of its
+// own, batching those that come while one write is under way, so that a
+// busy server does not pay a write(2) per line. Make one with [New] over
+// stderr, give it to a [log/slog] handler wrapped in [FlushOnError], and
+// [Writer.Close] it when the process is done logging.
+package logwriter
 
 import (
 	"context"
@@ -7,17 +12,18 @@ import (
 	"sync"
 )
 
-// logWriter writes a server's log lines on a goroutine of its own. Every
+// Writer writes a server's log lines on a goroutine of its own. Every
 // call leaves two audit lines, and a write(2) each cost the process 3% of
 // its CPU at full load; lines that come while one write is under way are
 // written together by the next. A line waits for no timer: the writer
 // wakes as soon as there is one, so a quiet server's lines go out as
 // before, one by one and at once. Lines keep their order. When
-// maxLogBacklog bytes wait, Write waits too, so a stalled stderr slows the
+// maxBacklog bytes wait, Write waits too, so a stalled stderr slows the
 // server rather than filling its memory. Flush waits for what waits to be
 // written (an error line is flushed so: the process may be about to die).
-// Close writes what waits; after it, Write writes through.
-type logWriter struct {
+// Close writes what waits; after it, Write writes through. Make one with
+// [New]; it is safe for concurrent use.
+type Writer struct {
 	w io.Writer
 
 	mu      sync.Mutex
@@ -34,21 +40,23 @@ type logWriter struct {
 	closeOnce sync.Once
 }
 
-// maxLogBacklog bounds the bytes waiting to be written.
-const maxLogBacklog = 1 << 20
+// maxBacklog bounds the bytes waiting to be written.
+const maxBacklog = 1 << 20
 
-func newLogWriter(w io.Writer) *logWriter {
-	l := &logWriter{w: w, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+// New returns a Writer writing to w, and starts its goroutine, which
+// [Writer.Close] ends.
+func New(w io.Writer) *Writer {
+	l := &Writer{w: w, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	l.drained.L, l.written.L = &l.mu, &l.mu
 	go l.run()
 	return l
 }
 
 // Write queues p, which slog hands over as one whole line.
-func (l *logWriter) Write(p []byte) (int, error) {
+func (l *Writer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for len(l.backlog) >= maxLogBacklog && !l.closed {
+	for len(l.backlog) >= maxBacklog && !l.closed {
 		l.drained.Wait()
 	}
 	if l.closed {
@@ -63,7 +71,7 @@ func (l *logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (l *logWriter) run() {
+func (l *Writer) run() {
 	defer close(l.stopped)
 	var spare []byte
 	for {
@@ -91,7 +99,7 @@ func (l *logWriter) run() {
 }
 
 // Flush returns once every line written before it is written out.
-func (l *logWriter) Flush() {
+func (l *Writer) Flush() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for target := l.queued; l.done < target && !l.closed; {
@@ -100,7 +108,7 @@ func (l *logWriter) Flush() {
 }
 
 // Close writes the lines still waiting; later lines are written through.
-func (l *logWriter) Close() {
+func (l *Writer) Close() {
 	l.closeOnce.Do(func() { close(l.stop) })
 	<-l.stopped
 	l.mu.Lock()
@@ -115,12 +123,16 @@ func (l *logWriter) Close() {
 	l.written.Broadcast()
 }
 
-// flushOnError is a log handler that flushes its logWriter after each
-// record at error level or above, so that such a line is out before a
-// crash that may follow it.
+// FlushOnError returns a handler that passes records to h and flushes
+// out after each at error level or above, so that such a line is out
+// before a crash that may follow it. h writes to out.
+func FlushOnError(h slog.Handler, out *Writer) slog.Handler {
+	return flushOnError{h, out}
+}
+
 type flushOnError struct {
 	slog.Handler
-	out *logWriter
+	out *Writer
 }
 
 func (h flushOnError) Handle(ctx context.Context, r slog.Record) error {

@@ -1,8 +1,9 @@
-package roles
+package logwriter
 
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -39,7 +40,7 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 // out, whole, each goroutine's in its order.
 func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 	var out gatedWriter
-	l := newLogWriter(&out)
+	l := New(&out)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -69,7 +70,7 @@ func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 // together in the next; after Close, a line is written at once.
 func TestLogWriterBatches(t *testing.T) {
 	out := &gatedWriter{entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	l := newLogWriter(out)
+	l := New(out)
 	fmt.Fprintln(l, "first")
 	select {
 	case <-out.entered:
@@ -95,7 +96,7 @@ func TestLogWriterBatches(t *testing.T) {
 // moves again.
 func TestLogWriterBoundsItsBacklog(t *testing.T) {
 	out := &gatedWriter{entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	l := newLogWriter(out)
+	l := New(out)
 	fmt.Fprintln(l, "first")
 	<-out.entered
 	line := bytes.Repeat([]byte("x"), 1023)
@@ -103,7 +104,7 @@ func TestLogWriterBoundsItsBacklog(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for range 2 * maxLogBacklog / len(line) {
+		for range 2 * maxBacklog / len(line) {
 			_, _ = l.Write(line)
 		}
 	}()
@@ -112,10 +113,10 @@ func TestLogWriterBoundsItsBacklog(t *testing.T) {
 		l.mu.Lock()
 		n := len(l.backlog)
 		l.mu.Unlock()
-		if n > maxLogBacklog {
-			t.Fatalf("backlog %d bytes, bound %d", n, maxLogBacklog)
+		if n > maxBacklog {
+			t.Fatalf("backlog %d bytes, bound %d", n, maxBacklog)
 		}
-		if n == maxLogBacklog {
+		if n == maxBacklog {
 			break
 		}
 		select {
@@ -131,7 +132,7 @@ func TestLogWriterBoundsItsBacklog(t *testing.T) {
 	for _, w := range out.writes {
 		total += len(w)
 	}
-	if want := len("first\n") + 2*maxLogBacklog/len(line)*len(line); total != want {
+	if want := len("first\n") + 2*maxBacklog/len(line)*len(line); total != want {
 		t.Fatalf("%d bytes written, want %d", total, want)
 	}
 }
@@ -144,11 +145,8 @@ func TestErrorLineSurvivesCrash(t *testing.T) {
 	const line = "the line that explains the crash"
 	if os.Getenv("OKSO_TEST_CRASH") == "1" {
 		runtime.GOMAXPROCS(1)
-		l := &logFlags{level: "info", format: "json"}
-		log, err := l.logger(os.Stderr)
-		if err != nil {
-			panic(err)
-		}
+		out := New(os.Stderr)
+		log := slog.New(FlushOnError(slog.NewJSONHandler(out, nil), out))
 		log.Info("a line before it")
 		log.Error(line)
 		panic("crash")

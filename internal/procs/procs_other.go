@@ -1,6 +1,6 @@
 //go:build !unix
 
-package roles
+package procs
 
 import "time"
 
