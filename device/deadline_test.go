@@ -19,6 +19,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -46,7 +47,7 @@ func (tt *testTier) callWithDeadline(ctx context.Context, node, tool, args strin
 	m.Header.Set(bus.HeaderTenant, tenant)
 	m.Header.Set(bus.HeaderBudgetMs, strconv.Itoa(int(budget/time.Millisecond)))
 	m.Header.Set(bus.HeaderDeadline, strconv.FormatInt(deadline.UnixMilli(), 10))
-	m.Header.Set(bus.HeaderRequestID, device.NewMsgID())
+	m.Header.Set(bus.HeaderRequestID, wire.NewMsgID())
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
 	start := time.Now()
@@ -67,7 +68,7 @@ func (tt *testTier) callWithDeadline(ctx context.Context, node, tool, args strin
 func TestCallPastItsDeadline(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	var ran atomic.Int32
-	d := tt.runDevice(t, recordingPin(device.NewNodeID(), tt.set, &ran))
+	d := tt.runDevice(t, recordingPin(wire.NewNodeID(), tt.set, &ran))
 	name := pinWrite(d.node)
 
 	r := tt.callWithDeadline(t.Context(), d.node, name, `{"level":1}`, 5*time.Second, time.Now().Add(-10*time.Second))
@@ -87,7 +88,7 @@ func TestCallPastItsDeadline(t *testing.T) {
 // 60 s and the budget's.
 func TestCallBoundByItsDeadline(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	o := device.Options{NodeID: node, Capabilities: []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 60000})},
 		Handlers: map[string]device.Handler{"slow.invoke": func(ctx context.Context, _ json.RawMessage) (any, error) {
 			<-ctx.Done() // the tier's cancel, or the device's own deadline
@@ -108,35 +109,35 @@ func TestCallBoundByItsDeadline(t *testing.T) {
 func TestCmdDeadlineAt(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	t.Run("announced", func(t *testing.T) {
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		rc := tt.dial(t, nil)
-		rc.recv(t, device.TypeHello, nil)
+		rc.recv(t, wire.TypeHello, nil)
 		authAt := time.Now() // before the tier can read its clock for auth_ok
-		rc.send(t, device.TypeAuth, "", device.Auth{Token: tt.token(t, node)})
-		var ok device.AuthOK
-		rc.recv(t, device.TypeAuthOK, &ok)
+		rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, node)})
+		var ok wire.AuthOK
+		rc.recv(t, wire.TypeAuthOK, &ok)
 		if d := time.Duration(authAt.UnixMilli()-ok.ServerTimeMs) * time.Millisecond; d < -time.Second || d > time.Second {
 			t.Fatalf("auth_ok server_time_ms %d, %v from this host's clock", ok.ServerTimeMs, d)
 		}
 		m := manifest(node, echoCap("slow", bus.Constraints{DeadlineMsDefault: 1500}))
-		m["features"] = []string{device.FeatureDeadlineAt, "not_yet_invented"}
-		rc.send(t, device.TypeAnnounce, "", m)
-		rc.recv(t, device.TypeAnnounceOK, nil)
+		m["features"] = []string{wire.FeatureDeadlineAt, "not_yet_invented"}
+		rc.send(t, wire.TypeAnnounce, "", m)
+		rc.recv(t, wire.TypeAnnounceOK, nil)
 		res := tt.goCall(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
-		var cmd device.Cmd
-		rc.recv(t, device.TypeCmd, &cmd)
+		var cmd wire.Cmd
+		rc.recv(t, wire.TypeCmd, &cmd)
 		elapsed := time.Since(authAt).Milliseconds()
 		if got := cmd.DeadlineAtMs - ok.ServerTimeMs; got < 1500 || got > 1500+elapsed+1 {
 			t.Errorf("deadline_at_ms is server_time_ms + %d, want the 1500 ms deadline after at most %d ms", got, elapsed)
 		}
-		rc.recv(t, device.TypeCancel, nil)
+		rc.recv(t, wire.TypeCancel, nil)
 		wantCode(t, <-res, bus.CodeDeadlineExceeded)
 	})
 	t.Run("not announced", func(t *testing.T) {
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		rc, _ := tt.connectRaw(t, node)
 		res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-		e := rc.recv(t, device.TypeCmd, nil)
+		e := rc.recv(t, wire.TypeCmd, nil)
 		var old struct { // the cmd of okso.v1 before deadline_at_ms
 			Tool       string          `json:"tool"`
 			Arguments  json.RawMessage `json:"arguments"`
@@ -148,7 +149,7 @@ func TestCmdDeadlineAt(t *testing.T) {
 		if err := dec.Decode(&old); err != nil {
 			t.Fatalf("cmd %s does not decode as before: %v", e.Payload, err)
 		}
-		rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true,
+		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true,
 			Result: json.RawMessage(`{"message":"hi","received_at_ms":1,"node_id":"` + node + `"}`)})
 		wantOK(t, <-res)
 	})
@@ -167,7 +168,7 @@ func newRawTier(t *testing.T) *rawTier {
 	rt := &rawTier{conns: make(chan *websocket.Conn, 1)}
 	done := make(chan struct{})
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{device.Subprotocol}})
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol}})
 		if err != nil {
 			return
 		}
@@ -179,7 +180,7 @@ func newRawTier(t *testing.T) *rawTier {
 		close(done)
 		hs.Close()
 	})
-	rt.url = "ws" + strings.TrimPrefix(hs.URL, "http") + device.Path
+	rt.url = "ws" + strings.TrimPrefix(hs.URL, "http") + wire.Path
 	return rt
 }
 
@@ -210,7 +211,7 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 	for _, skew := range []time.Duration{0, time.Hour, -3 * time.Hour} {
 		t.Run("tier clock "+skew.String()+" off", func(t *testing.T) {
 			rt := newRawTier(t)
-			node := device.NewNodeID()
+			node := wire.NewNodeID()
 			var ran atomic.Int32
 			o := recordingPin(node, set, &ran)
 			o.URLs, o.Token = []string{rt.url}, "unchecked"
@@ -218,18 +219,18 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 			tierNow := func() int64 { return time.Now().Add(skew).UnixMilli() }
 
 			rc := rt.accept(t)
-			rc.send(t, device.TypeHello, "", device.Hello{Proto: device.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
-			rc.recv(t, device.TypeAuth, nil)
-			rc.send(t, device.TypeAuthOK, "", device.AuthOK{NodeID: node, Tenant: tenant, SessionID: device.NewMsgID(),
+			rc.send(t, wire.TypeHello, "", wire.Hello{Proto: wire.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
+			rc.recv(t, wire.TypeAuth, nil)
+			rc.send(t, wire.TypeAuthOK, "", wire.AuthOK{NodeID: node, Tenant: tenant, SessionID: wire.NewMsgID(),
 				ServerTimeMs: tierNow()})
 			var a struct {
 				Features []string `json:"features"`
 			}
-			e := rc.recv(t, device.TypeAnnounce, nil)
-			if err := json.Unmarshal(e.Payload, &a); err != nil || !slices.Contains(a.Features, device.FeatureDeadlineAt) {
-				t.Fatalf("announce %s, want the feature %s", e.Payload, device.FeatureDeadlineAt)
+			e := rc.recv(t, wire.TypeAnnounce, nil)
+			if err := json.Unmarshal(e.Payload, &a); err != nil || !slices.Contains(a.Features, wire.FeatureDeadlineAt) {
+				t.Fatalf("announce %s, want the feature %s", e.Payload, wire.FeatureDeadlineAt)
 			}
-			rc.send(t, device.TypeAnnounceOK, e.MsgID, device.AnnounceOK{Tools: []string{pinWrite(node)}})
+			rc.send(t, wire.TypeAnnounceOK, e.MsgID, wire.AnnounceOK{Tools: []string{pinWrite(node)}})
 
 			late := sendCmd(t, rc, node, tierNow()-1000)
 			if ack := recvAck(t, rc, late); ack.OK || ack.Error == nil || ack.Error.Code != bus.CodeDeadlineExceeded {
@@ -249,16 +250,16 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 	}
 	t.Run("older tier", func(t *testing.T) {
 		rt := newRawTier(t)
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		var ran atomic.Int32
 		o := recordingPin(node, set, &ran)
 		o.URLs, o.Token = []string{rt.url}, "unchecked"
 		runStandalone(t, o)
 		rc := rt.accept(t)
-		rc.send(t, device.TypeHello, "", device.Hello{Proto: device.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
-		rc.recv(t, device.TypeAuth, nil)
-		rc.send(t, device.TypeAuthOK, "", map[string]string{"node_id": node, "tenant": tenant, "session_id": device.NewMsgID()})
-		e := rc.recv(t, device.TypeAnnounce, nil)
+		rc.send(t, wire.TypeHello, "", wire.Hello{Proto: wire.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
+		rc.recv(t, wire.TypeAuth, nil)
+		rc.send(t, wire.TypeAuthOK, "", map[string]string{"node_id": node, "tenant": tenant, "session_id": wire.NewMsgID()})
+		e := rc.recv(t, wire.TypeAnnounce, nil)
 		if err := set.ValidateJSON(schemas.Manifest, e.Payload); err != nil || bytes.Contains(e.Payload, []byte("features")) {
 			t.Fatalf("announce to a tier without a clock: %s (%v), want the manifest without features", e.Payload, err)
 		}
@@ -288,8 +289,8 @@ func runStandalone(t *testing.T, o device.Options) {
 // sendCmd sends a pin.write cmd with deadline_at_ms and returns its id.
 func sendCmd(t *testing.T, rc *rawClient, node string, deadlineAtMs int64) string {
 	t.Helper()
-	id := device.NewMsgID()
-	b, err := device.EncodeID(device.TypeCmd, id, "", device.Cmd{Tool: pinWrite(node), Arguments: json.RawMessage(`{"level":1}`),
+	id := wire.NewMsgID()
+	b, err := wire.EncodeID(wire.TypeCmd, id, "", wire.Cmd{Tool: pinWrite(node), Arguments: json.RawMessage(`{"level":1}`),
 		DeadlineMs: 2000, DeadlineAtMs: deadlineAtMs})
 	if err != nil {
 		t.Fatal(err)
@@ -299,10 +300,10 @@ func sendCmd(t *testing.T, rc *rawClient, node string, deadlineAtMs int64) strin
 }
 
 // recvAck reads the cmd_ack of cmd id.
-func recvAck(t *testing.T, rc *rawClient, id string) device.CmdAck {
+func recvAck(t *testing.T, rc *rawClient, id string) wire.CmdAck {
 	t.Helper()
-	var ack device.CmdAck
-	if e := rc.recv(t, device.TypeCmdAck, &ack); e.InReplyTo != id {
+	var ack wire.CmdAck
+	if e := rc.recv(t, wire.TypeCmdAck, &ack); e.InReplyTo != id {
 		t.Fatalf("cmd_ack in reply to %s, want %s", e.InReplyTo, id)
 	}
 	return ack

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -130,10 +131,10 @@ func (d *Device) Run(ctx context.Context) error {
 		}
 		var wce websocket.CloseError
 		switch {
-		case errors.As(err, &wce) && wce.Code == CloseReplaced:
+		case errors.As(err, &wce) && wce.Code == wire.CloseReplaced:
 			// Another connection took this node: leave it alone a while.
 			backoff = d.o.MaxBackoff
-		case errors.As(err, &wce) && wce.Code == CloseGoingAway:
+		case errors.As(err, &wce) && wce.Code == wire.CloseGoingAway:
 			// The tier is going away (or could not register the node):
 			// another tier, soon.
 			backoff = d.o.MinBackoff
@@ -154,7 +155,7 @@ func (d *Device) Run(ctx context.Context) error {
 // permanent reports whether a close code means "do not come back".
 func permanent(code websocket.StatusCode) bool {
 	switch code {
-	case CloseMalformed, CloseAuthFailed, CloseForbidden, CloseTooLarge:
+	case wire.CloseMalformed, wire.CloseAuthFailed, wire.CloseForbidden, wire.CloseTooLarge:
 		return true
 	}
 	return false
@@ -164,7 +165,7 @@ func permanent(code websocket.StatusCode) bool {
 type conn struct {
 	d      *Device
 	c      *websocket.Conn
-	writes *writeGuard
+	writes *wire.WriteGuard
 	clock  tierClock // the zero value when the tier sent no clock
 }
 
@@ -200,37 +201,37 @@ func (k tierClock) left(now time.Time, deadlineAtMs int64) time.Duration {
 const writeTimeout = 5 * time.Second
 
 func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) error {
-	b, err := Encode(typ, inReplyTo, payload)
+	b, err := wire.Encode(typ, inReplyTo, payload)
 	if err != nil {
 		return err
 	}
-	c.writes.begin()
+	c.writes.Begin()
 	err = c.c.Write(ctx, websocket.MessageText, b)
-	c.writes.end(err == nil)
+	c.writes.End(err == nil)
 	return err
 }
 
-func (c *conn) recv(ctx context.Context, want string) (Envelope, error) {
+func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
 	typ, b, err := c.c.Read(ctx)
 	if err != nil {
-		return Envelope{}, closeErr(err)
+		return wire.Envelope{}, closeErr(err)
 	}
 	if typ != websocket.MessageText {
-		return Envelope{}, errors.New("tier sent a binary frame")
+		return wire.Envelope{}, errors.New("tier sent a binary frame")
 	}
-	e, err := DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(b)
 	if err != nil {
-		return Envelope{}, err
+		return wire.Envelope{}, err
 	}
-	if e.Type == TypeError {
+	if e.Type == wire.TypeError {
 		// The close that follows carries the code; read it.
 		if _, _, err := c.c.Read(ctx); err != nil {
-			return Envelope{}, closeErr(err)
+			return wire.Envelope{}, closeErr(err)
 		}
-		return Envelope{}, errors.New("tier sent an error frame without closing")
+		return wire.Envelope{}, errors.New("tier sent an error frame without closing")
 	}
 	if want != "" && e.Type != want {
-		return Envelope{}, fmt.Errorf("tier sent %s, want %s", e.Type, want)
+		return wire.Envelope{}, fmt.Errorf("tier sent %s, want %s", e.Type, want)
 	}
 	return e, nil
 }
@@ -247,24 +248,24 @@ func closeErr(err error) error {
 // announce_ok.
 func (d *Device) session(ctx context.Context, url string) (ready bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{Subprotocol}})
+	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("dial device tier %s: %w", url, err)
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	cn := &conn{d: d, c: c, writes: newWriteGuard(writeTimeout, func() { _ = c.CloseNow() })}
+	cn := &conn{d: d, c: c, writes: wire.NewWriteGuard(writeTimeout, func() { _ = c.CloseNow() })}
 
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := cn.recv(hctx, TypeHello); err != nil {
+	if _, err := cn.recv(hctx, wire.TypeHello); err != nil {
 		return false, err
 	}
-	if err := cn.send(hctx, TypeAuth, "", Auth{Token: d.o.Token}); err != nil {
+	if err := cn.send(hctx, wire.TypeAuth, "", wire.Auth{Token: d.o.Token}); err != nil {
 		return false, err
 	}
-	e, err := cn.recv(hctx, TypeAuthOK)
+	e, err := cn.recv(hctx, wire.TypeAuthOK)
 	if err != nil {
 		return false, err
 	}
@@ -277,16 +278,16 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 		// A tier that sends its clock takes the features that need it; an
 		// older one would refuse an announce that names any.
 		cn.clock = tierClock{ms: ok.ServerTimeMs, at: time.Now()}
-		announce["features"] = []string{FeatureDeadlineAt}
+		announce["features"] = []string{wire.FeatureDeadlineAt}
 	}
-	if err := cn.send(hctx, TypeAnnounce, "", announce); err != nil {
+	if err := cn.send(hctx, wire.TypeAnnounce, "", announce); err != nil {
 		return false, err
 	}
-	if e, err = cn.recv(hctx, TypeAnnounceOK); err != nil {
+	if e, err = cn.recv(hctx, wire.TypeAnnounceOK); err != nil {
 		return false, err
 	}
-	var announced AnnounceOK
-	if err := DecodePayload(e, &announced); err != nil {
+	var announced wire.AnnounceOK
+	if err := wire.DecodePayload(e, &announced); err != nil {
 		return false, err
 	}
 	cancel()
@@ -375,7 +376,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 			return err
 		}
 		switch e.Type {
-		case TypeCmd:
+		case wire.TypeCmd:
 			hctx, cancel := context.WithCancel(ctx)
 			mu.Lock()
 			cancels[e.MsgID] = cancel
@@ -393,7 +394,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 			// P it would otherwise try the socket (a syscall, then a park)
 			// while the cmd waits.
 			runtime.Gosched()
-		case TypeCancel:
+		case wire.TypeCancel:
 			mu.Lock()
 			if cancel := cancels[e.InReplyTo]; cancel != nil {
 				cancel()
@@ -403,15 +404,15 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	}
 }
 
-func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]*tool) {
-	ack := func(a CmdAck) {
-		if err := c.send(context.Background(), TypeCmdAck, e.MsgID, a); err != nil {
+func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*tool) {
+	ack := func(a wire.CmdAck) {
+		if err := c.send(context.Background(), wire.TypeCmdAck, e.MsgID, a); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
-	fail := func(code string) { ack(CmdAck{Error: &AckError{Code: code}}) }
-	var cmd Cmd
-	if err := DecodePayload(e, &cmd); err != nil {
+	fail := func(code string) { ack(wire.CmdAck{Error: &wire.AckError{Code: code}}) }
+	var cmd wire.Cmd
+	if err := wire.DecodePayload(e, &cmd); err != nil {
 		fail(bus.CodeBadRequest)
 		return
 	}
@@ -451,7 +452,7 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]*tool) {
 	}
 	deadline := time.Duration(cmd.DeadlineMs) * time.Millisecond
 	if deadline <= 0 {
-		deadline = DefaultDeadlineMs * time.Millisecond
+		deadline = wire.DefaultDeadlineMs * time.Millisecond
 	}
 	if left > 0 {
 		deadline = min(deadline, left)
@@ -476,13 +477,13 @@ func (c *conn) handle(ctx context.Context, e Envelope, tools map[string]*tool) {
 		fail(bus.CodeInternal)
 		return
 	}
-	ack(CmdAck{OK: true, Result: b})
+	ack(wire.CmdAck{OK: true, Result: b})
 }
 
 // stream runs a stream handler until the tier cancels it (ctx ends): each
 // frame goes out as a stream envelope in reply to the cmd. A handler that
 // ends on its own, or fails, is reported with a cmd_ack.
-func (c *conn) stream(ctx context.Context, cmdID string, cmd Cmd, h StreamHandler, fail func(string)) {
+func (c *conn) stream(ctx context.Context, cmdID string, cmd wire.Cmd, h StreamHandler, fail func(string)) {
 	emit := func(frame any) error {
 		data, err := json.Marshal(frame)
 		if err != nil {
@@ -493,7 +494,7 @@ func (c *conn) stream(ctx context.Context, cmdID string, cmd Cmd, h StreamHandle
 		}
 		// Not ctx itself: a write whose context ends makes the WebSocket
 		// library drop the whole connection, and a cancel may land mid-write.
-		return c.send(context.WithoutCancel(ctx), TypeStream, cmdID, StreamFrame{Event: "metric", Data: data})
+		return c.send(context.WithoutCancel(ctx), wire.TypeStream, cmdID, wire.StreamFrame{Event: "metric", Data: data})
 	}
 	err := h(ctx, cmd.Arguments, emit)
 	switch {
@@ -502,7 +503,7 @@ func (c *conn) stream(ctx context.Context, cmdID string, cmd Cmd, h StreamHandle
 	case err != nil:
 		fail(bus.CodeInternal)
 	default:
-		if err := c.send(context.Background(), TypeCmdAck, cmdID, CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
+		if err := c.send(context.Background(), wire.TypeCmdAck, cmdID, wire.CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}

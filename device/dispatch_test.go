@@ -12,13 +12,14 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // TestCallsInOrder: calls published in order to one node reach its device
 // in that order (a device may rely on it: drive a pin up, then down).
 func TestCallsInOrder(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
 	rc.authenticate(t, tt.token(t, node))
 	rc.announce(t, node, echoCap("echo", bus.Constraints{})) // no rate or concurrency limit
@@ -41,8 +42,8 @@ func TestCallsInOrder(t *testing.T) {
 	}
 	var got []string
 	for range n {
-		var cmd device.Cmd
-		rc.recv(t, device.TypeCmd, &cmd)
+		var cmd wire.Cmd
+		rc.recv(t, wire.TypeCmd, &cmd)
 		got = append(got, cmd.RequestID)
 	}
 	for i, id := range got {
@@ -57,7 +58,7 @@ func TestCallsInOrder(t *testing.T) {
 // device stalls for seconds.
 func TestOfflineWhenCloseBegins(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	_, _ = tt.connectRaw(t, node) // never reads again: the handshake stalls
 	events := tt.watch(t)
 	start := time.Now()
@@ -75,7 +76,7 @@ func TestOfflineWhenCloseBegins(t *testing.T) {
 // responders), not left to its deadline.
 func TestCallDuringExpiredShutdown(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	_, _ = tt.connectRaw(t, node) // never reads again: the session outlives Shutdown
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

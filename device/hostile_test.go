@@ -31,6 +31,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -94,7 +95,7 @@ func (tt *testTier) echoOK(ctx context.Context, node string) error {
 // answering.
 func TestHostileMalformedFlood(t *testing.T) {
 	const flood = 1000
-	ulid := device.NewMsgID()
+	ulid := wire.NewMsgID()
 	malformed := [][]byte{
 		[]byte(`not json`),
 		[]byte(`{}`),
@@ -116,9 +117,9 @@ func TestHostileMalformedFlood(t *testing.T) {
 			)
 			if phase == "before auth" {
 				rc = tt.dial(t, nil)
-				rc.recv(t, device.TypeHello, nil)
+				rc.recv(t, wire.TypeHello, nil)
 			} else {
-				node = device.NewNodeID()
+				node = wire.NewNodeID()
 				rc, _ = tt.connectRaw(t, node)
 			}
 			protocol := func(e auditEntry) bool { return e.Decision == bus.DecisionProtocol }
@@ -160,7 +161,7 @@ func TestHostileMalformedFlood(t *testing.T) {
 			elapsed := time.Since(start)
 			n := <-written
 
-			if code != device.CloseMalformed {
+			if code != wire.CloseMalformed {
 				t.Errorf("close code %d, want 4400", code)
 			}
 			if len(frames) != 1 || frames[0].Code != bus.CodeBadRequest {
@@ -199,7 +200,7 @@ func TestHostileMalformedFlood(t *testing.T) {
 	}
 }
 
-func frameCodes(frames []device.ErrorFrame) []string {
+func frameCodes(frames []wire.ErrorFrame) []string {
 	var codes []string
 	for _, f := range frames {
 		codes = append(codes, f.Code)
@@ -221,7 +222,7 @@ func neverAuthenticate(ctx context.Context, url string) unauthOutcome {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}})
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
 	if err != nil {
 		status := 0
 		if resp != nil {
@@ -244,16 +245,16 @@ func neverAuthenticate(ctx context.Context, url string) unauthOutcome {
 			}
 			return o
 		}
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(b)
 		switch {
 		case err != nil:
 			o.err = fmt.Errorf("tier sent %s: %w", b, err)
 			return o
-		case e.Type == device.TypeHello && !o.hello && len(o.errors) == 0:
+		case e.Type == wire.TypeHello && !o.hello && len(o.errors) == 0:
 			o.hello = true
-		case e.Type == device.TypeError:
-			var f device.ErrorFrame
-			if err := device.DecodePayload(e, &f); err != nil {
+		case e.Type == wire.TypeError:
+			var f wire.ErrorFrame
+			if err := wire.DecodePayload(e, &f); err != nil {
 				o.err = fmt.Errorf("error frame %s: %w", b, err)
 				return o
 			}
@@ -335,7 +336,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 			if other <= 5 {
 				t.Errorf("connection %d: %v", i, o.err)
 			}
-		case o.code == device.CloseAuthFailed:
+		case o.code == wire.CloseAuthFailed:
 			n4401++
 			if !o.hello || len(o.errors) != 1 || o.errors[0] != bus.CodeSafetyDenied {
 				t.Errorf("connection %d: 4401 after hello=%v, error frames %v; want hello then one E_SAFETY_DENIED", i, o.hello, o.errors)
@@ -343,7 +344,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 			if o.elapsed < authTimeout {
 				t.Errorf("connection %d: 4401 after %v, before the %v auth deadline", i, o.elapsed, authTimeout)
 			}
-		case o.code == device.CloseTooMany:
+		case o.code == wire.CloseTooMany:
 			n4429++
 			if len(o.errors) != 1 || o.errors[0] != bus.CodeRateLimited {
 				t.Errorf("connection %d: 4429 after error frames %v, want one E_RATE_LIMITED", i, o.errors)
@@ -379,9 +380,9 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 // refusal sends an announce (or any frame) that must be refused, without
 // failing if the tier closes while the frame is still being written, and
 // returns the close code, the error frames and the time it took.
-func refusal(t *testing.T, rc *rawClient, payload any) (websocket.StatusCode, []device.ErrorFrame, time.Duration, int) {
+func refusal(t *testing.T, rc *rawClient, payload any) (websocket.StatusCode, []wire.ErrorFrame, time.Duration, int) {
 	t.Helper()
-	b, err := device.Encode(device.TypeAnnounce, "", payload)
+	b, err := wire.Encode(wire.TypeAnnounce, "", payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,26 +422,26 @@ func TestHostileHugeManifest(t *testing.T) {
 		wantClose websocket.StatusCode // 0: accepted
 		wantError string
 	}{
-		{"10,000 capabilities, 64 KiB frames", 0, caps(10000), device.CloseTooLarge, bus.CodeBadRequest},
-		{"10,000 capabilities, 16 MiB frames", 16 << 20, caps(10000), device.CloseMalformed, bus.CodeManifestInvalid},
-		{"65 capabilities", 0, caps(65), device.CloseMalformed, bus.CodeManifestInvalid},
+		{"10,000 capabilities, 64 KiB frames", 0, caps(10000), wire.CloseTooLarge, bus.CodeBadRequest},
+		{"10,000 capabilities, 16 MiB frames", 16 << 20, caps(10000), wire.CloseMalformed, bus.CodeManifestInvalid},
+		{"65 capabilities", 0, caps(65), wire.CloseMalformed, bus.CodeManifestInvalid},
 		{"64 capabilities (control)", 0, caps(64), 0, ""},
-		{"60-character cap_id", 0, one(strings.Repeat("c", 60)), device.CloseMalformed, bus.CodeManifestInvalid},
-		{"23-character cap_id (projection 65 > 64)", 0, one(strings.Repeat("c", 23)), device.CloseMalformed, bus.CodeManifestInvalid},
+		{"60-character cap_id", 0, one(strings.Repeat("c", 60)), wire.CloseMalformed, bus.CodeManifestInvalid},
+		{"23-character cap_id (projection 65 > 64)", 0, one(strings.Repeat("c", 23)), wire.CloseMalformed, bus.CodeManifestInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tt := newTestTier(t, device.TierOptions{MaxFrameBytes: tc.frames})
 			bystander := tt.runMock(t)
 			rc := tt.dial(t, nil)
-			var hello device.Hello
-			rc.recv(t, device.TypeHello, &hello)
-			if want := max(tc.frames, device.DefaultMaxFrameBytes); hello.MaxFrameBytes != want {
+			var hello wire.Hello
+			rc.recv(t, wire.TypeHello, &hello)
+			if want := max(tc.frames, wire.DefaultMaxFrameBytes); hello.MaxFrameBytes != want {
 				t.Errorf("hello max_frame_bytes %d, want %d", hello.MaxFrameBytes, want)
 			}
-			node := device.NewNodeID()
-			rc.send(t, device.TypeAuth, "", device.Auth{Token: tt.token(t, node)})
-			rc.recv(t, device.TypeAuthOK, nil)
+			node := wire.NewNodeID()
+			rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, node)})
+			rc.recv(t, wire.TypeAuthOK, nil)
 
 			if tc.wantClose == 0 {
 				ok := rc.announce(t, node, tc.caps...)
@@ -449,9 +450,9 @@ func TestHostileHugeManifest(t *testing.T) {
 				}
 				last := tool(node, tc.caps[len(tc.caps)-1].CapID)
 				res := tt.goCall(t.Context(), node, tenant, last, `{"message":"hi"}`)
-				e := rc.recv(t, device.TypeCmd, nil)
+				e := rc.recv(t, wire.TypeCmd, nil)
 				out, _ := json.Marshal(device.EchoResult{Message: "hi", NodeID: node})
-				rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: out})
+				rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: out})
 				wantOK(t, <-res)
 				tt.echo(t, bystander.node)
 				hostile(t, "announce "+tc.name, "accepted: %d tools, the 64th answers; bystander echo ok", len(ok.Tools))
@@ -537,10 +538,10 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tt.dial(t, nil)
-			node := device.NewNodeID()
+			node := wire.NewNodeID()
 			rc.authenticate(t, tt.token(t, node))
 			code, frames, _, _ := refusal(t, rc, tc.manifest(node))
-			if code != device.CloseMalformed {
+			if code != wire.CloseMalformed {
 				t.Errorf("close code %d, want 4400", code)
 			}
 			if len(frames) != 1 || frames[0].Code != bus.CodeManifestInvalid {
@@ -587,7 +588,7 @@ func withRef(ref string) bus.Capability {
 func TestHostileReplayedAck(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	bystander := tt.runMock(t)
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc, ok := tt.connectRaw(t, node)
 	lateAck := func(id string) func(auditEntry) bool {
 		return func(e auditEntry) bool {
@@ -606,8 +607,8 @@ func TestHostileReplayedAck(t *testing.T) {
 
 	// Call 1, answered once.
 	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"first"}`)
-	cmd1 := rc.recv(t, device.TypeCmd, nil)
-	ack1, err := device.Encode(device.TypeCmdAck, cmd1.MsgID, device.CmdAck{OK: true, Result: result("first")})
+	cmd1 := rc.recv(t, wire.TypeCmd, nil)
+	ack1, err := wire.Encode(wire.TypeCmdAck, cmd1.MsgID, wire.CmdAck{OK: true, Result: result("first")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,15 +624,15 @@ func TestHostileReplayedAck(t *testing.T) {
 	tt.audit.wait(t, lateAck(cmd1.MsgID))
 
 	// An ack for a msg_id the tier never sent.
-	random := device.NewMsgID()
-	rc.send(t, device.TypeCmdAck, random, device.CmdAck{OK: true, Result: result("forged")})
+	random := wire.NewMsgID()
+	rc.send(t, wire.TypeCmdAck, random, wire.CmdAck{OK: true, Result: result("forged")})
 	tt.audit.wait(t, lateAck(random))
 
 	// Call 2 is pending when the old ack comes a third time (now as a
 	// failure): it must not complete call 2.
 	res = tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"second"}`)
-	cmd2 := rc.recv(t, device.TypeCmd, nil)
-	rc.send(t, device.TypeCmdAck, cmd1.MsgID, device.CmdAck{Error: &device.AckError{Code: bus.CodeInternal}})
+	cmd2 := rc.recv(t, wire.TypeCmd, nil)
+	rc.send(t, wire.TypeCmdAck, cmd1.MsgID, wire.CmdAck{Error: &wire.AckError{Code: bus.CodeInternal}})
 	seen := 0
 	tt.audit.wait(t, func(e auditEntry) bool {
 		if lateAck(cmd1.MsgID)(e) {
@@ -644,7 +645,7 @@ func TestHostileReplayedAck(t *testing.T) {
 		t.Fatalf("call 2 completed by a replayed ack of call 1: %v", r)
 	default:
 	}
-	rc.send(t, device.TypeCmdAck, cmd2.MsgID, device.CmdAck{OK: true, Result: result("second")})
+	rc.send(t, wire.TypeCmdAck, cmd2.MsgID, wire.CmdAck{OK: true, Result: result("second")})
 	r2 := <-res
 	wantOK(t, r2)
 	if got := message(r2); got != "second" {

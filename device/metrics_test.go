@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -20,7 +21,7 @@ func TestHostMetricsWithinSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	handlers, streams := device.Metrics(node, &device.HostSampler{})
 	res, err := handlers["metrics.snapshot"](t.Context(), json.RawMessage(`{}`))
 	if err != nil {

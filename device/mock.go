@@ -4,19 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/oklog/ulid/v2"
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
-
-// NewNodeID returns a fresh node id: a ULID in lower case.
-func NewNodeID() string { return strings.ToLower(ulid.Make().String()) }
 
 // EchoCapability is the system.echo capability exactly as seed 000 §9
 // has every device announce it.

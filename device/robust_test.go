@@ -14,6 +14,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // TestLeaseReclaimed: a session whose registry record vanished (as when
@@ -44,8 +45,8 @@ func TestLeaseReclaimed(t *testing.T) {
 		hs.Close()
 	})
 	events := tt.watch(t)
-	o := device.MockOptions(device.NewNodeID(), tt.set, 1)
-	o.URLs = []string{"ws" + strings.TrimPrefix(hs.URL, "http") + device.Path}
+	o := device.MockOptions(wire.NewNodeID(), tt.set, 1)
+	o.URLs = []string{"ws" + strings.TrimPrefix(hs.URL, "http") + wire.Path}
 	d := tt.runDevice(t, o)
 	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
 
@@ -98,13 +99,13 @@ func TestCloseHandshakeBounded(t *testing.T) {
 func TestTakeoverAcrossTiers(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	_, urlB := tt.startReplica(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	events := tt.watch(t)
 
 	first, _ := tt.connectRaw(t, node)
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, urlB, &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}})
+	c, resp, err := websocket.Dial(ctx, urlB, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 	ok := second.authenticate(t, tt.token(t, node))
 	second.announce(t, node, device.EchoCapability())
 
-	if code, _ := first.waitClose(t); code != device.CloseReplaced {
+	if code, _ := first.waitClose(t); code != wire.CloseReplaced {
 		t.Fatalf("older session closed with %d, want 4409", code)
 	}
 	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
@@ -150,9 +151,9 @@ func TestConnectionGuards(t *testing.T) {
 		// The tier takes an attempt from the budget after the upgrade:
 		// the second has been counted once its hello comes, and not
 		// before, whatever the order of the dials.
-		tt.dial(t, nil).recv(t, device.TypeHello, nil)
+		tt.dial(t, nil).recv(t, wire.TypeHello, nil)
 		third := tt.dial(t, nil)
-		if code, frames := third.waitClose(t); code != device.CloseTooMany || len(frames) != 1 ||
+		if code, frames := third.waitClose(t); code != wire.CloseTooMany || len(frames) != 1 ||
 			frames[0].Code != bus.CodeRateLimited {
 			t.Fatalf("third attempt: %d %+v, want 4429 with E_RATE_LIMITED", code, frames)
 		}
@@ -161,21 +162,21 @@ func TestConnectionGuards(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{MaxSessions: 1})
 		d := tt.runMock(t)
 		extra := tt.dial(t, nil)
-		if code, _ := extra.waitClose(t); code != device.CloseTooMany {
+		if code, _ := extra.waitClose(t); code != wire.CloseTooMany {
 			t.Fatalf("connection past the limit: %d, want 4429", code)
 		}
 		tt.echo(t, d.node)
 	})
 	t.Run("pending per node", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{MaxPendingPerNode: 1})
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		rc, _ := tt.connectRaw(t, node)
 		first := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"1"}`)
-		var cmd device.Cmd
-		e := rc.recv(t, device.TypeCmd, &cmd) // in flight, unanswered
+		var cmd wire.Cmd
+		e := rc.recv(t, wire.TypeCmd, &cmd) // in flight, unanswered
 		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), bus.CodeRateLimited)
 		res, _ := json.Marshal(device.EchoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
-		rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: res})
+		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
 		wantOK(t, <-first)
 	})
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -41,7 +42,7 @@ type session struct {
 	t      *Tier
 	c      *websocket.Conn
 	raw    net.Conn // under c; dropped when a close handshake stalls
-	writes *writeGuard
+	writes *wire.WriteGuard
 	id     string
 	remote string
 	bearer string
@@ -107,7 +108,7 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 	s := &session{
 		t:         t,
 		c:         c,
-		id:        NewMsgID(),
+		id:        wire.NewMsgID(),
 		remote:    r.RemoteAddr,
 		done:      make(chan struct{}),
 		announced: make(chan struct{}),
@@ -116,7 +117,7 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 		streams:     map[string]*tierStream{},
 		streamsByID: map[string]string{},
 	}
-	s.writes = newWriteGuard(t.o.WriteTimeout, func() { _ = c.CloseNow() })
+	s.writes = wire.NewWriteGuard(t.o.WriteTimeout, func() { _ = c.CloseNow() })
 	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
 		s.bearer = f[1]
 	}
@@ -126,13 +127,13 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 // errorCodeFor names the error envelope code sent before a close.
 func errorCodeFor(closeCode int) string {
 	switch closeCode {
-	case CloseMalformed, CloseTooLarge:
+	case wire.CloseMalformed, wire.CloseTooLarge:
 		return bus.CodeBadRequest
-	case CloseAuthFailed, CloseForbidden:
+	case wire.CloseAuthFailed, wire.CloseForbidden:
 		return bus.CodeSafetyDenied
-	case CloseTooMany:
+	case wire.CloseTooMany:
 		return bus.CodeRateLimited
-	case CloseLiveness:
+	case wire.CloseLiveness:
 		return bus.CodeDeadlineExceeded
 	}
 	return ""
@@ -155,13 +156,13 @@ func (s *session) close(code int, errCode, reason string) {
 			errCode = errorCodeFor(code)
 		}
 		if errCode != "" {
-			if b, err := Encode(TypeError, "", ErrorFrame{Code: errCode, Message: reason}); err == nil {
+			if b, err := wire.Encode(wire.TypeError, "", wire.ErrorFrame{Code: errCode, Message: reason}); err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				_ = s.c.Write(ctx, websocket.MessageText, b)
 				cancel()
 			}
 		}
-		if code != CloseNormal && code != CloseGoingAway && code != CloseReplaced {
+		if code != wire.CloseNormal && code != wire.CloseGoingAway && code != wire.CloseReplaced {
 			s.mu.Lock()
 			e := bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 				Decision: bus.DecisionProtocol, Code: strconv.Itoa(code)}
@@ -190,7 +191,7 @@ func (s *session) closed() bool {
 }
 
 func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any) error {
-	b, err := Encode(typ, inReplyTo, payload)
+	b, err := wire.Encode(typ, inReplyTo, payload)
 	if err != nil {
 		return err
 	}
@@ -200,48 +201,48 @@ func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any)
 // writeRaw writes one frame; a write that stalls for WriteTimeout closes
 // the connection.
 func (s *session) writeRaw(ctx context.Context, b []byte) error {
-	s.writes.begin()
+	s.writes.Begin()
 	err := s.c.Write(ctx, websocket.MessageText, b)
-	s.writes.end(err == nil)
+	s.writes.End(err == nil)
 	return err
 }
 
 // read returns the next envelope. On a protocol violation it closes the
 // session with the matching code and returns errClosed.
-func (s *session) read(ctx context.Context) (Envelope, error) {
+func (s *session) read(ctx context.Context) (wire.Envelope, error) {
 	typ, r, err := s.c.Reader(ctx)
 	if err != nil {
-		return Envelope{}, err
+		return wire.Envelope{}, err
 	}
 	if typ != websocket.MessageText {
-		s.close(CloseMalformed, "", "binary frames are not allowed")
-		return Envelope{}, errClosed
+		s.close(wire.CloseMalformed, "", "binary frames are not allowed")
+		return wire.Envelope{}, errClosed
 	}
 	max := s.t.o.MaxFrameBytes
 	b, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
 	if err != nil {
-		return Envelope{}, err
+		return wire.Envelope{}, err
 	}
 	if len(b) > max {
-		s.close(CloseTooLarge, "", "frame larger than "+strconv.Itoa(max)+" bytes")
-		return Envelope{}, errClosed
+		s.close(wire.CloseTooLarge, "", "frame larger than "+strconv.Itoa(max)+" bytes")
+		return wire.Envelope{}, errClosed
 	}
-	e, err := DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(b)
 	if err != nil {
-		s.close(CloseMalformed, "", "malformed envelope")
-		return Envelope{}, errClosed
+		s.close(wire.CloseMalformed, "", "malformed envelope")
+		return wire.Envelope{}, errClosed
 	}
 	return e, nil
 }
 
 // expect reads the next envelope and requires its type.
-func (s *session) expect(ctx context.Context, typ string) (Envelope, error) {
+func (s *session) expect(ctx context.Context, typ string) (wire.Envelope, error) {
 	e, err := s.read(ctx)
 	if err != nil {
 		return e, err
 	}
 	if e.Type != typ {
-		s.close(CloseMalformed, "", "expected "+typ)
+		s.close(wire.CloseMalformed, "", "expected "+typ)
 		return e, errClosed
 	}
 	return e, nil
@@ -254,20 +255,20 @@ func (s *session) run(ctx context.Context) {
 	defer s.cleanup()
 
 	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() {
-		s.close(CloseAuthFailed, "", "authentication timeout")
+		s.close(wire.CloseAuthFailed, "", "authentication timeout")
 	})
 	defer deadline.Stop()
 
-	err := s.write(ctx, TypeHello, "", Hello{
-		Proto:          Subprotocol,
+	err := s.write(ctx, wire.TypeHello, "", wire.Hello{
+		Proto:          wire.Subprotocol,
 		AuthDeadlineMs: int(s.t.o.AuthTimeout / time.Millisecond),
 		MaxFrameBytes:  s.t.o.MaxFrameBytes,
 	})
 	if err != nil {
 		return
 	}
-	if s.c.Subprotocol() != Subprotocol {
-		s.close(CloseMalformed, "", "subprotocol okso.v1 required")
+	if s.c.Subprotocol() != wire.Subprotocol {
+		s.close(wire.CloseMalformed, "", "subprotocol okso.v1 required")
 		return
 	}
 	if !s.authenticate(ctx) {
@@ -283,7 +284,7 @@ func (s *session) run(ctx context.Context) {
 	}
 	s.clockAt = time.Now()
 	s.clockMs = s.clockAt.UnixMilli()
-	if s.write(ctx, TypeAuthOK, "", AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
+	if s.write(ctx, wire.TypeAuthOK, "", wire.AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
 		ServerTimeMs: s.clockMs}) != nil {
 		return
 	}
@@ -305,8 +306,8 @@ func (s *session) run(ctx context.Context) {
 	if s.closed() { // closed before onDone was set: close did not see it
 		go release()
 	}
-	defer release()                    // waits for a release in progress
-	defer s.close(CloseNormal, "", "") // when the read loop ends first
+	defer release()                         // waits for a release in progress
+	defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
 
 	for {
 		e, err := s.read(ctx)
@@ -314,16 +315,16 @@ func (s *session) run(ctx context.Context) {
 			return
 		}
 		switch e.Type {
-		case TypeCmdAck:
+		case wire.TypeCmdAck:
 			s.onAck(e)
 			// Let the reply go on its way over NATS before this goroutine
 			// reads on: on one P it would otherwise try the socket (a
 			// syscall, then a park) while the reply waits.
 			runtime.Gosched()
-		case TypeStream:
+		case wire.TypeStream:
 			s.onStream(e)
 		default:
-			s.close(CloseMalformed, "", "unexpected "+e.Type+" frame")
+			s.close(wire.CloseMalformed, "", "unexpected "+e.Type+" frame")
 			return
 		}
 	}
@@ -332,20 +333,20 @@ func (s *session) run(ctx context.Context) {
 func (s *session) authenticate(ctx context.Context) bool {
 	token := s.bearer
 	if token == "" {
-		e, err := s.expect(ctx, TypeAuth)
+		e, err := s.expect(ctx, wire.TypeAuth)
 		if err != nil {
 			return false
 		}
-		var a Auth
-		if err := DecodePayload(e, &a); err != nil || a.Token == "" {
-			s.close(CloseMalformed, "", "malformed auth payload")
+		var a wire.Auth
+		if err := wire.DecodePayload(e, &a); err != nil || a.Token == "" {
+			s.close(wire.CloseMalformed, "", "malformed auth payload")
 			return false
 		}
 		token = a.Token
 	}
 	claims, err := s.t.o.Verifier.Verify(token)
 	if err != nil {
-		s.close(CloseAuthFailed, "", "authentication failed")
+		s.close(wire.CloseAuthFailed, "", "authentication failed")
 		return false
 	}
 	s.mu.Lock()
@@ -354,15 +355,15 @@ func (s *session) authenticate(ctx context.Context) bool {
 	if r := s.t.o.Revoked; r != nil && r.Revoked(claims.ID) {
 		s.t.audit(bus.AuditEvent{Tenant: claims.Tenant, Subject: claims.Subject, JTI: claims.ID,
 			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
-		s.close(CloseAuthFailed, "", "token revoked")
+		s.close(wire.CloseAuthFailed, "", "token revoked")
 		return false
 	}
 	if !claims.HasScope(auth.ScopeDeviceConnect) {
-		s.close(CloseForbidden, "", "token lacks scope device:connect")
+		s.close(wire.CloseForbidden, "", "token lacks scope device:connect")
 		return false
 	}
 	if !bus.ValidNodeID(claims.Subject) {
-		s.close(CloseForbidden, "", "token subject is not a node id")
+		s.close(wire.CloseForbidden, "", "token subject is not a node id")
 		return false
 	}
 	s.mu.Lock()
@@ -386,7 +387,7 @@ func (s *session) bind(ctx context.Context) bool {
 		return false
 	case err != nil:
 		s.t.log.Error("bind node id to its tenant", "node_id", s.nodeID, "err", err)
-		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot read the node bindings")
+		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot read the node bindings")
 		return false
 	}
 	s.boundAt = time.Now()
@@ -406,14 +407,14 @@ func (s *session) refuseOtherTenant(owner string) {
 	}
 	s.t.log.Warn("refused a node id bound to another tenant", "node_id", s.nodeID, "tenant", s.tenant,
 		"owner", owner)
-	s.close(CloseForbidden, "", "node id belongs to another tenant")
+	s.close(wire.CloseForbidden, "", "node id belongs to another tenant")
 }
 
 // announce reads and checks the manifest, takes the node's subject and
 // registry record, and confirms to the device. It returns the record's
 // lease, or nil when the session must end.
 func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease {
-	e, err := s.expect(ctx, TypeAnnounce)
+	e, err := s.expect(ctx, wire.TypeAnnounce)
 	if err != nil {
 		return nil
 	}
@@ -429,11 +430,11 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		Capabilities []json.RawMessage `json:"capabilities"`
 	}
 	if json.Unmarshal(e.Payload, &count) != nil || len(count.Capabilities) > maxCapabilities {
-		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	if err := s.t.o.Schemas.ValidateJSON(schemas.Manifest, e.Payload); err != nil {
-		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	var a struct {
@@ -442,30 +443,30 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 		Capabilities []bus.Capability `json:"capabilities"`
 		Features     []string         `json:"features"`
 	}
-	if err := DecodePayload(e, &a); err != nil {
-		s.close(CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+	if err := wire.DecodePayload(e, &a); err != nil {
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	if a.NodeID != s.nodeID {
-		s.close(CloseForbidden, "", "announced node_id differs from the token subject")
+		s.close(wire.CloseForbidden, "", "announced node_id differs from the token subject")
 		return nil
 	}
 	tools, caps, msg := project(s.nodeID, a.Capabilities)
 	if msg != "" {
-		s.close(CloseMalformed, bus.CodeManifestInvalid, msg)
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, msg)
 		return nil
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
-	s.deadlineAt = slices.Contains(a.Features, FeatureDeadlineAt)
+	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
-		s.close(CloseForbidden, "", "the tenant's tool cap of "+strconv.Itoa(s.t.o.MaxToolsPerTenant)+" tools is reached")
+		s.close(wire.CloseForbidden, "", "the tenant's tool cap of "+strconv.Itoa(s.t.o.MaxToolsPerTenant)+" tools is reached")
 		return nil
 	}
 
 	if !s.t.attach(s) {
-		s.close(CloseGoingAway, "", "tier shutting down")
+		s.close(wire.CloseGoingAway, "", "tier shutting down")
 		return nil
 	}
 	// The node's cancel subject is served by the tier's one subscription
@@ -477,7 +478,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 	}
 	if err != nil {
 		s.t.log.Error("subscribe node subject", "node_id", s.nodeID, "err", err)
-		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot reach NATS")
+		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot reach NATS")
 		return nil
 	}
 	s.mu.Lock()
@@ -493,12 +494,12 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 	lease, err := s.claim(ctx)
 	if err != nil {
 		s.t.log.Error("claim registry record", "node_id", s.nodeID, "err", err)
-		s.close(CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
+		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
 		return nil
 	}
 	// Older sessions of this node on other tier replicas close with 4409.
 	s.announceTakeover()
-	if err := s.write(ctx, TypeAnnounceOK, e.MsgID, AnnounceOK{Tools: tools}); err != nil {
+	if err := s.write(ctx, wire.TypeAnnounceOK, e.MsgID, wire.AnnounceOK{Tools: tools}); err != nil {
 		releaseLease(s, lease)
 		return nil
 	}
@@ -625,7 +626,7 @@ func (k *keeper) onRefresh() {
 		// again.
 		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
 		if gerr == nil && n != nil && n.SessionID != s.id {
-			s.close(CloseReplaced, "", "registry record taken by a newer session")
+			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
 			return
 		}
 		if gerr == nil {
@@ -655,7 +656,7 @@ func (k *keeper) onPing() {
 	err := s.c.Ping(ctx)
 	cancel()
 	if err != nil {
-		s.close(CloseLiveness, "", "device missed a ping")
+		s.close(wire.CloseLiveness, "", "device missed a ping")
 		return
 	}
 	k.mu.Lock()
@@ -740,7 +741,7 @@ func (s *session) detach() {
 }
 
 func (s *session) cleanup() {
-	s.close(CloseNormal, "", "")
+	s.close(wire.CloseNormal, "", "")
 	s.detach()
 	s.mu.Lock()
 	pending := s.pending
@@ -841,7 +842,7 @@ func (s *session) onCall(m *nats.Msg) {
 	}
 	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
 	if deadline <= 0 {
-		deadline = DefaultDeadlineMs * time.Millisecond
+		deadline = wire.DefaultDeadlineMs * time.Millisecond
 	}
 	deadline, ok = callDeadline(start, deadline, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline),
 		s.t.o.MaxClockSkew)
@@ -860,14 +861,14 @@ func (s *session) onCall(m *nats.Msg) {
 		return
 	}
 
-	cmd := Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
+	cmd := wire.Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
 	if s.deadlineAt {
 		// On the clock the device was given at auth_ok, reckoned on the
 		// monotonic clock since: a step of the wall clock moves neither.
 		cmd.DeadlineAtMs = s.clockMs + (start.Sub(s.clockAt) + deadline).Milliseconds()
 	}
-	cmdID := NewMsgID()
-	frame, err := EncodeID(TypeCmd, cmdID, "", cmd)
+	cmdID := wire.NewMsgID()
+	frame, err := wire.EncodeID(wire.TypeCmd, cmdID, "", cmd)
 	if err != nil {
 		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
 		return
@@ -981,19 +982,19 @@ func (s *session) expire(cmdID string) {
 	}
 	s.finish(p, bus.ErrorReply(bus.CodeDeadlineExceeded, "device did not answer within its deadline"),
 		bus.DecisionTimeout, bus.CodeDeadlineExceeded)
-	_ = s.write(context.Background(), TypeCancel, cmdID, Cancel{})
+	_ = s.write(context.Background(), wire.TypeCancel, cmdID, wire.Cancel{})
 }
 
 // onAck completes the call a cmd_ack answers; a late or unknown ack is
 // dropped and audited.
-func (s *session) onAck(e Envelope) {
+func (s *session) onAck(e wire.Envelope) {
 	if e.InReplyTo == "" {
-		s.close(CloseMalformed, "", "cmd_ack without in_reply_to")
+		s.close(wire.CloseMalformed, "", "cmd_ack without in_reply_to")
 		return
 	}
-	var ack CmdAck
-	if err := DecodePayload(e, &ack); err != nil {
-		s.close(CloseMalformed, "", "malformed cmd_ack payload")
+	var ack wire.CmdAck
+	if err := wire.DecodePayload(e, &ack); err != nil {
+		s.close(wire.CloseMalformed, "", "malformed cmd_ack payload")
 		return
 	}
 	p := s.take(e.InReplyTo)

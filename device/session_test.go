@@ -16,6 +16,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -58,177 +59,177 @@ func TestProtocolFailures(t *testing.T) {
 			name: "malformed JSON after auth",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				node := device.NewNodeID()
+				node := wire.NewNodeID()
 				rc.authenticate(t, tt.token(t, node))
 				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"announce",`))
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "malformed JSON after announce",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				rc, _ := tt.connectRaw(t, device.NewNodeID())
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
 				rc.sendRaw(t, websocket.MessageText, []byte(`not json`))
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "unknown envelope type after auth",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.authenticate(t, tt.token(t, device.NewNodeID()))
+				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
 				rc.send(t, "bogus", "", struct{}{})
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "unknown envelope type after announce",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				rc, _ := tt.connectRaw(t, device.NewNodeID())
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
 				rc.send(t, "bogus", "", struct{}{})
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "unexpected type after announce",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				rc, _ := tt.connectRaw(t, device.NewNodeID())
-				rc.send(t, device.TypeAuth, "", device.Auth{Token: "x"})
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: "x"})
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "cmd_ack without in_reply_to",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				rc, _ := tt.connectRaw(t, device.NewNodeID())
-				rc.send(t, device.TypeCmdAck, "", device.CmdAck{OK: true})
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.send(t, wire.TypeCmdAck, "", wire.CmdAck{OK: true})
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "binary frame",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.recv(t, device.TypeHello, nil)
-				b, _ := device.Encode(device.TypeAuth, "", device.Auth{Token: tt.token(t, device.NewNodeID())})
+				rc.recv(t, wire.TypeHello, nil)
+				b, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: tt.token(t, wire.NewNodeID())})
 				rc.sendRaw(t, websocket.MessageBinary, b)
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "no subprotocol",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, &websocket.DialOptions{})
-				rc.recv(t, device.TypeHello, nil)
+				rc.recv(t, wire.TypeHello, nil)
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "auth payload without token",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.recv(t, device.TypeHello, nil)
-				rc.send(t, device.TypeAuth, "", struct{}{})
+				rc.recv(t, wire.TypeHello, nil)
+				rc.send(t, wire.TypeAuth, "", struct{}{})
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "oversize frame after auth",
 			opts: device.TierOptions{MaxFrameBytes: small},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				var hello device.Hello
-				rc.recv(t, device.TypeHello, &hello)
+				var hello wire.Hello
+				rc.recv(t, wire.TypeHello, &hello)
 				if hello.MaxFrameBytes != small {
 					t.Errorf("hello max_frame_bytes %d, want %d", hello.MaxFrameBytes, small)
 				}
-				rc.send(t, device.TypeAuth, "", device.Auth{Token: tt.token(t, device.NewNodeID())})
-				rc.recv(t, device.TypeAuthOK, nil)
-				rc.send(t, device.TypeAnnounce, "", map[string]string{"pad": strings.Repeat("x", 2*small)})
+				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, wire.NewNodeID())})
+				rc.recv(t, wire.TypeAuthOK, nil)
+				rc.send(t, wire.TypeAnnounce, "", map[string]string{"pad": strings.Repeat("x", 2*small)})
 				return rc
 			},
-			wantClose: device.CloseTooLarge, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "frame one byte over the limit after announce",
 			opts: device.TierOptions{MaxFrameBytes: small},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				rc, _ := tt.connectRaw(t, device.NewNodeID())
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
 				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", small+1)))
 				return rc
 			},
-			wantClose: device.CloseTooLarge, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
 		},
 		{
 			// Larger than the WebSocket library's own 32 KiB default too:
 			// the tier must answer 4413, not the library's 1009.
 			name: "frame over the default 64 KiB limit",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				rc, _ := tt.connectRaw(t, device.NewNodeID())
-				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", device.DefaultMaxFrameBytes+1)))
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", wire.DefaultMaxFrameBytes+1)))
 				return rc
 			},
-			wantClose: device.CloseTooLarge, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
 		},
 		{
 			name: "no auth within the deadline",
 			opts: device.TierOptions{AuthTimeout: 300 * time.Millisecond},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				var hello device.Hello
-				rc.recv(t, device.TypeHello, &hello)
+				var hello wire.Hello
+				rc.recv(t, wire.TypeHello, &hello)
 				if hello.AuthDeadlineMs != 300 {
 					t.Errorf("hello auth_deadline_ms %d, want 300", hello.AuthDeadlineMs)
 				}
 				return rc // and say nothing
 			},
-			wantClose: device.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "no announce within the deadline",
 			opts: device.TierOptions{AuthTimeout: 300 * time.Millisecond},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.authenticate(t, tt.token(t, device.NewNodeID()))
+				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
 				return rc
 			},
-			wantClose: device.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "garbage token",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				return authWith(t, tt, "not.a.jwt")
 			},
-			wantClose: device.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "expired token",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: device.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 					Audience: auth.AudienceDevice, Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour,
 				}))
 			},
-			wantClose: device.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "agent token (gateway audience)",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: device.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 					Audience: auth.AudienceGateway,
 				}))
 			},
-			wantClose: device.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "token of another signer",
@@ -237,24 +238,24 @@ func TestProtocolFailures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tok, err := other.Mint(auth.MintOptions{Subject: device.NewNodeID(), Tenant: tenant,
+				tok, err := other.Mint(auth.MintOptions{Subject: wire.NewNodeID(), Tenant: tenant,
 					Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 				if err != nil {
 					t.Fatal(err)
 				}
 				return authWith(t, tt, tok)
 			},
-			wantClose: device.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "token lacking device:connect",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: device.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeReadOnly},
+					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeReadOnly},
 					Audience: auth.AudienceDevice,
 				}))
 			},
-			wantClose: device.CloseForbidden, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "token subject not a node id",
@@ -264,59 +265,59 @@ func TestProtocolFailures(t *testing.T) {
 					Audience: auth.AudienceDevice,
 				}))
 			},
-			wantClose: device.CloseForbidden, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name: "announce for another node",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.authenticate(t, tt.token(t, device.NewNodeID()))
-				rc.send(t, device.TypeAnnounce, "", manifest(device.NewNodeID(), device.EchoCapability()))
+				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), device.EchoCapability()))
 				return rc
 			},
-			wantClose: device.CloseForbidden, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
 		},
 		{
 			name:      "manifest with an unknown kind",
 			misbehave: announceWith(func(c *bus.Capability) { c.Kind = "system.gpio" }),
-			wantClose: device.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
 		},
 		{
 			name:      "manifest with a 60-character cap_id",
 			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 60) }),
-			wantClose: device.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
 		},
 		{
 			// 23 characters pass the schema (at most 24) but the projected
 			// name sysecho.<26>.<23>.invoke has 65 characters.
 			name:      "manifest projecting a tool name over 64 characters",
 			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 23) }),
-			wantClose: device.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
 		},
 		{
 			name:      "manifest with a verb its kind lacks",
 			misbehave: announceWith(func(c *bus.Capability) { c.Verbs = []string{"snapshot"} }),
-			wantClose: device.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
 		},
 		{
 			name: "manifest with a duplicate cap_id",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				ok := rc.authenticate(t, tt.token(t, device.NewNodeID()))
-				rc.send(t, device.TypeAnnounce, "", manifest(ok.NodeID, device.EchoCapability(), device.EchoCapability()))
+				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, device.EchoCapability(), device.EchoCapability()))
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
 		},
 		{
 			name: "manifest without capabilities",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				ok := rc.authenticate(t, tt.token(t, device.NewNodeID()))
-				rc.send(t, device.TypeAnnounce, "", manifest(ok.NodeID))
+				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID))
 				return rc
 			},
-			wantClose: device.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
 		},
 	}
 	for _, tc := range tests {
@@ -345,8 +346,8 @@ func TestProtocolFailures(t *testing.T) {
 func authWith(t *testing.T, tt *testTier, token string) *rawClient {
 	t.Helper()
 	rc := tt.dial(t, nil)
-	rc.recv(t, device.TypeHello, nil)
-	rc.send(t, device.TypeAuth, "", device.Auth{Token: token})
+	rc.recv(t, wire.TypeHello, nil)
+	rc.send(t, wire.TypeAuth, "", wire.Auth{Token: token})
 	return rc
 }
 
@@ -356,10 +357,10 @@ func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawCl
 	return func(t *testing.T, tt *testTier) *rawClient {
 		t.Helper()
 		rc := tt.dial(t, nil)
-		ok := rc.authenticate(t, tt.token(t, device.NewNodeID()))
+		ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
 		c := device.EchoCapability()
 		edit(&c)
-		rc.send(t, device.TypeAnnounce, "", manifest(ok.NodeID, c))
+		rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, c))
 		return rc
 	}
 }
@@ -369,7 +370,7 @@ func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawCl
 func TestReplacedSession(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	bystander := tt.runMock(t)
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 
 	first, firstOK := tt.connectRaw(t, node)
 	if r := tt.record(t, node); r == nil || r.SessionID != firstOK.SessionID {
@@ -381,8 +382,8 @@ func TestReplacedSession(t *testing.T) {
 		t.Fatal("two sessions share an id")
 	}
 	code, frames := first.waitClose(t)
-	if code != device.CloseReplaced {
-		t.Errorf("first session closed with %d, want %d", code, device.CloseReplaced)
+	if code != wire.CloseReplaced {
+		t.Errorf("first session closed with %d, want %d", code, wire.CloseReplaced)
 	}
 	if len(frames) != 0 {
 		t.Errorf("error frames %+v before a 4409, want none", frames)
@@ -413,14 +414,14 @@ func TestReplacedSession(t *testing.T) {
 // header instead of an auth frame.
 func TestBearerHeader(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc := tt.dial(t, &websocket.DialOptions{
-		Subprotocols: []string{device.Subprotocol},
+		Subprotocols: []string{wire.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tt.token(t, node)}},
 	})
-	rc.recv(t, device.TypeHello, nil)
-	var ok device.AuthOK
-	rc.recv(t, device.TypeAuthOK, &ok)
+	rc.recv(t, wire.TypeHello, nil)
+	var ok wire.AuthOK
+	rc.recv(t, wire.TypeAuthOK, &ok)
 	if ok.NodeID != node || ok.Tenant != tenant || ok.SessionID == "" {
 		t.Fatalf("auth_ok %+v, want node %s of %s", ok, node, tenant)
 	}
@@ -438,12 +439,12 @@ func TestBearerHeader(t *testing.T) {
 func TestBadBearerHeader(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	rc := tt.dial(t, &websocket.DialOptions{
-		Subprotocols: []string{device.Subprotocol},
+		Subprotocols: []string{wire.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer not.a.jwt"}},
 	})
-	rc.recv(t, device.TypeHello, nil)
-	if code, _ := rc.waitClose(t); code != device.CloseAuthFailed {
-		t.Fatalf("close code %d, want %d", code, device.CloseAuthFailed)
+	rc.recv(t, wire.TypeHello, nil)
+	if code, _ := rc.waitClose(t); code != wire.CloseAuthFailed {
+		t.Fatalf("close code %d, want %d", code, wire.CloseAuthFailed)
 	}
 }
 
@@ -451,14 +452,14 @@ func TestBadBearerHeader(t *testing.T) {
 // default limit, far over the WebSocket library's 32 KiB default.
 func TestLargeFrameWithinLimit(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
-	message := strings.Repeat("x", device.DefaultMaxFrameBytes-1024)
+	message := strings.Repeat("x", wire.DefaultMaxFrameBytes-1024)
 
 	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-	e := rc.recv(t, device.TypeCmd, nil)
+	e := rc.recv(t, wire.TypeCmd, nil)
 	result, _ := json.Marshal(device.EchoResult{Message: message, NodeID: node})
-	rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: result})
+	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: result})
 	r := <-res
 	wantOK(t, r)
 	var got device.EchoResult
@@ -482,7 +483,7 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		d := tt.runMock(t)
 		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(d.node, "nope"), `{"message":"hi"}`), bus.CodeToolNotFound)
-		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(device.NewNodeID(), "echo"), `{"message":"hi"}`), bus.CodeToolNotFound)
+		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(wire.NewNodeID(), "echo"), `{"message":"hi"}`), bus.CodeToolNotFound)
 		tt.echo(t, d.node)
 	})
 
@@ -499,7 +500,7 @@ func TestCall(t *testing.T) {
 
 	t.Run("device never answers", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		o := device.MockOptions(node, tt.set, 1)
 		o.Capabilities = append(o.Capabilities, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
 		o.Handlers["slow.invoke"] = func(context.Context, json.RawMessage) (any, error) {
@@ -521,7 +522,7 @@ func TestCall(t *testing.T) {
 
 	t.Run("late cmd_ack is dropped", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		release := make(chan struct{})
 		o := device.MockOptions(node, tt.set, 1)
 		o.Capabilities = []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 100})}
@@ -542,7 +543,7 @@ func TestCall(t *testing.T) {
 
 	t.Run("rate_limit_rps", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		o := device.MockOptions(node, tt.set, 1)
 		// One call per 100 s: the second call of the test is always over.
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{RateLimitRPS: 0.01})}
@@ -556,7 +557,7 @@ func TestCall(t *testing.T) {
 
 	t.Run("max_concurrency", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
 		o := device.MockOptions(node, tt.set, 1)
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{MaxConcurrency: 1})}
@@ -582,7 +583,7 @@ func TestCall(t *testing.T) {
 
 	t.Run("device disconnects during the call", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
 		o := device.MockOptions(node, tt.set, 1)
 		o.Handlers = map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
@@ -609,23 +610,23 @@ func TestCall(t *testing.T) {
 // comes after is dropped and audited.
 func TestDeadlineCancel(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
 	rc.authenticate(t, tt.token(t, node))
 	rc.announce(t, node, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
 
 	res := tt.goCall(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
-	var cmd device.Cmd
-	e := rc.recv(t, device.TypeCmd, &cmd)
+	var cmd wire.Cmd
+	e := rc.recv(t, wire.TypeCmd, &cmd)
 	if cmd.DeadlineMs != 100 || string(cmd.Arguments) != `{"message":"hi"}` {
 		t.Errorf("cmd %+v, want the arguments and deadline_ms 100", cmd)
 	}
-	if cancel := rc.recv(t, device.TypeCancel, nil); cancel.InReplyTo != e.MsgID {
+	if cancel := rc.recv(t, wire.TypeCancel, nil); cancel.InReplyTo != e.MsgID {
 		t.Errorf("cancel in reply to %s, want the cmd %s", cancel.InReplyTo, e.MsgID)
 	}
 	wantCode(t, <-res, bus.CodeDeadlineExceeded)
 
-	rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
+	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
 	tt.audit.wait(t, func(a auditEntry) bool {
 		return a.Decision == bus.DecisionLateAck && a.NodeID == node && a.RequestID == e.MsgID
 	})
@@ -635,11 +636,11 @@ func TestDeadlineCancel(t *testing.T) {
 // close handshake, while the device holds a cmd.
 func TestConnectionDroppedDuringCall(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
 
 	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-	rc.recv(t, device.TypeCmd, nil)
+	rc.recv(t, wire.TypeCmd, nil)
 	_ = rc.c.CloseNow()
 	wantCode(t, <-res, bus.CodeNodeOffline)
 	tt.audit.wait(t, func(e auditEntry) bool {
@@ -676,14 +677,14 @@ func TestDisconnectRemovesNode(t *testing.T) {
 // refuses new connections.
 func TestShutdown(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
 	events := tt.watch(t)
 
 	done := make(chan error, 1)
 	go func() { done <- tt.tier.Shutdown(t.Context()) }()
 	code, frames := rc.waitClose(t)
-	if code != device.CloseGoingAway || len(frames) != 0 {
+	if code != wire.CloseGoingAway || len(frames) != 0 {
 		t.Errorf("close %d with error frames %+v, want 1001 and none", code, frames)
 	}
 	if err := <-done; err != nil {
@@ -697,7 +698,7 @@ func TestShutdown(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	_, resp, err := websocket.Dial(t.Context(), tt.url, &websocket.DialOptions{
-		Subprotocols: []string{device.Subprotocol},
+		Subprotocols: []string{wire.Subprotocol},
 		HTTPClient:   &http.Client{Transport: tr},
 	})
 	if resp != nil && resp.Body != nil {
@@ -716,10 +717,10 @@ func TestAuthAtTheDeadline(t *testing.T) {
 	for _, timeout := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
 		t.Run(timeout.String(), func(t *testing.T) {
 			tt := newTestTier(t, device.TierOptions{AuthTimeout: timeout})
-			token := tt.token(t, device.NewNodeID())
+			token := tt.token(t, wire.NewNodeID())
 			for range 20 {
 				rc := tt.dial(t, nil)
-				if got := authRace(t, rc, token); got != device.TypeAuthOK && got != "4401" {
+				if got := authRace(t, rc, token); got != wire.TypeAuthOK && got != "4401" {
 					t.Fatalf("auth at the deadline ended with %s, want auth_ok or 4401", got)
 				}
 				_ = rc.c.CloseNow()
@@ -739,18 +740,18 @@ func authRace(t *testing.T, rc *rawClient, token string) string {
 		if err != nil {
 			return strconv.Itoa(int(websocket.CloseStatus(err)))
 		}
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(b)
 		if err != nil {
 			t.Fatalf("tier sent %s: %v", b, err)
 		}
 		switch e.Type {
-		case device.TypeHello:
+		case wire.TypeHello:
 			// The tier may have closed already; a failed write shows in the
 			// next read.
-			b, _ := device.Encode(device.TypeAuth, "", device.Auth{Token: token})
+			b, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
 			_ = rc.c.Write(ctx, websocket.MessageText, b)
-		case device.TypeError:
-		case device.TypeAuthOK:
+		case wire.TypeError:
+		case wire.TypeAuthOK:
 			return e.Type
 		default:
 			t.Fatalf("tier sent %s", b)
@@ -763,11 +764,11 @@ func authRace(t *testing.T, rc *rawClient, token string) string {
 func TestMissedPings(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{PingInterval: 100 * time.Millisecond})
 	events := tt.watch(t)
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
 
 	tt.audit.wait(t, func(e auditEntry) bool {
-		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(device.CloseLiveness)
+		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
 	})
 	_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
@@ -781,16 +782,16 @@ func TestMissedPings(t *testing.T) {
 // *device.CloseError when the tier refuses it for good.
 func TestDeviceRefused(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
-	node := device.NewNodeID()
+	node := wire.NewNodeID()
 	tests := []struct {
 		name  string
 		token string
 		want  int
 	}{
-		{"bad token", "not.a.jwt", device.CloseAuthFailed},
+		{"bad token", "not.a.jwt", wire.CloseAuthFailed},
 		{"token lacking device:connect", tt.mint(t, auth.MintOptions{Subject: node, Tenant: tenant,
-			Scopes: []string{auth.ScopeReadOnly}, Audience: auth.AudienceDevice}), device.CloseForbidden},
-		{"token of another node", tt.token(t, device.NewNodeID()), device.CloseForbidden},
+			Scopes: []string{auth.ScopeReadOnly}, Audience: auth.AudienceDevice}), wire.CloseForbidden},
+		{"token of another node", tt.token(t, wire.NewNodeID()), wire.CloseForbidden},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -817,7 +818,7 @@ func TestDeviceRefused(t *testing.T) {
 func TestFailover(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
 	tierB, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	o := device.MockOptions(device.NewNodeID(), tt.set, 1)
+	o := device.MockOptions(wire.NewNodeID(), tt.set, 1)
 	o.URLs = []string{tt.url, urlB}
 	o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
 	lost := make(chan error, 8)
@@ -859,7 +860,7 @@ func TestFailover(t *testing.T) {
 		errs = append(errs, err)
 	}
 	var wce websocket.CloseError
-	if len(errs) != 1 || !errors.As(errs[0], &wce) || wce.Code != device.CloseGoingAway {
+	if len(errs) != 1 || !errors.As(errs[0], &wce) || wce.Code != wire.CloseGoingAway {
 		t.Errorf("OnLost called with %v, want once with the tier's close 1001", errs)
 	}
 }

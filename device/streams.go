@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // tierStream is one subscription a session serves: the device sends
@@ -34,8 +35,8 @@ func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []by
 		fail(bus.CodeBadRequest, "streaming call without a valid stream id", bus.DecisionInvalid, call.Tool)
 		return
 	}
-	cmdID := NewMsgID()
-	frame, err := EncodeID(TypeCmd, cmdID, "", Cmd{Tool: call.Tool, Arguments: args,
+	cmdID := wire.NewMsgID()
+	frame, err := wire.EncodeID(wire.TypeCmd, cmdID, "", wire.Cmd{Tool: call.Tool, Arguments: args,
 		RequestID: m.Header.Get(bus.HeaderRequestID)})
 	if err != nil {
 		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
@@ -90,7 +91,7 @@ func (s *session) dropStream(cmdID string, cancel bool) *tierStream {
 	}
 	s.mu.Unlock()
 	if st != nil && cancel {
-		_ = s.write(context.Background(), TypeCancel, cmdID, Cancel{})
+		_ = s.write(context.Background(), wire.TypeCancel, cmdID, wire.Cancel{})
 	}
 	return st
 }
@@ -109,7 +110,7 @@ func (s *session) onTakeover(other string) {
 	switch {
 	case other > s.id:
 		s.detach()
-		go s.close(CloseReplaced, "", "replaced by a newer session")
+		go s.close(wire.CloseReplaced, "", "replaced by a newer session")
 	case other < s.id:
 		s.announceTakeover()
 	}
@@ -168,10 +169,10 @@ func (s *session) stopStream(sid string) {
 
 // onStream forwards one frame of the device to the stream's subject.
 // Frames of streams already stopped are dropped: they race the cancel.
-func (s *session) onStream(e Envelope) {
-	var f StreamFrame
-	if e.InReplyTo == "" || DecodePayload(e, &f) != nil || f.Event != "metric" || len(f.Data) == 0 {
-		s.close(CloseMalformed, "", "malformed stream frame")
+func (s *session) onStream(e wire.Envelope) {
+	var f wire.StreamFrame
+	if e.InReplyTo == "" || wire.DecodePayload(e, &f) != nil || f.Event != "metric" || len(f.Data) == 0 {
+		s.close(wire.CloseMalformed, "", "malformed stream frame")
 		return
 	}
 	s.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // intruder is the tenant that presents node ids of [tenant] in these tests.
@@ -32,11 +33,11 @@ func (tt *testTier) tokenOf(t testing.TB, node, ten string) string {
 func wantOtherTenantRefused(t *testing.T, url, token string) {
 	t.Helper()
 	rc := dialURL(t, url, nil)
-	rc.recv(t, device.TypeHello, nil)
-	rc.send(t, device.TypeAuth, "", device.Auth{Token: token})
+	rc.recv(t, wire.TypeHello, nil)
+	rc.send(t, wire.TypeAuth, "", wire.Auth{Token: token})
 	code, frames := rc.waitClose(t)
-	if code != device.CloseForbidden {
-		t.Fatalf("close %d, want %d", code, device.CloseForbidden)
+	if code != wire.CloseForbidden {
+		t.Fatalf("close %d, want %d", code, wire.CloseForbidden)
 	}
 	if len(frames) != 1 || frames[0].Code != bus.CodeSafetyDenied {
 		t.Fatalf("error frames %+v, want one %s", frames, bus.CodeSafetyDenied)
@@ -57,7 +58,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	tt.audit.keepRaw = true
 	tt.audit.mu.Unlock()
 	_, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	owner := tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set, 1))
+	owner := tt.runDevice(t, device.MockOptions(wire.NewNodeID(), tt.set, 1))
 	node := owner.node
 	before := tt.record(t, node)
 	events := tt.watch(t)
@@ -115,8 +116,8 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
 	var ce *device.CloseError
-	if err := d.Run(ctx); !errors.As(err, &ce) || ce.Code != device.CloseForbidden {
-		t.Fatalf("Run: %v, want a *CloseError with %d", err, device.CloseForbidden)
+	if err := d.Run(ctx); !errors.As(err, &ce) || ce.Code != wire.CloseForbidden {
+		t.Fatalf("Run: %v, want a *CloseError with %d", err, wire.CloseForbidden)
 	}
 
 	// The operator frees the node id (nats kv del okso_node_tenants <id>):
@@ -147,11 +148,11 @@ func TestNodeIDRaceBetweenTenants(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	_, urlB := tt.startReplica(t, device.TierOptions{})
 	for round := range 10 {
-		node := device.NewNodeID()
+		node := wire.NewNodeID()
 		clients := []*rawClient{dialURL(t, tt.url, nil), dialURL(t, urlB, nil)}
 		tokens := []string{tt.token(t, node), tt.tokenOf(t, node, intruder)}
 		for _, rc := range clients {
-			rc.recv(t, device.TypeHello, nil)
+			rc.recv(t, wire.TypeHello, nil)
 		}
 		outcomes := make([]string, len(clients))
 		var wg sync.WaitGroup
@@ -162,9 +163,9 @@ func TestNodeIDRaceBetweenTenants(t *testing.T) {
 		accepted, refused := 0, 0
 		for _, o := range outcomes {
 			switch o {
-			case device.TypeAuthOK:
+			case wire.TypeAuthOK:
 				accepted++
-			case strconv.Itoa(device.CloseForbidden):
+			case strconv.Itoa(wire.CloseForbidden):
 				refused++
 			}
 		}
@@ -183,7 +184,7 @@ func TestNodeIDRaceBetweenTenants(t *testing.T) {
 func authOutcome(ctx context.Context, rc *rawClient, token string) string {
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
-	b, err := device.Encode(device.TypeAuth, "", device.Auth{Token: token})
+	b, err := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
 	if err != nil {
 		return err.Error()
 	}
@@ -198,11 +199,11 @@ func authOutcome(ctx context.Context, rc *rawClient, token string) string {
 			}
 			return err.Error()
 		}
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(b)
 		if err != nil {
 			return err.Error()
 		}
-		if e.Type != device.TypeError {
+		if e.Type != wire.TypeError {
 			return e.Type
 		}
 	}

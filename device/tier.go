@@ -1,3 +1,10 @@
+// Package device is the devices' side of okso: the device tier that owns
+// one session per connected node ([Tier]), and the device end of the
+// protocol ([Device]) with the handlers that simulated and real devices
+// run. Both speak okso.v1, package wire.
+//
+// A Tier meets the gateway only on NATS (package bus); it never imports
+// the gateway.
 package device
 
 import (
@@ -19,6 +26,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -79,7 +87,7 @@ type TierOptions struct {
 // hosts, far less than a call's budget.
 const DefaultMaxClockSkew = 250 * time.Millisecond
 
-// Tier is the device tier: it accepts device WebSockets at [Path], keeps one
+// Tier is the device tier: it accepts device WebSockets at [wire.Path], keeps one
 // session per node, and serves each node's NATS subject. It is safe for
 // concurrent use.
 type Tier struct {
@@ -130,10 +138,10 @@ func NewTier(o TierOptions) (*Tier, error) {
 			o.Bindings.TTL(), o.Registry.TTL())
 	}
 	if o.AuthTimeout <= 0 {
-		o.AuthTimeout = DefaultAuthTimeoutMs * time.Millisecond
+		o.AuthTimeout = wire.DefaultAuthTimeoutMs * time.Millisecond
 	}
 	if o.MaxFrameBytes <= 0 {
-		o.MaxFrameBytes = DefaultMaxFrameBytes
+		o.MaxFrameBytes = wire.DefaultMaxFrameBytes
 	}
 	if o.PingInterval <= 0 {
 		o.PingInterval = 15 * time.Second
@@ -142,7 +150,7 @@ func NewTier(o TierOptions) (*Tier, error) {
 		o.WriteTimeout = 5 * time.Second
 	}
 	if o.Name == "" {
-		o.Name = "tier-" + strings.ToLower(NewMsgID()[16:])
+		o.Name = "tier-" + strings.ToLower(wire.NewMsgID()[16:])
 	}
 	if o.ConnRatePerIP == 0 {
 		o.ConnRatePerIP = 100
@@ -263,11 +271,11 @@ func (t *Tier) onCancel(m *nats.Msg) {
 	}
 }
 
-// Handler returns the tier's HTTP handler: the device protocol at [Path]
+// Handler returns the tier's HTTP handler: the device protocol at [wire.Path]
 // and a liveness probe at /healthz.
 func (t *Tier) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+Path, t.serveWS)
+	mux.HandleFunc("GET "+wire.Path, t.serveWS)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -307,7 +315,7 @@ func (t *Tier) Revoke(jti string) {
 		s.mu.Unlock()
 		t.audit(e)
 		s.detach()
-		go s.close(CloseAuthFailed, "", "token revoked")
+		go s.close(wire.CloseAuthFailed, "", "token revoked")
 	}
 }
 
@@ -332,7 +340,7 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 		// Stop serving the node now: a call that comes in while the
 		// session closes gets no responders, not a queue nobody reads.
 		s.detach()
-		go s.close(CloseGoingAway, "", "tier shutting down")
+		go s.close(wire.CloseGoingAway, "", "tier shutting down")
 	}
 	// The tier's own subscriptions and its dispatcher stay until the last
 	// session has ended, even when ctx gives up first: a call still in
@@ -377,7 +385,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 
 	hw := &hijackRecorder{ResponseWriter: w}
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
-		Subprotocols:    []string{Subprotocol},
+		Subprotocols:    []string{wire.Subprotocol},
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
@@ -399,7 +407,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	t.all[s] = struct{}{}
 	t.mu.Unlock()
 	if refuse != "" {
-		s.close(CloseTooMany, "", refuse)
+		s.close(wire.CloseTooMany, "", refuse)
 		t.forget(s)
 		return
 	}
@@ -416,7 +424,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if r := recover(); r != nil {
 				t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
-				s.close(CloseGoingAway, bus.CodeInternal, "tier error")
+				s.close(wire.CloseGoingAway, bus.CodeInternal, "tier error")
 			}
 		}()
 		s.run(ctx)
@@ -469,7 +477,7 @@ func (t *Tier) attach(s *session) bool {
 	t.mu.Unlock()
 	if old != nil {
 		old.detach()
-		go old.close(CloseReplaced, "", "replaced by a newer session")
+		go old.close(wire.CloseReplaced, "", "replaced by a newer session")
 	}
 	return true
 }

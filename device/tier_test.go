@@ -22,6 +22,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -128,7 +129,7 @@ func (tt *testTier) startReplica(t testing.TB, o device.TierOptions) (*device.Ti
 		}
 		hs.Close()
 	})
-	return tier, "ws" + strings.TrimPrefix(hs.URL, "http") + device.Path
+	return tier, "ws" + strings.TrimPrefix(hs.URL, "http") + wire.Path
 }
 
 func connect(t testing.TB, srv *bus.Server, name string) *nats.Conn {
@@ -251,7 +252,7 @@ func (tt *testTier) call(ctx context.Context, node, callerTenant, tool, args str
 	m.Data = b
 	m.Header.Set(bus.HeaderTenant, callerTenant)
 	m.Header.Set(bus.HeaderBudgetMs, strconv.Itoa(int(waitFor/time.Millisecond)))
-	m.Header.Set(bus.HeaderRequestID, device.NewMsgID())
+	m.Header.Set(bus.HeaderRequestID, wire.NewMsgID())
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
 	start := time.Now()
@@ -375,7 +376,7 @@ func (tt *testTier) runDevice(t testing.TB, o device.Options) *runningDevice {
 // bystander.
 func (tt *testTier) runMock(t testing.TB) *runningDevice {
 	t.Helper()
-	return tt.runDevice(t, device.MockOptions(device.NewNodeID(), tt.set, 1))
+	return tt.runDevice(t, device.MockOptions(wire.NewNodeID(), tt.set, 1))
 }
 
 // stop ends the device and returns what Run returned. It may be called
@@ -407,7 +408,7 @@ func (tt *testTier) dial(t *testing.T, o *websocket.DialOptions) *rawClient {
 func dialURL(t *testing.T, url string, o *websocket.DialOptions) *rawClient {
 	t.Helper()
 	if o == nil {
-		o = &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}}
+		o = &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
@@ -434,7 +435,7 @@ func (rc *rawClient) sendRaw(t *testing.T, typ websocket.MessageType, b []byte) 
 
 func (rc *rawClient) send(t *testing.T, typ, inReplyTo string, payload any) {
 	t.Helper()
-	b, err := device.Encode(typ, inReplyTo, payload)
+	b, err := wire.Encode(typ, inReplyTo, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func (rc *rawClient) send(t *testing.T, typ, inReplyTo string, payload any) {
 
 // recv reads the next frame, which must be a valid envelope of type want,
 // and decodes its payload into v when v is not nil.
-func (rc *rawClient) recv(t *testing.T, want string, v any) device.Envelope {
+func (rc *rawClient) recv(t *testing.T, want string, v any) wire.Envelope {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
@@ -454,7 +455,7 @@ func (rc *rawClient) recv(t *testing.T, want string, v any) device.Envelope {
 	if typ != websocket.MessageText {
 		t.Fatalf("read %s: got a binary frame", want)
 	}
-	e, err := device.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(b)
 	if err != nil {
 		t.Fatalf("read %s: %v in %s", want, err, b)
 	}
@@ -462,7 +463,7 @@ func (rc *rawClient) recv(t *testing.T, want string, v any) device.Envelope {
 		t.Fatalf("read %s: got %s", want, b)
 	}
 	if v != nil {
-		if err := device.DecodePayload(e, v); err != nil {
+		if err := wire.DecodePayload(e, v); err != nil {
 			t.Fatalf("read %s: %v", want, err)
 		}
 	}
@@ -472,11 +473,11 @@ func (rc *rawClient) recv(t *testing.T, want string, v any) device.Envelope {
 // waitClose reads until the tier closes the connection and returns the
 // close code and the error frames that came before it. Any other frame
 // fails the test.
-func (rc *rawClient) waitClose(t *testing.T) (websocket.StatusCode, []device.ErrorFrame) {
+func (rc *rawClient) waitClose(t *testing.T) (websocket.StatusCode, []wire.ErrorFrame) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
-	var frames []device.ErrorFrame
+	var frames []wire.ErrorFrame
 	for {
 		_, b, err := rc.c.Read(ctx)
 		if err != nil {
@@ -486,12 +487,12 @@ func (rc *rawClient) waitClose(t *testing.T) (websocket.StatusCode, []device.Err
 			}
 			return code, frames
 		}
-		e, err := device.DecodeEnvelope(b)
-		if err != nil || e.Type != device.TypeError {
+		e, err := wire.DecodeEnvelope(b)
+		if err != nil || e.Type != wire.TypeError {
 			t.Fatalf("got frame %s, want an error frame or a close", b)
 		}
-		var f device.ErrorFrame
-		if err := device.DecodePayload(e, &f); err != nil {
+		var f wire.ErrorFrame
+		if err := wire.DecodePayload(e, &f); err != nil {
 			t.Fatal(err)
 		}
 		frames = append(frames, f)
@@ -500,27 +501,27 @@ func (rc *rawClient) waitClose(t *testing.T) (websocket.StatusCode, []device.Err
 
 // authenticate reads hello, sends an auth frame with token and returns
 // auth_ok.
-func (rc *rawClient) authenticate(t *testing.T, token string) device.AuthOK {
+func (rc *rawClient) authenticate(t *testing.T, token string) wire.AuthOK {
 	t.Helper()
-	rc.recv(t, device.TypeHello, nil)
-	rc.send(t, device.TypeAuth, "", device.Auth{Token: token})
-	var ok device.AuthOK
-	rc.recv(t, device.TypeAuthOK, &ok)
+	rc.recv(t, wire.TypeHello, nil)
+	rc.send(t, wire.TypeAuth, "", wire.Auth{Token: token})
+	var ok wire.AuthOK
+	rc.recv(t, wire.TypeAuthOK, &ok)
 	return ok
 }
 
 // announce sends a manifest and returns the announce_ok.
-func (rc *rawClient) announce(t *testing.T, node string, caps ...bus.Capability) device.AnnounceOK {
+func (rc *rawClient) announce(t *testing.T, node string, caps ...bus.Capability) wire.AnnounceOK {
 	t.Helper()
-	rc.send(t, device.TypeAnnounce, "", manifest(node, caps...))
-	var ok device.AnnounceOK
-	rc.recv(t, device.TypeAnnounceOK, &ok)
+	rc.send(t, wire.TypeAnnounce, "", manifest(node, caps...))
+	var ok wire.AnnounceOK
+	rc.recv(t, wire.TypeAnnounceOK, &ok)
 	return ok
 }
 
 // connectRaw runs the whole handshake of a raw client for node with the
 // echo capability and returns it with its auth_ok.
-func (tt *testTier) connectRaw(t *testing.T, node string) (*rawClient, device.AuthOK) {
+func (tt *testTier) connectRaw(t *testing.T, node string) (*rawClient, wire.AuthOK) {
 	t.Helper()
 	rc := tt.dial(t, nil)
 	ok := rc.authenticate(t, tt.token(t, node))
@@ -531,8 +532,8 @@ func (tt *testTier) connectRaw(t *testing.T, node string) (*rawClient, device.Au
 // answerEcho reads one cmd and answers it as system.echo would.
 func (rc *rawClient) answerEcho(t *testing.T, node string) {
 	t.Helper()
-	var cmd device.Cmd
-	e := rc.recv(t, device.TypeCmd, &cmd)
+	var cmd wire.Cmd
+	e := rc.recv(t, wire.TypeCmd, &cmd)
 	if cmd.Tool != echoTool(node) {
 		t.Fatalf("cmd for %s, want %s", cmd.Tool, echoTool(node))
 	}
@@ -541,7 +542,7 @@ func (rc *rawClient) answerEcho(t *testing.T, node string) {
 		t.Fatal(err)
 	}
 	res, _ := json.Marshal(device.EchoResult{Message: in.Message, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
-	rc.send(t, device.TypeCmdAck, e.MsgID, device.CmdAck{OK: true, Result: res})
+	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
 }
 
 // manifest is an announce payload.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // echoCaps returns n system.echo capabilities: n tools.
@@ -29,7 +30,7 @@ func echoCaps(n int) []bus.Capability {
 func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []bus.Capability) string {
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
-	b, err := device.Encode(device.TypeAnnounce, "", manifest(node, caps...))
+	b, err := wire.Encode(wire.TypeAnnounce, "", manifest(node, caps...))
 	if err != nil {
 		return err.Error()
 	}
@@ -45,15 +46,15 @@ func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []bus
 			}
 			return err.Error()
 		}
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(b)
 		if err != nil {
 			return err.Error()
 		}
-		if e.Type != device.TypeError {
+		if e.Type != wire.TypeError {
 			return e.Type
 		}
-		var f device.ErrorFrame
-		if device.DecodePayload(e, &f) == nil {
+		var f wire.ErrorFrame
+		if wire.DecodePayload(e, &f) == nil {
 			msg = f.Code + " " + f.Message
 		}
 	}
@@ -71,7 +72,7 @@ func (tt *testTier) connectTools(t *testing.T, url, node, ten string, tools int)
 // wantCapRefused fails the test unless outcome is the tool cap's refusal.
 func wantCapRefused(t *testing.T, outcome string) {
 	t.Helper()
-	if want := strconv.Itoa(device.CloseForbidden) + " " + bus.CodeSafetyDenied; !strings.HasPrefix(outcome, want) ||
+	if want := strconv.Itoa(wire.CloseForbidden) + " " + bus.CodeSafetyDenied; !strings.HasPrefix(outcome, want) ||
 		!strings.Contains(outcome, "tool cap") {
 		t.Fatalf("announce: %q, want %s saying the tool cap is reached", outcome, want)
 	}
@@ -82,16 +83,16 @@ func wantCapRefused(t *testing.T, outcome string) {
 // reconnects does not count twice, and room that frees up is given again.
 func TestToolCap(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: 3})
-	a, b := device.NewNodeID(), device.NewNodeID()
+	a, b := wire.NewNodeID(), wire.NewNodeID()
 	oldA, got := tt.connectTools(t, tt.url, a, tenant, 2)
-	if got != device.TypeAnnounceOK {
+	if got != wire.TypeAnnounceOK {
 		t.Fatalf("node a, 2 tools: %s", got)
 	}
 	rcB, got := tt.connectTools(t, tt.url, b, tenant, 1)
-	if got != device.TypeAnnounceOK {
+	if got != wire.TypeAnnounceOK {
 		t.Fatalf("node b, 1 tool, reaching the cap: %s", got)
 	}
-	c := device.NewNodeID()
+	c := wire.NewNodeID()
 	_, got = tt.connectTools(t, tt.url, c, tenant, 1)
 	wantCapRefused(t, got)
 	tt.audit.wait(t, func(e auditEntry) bool {
@@ -100,16 +101,16 @@ func TestToolCap(t *testing.T) {
 	if r := tt.record(t, c); r != nil {
 		t.Fatalf("refused node has a registry record %+v", r)
 	}
-	if _, got := tt.connectTools(t, tt.url, device.NewNodeID(), intruder, 3); got != device.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), intruder, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("another tenant's node, 3 tools: %s", got)
 	}
 
 	// Node a again, with its 2 tools: they replace its own.
-	if _, got := tt.connectTools(t, tt.url, a, tenant, 2); got != device.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, tt.url, a, tenant, 2); got != wire.TypeAnnounceOK {
 		t.Fatalf("node a reconnecting: %s", got)
 	}
-	if code, _ := oldA.waitClose(t); code != device.CloseReplaced {
-		t.Fatalf("node a's first session closed with %d, want %d", code, device.CloseReplaced)
+	if code, _ := oldA.waitClose(t); code != wire.CloseReplaced {
+		t.Fatalf("node a's first session closed with %d, want %d", code, wire.CloseReplaced)
 	}
 
 	// Node b leaves: its tool is free again, once the registry says so.
@@ -119,7 +120,7 @@ func TestToolCap(t *testing.T) {
 	deadline := time.After(waitFor)
 	for {
 		rc, got := tt.connectTools(t, tt.url, c, tenant, 1)
-		if got == device.TypeAnnounceOK {
+		if got == wire.TypeAnnounceOK {
 			break
 		}
 		wantCapRefused(t, got)
@@ -134,7 +135,7 @@ func TestToolCap(t *testing.T) {
 	t.Run("no cap", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: -1})
 		for range 3 {
-			if _, got := tt.connectTools(t, tt.url, device.NewNodeID(), tenant, 64); got != device.TypeAnnounceOK {
+			if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), tenant, 64); got != wire.TypeAnnounceOK {
 				t.Fatalf("announce of 64 tools without a cap: %s", got)
 			}
 		}
@@ -150,7 +151,7 @@ func TestToolCapConcurrent(t *testing.T) {
 	clients := make([]*rawClient, nodes)
 	ids := make([]string, nodes)
 	for i := range clients {
-		ids[i] = device.NewNodeID()
+		ids[i] = wire.NewNodeID()
 		clients[i] = tt.dial(t, nil)
 		clients[i].authenticate(t, tt.token(t, ids[i]))
 	}
@@ -162,7 +163,7 @@ func TestToolCapConcurrent(t *testing.T) {
 	wg.Wait()
 	accepted := 0
 	for _, o := range outcomes {
-		if o == device.TypeAnnounceOK {
+		if o == wire.TypeAnnounceOK {
 			accepted++
 		} else {
 			wantCapRefused(t, o)
@@ -178,13 +179,13 @@ func TestToolCapConcurrent(t *testing.T) {
 // it started.
 func TestToolCapAcrossTiers(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: 3})
-	if _, got := tt.connectTools(t, tt.url, device.NewNodeID(), tenant, 3); got != device.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), tenant, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("3 tools on tier a: %s", got)
 	}
 	_, urlB := tt.startReplica(t, device.TierOptions{MaxToolsPerTenant: 3})
-	_, got := tt.connectTools(t, urlB, device.NewNodeID(), tenant, 1)
+	_, got := tt.connectTools(t, urlB, wire.NewNodeID(), tenant, 1)
 	wantCapRefused(t, got)
-	if _, got := tt.connectTools(t, urlB, device.NewNodeID(), intruder, 3); got != device.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, urlB, wire.NewNodeID(), intruder, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("another tenant on tier b: %s", got)
 	}
 }

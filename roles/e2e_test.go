@@ -22,6 +22,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 )
 
@@ -182,7 +183,7 @@ func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[stri
 // ends or stop is called; it returns once the gateway lists the node.
 func (f *fixture) connectDevice(tenant string, edit func(id string, o *device.Options)) (id string, stop func()) {
 	f.t.Helper()
-	id = device.NewNodeID()
+	id = wire.NewNodeID()
 	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: tenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	if err != nil {
@@ -373,7 +374,7 @@ func TestCallFailures(t *testing.T) {
 	silent := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": block})
 	t.Cleanup(func() { close(release) }) // before the device's own cleanup waits for it
 	wrongNode := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
-		return device.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: device.NewNodeID()}, nil
+		return device.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: wire.NewNodeID()}, nil
 	}})
 	badOutput := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
 		return map[string]any{"message": 5, "node_id": "x"}, nil
@@ -386,7 +387,7 @@ func TestCallFailures(t *testing.T) {
 	}
 	// It answers the gateway's probe (so it is listed), then its session
 	// vanishes without cleanup, as with a tier killed mid-flight.
-	ghost := device.NewNodeID()
+	ghost := wire.NewNodeID()
 	probe, err := f.nc.Subscribe(bus.NodeCmd(ghost), func(m *nats.Msg) { _ = m.Respond(bus.OKReply([]byte("{}"))) })
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +453,7 @@ func TestCallFailures(t *testing.T) {
 	}
 
 	// Names that are no tool of the caller's are JSON-RPC errors.
-	for _, name := range []string{"not-a-tool", echoName(device.NewNodeID()), "sysecho." + good + ".echo.nope",
+	for _, name := range []string{"not-a-tool", echoName(wire.NewNodeID()), "sysecho." + good + ".echo.nope",
 		"sysecho." + good + ".echo.invoke.extra", strings.Repeat("a", 70)} {
 		t.Run("unknown "+name[:min(len(name), 20)], func(t *testing.T) {
 			_, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: name, Arguments: map[string]any{"message": "a"}})
@@ -595,7 +596,7 @@ func TestHTTPAuth(t *testing.T) {
 func TestToolsFollowDevices(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	s := f.client(f.token(auth.MintOptions{}), "")
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	o := device.MockOptions(id, f.a.c.schemas, 1)

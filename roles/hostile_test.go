@@ -37,6 +37,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -155,7 +156,7 @@ func TestHostileWrongToolResult(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			// The bogus result is valid for the tool it belongs to: only
 			// the check against the called tool's schema can catch it.
-			b, _ := json.Marshal(c.result(device.NewNodeID()))
+			b, _ := json.Marshal(c.result(wire.NewNodeID()))
 			if err := f.a.c.schemas.ValidateJSON(c.schema, b); err != nil {
 				t.Fatalf("bogus result %s fails its own schema %s: %v", b, c.schema, err)
 			}
@@ -272,7 +273,7 @@ func validClaims(sub, tenant, aud, scope string) jwt.MapClaims {
 		"exp":    now.Add(time.Hour).Unix(),
 		"iat":    now.Unix(),
 		"nbf":    now.Add(-time.Second).Unix(),
-		"jti":    strings.ToLower(device.NewMsgID()),
+		"jti":    strings.ToLower(wire.NewMsgID()),
 		"tenant": tenant,
 		"scope":  scope,
 	}
@@ -285,7 +286,7 @@ func tierAuth(t *testing.T, url, token string, header bool) (string, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	o := &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}}
+	o := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}}
 	if header {
 		o.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
 	}
@@ -307,23 +308,23 @@ func tierAuth(t *testing.T, url, token string, header bool) (string, []string) {
 			}
 			return fmt.Sprint(int(code)), codes
 		}
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(b)
 		if err != nil {
 			t.Fatalf("tier sent %s: %v", b, err)
 		}
 		switch e.Type {
-		case device.TypeHello:
+		case wire.TypeHello:
 			if !header {
-				f, _ := device.Encode(device.TypeAuth, "", device.Auth{Token: token})
+				f, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
 				if err := c.Write(ctx, websocket.MessageText, f); err != nil {
 					t.Fatalf("write auth: %v", err)
 				}
 			}
-		case device.TypeError:
-			var f device.ErrorFrame
-			_ = device.DecodePayload(e, &f)
+		case wire.TypeError:
+			var f wire.ErrorFrame
+			_ = wire.DecodePayload(e, &f)
 			codes = append(codes, f.Code)
-		case device.TypeAuthOK:
+		case wire.TypeAuthOK:
 			return e.Type, codes
 		default:
 			t.Fatalf("tier sent %s before auth_ok", b)
@@ -387,7 +388,7 @@ func TestHostileTokens(t *testing.T) {
 		})
 	}
 
-	devNode := device.NewNodeID()
+	devNode := wire.NewNodeID()
 	devTokens := forgeTokens(t, dataDir, f.a.Signer().KeyID(), validClaims(devNode, DefaultTenant, auth.AudienceDevice, auth.ScopeDeviceConnect), auth.AudienceGateway)
 	for _, tc := range devTokens {
 		t.Run("tier "+tc.name, func(t *testing.T) {
@@ -400,7 +401,7 @@ func TestHostileTokens(t *testing.T) {
 				got, codes := tierAuth(t, f.a.DeviceURL(), tc.token, header)
 				seen = append(seen, fmt.Sprintf("%s: %s %v", how, got, codes))
 				switch {
-				case tc.accept && got != device.TypeAuthOK:
+				case tc.accept && got != wire.TypeAuthOK:
 					t.Errorf("%s: control token got %s %v, want auth_ok", how, got, codes)
 				case !tc.accept && (got != "4401" || len(codes) != 1 || codes[0] != bus.CodeSafetyDenied):
 					t.Errorf("%s: got %s after error frames %v, want one E_SAFETY_DENIED then 4401", how, got, codes)

@@ -25,6 +25,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -614,7 +615,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
 }
 
-func (p *tierPart) url() string { return "ws://" + p.http.addr() + device.Path }
+func (p *tierPart) url() string { return "ws://" + p.http.addr() + wire.Path }
 
 func (p *tierPart) actors(g *run.Group) {
 	// A revoked device token loses its live sessions too.
@@ -663,7 +664,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
 	}
 	for range n {
-		id := device.NewNodeID()
+		id := wire.NewNodeID()
 		tok, err := c.signer.Mint(auth.MintOptions{
 			Subject: id, Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 			Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour,
@@ -811,7 +812,7 @@ func hostNodeID(dataDir string) (string, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("create data dir: %w", err)
 	}
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write agent node id: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // BenchmarkCallPath is one tools/call at a time through the whole of okso
@@ -33,7 +34,7 @@ func BenchmarkCallPath(b *testing.B) {
 	done := make(chan error, 2)
 	go func() { done <- a.Run(ctx) }()
 
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	tok, err := a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	if err != nil {

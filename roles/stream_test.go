@@ -19,6 +19,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -264,7 +265,7 @@ func TestSSERefusals(t *testing.T) {
 		{"missing tool", "text/event-stream", `{"arguments":{}}`, 400, bus.CodeBadRequest},
 		{"arguments not an object", "text/event-stream", `{"tool":"sys.` + node + `.metrics.subscribe","arguments":[1]}`, 400, bus.CodeBadRequest},
 		{"trailing data", "text/event-stream", subscribeBody(node, `{}`) + `{}`, 400, bus.CodeBadRequest},
-		{"unknown tool", "text/event-stream", subscribeBody(device.NewNodeID(), `{}`), 404, bus.CodeToolNotFound},
+		{"unknown tool", "text/event-stream", subscribeBody(wire.NewNodeID(), `{}`), 404, bus.CodeToolNotFound},
 		{"missing scope", "text/event-stream", subscribeBody(node, `{}`), 403, bus.CodeSafetyDenied},
 	}
 	for _, c := range cases {
@@ -353,7 +354,7 @@ func TestSSEQuota(t *testing.T) {
 func TestSSEBadFramesDropped(t *testing.T) {
 	f := streamFixture(t, nil)
 	probe := newStreamProbe()
-	other := device.NewNodeID()
+	other := wire.NewNodeID()
 	probe.frames = func(node string, i int) any {
 		s := device.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, CPUPct: 1, MemTotalBytes: 2}
 		switch i {

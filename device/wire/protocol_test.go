@@ -1,4 +1,4 @@
-package device_test
+package wire_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 )
 
 const (
@@ -44,7 +44,7 @@ func TestDecodeEnvelope(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := device.DecodeEnvelope([]byte(tc.in))
+			e, err := wire.DecodeEnvelope([]byte(tc.in))
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("DecodeEnvelope: %v", err)
@@ -57,7 +57,7 @@ func TestDecodeEnvelope(t *testing.T) {
 			if err == nil {
 				t.Fatalf("DecodeEnvelope accepted %s as %+v", tc.in, e)
 			}
-			if !errors.Is(err, device.ErrMalformed) {
+			if !errors.Is(err, wire.ErrMalformed) {
 				t.Errorf("error %v does not wrap ErrMalformed", err)
 			}
 		})
@@ -65,19 +65,19 @@ func TestDecodeEnvelope(t *testing.T) {
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
-	b, err := device.Encode(device.TypeCmd, id2, device.Cmd{Tool: "t", Arguments: json.RawMessage(`{"a":1}`), DeadlineMs: 5})
+	b, err := wire.Encode(wire.TypeCmd, id2, wire.Cmd{Tool: "t", Arguments: json.RawMessage(`{"a":1}`), DeadlineMs: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := device.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(b)
 	if err != nil {
 		t.Fatalf("DecodeEnvelope(Encode(…)): %v", err)
 	}
-	var c device.Cmd
-	if err := device.DecodePayload(e, &c); err != nil {
+	var c wire.Cmd
+	if err := wire.DecodePayload(e, &c); err != nil {
 		t.Fatal(err)
 	}
-	if e.Type != device.TypeCmd || e.InReplyTo != id2 || c.Tool != "t" || c.DeadlineMs != 5 || string(c.Arguments) != `{"a":1}` {
+	if e.Type != wire.TypeCmd || e.InReplyTo != id2 || c.Tool != "t" || c.DeadlineMs != 5 || string(c.Arguments) != `{"a":1}` {
 		t.Fatalf("round trip: %+v %+v", e, c)
 	}
 }
@@ -97,20 +97,20 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(b)
 		if err != nil {
-			if !errors.Is(err, device.ErrMalformed) {
+			if !errors.Is(err, wire.ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
 			}
 			return
 		}
 		// Whatever is accepted re-encodes to a frame that is accepted again
 		// with the same meaning.
-		b2, err := device.EncodeID(e.Type, e.MsgID, e.InReplyTo, e.Payload)
+		b2, err := wire.EncodeID(e.Type, e.MsgID, e.InReplyTo, e.Payload)
 		if err != nil {
 			t.Fatalf("re-encode %+v: %v", e, err)
 		}
-		e2, err := device.DecodeEnvelope(b2)
+		e2, err := wire.DecodeEnvelope(b2)
 		if err != nil {
 			t.Fatalf("decode re-encoded %s: %v", b2, err)
 		}

@@ -1,17 +1,31 @@
-// Package device is the devices' side of okso: the okso.v1 WebSocket wire
-// protocol, the device tier that owns one session per connected node
-// ([Tier]), and the device end of the protocol ([Device]) with the
-// handlers that simulated and real devices run.
+// Package wire is okso.v1, the WebSocket protocol a device tier and its
+// devices speak (DESIGN.md §3): the envelope and its payloads, their
+// codec, the close codes, the frame limits, and the write guard that both
+// ends put on a connection. The device tier (package
+// github.com/okso-io/okso/device/tier) and the device end (package
+// github.com/okso-io/okso/device/agent) each import wire and never each
+// other: they meet only on a socket.
 //
-// A Tier meets the gateway only on NATS (package bus); it never imports
-// the gateway.
-package device
+// A frame is built with [Encode] (or [EncodeID]) and read with
+// [DecodeEnvelope], then [DecodePayload] for the payload its type names:
+//
+//	b, err := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
+//	...
+//	e, err := wire.DecodeEnvelope(frame)
+//	if err == nil && e.Type == wire.TypeCmd {
+//		var cmd wire.Cmd
+//		err = wire.DecodePayload(e, &cmd)
+//	}
+//
+// Everything here is safe for concurrent use.
+package wire
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -148,6 +162,9 @@ func validMsgID(s string) bool {
 
 // NewMsgID returns a fresh ULID for an envelope.
 func NewMsgID() string { return ulid.Make().String() }
+
+// NewNodeID returns a fresh node id: a ULID in lower case.
+func NewNodeID() string { return strings.ToLower(ulid.Make().String()) }
 
 // ErrMalformed is wrapped by every decoding failure.
 var ErrMalformed = errors.New("malformed envelope")

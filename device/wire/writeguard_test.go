@@ -1,4 +1,4 @@
-package device
+package wire
 
 import (
 	"testing"
@@ -8,8 +8,8 @@ import (
 // TestWriteGuardStalls: a write that never ends trips the guard.
 func TestWriteGuardStalls(t *testing.T) {
 	stalled := make(chan struct{})
-	g := newWriteGuard(10*time.Millisecond, func() { close(stalled) })
-	g.begin()
+	g := NewWriteGuard(10*time.Millisecond, func() { close(stalled) })
+	g.Begin()
 	select {
 	case <-stalled:
 	case <-time.After(10 * time.Second):
@@ -20,7 +20,7 @@ func TestWriteGuardStalls(t *testing.T) {
 // TestWriteGuardArmed: the guard is armed exactly while writes are
 // pending, and each write that ends re-arms it for the others.
 func TestWriteGuardArmed(t *testing.T) {
-	g := newWriteGuard(time.Hour, func() { t.Error("stalled") })
+	g := NewWriteGuard(time.Hour, func() { t.Error("stalled") })
 	armed := func() bool {
 		if g.timer.Stop() { // stopped now, so re-arm as it was
 			g.timer.Reset(g.timeout)
@@ -31,16 +31,16 @@ func TestWriteGuardArmed(t *testing.T) {
 	if armed() {
 		t.Fatal("armed before any write")
 	}
-	g.begin()
-	g.begin()
+	g.Begin()
+	g.Begin()
 	if !armed() {
 		t.Fatal("not armed with two writes pending")
 	}
-	g.end(true)
+	g.End(true)
 	if !armed() {
 		t.Fatal("not armed with one write still pending")
 	}
-	g.end(true)
+	g.End(true)
 	if armed() {
 		t.Fatal("armed after the last write ended")
 	}
@@ -50,8 +50,8 @@ func TestWriteGuardArmed(t *testing.T) {
 // stalled does not give the stalled one more time.
 func TestWriteGuardFailureIsNoProgress(t *testing.T) {
 	stalled := make(chan struct{})
-	g := newWriteGuard(50*time.Millisecond, func() { close(stalled) })
-	g.begin() // stalls
+	g := NewWriteGuard(50*time.Millisecond, func() { close(stalled) })
+	g.Begin() // stalls
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() { // fails, again and again
@@ -61,8 +61,8 @@ func TestWriteGuardFailureIsNoProgress(t *testing.T) {
 				return
 			default:
 			}
-			g.begin()
-			g.end(false)
+			g.Begin()
+			g.End(false)
 		}
 	}()
 	select {

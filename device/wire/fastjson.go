@@ -1,4 +1,4 @@
-package device
+package wire
 
 import (
 	"encoding/json"
