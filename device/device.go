@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -339,8 +340,8 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	)
 	defer wg.Wait()
 	// Each cmd runs on a worker; one stays warm between calls.
-	w := newWorkers(1)
-	defer w.close()
+	w := workers.New(1)
+	defer w.Close()
 	stop := context.AfterFunc(ctx, func() {
 		_ = c.c.Close(websocket.StatusNormalClosure, "device shutting down")
 	})
@@ -382,7 +383,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 			cancels[e.MsgID] = cancel
 			mu.Unlock()
 			wg.Add(1)
-			w.run(func() {
+			w.Run(func() {
 				defer wg.Done()
 				c.handle(hctx, e, tools)
 				mu.Lock()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -766,7 +767,7 @@ func (s *session) cleanup() {
 // enqueue queues a call for the session; calls to one node are served in
 // the order NATS delivered them, by one worker at a time. It reports false
 // when the node already has max calls queued.
-func (s *session) enqueue(m *nats.Msg, w *workers, max int) bool {
+func (s *session) enqueue(m *nats.Msg, w *workers.Pool, max int) bool {
 	s.qmu.Lock()
 	if len(s.queue) >= max {
 		s.qmu.Unlock()
@@ -777,7 +778,7 @@ func (s *session) enqueue(m *nats.Msg, w *workers, max int) bool {
 	s.draining = true
 	s.qmu.Unlock()
 	if start {
-		w.run(s.drain)
+		w.Run(s.drain)
 	}
 	return true
 }

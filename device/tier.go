@@ -26,6 +26,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -213,8 +214,8 @@ func NewTier(o TierOptions) (*Tier, error) {
 // was queued) is answered E_NODE_OFFLINE; one beyond MaxPendingPerNode
 // queued calls, E_RATE_LIMITED.
 func (t *Tier) dispatch(closed <-chan nats.Status) {
-	w := newWorkers(64)
-	defer w.close()
+	w := workers.New(64)
+	defer w.Close()
 	for {
 		select {
 		case m := <-t.cmds:
