@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 // It is the part of a call's latency okso adds on top of an MCP server.
 func BenchmarkDeviceRoundTrip(b *testing.B) {
 	tt := newTestTier(b, device.TierOptions{})
-	o := device.MockOptions(wire.NewNodeID(), tt.set, 1)
+	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
 	for i := range o.Capabilities {
 		o.Capabilities[i].Constraints.RateLimitRPS = 1e5 // the echo's own 10/s would be the figure
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -81,7 +82,7 @@ func (tt *testTier) echoOK(ctx context.Context, node string) error {
 	if !r.reply.OK {
 		return fmt.Errorf("reply %v", r)
 	}
-	var res device.EchoResult
+	var res agent.EchoResult
 	if err := json.Unmarshal(r.reply.Result, &res); err != nil || res.Message != "hi" || res.NodeID != node {
 		return fmt.Errorf("echo result %s", r.reply.Result)
 	}
@@ -451,7 +452,7 @@ func TestHostileHugeManifest(t *testing.T) {
 				last := tool(node, tc.caps[len(tc.caps)-1].CapID)
 				res := tt.goCall(t.Context(), node, tenant, last, `{"message":"hi"}`)
 				e := rc.recv(t, wire.TypeCmd, nil)
-				out, _ := json.Marshal(device.EchoResult{Message: "hi", NodeID: node})
+				out, _ := json.Marshal(agent.EchoResult{Message: "hi", NodeID: node})
 				rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: out})
 				wantOK(t, <-res)
 				tt.echo(t, bystander.node)
@@ -498,7 +499,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 	fileRef := "file://" + file
 
 	capMap := func(edit func(m map[string]any)) map[string]any {
-		b, _ := json.Marshal(device.EchoCapability())
+		b, _ := json.Marshal(agent.EchoCapability())
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
 		edit(m)
@@ -523,7 +524,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 			return m
 		}},
 		{"$schema and $id http:// in the manifest", func(node string) map[string]any {
-			m := manifest(node, device.EchoCapability())
+			m := manifest(node, agent.EchoCapability())
 			m["$schema"], m["$id"] = httpRef, srv.URL+"/manifest"
 			return m
 		}},
@@ -596,11 +597,11 @@ func TestHostileReplayedAck(t *testing.T) {
 		}
 	}
 	result := func(msg string) json.RawMessage {
-		b, _ := json.Marshal(device.EchoResult{Message: msg, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		b, _ := json.Marshal(agent.EchoResult{Message: msg, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 		return b
 	}
 	message := func(r callResult) string {
-		var res device.EchoResult
+		var res agent.EchoResult
 		_ = json.Unmarshal(r.reply.Result, &res)
 		return res.Message
 	}

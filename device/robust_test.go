@@ -14,6 +14,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -45,7 +46,7 @@ func TestLeaseReclaimed(t *testing.T) {
 		hs.Close()
 	})
 	events := tt.watch(t)
-	o := device.MockOptions(wire.NewNodeID(), tt.set, 1)
+	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
 	o.URLs = []string{"ws" + strings.TrimPrefix(hs.URL, "http") + wire.Path}
 	d := tt.runDevice(t, o)
 	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
@@ -115,7 +116,7 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 	t.Cleanup(func() { _ = c.CloseNow() })
 	second := &rawClient{c: c}
 	ok := second.authenticate(t, tt.token(t, node))
-	second.announce(t, node, device.EchoCapability())
+	second.announce(t, node, agent.EchoCapability())
 
 	if code, _ := first.waitClose(t); code != wire.CloseReplaced {
 		t.Fatalf("older session closed with %d, want 4409", code)
@@ -175,7 +176,7 @@ func TestConnectionGuards(t *testing.T) {
 		var cmd wire.Cmd
 		e := rc.recv(t, wire.TypeCmd, &cmd) // in flight, unanswered
 		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), bus.CodeRateLimited)
-		res, _ := json.Marshal(device.EchoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		res, _ := json.Marshal(agent.EchoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
 		wantOK(t, <-first)
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -272,7 +273,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
-				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), device.EchoCapability()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), agent.EchoCapability()))
 				return rc
 			},
 			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
@@ -304,7 +305,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
-				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, device.EchoCapability(), device.EchoCapability()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, agent.EchoCapability(), agent.EchoCapability()))
 				return rc
 			},
 			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
@@ -358,7 +359,7 @@ func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawCl
 		t.Helper()
 		rc := tt.dial(t, nil)
 		ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
-		c := device.EchoCapability()
+		c := agent.EchoCapability()
 		edit(&c)
 		rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, c))
 		return rc
@@ -425,7 +426,7 @@ func TestBearerHeader(t *testing.T) {
 	if ok.NodeID != node || ok.Tenant != tenant || ok.SessionID == "" {
 		t.Fatalf("auth_ok %+v, want node %s of %s", ok, node, tenant)
 	}
-	announced := rc.announce(t, node, device.EchoCapability())
+	announced := rc.announce(t, node, agent.EchoCapability())
 	if len(announced.Tools) != 1 || announced.Tools[0] != echoTool(node) {
 		t.Fatalf("announce_ok tools %v, want [%s]", announced.Tools, echoTool(node))
 	}
@@ -458,17 +459,17 @@ func TestLargeFrameWithinLimit(t *testing.T) {
 
 	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 	e := rc.recv(t, wire.TypeCmd, nil)
-	result, _ := json.Marshal(device.EchoResult{Message: message, NodeID: node})
+	result, _ := json.Marshal(agent.EchoResult{Message: message, NodeID: node})
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: result})
 	r := <-res
 	wantOK(t, r)
-	var got device.EchoResult
+	var got agent.EchoResult
 	if err := json.Unmarshal(r.reply.Result, &got); err != nil || got.Message != message {
 		t.Fatalf("result of %d bytes (%v), want the %d-character message back", len(r.reply.Result), err, len(message))
 	}
 }
 
-// TestCall drives calls through the tier to a device.Device.
+// TestCall drives calls through the tier to an agent.Device.
 func TestCall(t *testing.T) {
 	t.Run("ok", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
@@ -501,11 +502,11 @@ func TestCall(t *testing.T) {
 	t.Run("device never answers", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := wire.NewNodeID()
-		o := device.MockOptions(node, tt.set, 1)
+		o := agent.MockOptions(node, tt.set, 1)
 		o.Capabilities = append(o.Capabilities, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
 		o.Handlers["slow.invoke"] = func(context.Context, json.RawMessage) (any, error) {
 			<-t.Context().Done() // until the test ends, whatever the deadline says
-			return device.EchoResult{}, nil
+			return agent.EchoResult{}, nil
 		}
 		tt.runDevice(t, o)
 
@@ -524,11 +525,11 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := wire.NewNodeID()
 		release := make(chan struct{})
-		o := device.MockOptions(node, tt.set, 1)
+		o := agent.MockOptions(node, tt.set, 1)
 		o.Capabilities = []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 100})}
-		o.Handlers = map[string]device.Handler{"slow.invoke": func(context.Context, json.RawMessage) (any, error) {
+		o.Handlers = map[string]agent.Handler{"slow.invoke": func(context.Context, json.RawMessage) (any, error) {
 			wait(t, release) // past the deadline
-			return device.EchoResult{Message: "late", NodeID: node}, nil
+			return agent.EchoResult{Message: "late", NodeID: node}, nil
 		}}
 		tt.runDevice(t, o)
 
@@ -544,7 +545,7 @@ func TestCall(t *testing.T) {
 	t.Run("rate_limit_rps", func(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := wire.NewNodeID()
-		o := device.MockOptions(node, tt.set, 1)
+		o := agent.MockOptions(node, tt.set, 1)
 		// One call per 100 s: the second call of the test is always over.
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{RateLimitRPS: 0.01})}
 		tt.runDevice(t, o)
@@ -559,10 +560,10 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := wire.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
-		o := device.MockOptions(node, tt.set, 1)
+		o := agent.MockOptions(node, tt.set, 1)
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{MaxConcurrency: 1})}
-		echo := device.Echo(node)
-		o.Handlers = map[string]device.Handler{"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
+		echo := agent.Echo(node)
+		o.Handlers = map[string]agent.Handler{"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
 			started <- struct{}{}
 			wait(t, release)
 			return echo(ctx, args)
@@ -585,11 +586,11 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, device.TierOptions{})
 		node := wire.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
-		o := device.MockOptions(node, tt.set, 1)
-		o.Handlers = map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+		o := agent.MockOptions(node, tt.set, 1)
+		o.Handlers = map[string]agent.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
 			started <- struct{}{}
 			wait(t, release) // never answers before the device is gone
-			return device.EchoResult{}, nil
+			return agent.EchoResult{}, nil
 		}}
 		d := tt.runDevice(t, o)
 
@@ -778,8 +779,8 @@ func TestMissedPings(t *testing.T) {
 	}
 }
 
-// TestDeviceRefused checks that device.Device.Run gives up with a
-// *device.CloseError when the tier refuses it for good.
+// TestDeviceRefused checks that agent.Device.Run gives up with a
+// *agent.CloseError when the tier refuses it for good.
 func TestDeviceRefused(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{})
 	node := wire.NewNodeID()
@@ -795,16 +796,16 @@ func TestDeviceRefused(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := device.MockOptions(node, tt.set, 1)
+			o := agent.MockOptions(node, tt.set, 1)
 			o.URLs, o.Token = []string{tt.url}, tc.token
-			d, err := device.NewDevice(o)
+			d, err := agent.New(o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 			defer cancel()
 			err = d.Run(ctx)
-			var ce *device.CloseError
+			var ce *agent.CloseError
 			if !errors.As(err, &ce) || ce.Code != tc.want {
 				t.Fatalf("Run: %v, want a *CloseError with %d", err, tc.want)
 			}
@@ -818,7 +819,7 @@ func TestDeviceRefused(t *testing.T) {
 func TestFailover(t *testing.T) {
 	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
 	tierB, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	o := device.MockOptions(wire.NewNodeID(), tt.set, 1)
+	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
 	o.URLs = []string{tt.url, urlB}
 	o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
 	lost := make(chan error, 8)

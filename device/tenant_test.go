@@ -14,6 +14,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -58,7 +59,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	tt.audit.keepRaw = true
 	tt.audit.mu.Unlock()
 	_, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	owner := tt.runDevice(t, device.MockOptions(wire.NewNodeID(), tt.set, 1))
+	owner := tt.runDevice(t, agent.MockOptions(wire.NewNodeID(), tt.set, 1))
 	node := owner.node
 	before := tt.record(t, node)
 	events := tt.watch(t)
@@ -106,16 +107,16 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
 	wantOtherTenantRefused(t, urlB, token)
 
-	// A device.Device refused so gives up for good.
-	o := device.MockOptions(node, tt.set, 1)
+	// An agent.Device refused so gives up for good.
+	o := agent.MockOptions(node, tt.set, 1)
 	o.URLs, o.Token = []string{tt.url}, token
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
-	var ce *device.CloseError
+	var ce *agent.CloseError
 	if err := d.Run(ctx); !errors.As(err, &ce) || ce.Code != wire.CloseForbidden {
 		t.Fatalf("Run: %v, want a *CloseError with %d", err, wire.CloseForbidden)
 	}
@@ -137,7 +138,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	if ok := rc.authenticate(t, token); ok.Tenant != intruder {
 		t.Fatalf("auth_ok %+v, want tenant %s", ok, intruder)
 	}
-	rc.announce(t, node, device.EchoCapability())
+	rc.announce(t, node, agent.EchoCapability())
 	wantOtherTenantRefused(t, urlB, tt.token(t, node))
 }
 

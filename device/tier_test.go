@@ -22,6 +22,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -311,7 +312,7 @@ func (tt *testTier) echo(t *testing.T, node string) {
 	t.Helper()
 	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 	wantOK(t, r)
-	var res device.EchoResult
+	var res agent.EchoResult
 	if err := json.Unmarshal(r.reply.Result, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func (tt *testTier) echo(t *testing.T, node string) {
 	}
 }
 
-// runningDevice is a device.Device running on its own goroutine.
+// runningDevice is an agent.Device running on its own goroutine.
 type runningDevice struct {
 	node   string
 	ready  <-chan struct{} // a value after each accepted announce but the first
@@ -328,10 +329,10 @@ type runningDevice struct {
 	done   chan error
 }
 
-// runDevice runs a device.Device with o (URLs, Token and Schemas filled in
+// runDevice runs an agent.Device with o (URLs, Token and Schemas filled in
 // when empty) until the test ends, and returns once the tier accepted its
 // announce.
-func (tt *testTier) runDevice(t testing.TB, o device.Options) *runningDevice {
+func (tt *testTier) runDevice(t testing.TB, o agent.Options) *runningDevice {
 	t.Helper()
 	if len(o.URLs) == 0 {
 		o.URLs = []string{tt.url}
@@ -349,7 +350,7 @@ func (tt *testTier) runDevice(t testing.TB, o device.Options) *runningDevice {
 		default:
 		}
 	}
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +377,7 @@ func (tt *testTier) runDevice(t testing.TB, o device.Options) *runningDevice {
 // bystander.
 func (tt *testTier) runMock(t testing.TB) *runningDevice {
 	t.Helper()
-	return tt.runDevice(t, device.MockOptions(wire.NewNodeID(), tt.set, 1))
+	return tt.runDevice(t, agent.MockOptions(wire.NewNodeID(), tt.set, 1))
 }
 
 // stop ends the device and returns what Run returned. It may be called
@@ -525,7 +526,7 @@ func (tt *testTier) connectRaw(t *testing.T, node string) (*rawClient, wire.Auth
 	t.Helper()
 	rc := tt.dial(t, nil)
 	ok := rc.authenticate(t, tt.token(t, node))
-	rc.announce(t, node, device.EchoCapability())
+	rc.announce(t, node, agent.EchoCapability())
 	return rc, ok
 }
 
@@ -541,7 +542,7 @@ func (rc *rawClient) answerEcho(t *testing.T, node string) {
 	if err := json.Unmarshal(cmd.Arguments, &in); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := json.Marshal(device.EchoResult{Message: in.Message, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+	res, _ := json.Marshal(agent.EchoResult{Message: in.Message, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
 }
 

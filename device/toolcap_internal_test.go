@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // recordOf is a registry record of node in tenant, written by session,
@@ -18,6 +19,20 @@ func recordOf(t *testing.T, node, tenant, session string, verbs ...string) []byt
 		t.Fatal(err)
 	}
 	return b
+}
+
+// mockCapabilities are the capabilities a mock device announces (echo,
+// metrics and a GPIO pin: five verbs), written out here because the
+// tier's tests do not import the device end.
+func mockCapabilities() []bus.Capability {
+	return []bus.Capability{
+		{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput, Verbs: []string{"invoke"},
+			SafetyClass: schemas.SafetyReadOnly, Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000}},
+		{CapID: "metrics", Kind: schemas.KindMetrics, SchemaRef: schemas.MetricsSubInput, Verbs: []string{"snapshot", "subscribe"},
+			SafetyClass: schemas.SafetyReadOnly, Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 8, DeadlineMsDefault: 2000}},
+		{CapID: "pin", Kind: schemas.KindGPIO, SchemaRef: schemas.GPIOWriteInput, Verbs: []string{"read", "write"},
+			SafetyClass: schemas.SafetyMutating, Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000}},
+	}
 }
 
 func wantCounts(t *testing.T, c *toolCounts, want map[string]int) {
@@ -101,7 +116,7 @@ func BenchmarkToolCountsRefresh(b *testing.B) {
 	c := newToolCounts()
 	rec, err := json.Marshal(bus.Node{NodeID: "n", Tenant: "acme", SessionID: "s", Tier: "tier-a",
 		Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
-		Capabilities: []bus.Capability{EchoCapability(), MetricsCapability(), GPIOCapability()}})
+		Capabilities: mockCapabilities()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,7 +135,7 @@ func BenchmarkToolCountsChange(b *testing.B) {
 		var err error
 		recs[i], err = json.Marshal(bus.Node{NodeID: "n", Tenant: "acme", SessionID: string(rune('a' + i)), Tier: "tier-a",
 			Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
-			Capabilities: []bus.Capability{EchoCapability(), MetricsCapability(), GPIOCapability()}})
+			Capabilities: mockCapabilities()})
 		if err != nil {
 			b.Fatal(err)
 		}

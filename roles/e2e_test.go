@@ -21,7 +21,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 )
@@ -165,9 +165,9 @@ func (f *fixture) client(token, version string) *sdk.ClientSession {
 
 // device connects a device with the given capability and handlers, and
 // waits until the gateway lists it.
-func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]device.Handler) string {
+func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]agent.Handler) string {
 	f.t.Helper()
-	id, _ := f.connectDevice(tenant, func(_ string, o *device.Options) {
+	id, _ := f.connectDevice(tenant, func(_ string, o *agent.Options) {
 		if caps != nil {
 			o.Capabilities = caps
 		}
@@ -181,7 +181,7 @@ func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[stri
 // connectDevice runs a mock device of tenant (echo, metrics, GPIO pin),
 // after edit (given the node id first) changed its options, until the test
 // ends or stop is called; it returns once the gateway lists the node.
-func (f *fixture) connectDevice(tenant string, edit func(id string, o *device.Options)) (id string, stop func()) {
+func (f *fixture) connectDevice(tenant string, edit func(id string, o *agent.Options)) (id string, stop func()) {
 	f.t.Helper()
 	id = wire.NewNodeID()
 	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: tenant,
@@ -189,12 +189,12 @@ func (f *fixture) connectDevice(tenant string, edit func(id string, o *device.Op
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	o := device.MockOptions(id, f.a.c.schemas, 1)
+	o := agent.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
 	if edit != nil {
 		edit(id, &o)
 	}
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -275,13 +275,13 @@ func TestEndToEndEcho(t *testing.T) {
 				if err := f.a.c.schemas.ValidateJSON("mcp://schemas/system.echo.invoke.output@1.0.0", b); err != nil {
 					t.Errorf("result %s fails the output schema: %v", b, err)
 				}
-				var out device.EchoResult
+				var out agent.EchoResult
 				_ = json.Unmarshal(b, &out)
 				node, _ := bus.ParseToolName(name)
 				if out.Message != "ping" || out.NodeID != node.NodeID {
 					t.Errorf("result %s: want message ping from node %s", b, node.NodeID)
 				}
-				var fromText device.EchoResult
+				var fromText agent.EchoResult
 				txt := res.Content[0].(*sdk.TextContent).Text
 				if json.Unmarshal([]byte(txt), &fromText) != nil || fromText != out {
 					t.Errorf("text content %s differs from structuredContent %s", txt, b)
@@ -371,12 +371,12 @@ func TestCallFailures(t *testing.T) {
 		<-release
 		return nil, errors.New("released")
 	}
-	silent := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": block})
+	silent := f.device(DefaultTenant, nil, map[string]agent.Handler{"echo.invoke": block})
 	t.Cleanup(func() { close(release) }) // before the device's own cleanup waits for it
-	wrongNode := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
-		return device.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: wire.NewNodeID()}, nil
+	wrongNode := f.device(DefaultTenant, nil, map[string]agent.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+		return agent.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: wire.NewNodeID()}, nil
 	}})
-	badOutput := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+	badOutput := f.device(DefaultTenant, nil, map[string]agent.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
 		return map[string]any{"message": 5, "node_id": "x"}, nil
 	}})
 
@@ -393,7 +393,7 @@ func TestCallFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := reg.Claim(t.Context(), bus.Node{NodeID: ghost, Tenant: DefaultTenant, SessionID: "ghost",
-		Capabilities: []bus.Capability{device.EchoCapability()}}); err != nil {
+		Capabilities: []bus.Capability{agent.EchoCapability()}}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitNodes(DefaultTenant, 5)
@@ -477,14 +477,14 @@ func TestLateAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := []bus.Capability{device.EchoCapability()}
+	caps := []bus.Capability{agent.EchoCapability()}
 	caps[0].Constraints.DeadlineMsDefault = 100
 	answer := make(chan struct{})
 	var id string
-	late := f.device(DefaultTenant, caps, map[string]device.Handler{
+	late := f.device(DefaultTenant, caps, map[string]agent.Handler{
 		"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
 			<-answer // only once the caller has had its E_DEADLINE_EXCEEDED
-			return device.EchoResult{Message: "a", ReceivedAtMs: time.Now().UnixMilli(), NodeID: id}, nil
+			return agent.EchoResult{Message: "a", ReceivedAtMs: time.Now().UnixMilli(), NodeID: id}, nil
 		},
 	})
 	id = late
@@ -599,9 +599,9 @@ func TestToolsFollowDevices(t *testing.T) {
 	id := wire.NewNodeID()
 	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	o := device.MockOptions(id, f.a.c.schemas, 1)
+	o := agent.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	d, _ := device.NewDevice(o)
+	d, _ := agent.New(o)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()

@@ -36,7 +36,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -53,7 +53,7 @@ func hostile(t *testing.T, input, format string, args ...any) {
 // hostileDevice connects a mock device of tenant (echo, metrics, GPIO pin)
 // after edit changed its options, and waits until the gateway lists it.
 // edit gets the node id first, so handlers can answer for it.
-func (f *fixture) hostileDevice(tenant string, edit func(id string, o *device.Options)) string {
+func (f *fixture) hostileDevice(tenant string, edit func(id string, o *agent.Options)) string {
 	f.t.Helper()
 	id, _ := f.connectDevice(tenant, edit)
 	return id
@@ -61,7 +61,7 @@ func (f *fixture) hostileDevice(tenant string, edit func(id string, o *device.Op
 
 // unlimitedEcho lifts the echo capability's rate limit (10 calls a second
 // in the mock): bystanders are called after every hostile case.
-func unlimitedEcho(_ string, o *device.Options) {
+func unlimitedEcho(_ string, o *agent.Options) {
 	for i := range o.Capabilities {
 		if o.Capabilities[i].CapID == "echo" {
 			o.Capabilities[i].Constraints = bus.Constraints{DeadlineMsDefault: 2000}
@@ -71,7 +71,7 @@ func unlimitedEcho(_ string, o *device.Options) {
 
 // countInvocations makes every handler and stream handler of o count its
 // invocations in n: a device that must never be reached.
-func countInvocations(o *device.Options, n *atomic.Int64) {
+func countInvocations(o *agent.Options, n *atomic.Int64) {
 	for k, h := range o.Handlers {
 		o.Handlers[k] = func(ctx context.Context, args json.RawMessage) (any, error) {
 			n.Add(1)
@@ -108,7 +108,7 @@ func echoWorks(t *testing.T, s *sdk.ClientSession, node string) {
 	if res.IsError {
 		t.Fatalf("bystander call failed: %+v", res.StructuredContent)
 	}
-	var out device.EchoResult
+	var out agent.EchoResult
 	b, _ := json.Marshal(res.StructuredContent)
 	if json.Unmarshal(b, &out) != nil || out.Message != "hi" || out.NodeID != node {
 		t.Fatalf("bystander call result %s", b)
@@ -145,7 +145,7 @@ func TestHostileWrongToolResult(t *testing.T) {
 		marker string // a key only the bogus result has
 	}{
 		{"metrics snapshot result to an echo call", schemas.MetricsSnapshot, func(node string) any {
-			return device.MetricsSample{TsMs: now, NodeID: node, CPUPct: 12.5, MemBytes: 1 << 20,
+			return agent.MetricsSample{TsMs: now, NodeID: node, CPUPct: 12.5, MemBytes: 1 << 20,
 				MemTotalBytes: 1 << 30, DiskPct: 42}
 		}, "cpu_pct"},
 		{"GPIO read result to an echo call", schemas.GPIORead, func(node string) any {
@@ -161,7 +161,7 @@ func TestHostileWrongToolResult(t *testing.T) {
 				t.Fatalf("bogus result %s fails its own schema %s: %v", b, c.schema, err)
 			}
 			var reached atomic.Int64
-			node := f.hostileDevice(DefaultTenant, func(id string, o *device.Options) {
+			node := f.hostileDevice(DefaultTenant, func(id string, o *agent.Options) {
 				o.Handlers["echo.invoke"] = func(context.Context, json.RawMessage) (any, error) {
 					reached.Add(1)
 					return c.result(id), nil
@@ -422,7 +422,7 @@ func TestHostileCrossTenant(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	var reachedB atomic.Int64
 	nodeA := f.hostileDevice(DefaultTenant, nil)
-	nodeB := f.hostileDevice(tenantB, func(_ string, o *device.Options) { countInvocations(o, &reachedB) })
+	nodeB := f.hostileDevice(tenantB, func(_ string, o *agent.Options) { countInvocations(o, &reachedB) })
 	all := []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive}
 	tokA := f.token(auth.MintOptions{Scopes: all})
 	a := f.client(tokA, "")
@@ -573,7 +573,7 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 	)
 	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.MaxStreamsPerTenant = quota })
 	var deviceStreams atomic.Int64 // stream handlers running on the device
-	unlimited := func(id string, o *device.Options) {
+	unlimited := func(id string, o *agent.Options) {
 		// The capability's own limits (max_concurrency 8, 10 rps) would
 		// refuse most streams at the tier: lift them, so that the gateway's
 		// tenant quota is what is tested.

@@ -25,6 +25,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
@@ -646,7 +647,7 @@ func (p *tierPart) close() {
 // fleetPart is a set of simulated devices.
 type fleetPart struct {
 	log       *slog.Logger
-	devices   []*device.Device
+	devices   []*agent.Device
 	watch     *linkWatch    // says when the tier goes away and comes back
 	links     []*deviceLink // each device's, in watch
 	connected atomic.Int64  // devices that got their first announce_ok
@@ -672,7 +673,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		if err != nil {
 			return nil, err
 		}
-		o := device.MockOptions(id, c.schemas, seed)
+		o := agent.MockOptions(id, c.schemas, seed)
 		o.URLs, o.Token, o.Logger = urls, tok, f.log
 		var once sync.Once
 		link := f.watch.add()
@@ -681,7 +682,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 			link.ready()
 		}
 		o.OnLost = link.lost
-		d, err := device.NewDevice(o)
+		d, err := agent.New(o)
 		if err != nil {
 			return nil, err
 		}
@@ -753,7 +754,7 @@ func (f *fleetPart) progress(ctx context.Context) {
 // agentPart is the real device agent of this host.
 type agentPart struct {
 	log   *slog.Logger
-	d     *device.Device
+	d     *agent.Device
 	link  *deviceLink
 	watch *linkWatch
 }
@@ -784,7 +785,7 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 	log := c.log.With("role", "agent", "node_id", id)
 	watch := newLinkWatch(log, 0) // one device: say it at once
 	link := watch.add()
-	o := device.AgentOptions(id, c.schemas, Version)
+	o := agent.HostOptions(id, c.schemas, Version)
 	o.URLs, o.Token, o.Logger = urls, token, log
 	var once sync.Once
 	o.OnReady = func(tools []string) {
@@ -792,7 +793,7 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 		link.ready()
 	}
 	o.OnLost = link.lost
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		return nil, err
 	}

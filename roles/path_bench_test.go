@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -40,12 +40,12 @@ func BenchmarkCallPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := device.MockOptions(id, a.c.schemas, 1)
+	o := agent.MockOptions(id, a.c.schemas, 1)
 	for i := range o.Capabilities {
 		o.Capabilities[i].Constraints.RateLimitRPS = 1e5 // the echo's own 10/s would be the figure
 	}
 	o.URLs, o.Token = []string{a.DeviceURL()}, tok
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -170,7 +170,7 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 	send(wire.TypeAuth, wire.Auth{Token: tok})
 	expect(wire.TypeAuthOK)
 	send(wire.TypeAnnounce, map[string]any{"node_id": id, "agent": bus.Agent{Name: "bogus", Version: "1"},
-		"capabilities": device.MockOptions(id, f.a.c.schemas, 1).Capabilities})
+		"capabilities": agent.MockOptions(id, f.a.c.schemas, 1).Capabilities})
 	expect(wire.TypeAnnounceOK)
 	// The tier reads on while no one reads the tier's frames.
 	go func() {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device"
+	deviceagent "github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -64,9 +64,9 @@ func TestRevoke(t *testing.T) {
 	id := wire.NewNodeID()
 	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	o := device.MockOptions(id, f.a.c.schemas, 1)
+	o := deviceagent.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	d, _ := device.NewDevice(o)
+	d, _ := deviceagent.New(o)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -74,7 +74,7 @@ func TestRevoke(t *testing.T) {
 	f.waitNodes(DefaultTenant, 1)
 	claims, _ := auth.UnverifiedClaims(tok)
 	revoke(claims.ID)
-	var ce *device.CloseError
+	var ce *deviceagent.CloseError
 	if err := <-done; !errors.As(err, &ce) || ce.Code != wire.CloseAuthFailed {
 		t.Fatalf("device after revocation: %v, want close 4401", err)
 	}

@@ -184,8 +184,8 @@ var gatewayMarks = []mark{
 }
 
 var fleetMarks = []mark{
-	{"cmd write, to the device", mockFleet, -1, woken("device.(*conn).recv")},
-	{"device: cmd read, handled, ack built", mockFleet, -1, syscallIn("device.(*conn).send")},
+	{"cmd write, to the device", mockFleet, -1, woken("agent.(*conn).recv")},
+	{"device: cmd read, handled, ack built", mockFleet, -1, syscallIn("agent.(*conn).send")},
 }
 
 // A syscall is timed from its entry, found by the function it is entered
@@ -198,7 +198,7 @@ var syscalls = []struct {
 	from string
 }{
 	{"tier: cmd write (syscall)", allInOne, "device.(*session).writeRaw"},
-	{"device: cmd_ack write (syscall)", mockFleet, "device.(*conn).send"},
+	{"device: cmd_ack write (syscall)", mockFleet, "agent.(*conn).send"},
 	{"gateway: response write (syscall)", allInOne, "net/http.(*response).finishRequest"},
 }
 

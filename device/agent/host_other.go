@@ -1,6 +1,6 @@
 //go:build !linux
 
-package device
+package agent
 
 import (
 	"context"

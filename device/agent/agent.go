@@ -1,4 +1,26 @@
-package device
+// Package agent is the device end of okso.v1: a [Device] dials a device
+// tier, authenticates, announces its capabilities, and answers their cmds
+// with [Handler]s until its context ends, reconnecting after a loss. It
+// also holds what okso's own devices run: the system.echo handler,
+// system.metrics measured by a [HostSampler] (okso agent) or a
+// [MockSampler] (okso mock-fleet), and a simulated GPIO pin.
+//
+// Start from [HostOptions] or [MockOptions] for one of okso's devices, or
+// fill [Options] for your own, then run it:
+//
+//	o := agent.MockOptions(wire.NewNodeID(), set, 1)
+//	o.URLs, o.Token = []string{"ws://tier:7443" + wire.Path}, token
+//	d, err := agent.New(o)
+//	...
+//	err = d.Run(ctx) // nil when ctx ends; a *CloseError if a tier refused the device for good
+//
+// agent speaks the protocol through package wire and never imports the
+// device tier, not even in its tests, which play the tier by hand: the
+// two meet only on a socket (their tests together are in device/e2e). It
+// imports bus only for the contract's vocabulary that still lives there
+// (the manifest types, the node id and tool name rules, the error codes);
+// it never touches NATS.
+package agent
 
 import (
 	"context"
@@ -64,7 +86,7 @@ type Options struct {
 
 // Device is the device end of the protocol: it dials a tier, authenticates,
 // announces its capabilities and answers cmds until its context ends,
-// reconnecting after a loss. It is safe to Run once.
+// reconnecting after a loss. Make one with [New]; it is safe to Run once.
 type Device struct {
 	o   Options
 	log *slog.Logger
@@ -81,10 +103,10 @@ func (e *CloseError) Error() string {
 	return fmt.Sprintf("device tier closed the session with %d: %s", e.Code, e.Reason)
 }
 
-// NewDevice checks opts.
-func NewDevice(o Options) (*Device, error) {
+// New checks o and returns a device ready to [Device.Run].
+func New(o Options) (*Device, error) {
 	if len(o.URLs) == 0 || o.Token == "" || !bus.ValidNodeID(o.NodeID) || o.Schemas == nil {
-		return nil, errors.New("device: URLs, Token, a valid NodeID and Schemas are required")
+		return nil, errors.New("device agent: URLs, Token, a valid NodeID and Schemas are required")
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = time.Second

@@ -1,4 +1,4 @@
-package device_test
+package agent_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -22,7 +22,7 @@ func TestHostMetricsWithinSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := wire.NewNodeID()
-	handlers, streams := device.Metrics(node, &device.HostSampler{})
+	handlers, streams := agent.Metrics(node, &agent.HostSampler{})
 	res, err := handlers["metrics.snapshot"](t.Context(), json.RawMessage(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func TestHostMetricsWithinSchema(t *testing.T) {
 	if err := set.ValidateJSON(schemas.MetricsSnapshot, b); err != nil {
 		t.Fatalf("host snapshot %s: %v", b, err)
 	}
-	var s device.MetricsSample
+	var s agent.MetricsSample
 	_ = json.Unmarshal(b, &s)
 	if s.MemTotalBytes <= 0 || s.MemBytes > s.MemTotalBytes || s.NodeID != node {
 		t.Errorf("implausible sample %+v", s)
@@ -62,8 +62,8 @@ func TestHostMetricsWithinSchema(t *testing.T) {
 // schema, and differs between devices.
 func TestMockSamplerSeeded(t *testing.T) {
 	set, _ := schemas.Load()
-	a, b := device.NewMockSampler(42, "n1"), device.NewMockSampler(42, "n1")
-	c := device.NewMockSampler(42, "n2")
+	a, b := agent.NewMockSampler(42, "n1"), agent.NewMockSampler(42, "n1")
+	c := agent.NewMockSampler(42, "n2")
 	differ := false
 	for i := range 500 {
 		sa, _ := a.Sample(t.Context())

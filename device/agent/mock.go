@@ -1,4 +1,4 @@
-package device
+package agent
 
 import (
 	"context"
@@ -80,9 +80,9 @@ func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
 	return o
 }
 
-// AgentOptions returns the options of a real device agent: echo, and the
-// metrics of the host it runs on.
-func AgentOptions(nodeID string, set *schemas.Set, version string) Options {
+// HostOptions returns the options of a real device agent (okso agent):
+// echo, and the metrics of the host it runs on.
+func HostOptions(nodeID string, set *schemas.Set, version string) Options {
 	return withMetrics(Options{
 		NodeID:       nodeID,
 		Agent:        bus.Agent{Name: "okso-agent", Version: version},
