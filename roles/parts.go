@@ -24,8 +24,8 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
 	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
@@ -520,7 +520,7 @@ func (p *gatewayPart) close() {
 type tierPart struct {
 	nc      *nats.Conn
 	audit   *bus.Auditor
-	tier    *device.Tier
+	tier    *tier.Tier
 	http    *httpPart
 	revoked *bus.Revocations
 }
@@ -578,7 +578,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, err
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
-	tier, err := device.NewTier(device.TierOptions{
+	tier, err := tier.New(tier.Options{
 		Revoked:  revoked,
 		Bindings: bindings,
 

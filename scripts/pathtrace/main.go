@@ -176,9 +176,9 @@ var gatewayMarks = []mark{
 	{"gateway: checks, NATS request sent", allInOne, 0, func(t transition) bool {
 		return t.to == trace.GoWaiting && strings.Contains(t.stack, "requestWithContext")
 	}},
-	{"NATS to the tier, cmd built", allInOne, -1, syscallIn("device.(*session).writeRaw")},
+	{"NATS to the tier, cmd built", allInOne, -1, syscallIn("tier.(*session).writeRaw")},
 	// the fleet's marks go here, when its trace is given
-	{"cmd write, the device's round trip", allInOne, -1, woken("device.(*session).read")},
+	{"cmd write, the device's round trip", allInOne, -1, woken("tier.(*session).read")},
 	{"tier: ack read, NATS to the gateway", allInOne, 0, func(t transition) bool { return t.to == trace.GoRunnable }},
 	{"gateway: result checks, response built", allInOne, 0, syscallIn("net.(*conn).Write")},
 }
@@ -197,7 +197,7 @@ var syscalls = []struct {
 	proc process
 	from string
 }{
-	{"tier: cmd write (syscall)", allInOne, "device.(*session).writeRaw"},
+	{"tier: cmd write (syscall)", allInOne, "tier.(*session).writeRaw"},
 	{"device: cmd_ack write (syscall)", mockFleet, "agent.(*conn).send"},
 	{"gateway: response write (syscall)", allInOne, "net/http.(*response).finishRequest"},
 }

@@ -1,4 +1,4 @@
-package device_test
+package tier_test
 
 import (
 	"bufio"
@@ -21,8 +21,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
-	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -47,7 +46,7 @@ const waitFor = 5 * time.Second
 // talks to NATS on a second connection, as the gateway would.
 type testTier struct {
 	server *bus.Server
-	tier   *device.Tier
+	tier   *tier.Tier
 	url    string // ws://…/v1/device/ws
 	nc     *nats.Conn
 	reg    *bus.Registry
@@ -59,7 +58,7 @@ type testTier struct {
 
 // newTestTier starts a tier configured by o; NC, Registry, Schemas,
 // Verifier and Auditor are filled in. Everything stops when the test ends.
-func newTestTier(t testing.TB, o device.TierOptions) *testTier {
+func newTestTier(t testing.TB, o tier.Options) *testTier {
 	t.Helper()
 	srv, err := bus.StartServer(bus.ServerOptions{})
 	if err != nil {
@@ -102,7 +101,7 @@ func newTestTier(t testing.TB, o device.TierOptions) *testTier {
 
 // startReplica starts one more tier on the same NATS server, with the same
 // signer, schemas and audit log, and returns it with its device URL.
-func (tt *testTier) startReplica(t testing.TB, o device.TierOptions) (*device.Tier, string) {
+func (tt *testTier) startReplica(t testing.TB, o tier.Options) (*tier.Tier, string) {
 	t.Helper()
 	nc := connect(t, tt.server, "okso-device-tier")
 	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: registryTTL})
@@ -116,7 +115,7 @@ func (tt *testTier) startReplica(t testing.TB, o device.TierOptions) (*device.Ti
 	o.NC, o.Registry, o.Bindings, o.Schemas = nc, reg, bindings, tt.set
 	o.Verifier = auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice)
 	o.Auditor = &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}
-	tier, err := device.NewTier(o)
+	tier, err := tier.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +311,7 @@ func (tt *testTier) echo(t *testing.T, node string) {
 	t.Helper()
 	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 	wantOK(t, r)
-	var res agent.EchoResult
+	var res echoResult
 	if err := json.Unmarshal(r.reply.Result, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -321,76 +320,101 @@ func (tt *testTier) echo(t *testing.T, node string) {
 	}
 }
 
-// runningDevice is an agent.Device running on its own goroutine.
-type runningDevice struct {
-	node   string
-	ready  <-chan struct{} // a value after each accepted announce but the first
-	cancel context.CancelFunc
-	done   chan error
+// echoResult is the result of system.echo (seed 000 §4).
+type echoResult struct {
+	Message      string `json:"message"`
+	ReceivedAtMs int64  `json:"received_at_ms"`
+	NodeID       string `json:"node_id"`
 }
 
-// runDevice runs an agent.Device with o (URLs, Token and Schemas filled in
-// when empty) until the test ends, and returns once the tier accepted its
-// announce.
-func (tt *testTier) runDevice(t testing.TB, o agent.Options) *runningDevice {
+// echoCapability is the system.echo capability as every device announces
+// it (seed 000 §9), limits included: 10 calls a second, 4 at once.
+func echoCapability() bus.Capability {
+	return echoCap("echo", bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000})
+}
+
+// echoDevice is a device written by hand with the echo capability that
+// answers each cmd at once: a well-behaved bystander. It serves on its
+// own goroutine until its connection closes or the test ends.
+type echoDevice struct {
+	node string
+	rc   *rawClient
+	done chan struct{} // closed when serve has returned
+}
+
+// runEcho connects an echo device to the test's tier and serves it until
+// the test ends.
+func (tt *testTier) runEcho(t *testing.T) *echoDevice { return tt.runEchoAt(t, tt.url) }
+
+// runEchoAt is runEcho for the tier at url.
+func (tt *testTier) runEchoAt(t *testing.T, url string) *echoDevice {
 	t.Helper()
-	if len(o.URLs) == 0 {
-		o.URLs = []string{tt.url}
-	}
-	if o.Token == "" {
-		o.Token = tt.token(t, o.NodeID)
-	}
-	if o.Schemas == nil {
-		o.Schemas = tt.set
-	}
-	ready := make(chan struct{}, 1)
-	o.OnReady = func([]string) {
-		select {
-		case ready <- struct{}{}:
-		default:
-		}
-	}
-	d, err := agent.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	rd := &runningDevice{node: o.NodeID, ready: ready, cancel: cancel, done: make(chan error, 1)}
-	go func() { rd.done <- d.Run(ctx) }()
+	node := wire.NewNodeID()
+	rc := dialURL(t, url, nil)
+	rc.authenticate(t, tt.token(t, node))
+	rc.announce(t, node, echoCapability())
+	d := &echoDevice{node: node, rc: rc, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	go func() {
+		defer close(d.done)
+		d.serve(ctx, t)
+	}()
 	t.Cleanup(func() {
-		if err := rd.stop(); err != nil {
-			t.Errorf("device %s: %v", rd.node, err)
-		}
+		cancel()
+		<-d.done
 	})
-	select {
-	case <-ready:
-	case err := <-rd.done:
-		rd.done <- err // for stop
-		t.Fatalf("device %s stopped before it was ready: %v", rd.node, err)
-	case <-time.After(waitFor):
-		t.Fatalf("device %s not ready", rd.node)
-	}
-	return rd
+	return d
 }
 
-// runMock runs a simulated device with the echo capability: a well-behaved
-// bystander.
-func (tt *testTier) runMock(t testing.TB) *runningDevice {
+// serve answers cmds until the connection closes or ctx ends; tier
+// frames that are not cmds (a cancel of an expired one) are read and
+// dropped.
+func (d *echoDevice) serve(ctx context.Context, t *testing.T) {
+	for {
+		_, b, err := d.rc.c.Read(ctx)
+		if err != nil {
+			return // closed: by the test, the tier, or ctx
+		}
+		e, err := wire.DecodeEnvelope(b)
+		if err != nil {
+			t.Errorf("echo device: the tier sent %s: %v", b, err)
+			return
+		}
+		if e.Type != wire.TypeCmd {
+			continue
+		}
+		ack := wire.CmdAck{Error: &wire.AckError{Code: bus.CodeToolNotFound}}
+		var cmd wire.Cmd
+		var in struct {
+			Message string `json:"message"`
+		}
+		if wire.DecodePayload(e, &cmd) == nil && cmd.Tool == echoTool(d.node) && json.Unmarshal(cmd.Arguments, &in) == nil {
+			res, err := json.Marshal(echoResult{Message: in.Message, ReceivedAtMs: time.Now().UnixMilli(), NodeID: d.node})
+			if err != nil {
+				t.Errorf("echo device: %v", err)
+				return
+			}
+			ack = wire.CmdAck{OK: true, Result: res}
+		}
+		b, err = wire.Encode(wire.TypeCmdAck, e.MsgID, ack)
+		if err != nil {
+			t.Errorf("echo device: %v", err)
+			return
+		}
+		if err := d.rc.c.Write(ctx, websocket.MessageText, b); err != nil {
+			return // closed meanwhile
+		}
+	}
+}
+
+// leave closes the device's connection normally, as a device that shuts
+// down does, and waits for it to stop serving.
+func (d *echoDevice) leave(t *testing.T) {
 	t.Helper()
-	return tt.runDevice(t, agent.MockOptions(wire.NewNodeID(), tt.set, 1))
-}
-
-// stop ends the device and returns what Run returned. It may be called
-// more than once.
-func (rd *runningDevice) stop() error {
-	rd.cancel()
-	select {
-	case err := <-rd.done:
-		rd.done <- err
-		return err
-	case <-time.After(waitFor):
-		return errors.New("Run did not return")
+	if err := d.rc.c.Close(websocket.StatusNormalClosure, "device shutting down"); err != nil {
+		t.Errorf("echo device: close: %v", err)
 	}
+	<-d.done
 }
 
 // rawClient is a device written by hand, to break the protocol on purpose.
@@ -526,7 +550,7 @@ func (tt *testTier) connectRaw(t *testing.T, node string) (*rawClient, wire.Auth
 	t.Helper()
 	rc := tt.dial(t, nil)
 	ok := rc.authenticate(t, tt.token(t, node))
-	rc.announce(t, node, agent.EchoCapability())
+	rc.announce(t, node, echoCapability())
 	return rc, ok
 }
 
@@ -542,7 +566,7 @@ func (rc *rawClient) answerEcho(t *testing.T, node string) {
 	if err := json.Unmarshal(cmd.Arguments, &in); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := json.Marshal(agent.EchoResult{Message: in.Message, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+	res, _ := json.Marshal(echoResult{Message: in.Message, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
 }
 

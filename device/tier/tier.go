@@ -1,11 +1,26 @@
-// Package device is the devices' side of okso: the device tier that owns
-// one session per connected node ([Tier]), and the device end of the
-// protocol ([Device]) with the handlers that simulated and real devices
-// run. Both speak okso.v1, package wire.
+// Package tier is the device tier, okso device: it accepts devices'
+// okso.v1 WebSockets, keeps one session per node that owns the node's NATS
+// subjects and registry record, enforces the node's rate and concurrency
+// limits, forwards each call as a cmd and correlates its cmd_ack
+// (DESIGN.md §2–4).
 //
-// A Tier meets the gateway only on NATS (package bus); it never imports
-// the gateway.
-package device
+// Make a [Tier] with [New], serve its [Tier.Handler] on a listener, and
+// call [Tier.Shutdown] when done:
+//
+//	t, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings,
+//		Schemas: set, Verifier: verifier, Auditor: auditor})
+//	...
+//	srv := &http.Server{Handler: t.Handler()}
+//	go srv.Serve(ln)
+//	...
+//	err = t.Shutdown(ctx) // devices get 1001 and reconnect elsewhere
+//
+// The tier meets the gateway only on NATS (package bus) and its devices
+// only on a socket, speaking package wire: it imports neither the gateway
+// nor the device end (package agent), not even in its tests, which play
+// devices by hand through wire. The tier and real devices together are
+// tested in device/e2e.
+package tier
 
 import (
 	"bufio"
@@ -31,9 +46,9 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// TierOptions configure a [Tier]. NC, Registry, Bindings, Schemas and
+// Options configure a [Tier]. NC, Registry, Bindings, Schemas and
 // Verifier are required; every other zero value means the protocol default.
-type TierOptions struct {
+type Options struct {
 	NC       *nats.Conn
 	Registry *bus.Registry
 	// Bindings says which tenant owns a node id; a session of another
@@ -92,7 +107,7 @@ const DefaultMaxClockSkew = 250 * time.Millisecond
 // session per node, and serves each node's NATS subject. It is safe for
 // concurrent use.
 type Tier struct {
-	o   TierOptions
+	o   Options
 	log *slog.Logger
 
 	mu       sync.Mutex
@@ -129,8 +144,8 @@ type Tier struct {
 // the dispatcher only looks the node up and starts a goroutine.
 const cmdQueue = 1 << 16
 
-// NewTier checks opts and returns a tier ready to serve.
-func NewTier(o TierOptions) (*Tier, error) {
+// New checks o and returns a tier ready to serve.
+func New(o Options) (*Tier, error) {
 	if o.NC == nil || o.Registry == nil || o.Bindings == nil || o.Schemas == nil || o.Verifier == nil {
 		return nil, errors.New("device tier: NC, Registry, Bindings, Schemas and Verifier are required")
 	}

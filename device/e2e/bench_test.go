@@ -1,10 +1,10 @@
-package device_test
+package e2e_test
 
 import (
 	"testing"
 
-	"github.com/okso-io/okso/device"
 	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -13,7 +13,7 @@ import (
 // WebSocket to a mock device (another goroutine of this process) and back.
 // It is the part of a call's latency okso adds on top of an MCP server.
 func BenchmarkDeviceRoundTrip(b *testing.B) {
-	tt := newTestTier(b, device.TierOptions{})
+	tt := newTestTier(b, tier.Options{})
 	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
 	for i := range o.Capabilities {
 		o.Capabilities[i].Constraints.RateLimitRPS = 1e5 // the echo's own 10/s would be the figure

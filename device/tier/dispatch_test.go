@@ -1,4 +1,4 @@
-package device_test
+package tier_test
 
 import (
 	"context"
@@ -11,14 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 )
 
 // TestCallsInOrder: calls published in order to one node reach its device
 // in that order (a device may rely on it: drive a pin up, then down).
 func TestCallsInOrder(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
 	rc.authenticate(t, tt.token(t, node))
@@ -57,7 +57,7 @@ func TestCallsInOrder(t *testing.T) {
 // tier closes its session, not after the close handshake, which a silent
 // device stalls for seconds.
 func TestOfflineWhenCloseBegins(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	_, _ = tt.connectRaw(t, node) // never reads again: the handshake stalls
 	events := tt.watch(t)
@@ -75,7 +75,7 @@ func TestOfflineWhenCloseBegins(t *testing.T) {
 // device's session has ended, a call to the node is answered at once (no
 // responders), not left to its deadline.
 func TestCallDuringExpiredShutdown(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	_, _ = tt.connectRaw(t, node) // never reads again: the session outlives Shutdown
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,8 +1,7 @@
-package device_test
+package tier_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +12,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
-	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -54,12 +52,12 @@ func wantOtherTenantRefused(t *testing.T, url, token string) {
 // calls answered. Each side's audit says what it may know. Only an
 // operator who deletes the binding frees the node id.
 func TestNodeIDOfAnotherTenant(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
+	tt := newTestTier(t, tier.Options{Name: "tier-a"})
 	tt.audit.mu.Lock()
 	tt.audit.keepRaw = true
 	tt.audit.mu.Unlock()
-	_, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	owner := tt.runDevice(t, agent.MockOptions(wire.NewNodeID(), tt.set, 1))
+	_, urlB := tt.startReplica(t, tier.Options{Name: "tier-b"})
+	owner := tt.runEcho(t)
 	node := owner.node
 	before := tt.record(t, node)
 	events := tt.watch(t)
@@ -67,11 +65,6 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 
 	for _, url := range []string{tt.url, urlB} {
 		wantOtherTenantRefused(t, url, token)
-	}
-	select {
-	case <-owner.ready:
-		t.Fatal("the owner's device had to connect again")
-	default:
 	}
 	if r := tt.record(t, node); r == nil || r.SessionID != before.SessionID || r.Tenant != tenant {
 		t.Fatalf("registry record %+v, want the owner's session %s untouched", r, before.SessionID)
@@ -81,7 +74,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 		t.Fatalf("registry changed: %+v", e)
 	default:
 	}
-	tt.echo(t, node)
+	tt.echo(t, node) // through the owner's one connection: its session lived on
 
 	tt.audit.wait(t, func(e auditEntry) bool {
 		return e.Decision == bus.DecisionDenied && e.Tenant == intruder && e.NodeID == node && e.Code == bus.CodeSafetyDenied
@@ -101,25 +94,9 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	tt.audit.mu.Unlock()
 
 	// The owner leaves; its node id stays its tenant's.
-	if err := owner.stop(); err != nil {
-		t.Fatal(err)
-	}
+	owner.leave(t)
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
 	wantOtherTenantRefused(t, urlB, token)
-
-	// An agent.Device refused so gives up for good.
-	o := agent.MockOptions(node, tt.set, 1)
-	o.URLs, o.Token = []string{tt.url}, token
-	d, err := agent.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
-	defer cancel()
-	var ce *agent.CloseError
-	if err := d.Run(ctx); !errors.As(err, &ce) || ce.Code != wire.CloseForbidden {
-		t.Fatalf("Run: %v, want a *CloseError with %d", err, wire.CloseForbidden)
-	}
 
 	// The operator frees the node id (nats kv del okso_node_tenants <id>):
 	// the first tenant to come now owns it.
@@ -138,7 +115,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	if ok := rc.authenticate(t, token); ok.Tenant != intruder {
 		t.Fatalf("auth_ok %+v, want tenant %s", ok, intruder)
 	}
-	rc.announce(t, node, agent.EchoCapability())
+	rc.announce(t, node, echoCapability())
 	wantOtherTenantRefused(t, urlB, tt.token(t, node))
 }
 
@@ -146,8 +123,8 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 // two tiers at the same moment: exactly one is accepted, the other gets
 // 4403, every time.
 func TestNodeIDRaceBetweenTenants(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
-	_, urlB := tt.startReplica(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
+	_, urlB := tt.startReplica(t, tier.Options{})
 	for round := range 10 {
 		node := wire.NewNodeID()
 		clients := []*rawClient{dialURL(t, tt.url, nil), dialURL(t, urlB, nil)}

@@ -1,4 +1,4 @@
-package device_test
+package tier_test
 
 import (
 	"context"
@@ -15,8 +15,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
-	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -33,15 +32,6 @@ func echoCap(capID string, c bus.Constraints) bus.Capability {
 	}
 }
 
-// wait blocks until release is closed or the test ends, whichever comes
-// first: a handler that waits with it never outlives a failed test.
-func wait(t *testing.T, release <-chan struct{}) {
-	select {
-	case <-release:
-	case <-t.Context().Done():
-	}
-}
-
 // TestProtocolFailures breaks the protocol in one way per case, from a raw
 // client, and checks the close code, the error frame before it, the audit
 // event, and that a well-behaved device on the same tier keeps working.
@@ -50,7 +40,7 @@ func TestProtocolFailures(t *testing.T) {
 
 	tests := []struct {
 		name string
-		opts device.TierOptions
+		opts tier.Options
 		// misbehave drives a raw client up to its violation.
 		misbehave func(t *testing.T, tt *testTier) *rawClient
 		wantClose websocket.StatusCode
@@ -145,7 +135,7 @@ func TestProtocolFailures(t *testing.T) {
 		},
 		{
 			name: "oversize frame after auth",
-			opts: device.TierOptions{MaxFrameBytes: small},
+			opts: tier.Options{MaxFrameBytes: small},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				var hello wire.Hello
@@ -162,7 +152,7 @@ func TestProtocolFailures(t *testing.T) {
 		},
 		{
 			name: "frame one byte over the limit after announce",
-			opts: device.TierOptions{MaxFrameBytes: small},
+			opts: tier.Options{MaxFrameBytes: small},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc, _ := tt.connectRaw(t, wire.NewNodeID())
 				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", small+1)))
@@ -183,7 +173,7 @@ func TestProtocolFailures(t *testing.T) {
 		},
 		{
 			name: "no auth within the deadline",
-			opts: device.TierOptions{AuthTimeout: 300 * time.Millisecond},
+			opts: tier.Options{AuthTimeout: 300 * time.Millisecond},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				var hello wire.Hello
@@ -197,7 +187,7 @@ func TestProtocolFailures(t *testing.T) {
 		},
 		{
 			name: "no announce within the deadline",
-			opts: device.TierOptions{AuthTimeout: 300 * time.Millisecond},
+			opts: tier.Options{AuthTimeout: 300 * time.Millisecond},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
@@ -273,7 +263,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
-				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), agent.EchoCapability()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), echoCapability()))
 				return rc
 			},
 			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
@@ -305,7 +295,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
-				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, agent.EchoCapability(), agent.EchoCapability()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, echoCapability(), echoCapability()))
 				return rc
 			},
 			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
@@ -324,7 +314,7 @@ func TestProtocolFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tt := newTestTier(t, tc.opts)
-			bystander := tt.runMock(t)
+			bystander := tt.runEcho(t)
 
 			rc := tc.misbehave(t, tt)
 			code, frames := rc.waitClose(t)
@@ -359,7 +349,7 @@ func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawCl
 		t.Helper()
 		rc := tt.dial(t, nil)
 		ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
-		c := agent.EchoCapability()
+		c := echoCapability()
 		edit(&c)
 		rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, c))
 		return rc
@@ -369,8 +359,8 @@ func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawCl
 // TestReplacedSession connects one node twice: the first session gets 4409,
 // the second keeps the node, its subject and its registry record.
 func TestReplacedSession(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
-	bystander := tt.runMock(t)
+	tt := newTestTier(t, tier.Options{})
+	bystander := tt.runEcho(t)
 	node := wire.NewNodeID()
 
 	first, firstOK := tt.connectRaw(t, node)
@@ -414,7 +404,7 @@ func TestReplacedSession(t *testing.T) {
 // TestBearerHeader authenticates with the upgrade request's Authorization
 // header instead of an auth frame.
 func TestBearerHeader(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc := tt.dial(t, &websocket.DialOptions{
 		Subprotocols: []string{wire.Subprotocol},
@@ -426,7 +416,7 @@ func TestBearerHeader(t *testing.T) {
 	if ok.NodeID != node || ok.Tenant != tenant || ok.SessionID == "" {
 		t.Fatalf("auth_ok %+v, want node %s of %s", ok, node, tenant)
 	}
-	announced := rc.announce(t, node, agent.EchoCapability())
+	announced := rc.announce(t, node, echoCapability())
 	if len(announced.Tools) != 1 || announced.Tools[0] != echoTool(node) {
 		t.Fatalf("announce_ok tools %v, want [%s]", announced.Tools, echoTool(node))
 	}
@@ -438,7 +428,7 @@ func TestBearerHeader(t *testing.T) {
 // TestBadBearerHeader refuses a bad bearer header as it refuses a bad auth
 // frame.
 func TestBadBearerHeader(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	rc := tt.dial(t, &websocket.DialOptions{
 		Subprotocols: []string{wire.Subprotocol},
 		HTTPHeader:   http.Header{"Authorization": {"Bearer not.a.jwt"}},
@@ -452,165 +442,28 @@ func TestBadBearerHeader(t *testing.T) {
 // TestLargeFrameWithinLimit answers a call with a frame just under the
 // default limit, far over the WebSocket library's 32 KiB default.
 func TestLargeFrameWithinLimit(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
 	message := strings.Repeat("x", wire.DefaultMaxFrameBytes-1024)
 
 	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 	e := rc.recv(t, wire.TypeCmd, nil)
-	result, _ := json.Marshal(agent.EchoResult{Message: message, NodeID: node})
+	result, _ := json.Marshal(echoResult{Message: message, NodeID: node})
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: result})
 	r := <-res
 	wantOK(t, r)
-	var got agent.EchoResult
+	var got echoResult
 	if err := json.Unmarshal(r.reply.Result, &got); err != nil || got.Message != message {
 		t.Fatalf("result of %d bytes (%v), want the %d-character message back", len(r.reply.Result), err, len(message))
 	}
-}
-
-// TestCall drives calls through the tier to an agent.Device.
-func TestCall(t *testing.T) {
-	t.Run("ok", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		d := tt.runMock(t)
-		tt.echo(t, d.node)
-		tt.audit.wait(t, func(e auditEntry) bool {
-			return e.Decision == bus.DecisionAllowed && e.Tool == echoTool(d.node)
-		})
-	})
-
-	t.Run("unknown tool", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		d := tt.runMock(t)
-		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(d.node, "nope"), `{"message":"hi"}`), bus.CodeToolNotFound)
-		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(wire.NewNodeID(), "echo"), `{"message":"hi"}`), bus.CodeToolNotFound)
-		tt.echo(t, d.node)
-	})
-
-	t.Run("other tenant", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		d := tt.runMock(t)
-		wantCode(t, tt.call(t.Context(), d.node, "umbrella", echoTool(d.node), `{"message":"hi"}`), bus.CodeSafetyDenied)
-		wantCode(t, tt.call(t.Context(), d.node, "", echoTool(d.node), `{"message":"hi"}`), bus.CodeSafetyDenied)
-		tt.audit.wait(t, func(e auditEntry) bool {
-			return e.Decision == bus.DecisionDenied && e.Code == bus.CodeSafetyDenied
-		})
-		tt.echo(t, d.node)
-	})
-
-	t.Run("device never answers", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		node := wire.NewNodeID()
-		o := agent.MockOptions(node, tt.set, 1)
-		o.Capabilities = append(o.Capabilities, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
-		o.Handlers["slow.invoke"] = func(context.Context, json.RawMessage) (any, error) {
-			<-t.Context().Done() // until the test ends, whatever the deadline says
-			return agent.EchoResult{}, nil
-		}
-		tt.runDevice(t, o)
-
-		r := tt.call(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
-		wantCode(t, r, bus.CodeDeadlineExceeded)
-		if r.elapsed < 100*time.Millisecond || r.elapsed > waitFor/2 {
-			t.Errorf("E_DEADLINE_EXCEEDED after %v, want it at the 100ms deadline", r.elapsed)
-		}
-		tt.audit.wait(t, func(e auditEntry) bool {
-			return e.Decision == bus.DecisionTimeout && e.Tool == tool(node, "slow")
-		})
-		tt.echo(t, node) // the other capability is unaffected
-	})
-
-	t.Run("late cmd_ack is dropped", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		node := wire.NewNodeID()
-		release := make(chan struct{})
-		o := agent.MockOptions(node, tt.set, 1)
-		o.Capabilities = []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 100})}
-		o.Handlers = map[string]agent.Handler{"slow.invoke": func(context.Context, json.RawMessage) (any, error) {
-			wait(t, release) // past the deadline
-			return agent.EchoResult{Message: "late", NodeID: node}, nil
-		}}
-		tt.runDevice(t, o)
-
-		wantCode(t, tt.call(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`), bus.CodeDeadlineExceeded)
-		close(release)
-		tt.audit.wait(t, func(e auditEntry) bool {
-			return e.Decision == bus.DecisionLateAck && e.NodeID == node
-		})
-		// The expired call no longer counts: the capability still answers.
-		wantOK(t, tt.call(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`))
-	})
-
-	t.Run("rate_limit_rps", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		node := wire.NewNodeID()
-		o := agent.MockOptions(node, tt.set, 1)
-		// One call per 100 s: the second call of the test is always over.
-		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{RateLimitRPS: 0.01})}
-		tt.runDevice(t, o)
-		tt.echo(t, node)
-		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), bus.CodeRateLimited)
-		tt.audit.wait(t, func(e auditEntry) bool {
-			return e.Decision == bus.DecisionRateLimit && e.NodeID == node
-		})
-	})
-
-	t.Run("max_concurrency", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		node := wire.NewNodeID()
-		started, release := make(chan struct{}, 1), make(chan struct{})
-		o := agent.MockOptions(node, tt.set, 1)
-		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{MaxConcurrency: 1})}
-		echo := agent.Echo(node)
-		o.Handlers = map[string]agent.Handler{"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
-			started <- struct{}{}
-			wait(t, release)
-			return echo(ctx, args)
-		}}
-		tt.runDevice(t, o)
-
-		first := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-		select {
-		case <-started:
-		case r := <-first:
-			t.Fatalf("first call ended before its handler ran: %v", r)
-		}
-		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), bus.CodeRateLimited)
-		close(release)
-		wantOK(t, <-first)
-		tt.echo(t, node)
-	})
-
-	t.Run("device disconnects during the call", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{})
-		node := wire.NewNodeID()
-		started, release := make(chan struct{}, 1), make(chan struct{})
-		o := agent.MockOptions(node, tt.set, 1)
-		o.Handlers = map[string]agent.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
-			started <- struct{}{}
-			wait(t, release) // never answers before the device is gone
-			return agent.EchoResult{}, nil
-		}}
-		d := tt.runDevice(t, o)
-
-		res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-		<-started
-		d.cancel() // Run waits for the handler; do not wait for Run yet
-		r := <-res
-		wantCode(t, r, bus.CodeNodeOffline)
-		close(release)
-		if err := d.stop(); err != nil {
-			t.Fatalf("device: %v", err)
-		}
-	})
 }
 
 // TestDeadlineCancel lets a cmd expire on a raw client: the caller gets
 // E_DEADLINE_EXCEEDED, the device a cancel for that cmd, and the ack that
 // comes after is dropped and audited.
 func TestDeadlineCancel(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
 	rc.authenticate(t, tt.token(t, node))
@@ -636,7 +489,7 @@ func TestDeadlineCancel(t *testing.T) {
 // TestConnectionDroppedDuringCall drops the TCP connection, without a
 // close handshake, while the device holds a cmd.
 func TestConnectionDroppedDuringCall(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
 
@@ -652,16 +505,14 @@ func TestConnectionDroppedDuringCall(t *testing.T) {
 // TestDisconnectRemovesNode checks that once a device is gone its registry
 // record is removed and its subject has no responder.
 func TestDisconnectRemovesNode(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
-	d := tt.runMock(t)
+	tt := newTestTier(t, tier.Options{})
+	d := tt.runEcho(t)
 	events := tt.watch(t)
-	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 3 {
-		t.Fatalf("registry record %+v, want the mock's", r)
+	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 1 {
+		t.Fatalf("registry record %+v, want the echo device's", r)
 	}
 
-	if err := d.stop(); err != nil {
-		t.Fatal(err)
-	}
+	d.leave(t)
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
 	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == d.node })
 	if n := tt.tier.Sessions(); n != 0 {
@@ -677,7 +528,7 @@ func TestDisconnectRemovesNode(t *testing.T) {
 // TestShutdown closes every session with 1001, removes their records and
 // refuses new connections.
 func TestShutdown(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
+	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
 	events := tt.watch(t)
@@ -717,7 +568,7 @@ func TestShutdown(t *testing.T) {
 func TestAuthAtTheDeadline(t *testing.T) {
 	for _, timeout := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
 		t.Run(timeout.String(), func(t *testing.T) {
-			tt := newTestTier(t, device.TierOptions{AuthTimeout: timeout})
+			tt := newTestTier(t, tier.Options{AuthTimeout: timeout})
 			token := tt.token(t, wire.NewNodeID())
 			for range 20 {
 				rc := tt.dial(t, nil)
@@ -763,7 +614,7 @@ func authRace(t *testing.T, rc *rawClient, token string) string {
 // TestMissedPings drops a device that stops answering pings: 4408, and its
 // node goes offline.
 func TestMissedPings(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{PingInterval: 100 * time.Millisecond})
+	tt := newTestTier(t, tier.Options{PingInterval: 100 * time.Millisecond})
 	events := tt.watch(t)
 	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
@@ -776,92 +627,5 @@ func TestMissedPings(t *testing.T) {
 	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 	if !errors.Is(r.err, nats.ErrNoResponders) {
 		t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
-	}
-}
-
-// TestDeviceRefused checks that agent.Device.Run gives up with a
-// *agent.CloseError when the tier refuses it for good.
-func TestDeviceRefused(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
-	node := wire.NewNodeID()
-	tests := []struct {
-		name  string
-		token string
-		want  int
-	}{
-		{"bad token", "not.a.jwt", wire.CloseAuthFailed},
-		{"token lacking device:connect", tt.mint(t, auth.MintOptions{Subject: node, Tenant: tenant,
-			Scopes: []string{auth.ScopeReadOnly}, Audience: auth.AudienceDevice}), wire.CloseForbidden},
-		{"token of another node", tt.token(t, wire.NewNodeID()), wire.CloseForbidden},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			o := agent.MockOptions(node, tt.set, 1)
-			o.URLs, o.Token = []string{tt.url}, tc.token
-			d, err := agent.New(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
-			defer cancel()
-			err = d.Run(ctx)
-			var ce *agent.CloseError
-			if !errors.As(err, &ce) || ce.Code != tc.want {
-				t.Fatalf("Run: %v, want a *CloseError with %d", err, tc.want)
-			}
-		})
-	}
-}
-
-// TestFailover shuts a tier down under a device: the device gets 1001,
-// says so once (OnLost), reconnects to the next tier, and its node is
-// served from there. Stopping the device is no loss.
-func TestFailover(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{Name: "tier-a"})
-	tierB, urlB := tt.startReplica(t, device.TierOptions{Name: "tier-b"})
-	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
-	o.URLs = []string{tt.url, urlB}
-	o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
-	lost := make(chan error, 8)
-	o.OnLost = func(err error) { lost <- err }
-	d := tt.runDevice(t, o)
-	// The device starts at a random tier of its list; shut that one down.
-	r := tt.record(t, d.node)
-	if r == nil || (r.Tier != "tier-a" && r.Tier != "tier-b") {
-		t.Fatalf("registry record %+v, want one from tier-a or tier-b", r)
-	}
-	from, to, toTier := tt.tier, tierB, "tier-b"
-	if r.Tier == "tier-b" {
-		from, to, toTier = tierB, tt.tier, "tier-a"
-	}
-
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
-	defer cancel()
-	if err := from.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.ready:
-	case <-ctx.Done():
-		t.Fatal("device did not reconnect")
-	}
-	if r := tt.record(t, d.node); r == nil || r.Tier != toTier {
-		t.Fatalf("registry record %+v, want one from %s", r, toTier)
-	}
-	if n := to.Sessions(); n != 1 {
-		t.Errorf("%s has %d sessions, want 1", toTier, n)
-	}
-	tt.echo(t, d.node)
-	if err := d.stop(); err != nil {
-		t.Fatal(err)
-	}
-	close(lost) // Run has returned: no call comes after
-	var errs []error
-	for err := range lost {
-		errs = append(errs, err)
-	}
-	var wce websocket.CloseError
-	if len(errs) != 1 || !errors.As(errs[0], &wce) || wce.Code != wire.CloseGoingAway {
-		t.Errorf("OnLost called with %v, want once with the tier's close 1001", errs)
 	}
 }

@@ -1,4 +1,4 @@
-package device
+package tier
 
 import (
 	"context"
@@ -412,7 +412,7 @@ func (s *session) refuseOtherTenant(owner string) {
 }
 
 // announce reads and checks the manifest, takes the node's subject and
-// registry record, and confirms to the device. It returns the record's
+// registry record, and confirms to the tier. It returns the record's
 // lease, or nil when the session must end.
 func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease {
 	e, err := s.expect(ctx, wire.TypeAnnounce)

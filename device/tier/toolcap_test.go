@@ -1,4 +1,4 @@
-package device_test
+package tier_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 )
 
@@ -82,7 +82,7 @@ func wantCapRefused(t *testing.T, outcome string) {
 // more is refused with 4403, another tenant is not affected, a node that
 // reconnects does not count twice, and room that frees up is given again.
 func TestToolCap(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: 3})
+	tt := newTestTier(t, tier.Options{MaxToolsPerTenant: 3})
 	a, b := wire.NewNodeID(), wire.NewNodeID()
 	oldA, got := tt.connectTools(t, tt.url, a, tenant, 2)
 	if got != wire.TypeAnnounceOK {
@@ -133,7 +133,7 @@ func TestToolCap(t *testing.T) {
 	}
 
 	t.Run("no cap", func(t *testing.T) {
-		tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: -1})
+		tt := newTestTier(t, tier.Options{MaxToolsPerTenant: -1})
 		for range 3 {
 			if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), tenant, 64); got != wire.TypeAnnounceOK {
 				t.Fatalf("announce of 64 tools without a cap: %s", got)
@@ -147,7 +147,7 @@ func TestToolCap(t *testing.T) {
 // the cap's worth pass.
 func TestToolCapConcurrent(t *testing.T) {
 	const limit, nodes = 5, 12
-	tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: limit})
+	tt := newTestTier(t, tier.Options{MaxToolsPerTenant: limit})
 	clients := make([]*rawClient, nodes)
 	ids := make([]string, nodes)
 	for i := range clients {
@@ -178,11 +178,11 @@ func TestToolCapConcurrent(t *testing.T) {
 // on other tiers, from the registry, including those registered before
 // it started.
 func TestToolCapAcrossTiers(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{MaxToolsPerTenant: 3})
+	tt := newTestTier(t, tier.Options{MaxToolsPerTenant: 3})
 	if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), tenant, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("3 tools on tier a: %s", got)
 	}
-	_, urlB := tt.startReplica(t, device.TierOptions{MaxToolsPerTenant: 3})
+	_, urlB := tt.startReplica(t, tier.Options{MaxToolsPerTenant: 3})
 	_, got := tt.connectTools(t, urlB, wire.NewNodeID(), tenant, 1)
 	wantCapRefused(t, got)
 	if _, got := tt.connectTools(t, urlB, wire.NewNodeID(), intruder, 3); got != wire.TypeAnnounceOK {

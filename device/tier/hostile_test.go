@@ -1,4 +1,4 @@
-package device_test
+package tier_test
 
 // Hostile-input tests of the device tier (issue 5). Each test drives one
 // kind of abuse from raw clients, asserts the exact answer (close code,
@@ -30,8 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
-	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -82,7 +81,7 @@ func (tt *testTier) echoOK(ctx context.Context, node string) error {
 	if !r.reply.OK {
 		return fmt.Errorf("reply %v", r)
 	}
-	var res agent.EchoResult
+	var res echoResult
 	if err := json.Unmarshal(r.reply.Result, &res); err != nil || res.Message != "hi" || res.NodeID != node {
 		return fmt.Errorf("echo result %s", r.reply.Result)
 	}
@@ -110,8 +109,8 @@ func TestHostileMalformedFlood(t *testing.T) {
 	const silent = "after announce, from a flooder that never reads (nor answers the close)"
 	for _, phase := range []string{"before auth", "after auth and announce", silent} {
 		t.Run(phase, func(t *testing.T) {
-			tt := newTestTier(t, device.TierOptions{})
-			bystander := tt.runMock(t)
+			tt := newTestTier(t, tier.Options{})
+			bystander := tt.runEcho(t)
 			var (
 				rc   *rawClient
 				node string
@@ -278,8 +277,8 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 		parallel    = 50
 		authTimeout = 300 * time.Millisecond
 	)
-	tt := newTestTier(t, device.TierOptions{AuthTimeout: authTimeout})
-	bystander := tt.runMock(t)
+	tt := newTestTier(t, tier.Options{AuthTimeout: authTimeout})
+	bystander := tt.runEcho(t)
 	tt.echo(t, bystander.node)
 	baseline := runtime.NumGoroutine()
 
@@ -432,8 +431,8 @@ func TestHostileHugeManifest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tt := newTestTier(t, device.TierOptions{MaxFrameBytes: tc.frames})
-			bystander := tt.runMock(t)
+			tt := newTestTier(t, tier.Options{MaxFrameBytes: tc.frames})
+			bystander := tt.runEcho(t)
 			rc := tt.dial(t, nil)
 			var hello wire.Hello
 			rc.recv(t, wire.TypeHello, &hello)
@@ -452,7 +451,7 @@ func TestHostileHugeManifest(t *testing.T) {
 				last := tool(node, tc.caps[len(tc.caps)-1].CapID)
 				res := tt.goCall(t.Context(), node, tenant, last, `{"message":"hi"}`)
 				e := rc.recv(t, wire.TypeCmd, nil)
-				out, _ := json.Marshal(agent.EchoResult{Message: "hi", NodeID: node})
+				out, _ := json.Marshal(echoResult{Message: "hi", NodeID: node})
 				rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: out})
 				wantOK(t, <-res)
 				tt.echo(t, bystander.node)
@@ -499,7 +498,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 	fileRef := "file://" + file
 
 	capMap := func(edit func(m map[string]any)) map[string]any {
-		b, _ := json.Marshal(agent.EchoCapability())
+		b, _ := json.Marshal(echoCapability())
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
 		edit(m)
@@ -524,7 +523,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 			return m
 		}},
 		{"$schema and $id http:// in the manifest", func(node string) map[string]any {
-			m := manifest(node, agent.EchoCapability())
+			m := manifest(node, echoCapability())
 			m["$schema"], m["$id"] = httpRef, srv.URL+"/manifest"
 			return m
 		}},
@@ -534,8 +533,8 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 			return m
 		}},
 	}
-	tt := newTestTier(t, device.TierOptions{})
-	bystander := tt.runMock(t)
+	tt := newTestTier(t, tier.Options{})
+	bystander := tt.runEcho(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tt.dial(t, nil)
@@ -587,8 +586,8 @@ func withRef(ref string) bus.Capability {
 // never sent, are dropped and audited as late_ack_dropped; the session
 // stays up and the next call gets its own answer.
 func TestHostileReplayedAck(t *testing.T) {
-	tt := newTestTier(t, device.TierOptions{})
-	bystander := tt.runMock(t)
+	tt := newTestTier(t, tier.Options{})
+	bystander := tt.runEcho(t)
 	node := wire.NewNodeID()
 	rc, ok := tt.connectRaw(t, node)
 	lateAck := func(id string) func(auditEntry) bool {
@@ -597,11 +596,11 @@ func TestHostileReplayedAck(t *testing.T) {
 		}
 	}
 	result := func(msg string) json.RawMessage {
-		b, _ := json.Marshal(agent.EchoResult{Message: msg, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		b, _ := json.Marshal(echoResult{Message: msg, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 		return b
 	}
 	message := func(r callResult) string {
-		var res agent.EchoResult
+		var res echoResult
 		_ = json.Unmarshal(r.reply.Result, &res)
 		return res.Message
 	}

@@ -1,4 +1,4 @@
-package device_test
+package tier_test
 
 import (
 	"testing"

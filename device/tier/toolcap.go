@@ -1,4 +1,4 @@
-package device
+package tier
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // DefaultMaxToolsPerTenant is the tools a tenant's nodes may register in
-// all, on every tier, unless TierOptions say otherwise.
+// all, on every tier, unless Options say otherwise.
 const DefaultMaxToolsPerTenant = 100000
 
 // toolCounts counts each tenant's projected tools on every tier, so that
