@@ -284,6 +284,10 @@ func validClaims(sub, tenant, aud, scope string) jwt.MapClaims {
 // code, with the codes of the error frames before it.
 func tierAuth(t *testing.T, url, token string, header bool) (string, []string) {
 	t.Helper()
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	o := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}}
@@ -308,7 +312,7 @@ func tierAuth(t *testing.T, url, token string, header bool) (string, []string) {
 			}
 			return fmt.Sprint(int(code)), codes
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(set, b)
 		if err != nil {
 			t.Fatalf("tier sent %s: %v", b, err)
 		}

@@ -156,7 +156,7 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 		if err != nil {
 			t.Fatalf("read %s: %v", typ, err)
 		}
-		if e, err := wire.DecodeEnvelope(b); err != nil || e.Type != typ {
+		if e, err := wire.DecodeEnvelope(f.a.c.schemas, b); err != nil || e.Type != typ {
 			t.Fatalf("tier sent %s, want %s", b, typ)
 		}
 	}

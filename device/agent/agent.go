@@ -234,17 +234,21 @@ func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) err
 	return err
 }
 
+// recv reads the next frame. A frame the protocol refuses (binary, not
+// an envelope its schema accepts, or not of the type wanted) ends the
+// connection with 4400, as the tier ends one for such a frame of the
+// device's.
 func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
 	typ, b, err := c.c.Read(ctx)
 	if err != nil {
 		return wire.Envelope{}, closeErr(err)
 	}
 	if typ != websocket.MessageText {
-		return wire.Envelope{}, errors.New("tier sent a binary frame")
+		return wire.Envelope{}, c.refuse(errors.New("tier sent a binary frame"))
 	}
-	e, err := wire.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(c.d.o.Schemas, b)
 	if err != nil {
-		return wire.Envelope{}, err
+		return wire.Envelope{}, c.refuse(fmt.Errorf("tier sent a frame: %w", err))
 	}
 	if e.Type == wire.TypeError {
 		// The close that follows carries the code; read it.
@@ -254,9 +258,18 @@ func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
 		return wire.Envelope{}, errors.New("tier sent an error frame without closing")
 	}
 	if want != "" && e.Type != want {
-		return wire.Envelope{}, fmt.Errorf("tier sent %s, want %s", e.Type, want)
+		return wire.Envelope{}, c.refuse(fmt.Errorf("tier sent %s, want %s", e.Type, want))
 	}
 	return e, nil
+}
+
+// refuse closes the connection with 4400 for a frame of the tier's that
+// the protocol refuses, and returns err, which says what it was.
+func (c *conn) refuse(err error) error {
+	if cerr := c.c.Close(wire.CloseMalformed, "malformed or unexpected frame"); cerr != nil {
+		c.d.log.Debug("close the connection after a refused frame", "err", cerr)
+	}
+	return err
 }
 
 func closeErr(err error) error {
@@ -390,40 +403,44 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	})
 	for {
 		e, err := c.recv(context.Background(), "")
-		if err != nil {
-			mu.Lock()
-			for _, cancel := range cancels {
-				cancel()
-			}
-			mu.Unlock()
-			return err
-		}
-		switch e.Type {
-		case wire.TypeCmd:
-			hctx, cancel := context.WithCancel(ctx)
-			mu.Lock()
-			cancels[e.MsgID] = cancel
-			mu.Unlock()
-			wg.Add(1)
-			w.Run(func() {
-				defer wg.Done()
-				c.handle(hctx, e, tools)
+		if err == nil {
+			switch e.Type {
+			case wire.TypeCmd:
+				hctx, cancel := context.WithCancel(ctx)
 				mu.Lock()
-				delete(cancels, e.MsgID)
+				cancels[e.MsgID] = cancel
 				mu.Unlock()
-				cancel()
-			})
-			// Let the worker answer before this goroutine reads on: on one
-			// P it would otherwise try the socket (a syscall, then a park)
-			// while the cmd waits.
-			runtime.Gosched()
-		case wire.TypeCancel:
-			mu.Lock()
-			if cancel := cancels[e.InReplyTo]; cancel != nil {
-				cancel()
+				wg.Add(1)
+				w.Run(func() {
+					defer wg.Done()
+					c.handle(hctx, e, tools)
+					mu.Lock()
+					delete(cancels, e.MsgID)
+					mu.Unlock()
+					cancel()
+				})
+				// Let the worker answer before this goroutine reads on: on one
+				// P it would otherwise try the socket (a syscall, then a park)
+				// while the cmd waits.
+				runtime.Gosched()
+				continue
+			case wire.TypeCancel:
+				mu.Lock()
+				if cancel := cancels[e.InReplyTo]; cancel != nil {
+					cancel()
+				}
+				mu.Unlock()
+				continue
 			}
-			mu.Unlock()
+			// After announce_ok a tier sends cmd, cancel and error only.
+			err = c.refuse(fmt.Errorf("tier sent an unexpected %s frame", e.Type))
 		}
+		mu.Lock()
+		for _, cancel := range cancels {
+			cancel()
+		}
+		mu.Unlock()
+		return err
 	}
 }
 

@@ -37,11 +37,12 @@ const tenant = "acme"
 type rawTier struct {
 	conns chan *websocket.Conn
 	url   string
+	set   *schemas.Set // to decode the device's frames
 }
 
-func newRawTier(t *testing.T) *rawTier {
+func newRawTier(t *testing.T, set *schemas.Set) *rawTier {
 	t.Helper()
-	rt := &rawTier{conns: make(chan *websocket.Conn, 1)}
+	rt := &rawTier{conns: make(chan *websocket.Conn, 1), set: set}
 	done := make(chan struct{})
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol}})
@@ -71,7 +72,7 @@ func (rt *rawTier) accept(t *testing.T) *tierConn {
 		// Dropped before the device is stopped, which would otherwise wait
 		// for this side's answer to its close.
 		t.Cleanup(func() { _ = c.CloseNow() })
-		return &tierConn{c: c}
+		return &tierConn{c: c, set: rt.set}
 	case <-time.After(waitFor):
 		t.Fatal("the device did not connect")
 		return nil
@@ -80,7 +81,8 @@ func (rt *rawTier) accept(t *testing.T) *tierConn {
 
 // tierConn is the hand-written tier's end of one device connection.
 type tierConn struct {
-	c *websocket.Conn
+	c   *websocket.Conn
+	set *schemas.Set
 }
 
 func (tc *tierConn) sendRaw(t *testing.T, b []byte) {
@@ -111,7 +113,7 @@ func (tc *tierConn) recv(t *testing.T, want string, v any) wire.Envelope {
 	if err != nil {
 		t.Fatalf("read %s: %v", want, err)
 	}
-	e, err := wire.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(tc.set, b)
 	if err != nil || e.Type != want {
 		t.Fatalf("read %s: got %s (%v)", want, b, err)
 	}
@@ -207,7 +209,7 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 	}
 	for _, skew := range []time.Duration{0, time.Hour, -3 * time.Hour} {
 		t.Run("tier clock "+skew.String()+" off", func(t *testing.T) {
-			rt := newRawTier(t)
+			rt := newRawTier(t, set)
 			node := wire.NewNodeID()
 			var ran atomic.Int32
 			o := recordingPin(node, set, &ran)
@@ -241,7 +243,7 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 		})
 	}
 	t.Run("older tier", func(t *testing.T) {
-		rt := newRawTier(t)
+		rt := newRawTier(t, set)
 		node := wire.NewNodeID()
 		var ran atomic.Int32
 		o := recordingPin(node, set, &ran)
@@ -256,4 +258,70 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 			t.Fatalf("announce to a tier without a clock: %s (%v), want the manifest without features", e.Payload, err)
 		}
 	})
+}
+
+// TestDeviceRefusesSmuggledFrames: a frame of the tier's that the
+// envelope schema refuses (a key in another case or written twice, a
+// constrained payload member out of bounds) or that the protocol does not
+// expect is never acted on: the pin.write it carries does not run, the
+// device closes the connection with 4400, as the tier does for a device's
+// such frame, and connects again.
+func TestDeviceRefusesSmuggledFrames(t *testing.T) {
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := func(node string) string {
+		return `{"tool":"` + pinWrite(node) + `","arguments":{"level":1},"deadline_ms":2000}`
+	}
+	tests := []struct {
+		name  string
+		frame func(node string) string
+	}{
+		{"type in upper case", func(node string) string {
+			return `{"TYPE":"cmd","msg_id":"` + wire.NewMsgID() + `","payload":` + cmd(node) + `}`
+		}},
+		{"type twice, one in upper case", func(node string) string {
+			return `{"type":"cancel","TYPE":"cmd","msg_id":"` + wire.NewMsgID() + `","payload":` + cmd(node) + `}`
+		}},
+		{"type twice", func(node string) string {
+			return `{"type":"cancel","type":"cmd","msg_id":"` + wire.NewMsgID() + `","payload":` + cmd(node) + `}`
+		}},
+		{"payload in title case", func(node string) string {
+			return `{"type":"cmd","msg_id":"` + wire.NewMsgID() + `","payload":{},"Payload":` + cmd(node) + `}`
+		}},
+		{"tool twice in the payload", func(node string) string {
+			return `{"type":"cmd","msg_id":"` + wire.NewMsgID() + `","payload":{"tool":"nope",` + cmd(node)[1:] + `}`
+		}},
+		{"deadline_at_ms 0", func(node string) string {
+			return `{"type":"cmd","msg_id":"` + wire.NewMsgID() + `","payload":{"deadline_at_ms":0,` + cmd(node)[1:] + `}`
+		}},
+		{"a hello after announce_ok", func(string) string {
+			return `{"type":"hello","msg_id":"` + wire.NewMsgID() + `","payload":{"proto":"okso.v1"}}`
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := newRawTier(t, set)
+			node := wire.NewNodeID()
+			var ran atomic.Int32
+			o := recordingPin(node, set, &ran)
+			o.URLs, o.Token = []string{rt.url}, "unchecked"
+			o.MinBackoff, o.MaxBackoff = time.Millisecond, time.Millisecond
+			runStandalone(t, o)
+
+			tc1 := rt.accept(t)
+			tc1.handshake(t, node, time.Now().UnixMilli(), pinWrite(node))
+			tc1.sendRaw(t, []byte(tc.frame(node)))
+			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+			defer cancel()
+			if _, b, err := tc1.c.Read(ctx); websocket.CloseStatus(err) != wire.CloseMalformed {
+				t.Fatalf("after the frame: %s, %v; want the device's close %d", b, err, wire.CloseMalformed)
+			}
+			rt.accept(t) // the device connects again
+			if n := ran.Load(); n != 0 {
+				t.Fatalf("the handler ran %d times", n)
+			}
+		})
+	}
 }

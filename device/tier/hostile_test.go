@@ -105,6 +105,9 @@ func TestHostileMalformedFlood(t *testing.T) {
 		[]byte(`{"type":"cmd_ack","msg_id":"` + ulid + `","in_reply_to":"` + ulid + `","payload":[]}`),
 		[]byte(`{"type":"cmd_ack","msg_id":"` + ulid + `","in_reply_to":"` + ulid + `","payload":{}} trailing`),
 		[]byte(`{"type":"cmd_ack","msg_id":"` + ulid + `","payload":{},"extra":1}`),
+		[]byte(`{"TYPE":"cmd_ack","msg_id":"` + ulid + `","in_reply_to":"` + ulid + `","payload":{}}`),
+		[]byte(`{"type":"stream","type":"cmd_ack","msg_id":"` + ulid + `","in_reply_to":"` + ulid + `","payload":{}}`),
+		[]byte(`{"type":"cmd_ack","msg_id":"` + ulid + `","in_reply_to":"` + ulid + `","payload":{"ok":true,"ok":false}}`),
 	}
 	const silent = "after announce, from a flooder that never reads (nor answers the close)"
 	for _, phase := range []string{"before auth", "after auth and announce", silent} {
@@ -218,7 +221,7 @@ type unauthOutcome struct {
 }
 
 // neverAuthenticate dials the tier and says nothing until it is closed.
-func neverAuthenticate(ctx context.Context, url string) unauthOutcome {
+func neverAuthenticate(ctx context.Context, set *schemas.Set, url string) unauthOutcome {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
@@ -245,7 +248,7 @@ func neverAuthenticate(ctx context.Context, url string) unauthOutcome {
 			}
 			return o
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(set, b)
 		switch {
 		case err != nil:
 			o.err = fmt.Errorf("tier sent %s: %w", b, err)
@@ -313,7 +316,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 	for range parallel {
 		wg.Go(func() {
 			for i := range next {
-				outcomes[i] = neverAuthenticate(t.Context(), tt.url)
+				outcomes[i] = neverAuthenticate(t.Context(), tt.set, tt.url)
 			}
 		})
 	}

@@ -110,7 +110,7 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 		resp.Body.Close()
 	}
 	t.Cleanup(func() { _ = c.CloseNow() })
-	second := &rawClient{c: c}
+	second := &rawClient{c: c, set: tt.set}
 	ok := second.authenticate(t, tt.token(t, node))
 	second.announce(t, node, echoCapability())
 

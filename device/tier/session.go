@@ -228,7 +228,7 @@ func (s *session) read(ctx context.Context) (wire.Envelope, error) {
 		s.close(wire.CloseTooLarge, "", "frame larger than "+strconv.Itoa(max)+" bytes")
 		return wire.Envelope{}, errClosed
 	}
-	e, err := wire.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(s.t.o.Schemas, b)
 	if err != nil {
 		s.close(wire.CloseMalformed, "", "malformed envelope")
 		return wire.Envelope{}, errClosed

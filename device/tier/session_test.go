@@ -67,6 +67,58 @@ func TestProtocolFailures(t *testing.T) {
 			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
+			// encoding/json would read it as type cmd_ack: a smuggling shape.
+			name: "type key in upper case after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"TYPE":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "type key twice after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"stream","type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "payload key in title case during auth",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.recv(t, wire.TypeHello, nil)
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"auth","msg_id":"`+wire.NewMsgID()+
+					`","payload":{},"Payload":{"token":"`+tt.token(t, wire.NewNodeID())+`"}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "key twice inside a cmd_ack's result",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{"node_id":"a","node_id":"b"}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "empty in_reply_to after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"","payload":{"ok":true,"result":{}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
 			name: "unknown envelope type after auth",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
@@ -592,7 +644,7 @@ func authRace(t *testing.T, rc *rawClient, token string) string {
 		if err != nil {
 			return strconv.Itoa(int(websocket.CloseStatus(err)))
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(rc.set, b)
 		if err != nil {
 			t.Fatalf("tier sent %s: %v", b, err)
 		}

@@ -29,9 +29,9 @@ func (tt *testTier) tokenOf(t testing.TB, node, ten string) string {
 // wantOtherTenantRefused authenticates with token on the tier at url and
 // checks the refusal: one E_SAFETY_DENIED error frame that does not name
 // the owner's tenant, then 4403.
-func wantOtherTenantRefused(t *testing.T, url, token string) {
+func wantOtherTenantRefused(t *testing.T, tt *testTier, url, token string) {
 	t.Helper()
-	rc := dialURL(t, url, nil)
+	rc := tt.dialURL(t, url, nil)
 	rc.recv(t, wire.TypeHello, nil)
 	rc.send(t, wire.TypeAuth, "", wire.Auth{Token: token})
 	code, frames := rc.waitClose(t)
@@ -64,7 +64,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	token := tt.tokenOf(t, node, intruder)
 
 	for _, url := range []string{tt.url, urlB} {
-		wantOtherTenantRefused(t, url, token)
+		wantOtherTenantRefused(t, tt, url, token)
 	}
 	if r := tt.record(t, node); r == nil || r.SessionID != before.SessionID || r.Tenant != tenant {
 		t.Fatalf("registry record %+v, want the owner's session %s untouched", r, before.SessionID)
@@ -96,7 +96,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	// The owner leaves; its node id stays its tenant's.
 	owner.leave(t)
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
-	wantOtherTenantRefused(t, urlB, token)
+	wantOtherTenantRefused(t, tt, urlB, token)
 
 	// The operator frees the node id (nats kv del okso_node_tenants <id>):
 	// the first tenant to come now owns it.
@@ -116,7 +116,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 		t.Fatalf("auth_ok %+v, want tenant %s", ok, intruder)
 	}
 	rc.announce(t, node, echoCapability())
-	wantOtherTenantRefused(t, urlB, tt.token(t, node))
+	wantOtherTenantRefused(t, tt, urlB, tt.token(t, node))
 }
 
 // TestNodeIDRaceBetweenTenants: two tenants present one fresh node id on
@@ -127,7 +127,7 @@ func TestNodeIDRaceBetweenTenants(t *testing.T) {
 	_, urlB := tt.startReplica(t, tier.Options{})
 	for round := range 10 {
 		node := wire.NewNodeID()
-		clients := []*rawClient{dialURL(t, tt.url, nil), dialURL(t, urlB, nil)}
+		clients := []*rawClient{tt.dialURL(t, tt.url, nil), tt.dialURL(t, urlB, nil)}
 		tokens := []string{tt.token(t, node), tt.tokenOf(t, node, intruder)}
 		for _, rc := range clients {
 			rc.recv(t, wire.TypeHello, nil)
@@ -177,7 +177,7 @@ func authOutcome(ctx context.Context, rc *rawClient, token string) string {
 			}
 			return err.Error()
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(rc.set, b)
 		if err != nil {
 			return err.Error()
 		}

@@ -350,7 +350,7 @@ func (tt *testTier) runEcho(t *testing.T) *echoDevice { return tt.runEchoAt(t, t
 func (tt *testTier) runEchoAt(t *testing.T, url string) *echoDevice {
 	t.Helper()
 	node := wire.NewNodeID()
-	rc := dialURL(t, url, nil)
+	rc := tt.dialURL(t, url, nil)
 	rc.authenticate(t, tt.token(t, node))
 	rc.announce(t, node, echoCapability())
 	d := &echoDevice{node: node, rc: rc, done: make(chan struct{})}
@@ -375,7 +375,7 @@ func (d *echoDevice) serve(ctx context.Context, t *testing.T) {
 		if err != nil {
 			return // closed: by the test, the tier, or ctx
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(d.rc.set, b)
 		if err != nil {
 			t.Errorf("echo device: the tier sent %s: %v", b, err)
 			return
@@ -419,18 +419,19 @@ func (d *echoDevice) leave(t *testing.T) {
 
 // rawClient is a device written by hand, to break the protocol on purpose.
 type rawClient struct {
-	c *websocket.Conn
+	c   *websocket.Conn
+	set *schemas.Set // to decode the tier's frames
 }
 
 // dial opens a raw WebSocket to the tier with the okso.v1 subprotocol
 // unless o says otherwise.
 func (tt *testTier) dial(t *testing.T, o *websocket.DialOptions) *rawClient {
 	t.Helper()
-	return dialURL(t, tt.url, o)
+	return tt.dialURL(t, tt.url, o)
 }
 
 // dialURL is dial for the tier at url.
-func dialURL(t *testing.T, url string, o *websocket.DialOptions) *rawClient {
+func (tt *testTier) dialURL(t *testing.T, url string, o *websocket.DialOptions) *rawClient {
 	t.Helper()
 	if o == nil {
 		o = &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}}
@@ -446,7 +447,7 @@ func dialURL(t *testing.T, url string, o *websocket.DialOptions) *rawClient {
 	}
 	c.SetReadLimit(1 << 20)
 	t.Cleanup(func() { _ = c.CloseNow() })
-	return &rawClient{c: c}
+	return &rawClient{c: c, set: tt.set}
 }
 
 func (rc *rawClient) sendRaw(t *testing.T, typ websocket.MessageType, b []byte) {
@@ -480,7 +481,7 @@ func (rc *rawClient) recv(t *testing.T, want string, v any) wire.Envelope {
 	if typ != websocket.MessageText {
 		t.Fatalf("read %s: got a binary frame", want)
 	}
-	e, err := wire.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(rc.set, b)
 	if err != nil {
 		t.Fatalf("read %s: %v in %s", want, err, b)
 	}
@@ -512,7 +513,7 @@ func (rc *rawClient) waitClose(t *testing.T) (websocket.StatusCode, []wire.Error
 			}
 			return code, frames
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(rc.set, b)
 		if err != nil || e.Type != wire.TypeError {
 			t.Fatalf("got frame %s, want an error frame or a close", b)
 		}

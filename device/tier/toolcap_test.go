@@ -46,7 +46,7 @@ func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []bus
 			}
 			return err.Error()
 		}
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(rc.set, b)
 		if err != nil {
 			return err.Error()
 		}
@@ -64,7 +64,7 @@ func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []bus
 // tier at url and returns the client and how its announce ended.
 func (tt *testTier) connectTools(t *testing.T, url, node, ten string, tools int) (*rawClient, string) {
 	t.Helper()
-	rc := dialURL(t, url, nil)
+	rc := tt.dialURL(t, url, nil)
 	rc.authenticate(t, tt.tokenOf(t, node, ten))
 	return rc, announceOutcome(t.Context(), rc, node, echoCaps(tools))
 }

@@ -12,9 +12,10 @@ var ackFrame = []byte(`{"type":"cmd_ack","msg_id":"01HZXC0000000000000000DEV0","
 
 // BenchmarkDecodeEnvelope: one cmd_ack frame, as the tier reads it.
 func BenchmarkDecodeEnvelope(b *testing.B) {
+	set := loadSchemas(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		e, err := wire.DecodeEnvelope(ackFrame)
+		e, err := wire.DecodeEnvelope(set, ackFrame)
 		if err != nil {
 			b.Fatal(err)
 		}

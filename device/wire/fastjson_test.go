@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"testing"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 // fastSeeds are the hot frames in their canonical form and near misses.
@@ -44,17 +48,25 @@ var fastSeeds = []string{
 	`{}`, ` {} `, `{`, ``, `[]`, `{"a"}`, `{"type":"cmd",}`,
 }
 
-// FuzzFastDecode: whatever the one-pass readers accept, the strict
-// decoder accepts too and decodes to the same value.
+// FuzzFastDecode: whatever the one-pass readers accept, the general path
+// accepts too and decodes to the same value: the envelope schema and
+// encoding/json for an envelope, the strict decoder for a payload.
 func FuzzFastDecode(f *testing.F) {
 	for _, s := range fastSeeds {
 		f.Add([]byte(s))
 	}
+	set, err := schemas.Load()
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if e, ok := fastEnvelope(b); ok {
 			var want Envelope
-			if err := strictUnmarshal(b, &want); err != nil || !reflect.DeepEqual(e, want) {
-				t.Fatalf("envelope %q: fast %+v, strict %+v (%v)", b, e, want, err)
+			if err := set.ValidateJSON(schemas.Envelope, b); err != nil {
+				t.Fatalf("envelope %q: fast %+v, refused by the schema: %v", b, e, err)
+			}
+			if err := json.Unmarshal(b, &want); err != nil || !reflect.DeepEqual(e, want) {
+				t.Fatalf("envelope %q: fast %+v, encoding/json %+v (%v)", b, e, want, err)
 			}
 		}
 		var c, wantC Cmd
@@ -70,6 +82,133 @@ func FuzzFastDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzPlainObject: an object plainObject accepts is one the schemas'
+// decoder reads (valid JSON, no key written twice at any depth), and its
+// member intKey, when present, is an integer of at least 1.
+func FuzzPlainObject(f *testing.F) {
+	for _, s := range []string{
+		`{}`, ` {}`, `{"a":1}`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`, `{"a":[{"b":1},{"b":2}]}`, `{"a":"\u0061","\u0061":1}`,
+		`{"k":1}`, `{"k":0}`, `{"k":01}`, `{"k":1.0}`, `{"k":1e3}`, `{"k":-1}`, `{"k":"1"}`, `{"k":1234567890123456789}`,
+		`{"x":{"k":"a"}}`, `{"a":"\ud800","b":"\x","c":"é\n","d":-0.5E+3,"e":[true,false,null]}`,
+		`{"a":1}x`, `{"a":1}}`, `{"a":tru}`, `{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":[1,]}`, `{"a":1,}`,
+		`{"a` + "\x7f" + `":1}`, `{"a":"` + "\x01" + `"}`, `{"é":1}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, withKey bool) {
+		intKey := ""
+		if withKey {
+			intKey = "k"
+		}
+		if !plainObject(b, intKey) {
+			return
+		}
+		v, err := schemas.Decode(b)
+		if err != nil {
+			t.Fatalf("plainObject accepts %q, which the schemas' decoder refuses: %v", b, err)
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("plainObject accepts %q, which is no object", b)
+		}
+		if k, ok := m[intKey]; ok && intKey != "" {
+			n, isNum := k.(json.Number)
+			i, err := strconv.ParseInt(string(n), 10, 64)
+			if !isNum || err != nil || i < 1 {
+				t.Fatalf("plainObject accepts %q, whose %s is not an integer of at least 1", b, intKey)
+			}
+		}
+	})
+}
+
+// TestFastPathKnowsTheSchema: the one-pass envelope reader knows every
+// keyword of the envelope schema it stands in for: its four members and
+// which are required, the closed set of types, the ULID pattern, and the
+// payload members constrained per type. A change to the schema fails here
+// until the reader follows it.
+func TestFastPathKnowsTheSchema(t *testing.T) {
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := set.Raw(schemas.Envelope)
+	v, err := schemas.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := v.(map[string]any)
+	// keysOf returns m's keywords, annotations left out.
+	keysOf := func(v any) []string {
+		m, _ := v.(map[string]any)
+		var ks []string
+		for k := range m {
+			if k != "$schema" && k != "$id" && k != "title" && k != "description" && k != "$comment" {
+				ks = append(ks, k)
+			}
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	at := func(v any, path ...string) any {
+		for _, p := range path {
+			m, _ := v.(map[string]any)
+			v = m[p]
+		}
+		return v
+	}
+	want := func(what string, got, want any) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %v, the fast path knows %v", what, got, want)
+		}
+	}
+	want("the envelope's keywords", keysOf(doc), []string{"additionalProperties", "allOf", "properties", "required", "type"})
+	want("type", doc["type"], "object")
+	want("additionalProperties", doc["additionalProperties"], false)
+	want("required", doc["required"], []any{"type", "msg_id", "payload"})
+	want("properties", keysOf(doc["properties"]), []string{"in_reply_to", "msg_id", "payload", "type"})
+	want("type's keywords", keysOf(at(doc, "properties", "type")), []string{"enum"})
+	var types []string
+	for _, typ := range at(doc, "properties", "type", "enum").([]any) {
+		types = append(types, typ.(string))
+	}
+	slices.Sort(types)
+	known := []string{TypeHello, TypeAuth, TypeAuthOK, TypeAnnounce, TypeAnnounceOK, TypeCmd, TypeCmdAck,
+		TypeStream, TypeCancel, TypeError}
+	slices.Sort(known)
+	want("the types", types, known)
+	for _, typ := range types {
+		if got, ok := knownType([]byte(`"` + typ + `"`)); !ok || got != typ {
+			t.Errorf("type %q is unknown to the fast path", typ)
+		}
+	}
+	for _, id := range []string{"msg_id", "in_reply_to"} {
+		want(id, at(doc, "properties", id), map[string]any{"type": "string", "pattern": ulidPattern})
+	}
+	want("payload", at(doc, "properties", "payload"), map[string]any{"type": "object"})
+	rules := map[string]string{}
+	for _, a := range doc["allOf"].([]any) {
+		want("an allOf entry's keywords", keysOf(a), []string{"if", "then"})
+		want("an if's keywords", keysOf(at(a, "if")), []string{"properties"})
+		want("an if's properties", keysOf(at(a, "if", "properties")), []string{"type"})
+		want("an if's type", keysOf(at(a, "if", "properties", "type")), []string{"const"})
+		want("a then's keywords", keysOf(at(a, "then")), []string{"properties"})
+		want("a then's properties", keysOf(at(a, "then", "properties")), []string{"payload"})
+		want("a then's payload", keysOf(at(a, "then", "properties", "payload")), []string{"properties"})
+		typ, _ := at(a, "if", "properties", "type", "const").(string)
+		members := at(a, "then", "properties", "payload", "properties").(map[string]any)
+		want(typ+": constrained payload members", len(members), 1)
+		for k, rule := range members {
+			want(typ+"'s payload member "+k, rule, map[string]any{"type": "integer", "minimum": json.Number("1")})
+			rules[typ] = k
+		}
+	}
+	for _, typ := range types {
+		want(typ+": the payload member that must be a positive integer", payloadInt(typ), rules[typ])
+	}
 }
 
 // FuzzAppendEnvelope: a frame written by hand is byte for byte the one
@@ -114,11 +253,44 @@ func TestFastDecodeCovers(t *testing.T) {
 	if !ok || !fastCmdAck(e.Payload, &a) || !a.OK || e.InReplyTo != "01HZXC0000000000000000SRV0" {
 		t.Fatalf("cmd_ack frame not read in one pass: %+v %+v", e, a)
 	}
+	// Every frame either end writes in the course of a session, as Encode
+	// writes it, takes the one-pass reader.
+	node := "01hzx9k3m4p7q8r9s0t1v2w3xy"
+	for _, f := range []struct {
+		typ     string
+		payload any
+	}{
+		{TypeHello, Hello{Proto: Subprotocol, AuthDeadlineMs: DefaultAuthTimeoutMs, MaxFrameBytes: DefaultMaxFrameBytes}},
+		{TypeAuth, Auth{Token: "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ4In0.c2ln"}},
+		{TypeAuthOK, AuthOK{NodeID: node, Tenant: "acme", SessionID: NewMsgID(), ServerTimeMs: 1745236800000}},
+		{TypeAnnounce, map[string]any{"node_id": node, "agent": map[string]string{"name": "okso-mock", "version": "1.0.0"},
+			"features": []string{FeatureDeadlineAt}, "capabilities": []map[string]any{{"cap_id": "echo", "kind": "system.echo",
+				"schema_ref": "mcp://schemas/system.echo.invoke.input@1.0.0", "verbs": []string{"invoke"},
+				"safety_class": "read_only", "constraints": map[string]any{"rate_limit_rps": 10, "max_concurrency": 4}}}}},
+		{TypeAnnounceOK, AnnounceOK{Tools: []string{"sysecho." + node + ".echo.invoke"}}},
+		{TypeCmd, Cmd{Tool: "sys." + node + ".metrics.subscribe", Arguments: json.RawMessage(`{"interval_ms":1000}`)}},
+		{TypeStream, StreamFrame{Event: "metric", Data: json.RawMessage(`{"ts_ms":1745236800000,"node_id":"` + node +
+			`","cpu_pct":12.5,"mem_bytes":1,"mem_total_bytes":2,"disk_pct":3,"load_1m":0.1,"load_5m":0.2,"load_15m":0.3}`)}},
+		{TypeCancel, Cancel{}},
+		{TypeCmdAck, CmdAck{Error: &AckError{Code: "E_DEADLINE_EXCEEDED"}}},
+		{TypeError, ErrorFrame{Code: "E_BAD_REQUEST", Message: "malformed envelope"}},
+	} {
+		b, err := Encode(f.typ, NewMsgID(), f.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := fastEnvelope(b); !ok {
+			t.Errorf("%s frame not read in one pass: %s", f.typ, b)
+		}
+	}
 }
+
+// ulidPattern is the envelope schema's pattern of msg_id and in_reply_to.
+const ulidPattern = `^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$`
 
 // FuzzValidMsgID: the hand check agrees with the ULID pattern.
 func FuzzValidMsgID(f *testing.F) {
-	re := regexp.MustCompile(`^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$`)
+	re := regexp.MustCompile(ulidPattern)
 	for _, s := range []string{"01HZXC0000000000000000SRV0", "01hzxc0000000000000000srv0", "01HZXC0000000000000000SRVI",
 		"01HZXC0000000000000000SRV", "01HZXC0000000000000000SRV0@", "01HZXC0000000000000000SR[0", "01HZXC0000000000000000SR\x100"} {
 		f.Add(s)

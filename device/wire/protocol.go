@@ -11,7 +11,7 @@
 //
 //	b, err := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
 //	...
-//	e, err := wire.DecodeEnvelope(frame)
+//	e, err := wire.DecodeEnvelope(set, frame) // set: the loaded schemas
 //	if err == nil && e.Type == wire.TypeCmd {
 //		var cmd wire.Cmd
 //		err = wire.DecodePayload(e, &cmd)
@@ -28,6 +28,8 @@ import (
 	"strings"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 // Subprotocol is the WebSocket subprotocol of the device protocol.
@@ -169,36 +171,32 @@ func NewNodeID() string { return strings.ToLower(ulid.Make().String()) }
 // ErrMalformed is wrapped by every decoding failure.
 var ErrMalformed = errors.New("malformed envelope")
 
-func knownType(t string) bool {
-	switch t {
-	case TypeHello, TypeAuth, TypeAuthOK, TypeAnnounce, TypeAnnounceOK,
-		TypeCmd, TypeCmdAck, TypeStream, TypeCancel, TypeError:
-		return true
+// DecodeEnvelope decodes one frame as its contract, the envelope schema
+// (schemas.Envelope in set), reads it: it accepts a frame exactly when
+// set.ValidateJSON(schemas.Envelope, b) does. A key in another case
+// ("TYPE", "Payload") or written twice, at any depth, an unknown type, a
+// msg_id or in_reply_to that is not a ULID, a payload that is not an
+// object or whose fields the schema constrains per type are out of bounds,
+// or trailing data: each is an error wrapping [ErrMalformed]. Such frames
+// are how a peer would smuggle a meaning past a check that reads the
+// frame differently; both ends refuse them.
+//
+// Frames in the canonical form Encode writes take a one-pass reader
+// derived from the schema (FuzzDecodeEnvelope proves the two agree);
+// others are validated by the schema itself. The payload may share b's
+// memory.
+func DecodeEnvelope(set *schemas.Set, b []byte) (Envelope, error) {
+	if e, ok := fastEnvelope(b); ok {
+		return e, nil
 	}
-	return false
-}
-
-// DecodeEnvelope decodes one frame strictly: unknown fields, an unknown
-// type, a missing or malformed msg_id or in_reply_to, a payload that is not
-// an object, or trailing data are all errors wrapping [ErrMalformed]. The
-// payload may share b's memory.
-func DecodeEnvelope(b []byte) (Envelope, error) {
-	e, ok := fastEnvelope(b)
-	if !ok {
-		e = Envelope{}
-		if err := strictUnmarshal(b, &e); err != nil {
-			return Envelope{}, err
-		}
+	if err := set.ValidateJSON(schemas.Envelope, b); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	switch {
-	case !knownType(e.Type):
-		return Envelope{}, fmt.Errorf("%w: unknown type", ErrMalformed)
-	case !validMsgID(e.MsgID):
-		return Envelope{}, fmt.Errorf("%w: msg_id is not a ULID", ErrMalformed)
-	case e.InReplyTo != "" && !validMsgID(e.InReplyTo):
-		return Envelope{}, fmt.Errorf("%w: in_reply_to is not a ULID", ErrMalformed)
-	case len(e.Payload) == 0 || e.Payload[0] != '{':
-		return Envelope{}, fmt.Errorf("%w: payload is not an object", ErrMalformed)
+	// Valid, so every key is one of the four, exactly, and written once:
+	// encoding/json's case-insensitive matching finds nothing to merge.
+	var e Envelope
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return e, nil
 }

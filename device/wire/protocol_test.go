@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 const (
@@ -14,7 +18,22 @@ const (
 	id2 = "01jz3k9v7q8r2s4t6w8x0y2z4b"
 )
 
+// loadSchemas returns the embedded schemas, which DecodeEnvelope checks
+// frames against.
+func loadSchemas(t testing.TB) *schemas.Set {
+	t.Helper()
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// TestDecodeEnvelope: the frames the envelope schema accepts are decoded,
+// and every other one is refused, the smuggling shapes among them (a key
+// in another case, a key written twice).
 func TestDecodeEnvelope(t *testing.T) {
+	set := loadSchemas(t)
 	tests := []struct {
 		name string
 		in   string
@@ -41,10 +60,36 @@ func TestDecodeEnvelope(t *testing.T) {
 		{"not an object", `[]`, false},
 		{"truncated", `{"type":"cmd","msg_id":"` + id1 + `","payload":{`, false},
 		{"empty", ``, false},
+		{"type in upper case", `{"TYPE":"cmd","msg_id":"` + id1 + `","payload":{}}`, false},
+		{"type twice, once in upper case", `{"TYPE":"cmd_ack","type":"cmd","msg_id":"` + id1 + `","payload":{}}`, false},
+		{"type in mixed case", `{"tYpe":"cmd","msg_id":"` + id1 + `","payload":{}}`, false},
+		{"payload in title case", `{"type":"cmd","msg_id":"` + id1 + `","Payload":{}}`, false},
+		{"payload twice, once in title case", `{"type":"cmd","msg_id":"` + id1 + `","payload":{},"Payload":{"tool":"x"}}`, false},
+		{"type twice", `{"type":"cmd","type":"cmd_ack","msg_id":"` + id1 + `","payload":{}}`, false},
+		{"type twice, the same", `{"type":"cmd","type":"cmd","msg_id":"` + id1 + `","payload":{}}`, false},
+		{"type twice, escaped", `{"type":"cmd","t\u0079pe":"cmd_ack","msg_id":"` + id1 + `","payload":{}}`, false},
+		{"msg_id twice", `{"type":"cmd","msg_id":"` + id1 + `","msg_id":"` + id2 + `","payload":{}}`, false},
+		{"payload key twice", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"tool":"a","tool":"b"}}`, false},
+		{"nested key twice", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"arguments":{"a":[{"b":1,"b":2}]}}}`, false},
+		{"nested key twice, escaped", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"a":{"k":1,"\u006b":2}}}`, false},
+		{"empty in_reply_to", `{"type":"cmd_ack","msg_id":"` + id1 + `","in_reply_to":"","payload":{}}`, false},
+		{"null in_reply_to", `{"type":"cmd_ack","msg_id":"` + id1 + `","in_reply_to":null,"payload":{}}`, false},
+		{"cmd deadline_at_ms 0", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"deadline_at_ms":0}}`, false},
+		{"cmd deadline_at_ms a fraction", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"deadline_at_ms":1.5}}`, false},
+		{"cmd deadline_at_ms a string", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"deadline_at_ms":"1"}}`, false},
+		{"auth_ok server_time_ms negative", `{"type":"auth_ok","msg_id":"` + id1 + `","payload":{"server_time_ms":-1}}`, false},
+		{"cmd deadline_at_ms", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"deadline_at_ms":1745236802000}}`, true},
+		{"cmd deadline_at_ms 1e3, an integer", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"deadline_at_ms":1e3}}`, true},
+		{"cmd_ack deadline_at_ms a string: not cmd's rule", `{"type":"cmd_ack","msg_id":"` + id1 + `","payload":{"deadline_at_ms":"1"}}`, true},
+		{"escaped type", `{"type":"c\u006dd","msg_id":"` + id1 + `","payload":{}}`, true},
+		{"keys in another case in the payload", `{"type":"cmd","msg_id":"` + id1 + `","payload":{"a":1,"A":2}}`, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e, err := wire.DecodeEnvelope([]byte(tc.in))
+			e, err := wire.DecodeEnvelope(set, []byte(tc.in))
+			if verr := set.ValidateJSON(schemas.Envelope, []byte(tc.in)); (verr == nil) != tc.ok {
+				t.Fatalf("the envelope schema says %v: the case is wrong", verr)
+			}
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("DecodeEnvelope: %v", err)
@@ -65,11 +110,12 @@ func TestDecodeEnvelope(t *testing.T) {
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
+	set := loadSchemas(t)
 	b, err := wire.Encode(wire.TypeCmd, id2, wire.Cmd{Tool: "t", Arguments: json.RawMessage(`{"a":1}`), DeadlineMs: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := wire.DecodeEnvelope(b)
+	e, err := wire.DecodeEnvelope(set, b)
 	if err != nil {
 		t.Fatalf("DecodeEnvelope(Encode(…)): %v", err)
 	}
@@ -82,7 +128,25 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 }
 
+// FuzzDecodeEnvelope: DecodeEnvelope accepts a frame exactly when the
+// envelope schema does, decodes it as encoding/json reads a valid frame,
+// and whatever it accepts re-encodes to a frame accepted again with the
+// same meaning. The seeds are the schema's golden frames and the corpus
+// in testdata/fuzz/FuzzDecodeEnvelope, smuggling shapes among them.
 func FuzzDecodeEnvelope(f *testing.F) {
+	for _, kind := range []string{"valid", "invalid"} {
+		files, err := filepath.Glob(filepath.Join("..", "..", "schemas", "testdata", kind, "envelope@1.0.0", "*.json"))
+		if err != nil || len(files) == 0 {
+			f.Fatalf("no golden %s envelopes (%v)", kind, err)
+		}
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b)
+		}
+	}
 	for _, s := range []string{
 		`{"type":"cmd","msg_id":"` + id1 + `","payload":{"tool":"x","arguments":{}}}`,
 		`{"type":"cmd_ack","msg_id":"` + id1 + `","in_reply_to":"` + id2 + `","payload":{"ok":true,"result":{"a":[1,2]}}}`,
@@ -91,18 +155,33 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		`{"type":"bogus","msg_id":"` + id1 + `","payload":{}}`,
 		`{"type":"cmd","msg_id":"` + id1 + `","payload":[]}`,
 		`{"type":"cmd","msg_id":"` + id1 + `","payload":{}}{}`,
+		`{"type":"cmd","type":"cmd","msg_id":"` + id1 + `","payload":{}}`,
+		`{"Type":"cmd","msg_id":"` + id1 + `","payload":{}}`,
+		`{"type":"cmd","msg_id":"` + id1 + `","in_reply_to":"","payload":{}}`,
+		`{"type":"cmd","msg_id":"` + id1 + `","payload":{"deadline_at_ms":1.0,"x":{"y":[true,null,-0.5e-3,"\ud800"]}}}`,
+		`{"type":"auth_ok","msg_id":"` + id1 + `","payload":{"server_time_ms":99999999999999999999}}`,
+		`{"type":"stream","msg_id":"` + id1 + `","in_reply_to":"` + id2 + `","payload":{"event":"metric","data":{"a":1,"b":{"a":2}}}}`,
 		`{}`,
 		``,
 	} {
 		f.Add([]byte(s))
 	}
+	set := loadSchemas(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := wire.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(set, b)
+		verr := set.ValidateJSON(schemas.Envelope, b)
+		if (err == nil) != (verr == nil) {
+			t.Fatalf("DecodeEnvelope: %v; the envelope schema: %v\n%q", err, verr, b)
+		}
 		if err != nil {
 			if !errors.Is(err, wire.ErrMalformed) {
 				t.Fatalf("error %v does not wrap ErrMalformed", err)
 			}
 			return
+		}
+		var want wire.Envelope
+		if err := json.Unmarshal(b, &want); err != nil || !reflect.DeepEqual(e, want) {
+			t.Fatalf("DecodeEnvelope %+v, encoding/json %+v (%v)\n%q", e, want, err, b)
 		}
 		// Whatever is accepted re-encodes to a frame that is accepted again
 		// with the same meaning.
@@ -110,7 +189,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode %+v: %v", e, err)
 		}
-		e2, err := wire.DecodeEnvelope(b2)
+		e2, err := wire.DecodeEnvelope(set, b2)
 		if err != nil {
 			t.Fatalf("decode re-encoded %s: %v", b2, err)
 		}
