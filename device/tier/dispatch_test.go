@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
@@ -77,7 +82,7 @@ func TestOfflineWhenCloseBegins(t *testing.T) {
 func TestCallDuringExpiredShutdown(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
-	_, _ = tt.connectRaw(t, node) // never reads again: the session outlives Shutdown
+	_, _ = tt.connectRaw(t, node) // never reads again: its close handshake stalls
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := tt.tier.Shutdown(ctx); err == nil {
@@ -90,4 +95,86 @@ func TestCallDuringExpiredShutdown(t *testing.T) {
 	default:
 		t.Fatalf("call during an expired shutdown: %v; want no responders or E_NODE_OFFLINE", r)
 	}
+}
+
+// TestShutdownWaitsForItsGoroutines: Shutdown returns only once every
+// goroutine running the tier's code has ended (sessions, their closes,
+// the dispatcher and its workers, the tool watch), even when its context
+// ends first: then a device that never reads, whose close handshake would
+// last closeGrace, is dropped, and its session has ended (and audited so)
+// by the time Shutdown returns.
+func TestShutdownWaitsForItsGoroutines(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	if err := tt.tier.Shutdown(t.Context()); err != nil { // only the tier below runs
+		t.Fatal(err)
+	}
+	nc := connect(t, tt.server, "okso-device-tier-b")
+	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: registryTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.set,
+		Verifier: auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice),
+		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(b.Handler())
+	url := "ws" + strings.TrimPrefix(hs.URL, "http") + wire.Path
+
+	silent := wire.NewNodeID()
+	rc := tt.dialURL(t, url, nil)
+	rc.authenticate(t, tt.token(t, silent))
+	rc.announce(t, silent, echoCap("echo", bus.Constraints{DeadlineMsDefault: 100})) // and never reads again
+	d := tt.runEchoAt(t, url)
+	tt.echo(t, d.node)
+	// A call that expires on the silent device: the tier's cancel goes out
+	// from a goroutine of its own.
+	wantCode(t, tt.call(t.Context(), silent, tenant, echoTool(silent), `{"message":"hi"}`), bus.CodeDeadlineExceeded)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown with a cancelled context: %v, want context.Canceled", err)
+	}
+	disconnected := func(node string) func(auditEntry) bool {
+		return func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node }
+	}
+	if gs := tierGoroutines(); len(gs) > 0 {
+		t.Errorf("goroutines of the tier running after Shutdown returned:\n\n%s", strings.Join(gs, "\n\n"))
+	}
+	for _, node := range []string{silent, d.node} {
+		if n := tt.audit.count(disconnected(node)); n != 1 {
+			t.Errorf("node %s: %d disconnect events when Shutdown returned, want its session ended", node, n)
+		}
+	}
+	if err := b.Shutdown(t.Context()); err != nil {
+		t.Errorf("Shutdown again: %v", err)
+	}
+	hs.Close()
+}
+
+// tierGoroutines returns the stacks of the goroutines that run code of
+// package tier or of its worker pool, its tests' left out.
+func tierGoroutines() []string {
+	buf := make([]byte, 64<<10)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "okso/device/tier.") || strings.Contains(g, "okso/device/internal/workers.") {
+			found = append(found, g)
+		}
+	}
+	return found
 }

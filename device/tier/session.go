@@ -118,7 +118,10 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 		streams:     map[string]*tierStream{},
 		streamsByID: map[string]string{},
 	}
-	s.writes = wire.NewWriteGuard(t.o.WriteTimeout, func() { _ = c.CloseNow() })
+	s.writes = wire.NewWriteGuard(t.o.WriteTimeout, func() {
+		// The device stopped reading: its writes fail, and so its session.
+		t.log.Info("device stalled a write: connection dropped", "session", s.id, "err", c.CloseNow())
+	})
 	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
 		s.bearer = f[1]
 	}
@@ -143,7 +146,10 @@ func errorCodeFor(closeCode int) string {
 // close sends an error frame (when code is not a normal close) and closes
 // the socket with code. It is idempotent and may block until the peer
 // answers the close or the close times out, so callers on another
-// session's path run it in a goroutine.
+// session's path run it through [Tier.goFor]. It takes no context: a
+// close must happen whatever became of whoever asked for it, and every
+// step of it is bounded (the error frame by a second, the handshake by
+// closeGrace).
 func (s *session) close(code int, errCode, reason string) {
 	s.closeOnce.Do(func() {
 		close(s.done)
@@ -151,16 +157,20 @@ func (s *session) close(code int, errCode, reason string) {
 		onDone := s.onDone
 		s.mu.Unlock()
 		if onDone != nil {
-			go onDone()
+			s.t.goFor(s, onDone)
 		}
 		if errCode == "" {
 			errCode = errorCodeFor(code)
 		}
 		if errCode != "" {
-			if b, err := wire.Encode(wire.TypeError, "", wire.ErrorFrame{Code: errCode, Message: reason}); err == nil {
+			b, err := wire.Encode(wire.TypeError, "", wire.ErrorFrame{Code: errCode, Message: reason})
+			if err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = s.c.Write(ctx, websocket.MessageText, b)
+				err = s.c.Write(ctx, websocket.MessageText, b)
 				cancel()
+			}
+			if err != nil {
+				s.t.log.Debug("error frame before a close", "session", s.id, "code", errCode, "err", err)
 			}
 		}
 		if code != wire.CloseNormal && code != wire.CloseGoingAway && code != wire.CloseReplaced {
@@ -172,14 +182,24 @@ func (s *session) close(code int, errCode, reason string) {
 		}
 		// Close waits for the peer's close and reads the rest of a frame
 		// left half-read; a peer that stalls must not pin the session.
-		force := time.AfterFunc(closeGrace, func() {
-			if s.raw != nil {
-				_ = s.raw.Close()
-			}
-		})
-		_ = s.c.Close(websocket.StatusCode(code), reason)
+		force := time.AfterFunc(closeGrace, s.drop)
+		if err := s.c.Close(websocket.StatusCode(code), reason); err != nil {
+			s.t.log.Debug("close device connection", "session", s.id, "code", code, "err", err)
+		}
 		force.Stop()
 	})
+}
+
+// drop closes the connection under the WebSocket library, so that a close
+// handshake in progress (which reads the rest of a frame left half-read,
+// with no deadline), a read or a write fails at once.
+func (s *session) drop() {
+	if s.raw == nil {
+		return
+	}
+	if err := s.raw.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		s.t.log.Debug("drop device connection", "session", s.id, "err", err)
+	}
 }
 
 func (s *session) closed() bool {
@@ -255,9 +275,8 @@ func (s *session) run(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	defer s.cleanup()
 
-	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() {
-		s.close(wire.CloseAuthFailed, "", "authentication timeout")
-	})
+	lateClose := func() { s.close(wire.CloseAuthFailed, "", "authentication timeout") }
+	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() { s.t.goFor(s, lateClose) })
 	defer deadline.Stop()
 
 	err := s.write(ctx, wire.TypeHello, "", wire.Hello{
@@ -276,7 +295,11 @@ func (s *session) run(ctx context.Context) {
 		return
 	}
 	if !deadline.Stop() {
-		return // the deadline fired while we verified
+		// The deadline fired while we verified. Its close may not have
+		// begun yet: begin it here, or the session's end would close first,
+		// with 1000.
+		lateClose()
+		return
 	}
 	// Whose node id this is, asked of JetStream, is the tier's time, not
 	// the device's, and must not end in a 4401.
@@ -290,7 +313,7 @@ func (s *session) run(ctx context.Context) {
 		return
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
-	lease := s.announce(ctx, deadline)
+	lease := s.announce(ctx, deadline, lateClose)
 	if lease == nil {
 		return
 	}
@@ -305,7 +328,7 @@ func (s *session) run(ctx context.Context) {
 	s.onDone = release
 	s.mu.Unlock()
 	if s.closed() { // closed before onDone was set: close did not see it
-		go release()
+		s.t.goFor(s, release)
 	}
 	defer release()                         // waits for a release in progress
 	defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
@@ -317,7 +340,7 @@ func (s *session) run(ctx context.Context) {
 		}
 		switch e.Type {
 		case wire.TypeCmdAck:
-			s.onAck(e)
+			s.onAck(ctx, e)
 			// Let the reply go on its way over NATS before this goroutine
 			// reads on: on one P it would otherwise try the socket (a
 			// syscall, then a park) while the reply waits.
@@ -412,9 +435,9 @@ func (s *session) refuseOtherTenant(owner string) {
 }
 
 // announce reads and checks the manifest, takes the node's subject and
-// registry record, and confirms to the tier. It returns the record's
+// registry record, and confirms to the device. It returns the record's
 // lease, or nil when the session must end.
-func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease {
+func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose func()) *bus.Lease {
 	e, err := s.expect(ctx, wire.TypeAnnounce)
 	if err != nil {
 		return nil
@@ -423,7 +446,8 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 	// claim, retried through a JetStream election) is the tier's time, not
 	// the device's, and must not end in a 4401.
 	if !deadline.Stop() {
-		return nil // the deadline fired as the announce came in
+		lateClose() // the deadline fired as the announce came in
+		return nil
 	}
 	// A cheap count first: the schema allows 64 capabilities, and a huge
 	// manifest (under a raised frame limit) should not cost a full check.
@@ -485,7 +509,9 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer) *bus.Lease
 	s.mu.Lock()
 	if s.detached { // replaced while subscribing
 		s.mu.Unlock()
-		_ = sub.Unsubscribe()
+		if err := sub.Unsubscribe(); err != nil {
+			s.t.log.Warn("unsubscribe node subject", "node_id", s.nodeID, "err", err)
+		}
 		return nil
 	}
 	s.sub = sub
@@ -599,6 +625,9 @@ func (k *keeper) stop() *bus.Lease {
 	return lease
 }
 
+// refreshTimeout bounds the JetStream work of one lease refresh.
+const refreshTimeout = 10 * time.Second
+
 func (k *keeper) onRefresh() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -606,7 +635,9 @@ func (k *keeper) onRefresh() {
 	if k.stopped || s.closed() {
 		return
 	}
-	ctx := context.Background()
+	// A timer's callback runs for no caller: its context is its own, bounded.
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	defer cancel()
 	if time.Since(s.boundAt) >= s.t.o.Bindings.RefreshEvery() {
 		owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
 		switch {
@@ -737,7 +768,9 @@ func (s *session) detach() {
 		// Drain, not Unsubscribe: requests already queued on the
 		// subscription still reach onCall, which answers them
 		// E_NODE_OFFLINE instead of leaving the caller to its deadline.
-		_ = sub.Drain()
+		if err := sub.Drain(); err != nil {
+			s.t.log.Warn("drain node subject", "session", s.id, "err", err)
+		}
 	}
 }
 
@@ -765,9 +798,10 @@ func (s *session) cleanup() {
 }
 
 // enqueue queues a call for the session; calls to one node are served in
-// the order NATS delivered them, by one worker at a time. It reports false
-// when the node already has max calls queued.
-func (s *session) enqueue(m *nats.Msg, w *workers.Pool, max int) bool {
+// the order NATS delivered them, by one worker at a time, whose writes to
+// the device take ctx. It reports false when the node already has max
+// calls queued.
+func (s *session) enqueue(ctx context.Context, m *nats.Msg, w *workers.Pool, max int) bool {
 	s.qmu.Lock()
 	if len(s.queue) >= max {
 		s.qmu.Unlock()
@@ -778,13 +812,13 @@ func (s *session) enqueue(m *nats.Msg, w *workers.Pool, max int) bool {
 	s.draining = true
 	s.qmu.Unlock()
 	if start {
-		w.Run(s.drain)
+		w.Run(func() { s.drain(ctx) })
 	}
 	return true
 }
 
 // drain serves the queued calls until none is left.
-func (s *session) drain() {
+func (s *session) drain(ctx context.Context) {
 	for {
 		s.qmu.Lock()
 		if len(s.queue) == 0 {
@@ -796,12 +830,12 @@ func (s *session) drain() {
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
 		s.qmu.Unlock()
-		s.onCall(m)
+		s.onCall(ctx, m)
 	}
 }
 
 // onCall serves one request on the node's subject.
-func (s *session) onCall(m *nats.Msg) {
+func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	// The subject is served, and the record written, just before
 	// announce_ok goes out: a call that comes in between waits for it, so
 	// a device never gets a cmd before its announce_ok.
@@ -858,7 +892,7 @@ func (s *session) onCall(m *nats.Msg) {
 		args = json.RawMessage("{}")
 	}
 	if v, _ := cs.kind.Verb(name.Verb); v.Stream {
-		s.openStream(m, call, cs, args, fail)
+		s.openStream(ctx, m, call, cs, args, fail)
 		return
 	}
 
@@ -900,10 +934,10 @@ func (s *session) onCall(m *nats.Msg) {
 	p := &pendingCall{reply: m.Reply, cap: cs, tool: call.Tool, start: start, requestID: reqID,
 		subject: m.Header.Get(bus.HeaderSubject)}
 	s.pending[cmdID] = p
-	p.timer = time.AfterFunc(deadline, func() { s.expire(cmdID) })
+	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
 	s.mu.Unlock()
 
-	if err := s.writeRaw(context.Background(), frame); err != nil {
+	if err := s.writeRaw(ctx, frame); err != nil {
 		if p := s.take(cmdID); p != nil {
 			s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, bus.CodeNodeOffline)
 		}
@@ -976,19 +1010,21 @@ func (s *session) respond(reply string, data []byte) {
 
 // expire ends a call whose device deadline passed, and tells the device to
 // stop working on it.
-func (s *session) expire(cmdID string) {
+func (s *session) expire(ctx context.Context, cmdID string) {
 	p := s.take(cmdID)
 	if p == nil {
 		return
 	}
 	s.finish(p, bus.ErrorReply(bus.CodeDeadlineExceeded, "device did not answer within its deadline"),
 		bus.DecisionTimeout, bus.CodeDeadlineExceeded)
-	_ = s.write(context.Background(), wire.TypeCancel, cmdID, wire.Cancel{})
+	if err := s.write(ctx, wire.TypeCancel, cmdID, wire.Cancel{}); err != nil {
+		s.t.log.Debug("cancel an expired cmd", "node_id", s.nodeID, "err", err)
+	}
 }
 
 // onAck completes the call a cmd_ack answers; a late or unknown ack is
 // dropped and audited.
-func (s *session) onAck(e wire.Envelope) {
+func (s *session) onAck(ctx context.Context, e wire.Envelope) {
 	if e.InReplyTo == "" {
 		s.close(wire.CloseMalformed, "", "cmd_ack without in_reply_to")
 		return
@@ -1000,11 +1036,10 @@ func (s *session) onAck(e wire.Envelope) {
 	}
 	p := s.take(e.InReplyTo)
 	if p == nil {
-		if st := s.dropStream(e.InReplyTo, false); st != nil {
+		if st := s.dropStream(ctx, e.InReplyTo, false); st != nil {
 			// The device ended a stream on its own: its gateway sees the
 			// device as gone for this stream.
-			_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: st.subject,
-				Header: nats.Header{bus.HeaderStreamEnd: {bus.ReasonDeviceOffline}}})
+			s.endStream(st, bus.ReasonDeviceOffline)
 			return
 		}
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,

@@ -29,7 +29,7 @@ var streamIDRe = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
 // openStream starts a subscription for a request on a streaming verb: it
 // sends the cmd to the device and answers the request at once; frames
 // follow on the stream subject. Called from onCall with s.mu not held.
-func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []byte, fail func(code, msg, decision, tool string)) {
+func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs *capState, args []byte, fail func(code, msg, decision, tool string)) {
 	sid := m.Header.Get(bus.HeaderStreamID)
 	if !streamIDRe.MatchString(sid) {
 		fail(bus.CodeBadRequest, "streaming call without a valid stream id", bus.DecisionInvalid, call.Tool)
@@ -69,8 +69,8 @@ func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []by
 	s.streamsByID[sid] = cmdID
 	s.mu.Unlock()
 
-	if err := s.writeRaw(context.Background(), frame); err != nil {
-		s.dropStream(cmdID, false)
+	if err := s.writeRaw(ctx, frame); err != nil {
+		s.dropStream(ctx, cmdID, false)
 		fail(bus.CodeNodeOffline, "device connection failed", bus.DecisionOffline, call.Tool)
 		return
 	}
@@ -80,8 +80,8 @@ func (s *session) openStream(m *nats.Msg, call bus.Call, cs *capState, args []by
 }
 
 // dropStream forgets a stream; with cancel it also tells the device to stop.
-// It reports whether the stream was still open.
-func (s *session) dropStream(cmdID string, cancel bool) *tierStream {
+// It returns the stream if it was still open.
+func (s *session) dropStream(ctx context.Context, cmdID string, cancel bool) *tierStream {
 	s.mu.Lock()
 	st := s.streams[cmdID]
 	if st != nil {
@@ -91,16 +91,29 @@ func (s *session) dropStream(cmdID string, cancel bool) *tierStream {
 	}
 	s.mu.Unlock()
 	if st != nil && cancel {
-		_ = s.write(context.Background(), wire.TypeCancel, cmdID, wire.Cancel{})
+		if err := s.write(ctx, wire.TypeCancel, cmdID, wire.Cancel{}); err != nil {
+			s.t.log.Debug("cancel a stream", "node_id", s.nodeID, "err", err)
+		}
 	}
 	return st
+}
+
+// endStream tells the gateway of a stream that it ended, and why.
+func (s *session) endStream(st *tierStream, reason string) {
+	err := s.t.o.NC.PublishMsg(&nats.Msg{Subject: st.subject, Header: nats.Header{bus.HeaderStreamEnd: {reason}}})
+	if err != nil {
+		s.t.log.Warn("publish stream end", "node_id", s.nodeID, "err", err)
+	}
 }
 
 // announceTakeover tells every session of this node, on any tier, that
 // this one is the newest.
 func (s *session) announceTakeover() {
-	_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: bus.NodeCancel(s.nodeID),
+	err := s.t.o.NC.PublishMsg(&nats.Msg{Subject: bus.NodeCancel(s.nodeID),
 		Header: nats.Header{bus.HeaderTakeover: {s.id}}})
+	if err != nil {
+		s.t.log.Warn("publish takeover", "node_id", s.nodeID, "err", err)
+	}
 }
 
 // onTakeover handles another session's takeover of this node. Session ids
@@ -110,7 +123,7 @@ func (s *session) onTakeover(other string) {
 	switch {
 	case other > s.id:
 		s.detach()
-		go s.close(wire.CloseReplaced, "", "replaced by a newer session")
+		s.t.goFor(s, func() { s.close(wire.CloseReplaced, "", "replaced by a newer session") })
 	case other < s.id:
 		s.announceTakeover()
 	}
@@ -118,7 +131,7 @@ func (s *session) onTakeover(other string) {
 
 // onCancel stops the stream whose id the gateway published on the node's
 // cancel subject, or handles a takeover.
-func (s *session) onCancel(m *nats.Msg) {
+func (s *session) onCancel(ctx context.Context, m *nats.Msg) {
 	s.mu.Lock()
 	detached := s.detached
 	s.mu.Unlock()
@@ -133,7 +146,7 @@ func (s *session) onCancel(m *nats.Msg) {
 	cmdID := s.streamsByID[string(m.Data)]
 	s.mu.Unlock()
 	if cmdID != "" {
-		s.dropStream(cmdID, true)
+		s.dropStream(ctx, cmdID, true)
 	}
 }
 
@@ -153,17 +166,18 @@ func (t *Tier) onNoListener(m *nats.Msg) {
 	s := t.sessions[nodeID]
 	t.mu.Unlock()
 	if s != nil {
-		go s.stopStream(sid) // it writes to the device
+		// It writes to the device: not on the subscription's goroutine.
+		t.goFor(s, func() { s.stopStream(context.Background(), sid) })
 	}
 }
 
 // stopStream stops the stream with id sid, if this session serves it.
-func (s *session) stopStream(sid string) {
+func (s *session) stopStream(ctx context.Context, sid string) {
 	s.mu.Lock()
 	cmdID := s.streamsByID[sid]
 	s.mu.Unlock()
 	if cmdID != "" {
-		s.dropStream(cmdID, true)
+		s.dropStream(ctx, cmdID, true)
 	}
 }
 
@@ -200,7 +214,7 @@ func (s *session) endStreams(reason string) {
 	}
 	s.mu.Unlock()
 	for _, st := range streams {
-		_ = s.t.o.NC.PublishMsg(&nats.Msg{Subject: st.subject, Header: nats.Header{bus.HeaderStreamEnd: {reason}}})
+		s.endStream(st, reason)
 	}
 }
 

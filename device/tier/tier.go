@@ -113,9 +113,11 @@ type Tier struct {
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
 	all      map[*session]struct{}
-	closing  bool
-	wg       sync.WaitGroup
-	perIP    map[string]*rate.Limiter // connection attempts, by source address
+	closing  bool // Shutdown has begun: no new session
+	// wg counts the goroutine of every session in all, and every goroutine
+	// started on a session's behalf ([Tier.goFor]); Shutdown waits for it.
+	wg    sync.WaitGroup
+	perIP map[string]*rate.Limiter // connection attempts, by source address
 
 	// cancelSub serves the cancel subject of every node: one
 	// subscription (and one goroutine) for the tier rather than one per
@@ -123,20 +125,22 @@ type Tier struct {
 	cancelSub *nats.Subscription
 	// cmds gets the messages of every node's cmd subscription, for the
 	// same reason: [Tier.dispatch] hands each to its session.
-	cmds     chan *nats.Msg
-	stopCmds chan struct{}
+	cmds chan *nats.Msg
 	// inbox prefixes the reply subject of every stream frame: a frame
 	// nobody listens to comes back to inboxSub as "no responders", and
 	// its stream stops.
 	inbox    string
 	inboxSub *nats.Subscription
-	stopOnce sync.Once
 
-	// tools counts each tenant's tools, from a watch of the registry that
-	// bg runs until stopBG; nil without a cap.
-	tools  *toolCounts
-	stopBG context.CancelFunc
-	bg     sync.WaitGroup
+	// tools counts each tenant's tools, from a watch of the registry;
+	// nil without a cap.
+	tools *toolCounts
+	// bg counts the tier's own goroutines (the dispatcher, the tool
+	// watch), which run until stopBG or the NATS connection's close.
+	bg       sync.WaitGroup
+	stopBG   context.CancelFunc
+	stopOnce sync.Once
+	stopErr  error // of the subscriptions' end, for the first Shutdown
 }
 
 // cmdQueue is the capacity of the tier's call channel. NATS drops a
@@ -191,7 +195,7 @@ func New(o Options) (*Tier, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), stopCmds: make(chan struct{})}
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue)}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
@@ -199,36 +203,71 @@ func New(o Options) (*Tier, error) {
 	t.cancelSub = sub
 	t.inbox = nats.NewInbox()
 	if t.inboxSub, err = o.NC.Subscribe(t.inbox+".*.*", t.onNoListener); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("device tier: subscribe to its stream inbox: %w", err)
+		return nil, errors.Join(fmt.Errorf("device tier: subscribe to its stream inbox: %w", err), sub.Unsubscribe())
 	}
-	go t.dispatch(o.NC.StatusChanged(nats.CLOSED))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.stopBG = cancel
 	if o.MaxToolsPerTenant > 0 {
 		t.tools = newToolCounts()
+	}
+	// The tier's own goroutines run until Shutdown, or until the NATS
+	// connection closes if Shutdown never comes; Shutdown waits for them.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.stopBG = cancel
+	closed := o.NC.StatusChanged(nats.CLOSED)
+	t.bg.Go(func() {
+		defer o.NC.RemoveStatusListener(closed)
+		select {
+		case <-closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	t.bg.Go(func() { t.dispatch(ctx) })
+	if t.tools != nil {
 		t.bg.Go(func() { t.watchTools(ctx) })
-		// Like dispatch, the watch ends with the connection if Shutdown
-		// never comes.
-		closed := o.NC.StatusChanged(nats.CLOSED)
-		t.bg.Go(func() {
-			defer o.NC.RemoveStatusListener(closed)
-			select {
-			case <-closed:
-				cancel()
-			case <-ctx.Done():
-			}
-		})
 	}
 	return t, nil
 }
 
+// goFor runs f on a goroutine of its own on behalf of s, which Shutdown
+// waits for as it waits for s's own; once s has ended, f does not run,
+// for there is nothing left for it to do. f may block on the device (a
+// close handshake, a write): it runs for no caller, so it gets no
+// caller's context, and its writes are bounded by the session's write
+// guard.
+func (t *Tier) goFor(s *session, f func()) {
+	t.mu.Lock()
+	_, live := t.all[s]
+	if live {
+		// s's goroutine still counts, so wg is not at zero: this Add may
+		// come while Shutdown waits.
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	if live {
+		go func() {
+			defer t.wg.Done()
+			f()
+		}()
+	}
+}
+
+// reply answers a call on its reply subject, if it has one.
+func (t *Tier) reply(m *nats.Msg, data []byte) {
+	if m.Reply == "" {
+		return
+	}
+	if err := t.o.NC.Publish(m.Reply, data); err != nil {
+		t.log.Warn("publish reply", "subject", m.Subject, "err", err)
+	}
+}
+
 // dispatch queues each call on its node's session, whose calls a worker
-// serves in order, until the tier shuts down or its NATS connection
-// closes. A call for a node with no session here (it left while the call
-// was queued) is answered E_NODE_OFFLINE; one beyond MaxPendingPerNode
-// queued calls, E_RATE_LIMITED.
-func (t *Tier) dispatch(closed <-chan nats.Status) {
+// serves in order, until ctx ends (the tier shut down, or its NATS
+// connection closed); it returns once its workers have. A call for a node
+// with no session here (it left while the call was queued) is answered
+// E_NODE_OFFLINE; one beyond MaxPendingPerNode queued calls,
+// E_RATE_LIMITED. The workers' writes to devices take ctx.
+func (t *Tier) dispatch(ctx context.Context) {
 	w := workers.New(64)
 	defer w.Close()
 	for {
@@ -239,29 +278,21 @@ func (t *Tier) dispatch(closed <-chan nats.Status) {
 			s := t.sessions[id]
 			t.mu.Unlock()
 			if s == nil {
-				if m.Reply != "" {
-					_ = t.o.NC.Publish(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
-				}
+				t.reply(m, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
 				continue
 			}
-			if !s.enqueue(m, w, t.o.MaxPendingPerNode) {
-				if m.Reply != "" {
-					_ = t.o.NC.Publish(m.Reply, bus.ErrorReply(bus.CodeRateLimited, "too many calls queued for this node"))
-				}
+			if !s.enqueue(ctx, m, w, t.o.MaxPendingPerNode) {
+				t.reply(m, bus.ErrorReply(bus.CodeRateLimited, "too many calls queued for this node"))
 				t.audit(bus.AuditEvent{Tenant: m.Header.Get(bus.HeaderTenant), Subject: m.Header.Get(bus.HeaderSubject),
 					NodeID: id, Decision: bus.DecisionRateLimit, Code: bus.CodeRateLimited,
 					RequestID: m.Header.Get(bus.HeaderRequestID)})
 			}
-		case <-closed:
-			return
-		case <-t.stopCmds:
+		case <-ctx.Done():
 			// Calls still queued find no session any more.
 			for {
 				select {
 				case m := <-t.cmds:
-					if m.Reply != "" {
-						_ = t.o.NC.Publish(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "device tier shut down"))
-					}
+					t.reply(m, bus.ErrorReply(bus.CodeNodeOffline, "device tier shut down"))
 				default:
 					return
 				}
@@ -283,7 +314,8 @@ func (t *Tier) onCancel(m *nats.Msg) {
 	s := t.sessions[id]
 	t.mu.Unlock()
 	if s != nil {
-		go s.onCancel(m) // it may write to a slow device: not on the tier's one goroutine
+		// It may write to a slow device: not on the subscription's goroutine.
+		t.goFor(s, func() { s.onCancel(context.Background(), m) })
 	}
 }
 
@@ -331,7 +363,7 @@ func (t *Tier) Revoke(jti string) {
 		s.mu.Unlock()
 		t.audit(e)
 		s.detach()
-		go s.close(wire.CloseAuthFailed, "", "token revoked")
+		t.goFor(s, func() { s.close(wire.CloseAuthFailed, "", "token revoked") })
 	}
 }
 
@@ -343,7 +375,13 @@ func (t *Tier) Sessions() int {
 }
 
 // Shutdown closes every session with 1001 (devices reconnect elsewhere),
-// refuses new ones, and waits for the sessions to end or ctx to expire.
+// refuses new ones, and returns once every goroutine of the tier has
+// ended: the sessions, their closes, the call dispatcher and the tool
+// watch. If ctx ends first, the devices still connected are dropped
+// without waiting for their close handshake, and Shutdown returns ctx's
+// error once their sessions have ended (at once, unless NATS is
+// unreachable: then within its own timeouts). It may be called more than
+// once; the tier cannot be used after it.
 func (t *Tier) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
 	t.closing = true
@@ -356,31 +394,37 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 		// Stop serving the node now: a call that comes in while the
 		// session closes gets no responders, not a queue nobody reads.
 		s.detach()
-		go s.close(wire.CloseGoingAway, "", "tier shutting down")
+		t.goFor(s, func() { s.close(wire.CloseGoingAway, "", "tier shutting down") })
+	}
+	sessionsDone := make(chan struct{})
+	go func() { // waited for below, on every path
+		t.wg.Wait()
+		close(sessionsDone)
+	}()
+	var err error
+	select {
+	case <-sessionsDone:
+	case <-ctx.Done():
+		err = fmt.Errorf("device tier shutdown: %w", ctx.Err())
+		t.mu.Lock()
+		for s := range t.all {
+			s.drop()
+		}
+		t.mu.Unlock()
+		<-sessionsDone
 	}
 	// The tier's own subscriptions and its dispatcher stay until the last
-	// session has ended, even when ctx gives up first: a call still in
-	// flight to a closing session is answered, not left to its deadline.
-	done := make(chan struct{})
-	go func() {
-		t.wg.Wait()
-		if t.cancelSub != nil {
-			_ = t.cancelSub.Unsubscribe()
-		}
-		if t.inboxSub != nil {
-			_ = t.inboxSub.Unsubscribe()
-		}
-		t.stopOnce.Do(func() { close(t.stopCmds) })
+	// session has ended: a call still in flight to a closing session is
+	// answered, not left to its deadline.
+	t.stopOnce.Do(func() {
+		t.stopErr = errors.Join(t.cancelSub.Unsubscribe(), t.inboxSub.Unsubscribe())
 		t.stopBG()
-		t.bg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("device tier shutdown: %w", ctx.Err())
+	})
+	t.bg.Wait()
+	if t.stopErr != nil {
+		err = errors.Join(err, fmt.Errorf("device tier shutdown: %w", t.stopErr))
 	}
+	return err
 }
 
 func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
@@ -493,7 +537,7 @@ func (t *Tier) attach(s *session) bool {
 	t.mu.Unlock()
 	if old != nil {
 		old.detach()
-		go old.close(wire.CloseReplaced, "", "replaced by a newer session")
+		t.goFor(old, func() { old.close(wire.CloseReplaced, "", "replaced by a newer session") })
 	}
 	return true
 }
