@@ -291,7 +291,11 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	cn := &conn{d: d, c: c, writes: wire.NewWriteGuard(writeTimeout, func() { _ = c.CloseNow() })}
+	cn := &conn{d: d, c: c, writes: wire.NewWriteGuard(writeTimeout, func() {
+		// The tier stopped reading: the writes fail, the session ends, and
+		// Run reconnects.
+		d.log.Info("the device tier stalled a write: connection dropped", "url", url, "err", c.CloseNow())
+	})}
 
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -377,10 +381,20 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	// Each cmd runs on a worker; one stays warm between calls.
 	w := workers.New(1)
 	defer w.Close()
+	// When ctx ends, the connection closes normally, which ends the read
+	// below; the close is waited for if it has begun.
+	closing := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		_ = c.c.Close(websocket.StatusNormalClosure, "device shutting down")
+		defer close(closing)
+		if err := c.c.Close(websocket.StatusNormalClosure, "device shutting down"); err != nil {
+			c.d.log.Debug("close the connection to the device tier", "err", err)
+		}
 	})
-	defer stop()
+	defer func() {
+		if !stop() {
+			<-closing
+		}
+	}()
 	pingDone := make(chan struct{})
 	defer close(pingDone)
 	wg.Go(func() {
@@ -395,14 +409,18 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 				err := c.c.Ping(pctx)
 				cancel()
 				if err != nil {
-					_ = c.c.CloseNow() // the read below fails; Run reconnects
+					// The read below fails; Run reconnects.
+					c.d.log.Debug("the device tier missed a ping: connection dropped", "err", err, "close", c.c.CloseNow())
 					return
 				}
 			}
 		}
 	})
+	// The read takes ctx without its end: a read whose context ends drops
+	// the connection without a close; ctx's end closes it properly above.
+	rctx := context.WithoutCancel(ctx)
 	for {
-		e, err := c.recv(context.Background(), "")
+		e, err := c.recv(rctx, "")
 		if err == nil {
 			switch e.Type {
 			case wire.TypeCmd:
@@ -446,7 +464,9 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 
 func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*tool) {
 	ack := func(a wire.CmdAck) {
-		if err := c.send(context.Background(), wire.TypeCmdAck, e.MsgID, a); err != nil {
+		// Not ctx itself, which a cancel may end mid-write: the WebSocket
+		// library would drop the whole connection.
+		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, e.MsgID, a); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
@@ -543,7 +563,7 @@ func (c *conn) stream(ctx context.Context, cmdID string, cmd wire.Cmd, h StreamH
 	case err != nil:
 		fail(bus.CodeInternal)
 	default:
-		if err := c.send(context.Background(), wire.TypeCmdAck, cmdID, wire.CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
+		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, cmdID, wire.CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
