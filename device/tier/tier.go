@@ -4,16 +4,12 @@
 // limits, forwards each call as a cmd and correlates its cmd_ack
 // (DESIGN.md §2–4).
 //
-// Make a [Tier] with [New], serve its [Tier.Handler] on a listener, and
-// call [Tier.Shutdown] when done:
-//
-//	t, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings,
-//		Schemas: set, Verifier: verifier, Auditor: auditor})
-//	...
-//	srv := &http.Server{Handler: t.Handler()}
-//	go srv.Serve(ln)
-//	...
-//	err = t.Shutdown(ctx) // devices get 1001 and reconnect elsewhere
+// Make a [Tier] with [New], serve its [Tier.Handler] (an http.Handler) on
+// a listener, and call [Tier.Shutdown] before stopping the listener:
+// devices get 1001 and reconnect elsewhere, and Shutdown returns once
+// every goroutine of the tier has ended. ExampleNew runs one on an
+// embedded NATS server; roles/ composes one into okso device and okso
+// all-in-one.
 //
 // The tier meets the gateway only on NATS (package bus) and its devices
 // only on a socket, speaking package wire: it imports neither the gateway
