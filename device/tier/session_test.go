@@ -119,6 +119,30 @@ func TestProtocolFailures(t *testing.T) {
 			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
 		},
 		{
+			name: "auth token in title case",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.recv(t, wire.TypeHello, nil)
+				rc.send(t, wire.TypeAuth, "", map[string]string{"Token": tt.token(t, wire.NewNodeID())})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "cmd_ack ok in two cases",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				node := wire.NewNodeID()
+				rc, _ := tt.connectRaw(t, node)
+				res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+				e := rc.recv(t, wire.TypeCmd, nil)
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+e.MsgID+`","payload":{"ok":false,"OK":true,"result":{}}}`))
+				t.Cleanup(func() { <-res }) // answered when the session ends, or at its deadline
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
 			name: "unknown envelope type after auth",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)

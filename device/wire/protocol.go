@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
@@ -201,8 +202,11 @@ func DecodeEnvelope(set *schemas.Set, b []byte) (Envelope, error) {
 	return e, nil
 }
 
-// DecodePayload decodes an envelope's payload strictly into v. A raw
-// message in v may share the payload's memory.
+// DecodePayload decodes an envelope's payload strictly into v: a member
+// v has no field for, or one whose name differs from its field's in case
+// only ("Tool", "OK"), at any depth, is an error wrapping [ErrMalformed],
+// as is a key written twice. A raw message in v may share the payload's
+// memory.
 func DecodePayload(e Envelope, v any) error {
 	switch v := v.(type) {
 	case *Cmd:
@@ -217,6 +221,10 @@ func DecodePayload(e Envelope, v any) error {
 	return strictUnmarshal(e.Payload, v)
 }
 
+// strictUnmarshal is encoding/json's strict decoding (no unknown field,
+// no trailing data) made exact: encoding/json matches a key to a field
+// whatever its case, and keeps the last of keys that match one field, so
+// the keys are checked against the fields' names too.
 func strictUnmarshal(b []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
@@ -226,7 +234,89 @@ func strictUnmarshal(b []byte, v any) error {
 	if len(bytes.TrimSpace(b[d.InputOffset():])) > 0 {
 		return fmt.Errorf("%w: trailing data", ErrMalformed)
 	}
+	doc, err := schemas.Decode(b) // refuses a key written twice
+	if err == nil {
+		err = exactKeys(doc, reflect.TypeOf(v))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
 	return nil
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// exactKeys checks that every key of the objects of doc, a document
+// encoding/json decoded into a value of type t, names a field of t's
+// structs exactly, as its json tag (or Go name) spells it.
+func exactKeys(doc any, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, _ := doc.(map[string]any)
+		for k, v := range m {
+			f, ok := fieldByName(t, k)
+			if !ok {
+				return fmt.Errorf("no field %q", k)
+			}
+			if err := exactKeys(v, f.Type); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if t == rawMessageType {
+			return nil
+		}
+		a, _ := doc.([]any)
+		for _, v := range a {
+			if err := exactKeys(v, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		m, _ := doc.(map[string]any)
+		for _, v := range m {
+			if err := exactKeys(v, t.Elem()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fieldByName returns the field of struct t that encoding/json fills
+// from the key name, when name is exactly that field's name, looking into
+// embedded structs as encoding/json does.
+func fieldByName(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		key, _, _ := strings.Cut(tag, ",")
+		if key == "" && f.Anonymous {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if sf, ok := fieldByName(ft, name); ok {
+					return sf, true
+				}
+				continue
+			}
+		}
+		if key == "" {
+			key = f.Name
+		}
+		if key == name && f.IsExported() {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // Encode builds a frame with a fresh msg_id.

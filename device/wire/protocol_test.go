@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/okso-io/okso/device/wire"
@@ -220,4 +221,97 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestDecodePayloadExactKeys: a payload member whose name differs from
+// its field's in case only, at any depth, is refused, as encoding/json
+// alone would take it (and keep the last of two spellings).
+func TestDecodePayloadExactKeys(t *testing.T) {
+	type item struct {
+		Name string `json:"name"`
+	}
+	type nested struct {
+		Items []item          `json:"items"`
+		ByKey map[string]item `json:"by_key"`
+		Raw   json.RawMessage `json:"raw"`
+	}
+	tests := []struct {
+		name    string
+		payload string
+		into    func() any
+		ok      bool
+	}{
+		{"auth", `{"token":"a"}`, func() any { return new(wire.Auth) }, true},
+		{"auth, token in title case", `{"Token":"a"}`, func() any { return new(wire.Auth) }, false},
+		{"auth, token in two cases", `{"token":"a","Token":"b"}`, func() any { return new(wire.Auth) }, false},
+		{"cmd, tool in two cases", `{"tool":"a","Tool":"b","arguments":{}}`, func() any { return new(wire.Cmd) }, false},
+		{"cmd_ack, ok in two cases", `{"ok":false,"OK":true,"result":{}}`, func() any { return new(wire.CmdAck) }, false},
+		{"cmd_ack error", `{"ok":false,"error":{"code":"E_INTERNAL","message":"x"}}`, func() any { return new(wire.CmdAck) }, true},
+		{"cmd_ack error, code in upper case", `{"ok":false,"error":{"CODE":"E_INTERNAL"}}`, func() any { return new(wire.CmdAck) }, false},
+		{"stream: data is raw", `{"event":"metric","data":{"A":1,"a":2}}`, func() any { return new(wire.StreamFrame) }, true},
+		{"nested", `{"items":[{"name":"a"}],"by_key":{"K":{"name":"b"}},"raw":{"X":1}}`, func() any { return new(nested) }, true},
+		{"nested, in a slice", `{"items":[{"name":"a"},{"Name":"b"}]}`, func() any { return new(nested) }, false},
+		{"nested, in a map", `{"by_key":{"k":{"NAME":"b"}}}`, func() any { return new(nested) }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := wire.DecodePayload(wire.Envelope{Payload: json.RawMessage(tc.payload)}, tc.into())
+			if tc.ok != (err == nil) {
+				t.Fatalf("DecodePayload(%s): %v, want ok %v", tc.payload, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, wire.ErrMalformed) {
+				t.Errorf("error %v does not wrap ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// FuzzDecodePayloadExact: a cmd or cmd_ack payload that DecodePayload
+// accepts names each member exactly as the protocol does, once.
+func FuzzDecodePayloadExact(f *testing.F) {
+	for _, s := range []string{`{"ok":true,"result":{}}`, `{"ok":false,"error":{"code":"E_INTERNAL"}}`, `{"OK":true}`,
+		`{"ok":true,"ok":false}`, `{"tool":"t","arguments":{},"deadline_ms":5}`, `{"Tool":"t"}`, `{"tool":"t","TOOL":"u"}`,
+		`{"ok":false,"error":{"Code":"x"}}`, `{"tool":"t","request_id":"r","deadline_at_ms":1}`} {
+		f.Add([]byte(s))
+	}
+	members := map[string][]string{
+		"cmd":     {"tool", "arguments", "deadline_ms", "deadline_at_ms", "request_id"},
+		"cmd_ack": {"ok", "result", "error"},
+		"error":   {"code", "message"},
+	}
+	exact := func(t *testing.T, v any, kind string) {
+		m, _ := v.(map[string]any)
+		for k, x := range m {
+			if !slices.Contains(members[kind], k) {
+				t.Fatalf("%s payload accepted with the member %q", kind, k)
+			}
+			if kind == "cmd_ack" && k == "error" {
+				em, _ := x.(map[string]any)
+				for k := range em {
+					if !slices.Contains(members["error"], k) {
+						t.Fatalf("cmd_ack error accepted with the member %q", k)
+					}
+				}
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e := wire.Envelope{Payload: b}
+		var c wire.Cmd
+		if wire.DecodePayload(e, &c) == nil {
+			v, err := schemas.Decode(b)
+			if err != nil {
+				t.Fatalf("cmd payload %q accepted, which the schemas' decoder refuses: %v", b, err)
+			}
+			exact(t, v, "cmd")
+		}
+		var a wire.CmdAck
+		if wire.DecodePayload(e, &a) == nil {
+			v, err := schemas.Decode(b)
+			if err != nil {
+				t.Fatalf("cmd_ack payload %q accepted, which the schemas' decoder refuses: %v", b, err)
+			}
+			exact(t, v, "cmd_ack")
+		}
+	})
 }
