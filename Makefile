@@ -46,7 +46,7 @@ run: build
 
 ## bench: the Go micro-benchmarks of the hot path (envelope, name, schemas, NATS hop, the gateway fast path, a tools/list page)
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./bus ./device ./schemas ./mcp
+	$(GO) test -run '^$$' -bench . -benchmem ./bus ./device/... ./schemas ./mcp
 
 ## fuzz: every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
 fuzz:

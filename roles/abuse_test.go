@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 )
 
 // TestUnauthenticatedBodiesHoldNothing: a client without a valid token
@@ -136,10 +136,10 @@ func TestFloodedMCPListenerSparesDevices(t *testing.T) {
 func TestBatchBounded(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	var calls atomic.Int64
-	node, _ := f.connectDevice(DefaultTenant, func(id string, o *device.Options) {
+	node, _ := f.connectDevice(DefaultTenant, func(id string, o *agent.Options) {
 		o.Handlers["echo.invoke"] = func(_ context.Context, args json.RawMessage) (any, error) {
 			calls.Add(1)
-			return device.EchoResult{Message: "b", NodeID: id, ReceivedAtMs: time.Now().UnixMilli()}, nil
+			return agent.EchoResult{Message: "b", NodeID: id, ReceivedAtMs: time.Now().UnixMilli()}, nil
 		}
 	})
 	stateful := f.secondGateway(gatewayConfig{Stateful: true}).url()

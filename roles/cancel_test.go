@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 )
 
 // stepStream is a device's metrics.subscribe that sends one frame when it
@@ -25,12 +25,12 @@ func newStepStream() *stepStream {
 	return &stepStream{started: make(chan struct{}, 8), exited: make(chan struct{}, 8), step: make(chan struct{})}
 }
 
-func (p *stepStream) handler(node string) device.StreamHandler {
+func (p *stepStream) handler(node string) agent.StreamHandler {
 	return func(ctx context.Context, _ json.RawMessage, emit func(any) error) error {
 		p.started <- struct{}{}
 		defer func() { p.exited <- struct{}{} }()
 		for {
-			if err := emit(device.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, MemTotalBytes: 1}); err != nil {
+			if err := emit(agent.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, MemTotalBytes: 1}); err != nil {
 				return err
 			}
 			select {
@@ -133,8 +133,8 @@ func subscribeCall(id int, node, version string) string {
 func TestMCPStreamCancel(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	p := newStepStream()
-	node, _ := f.connectDevice(DefaultTenant, func(id string, o *device.Options) {
-		o.Streams = map[string]device.StreamHandler{"metrics.subscribe": p.handler(id)}
+	node, _ := f.connectDevice(DefaultTenant, func(id string, o *agent.Options) {
+		o.Streams = map[string]agent.StreamHandler{"metrics.subscribe": p.handler(id)}
 	})
 	other := f.secondGateway(gatewayConfig{}).url()
 	mine := f.token(auth.MintOptions{Subject: "alice"})
@@ -179,8 +179,8 @@ func TestMCPStreamCancel(t *testing.T) {
 func TestMCPStreamHangUp(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	p := newStepStream()
-	node, _ := f.connectDevice(DefaultTenant, func(id string, o *device.Options) {
-		o.Streams = map[string]device.StreamHandler{"metrics.subscribe": p.handler(id)}
+	node, _ := f.connectDevice(DefaultTenant, func(id string, o *agent.Options) {
+		o.Streams = map[string]agent.StreamHandler{"metrics.subscribe": p.handler(id)}
 	})
 	tok := f.token(auth.MintOptions{})
 	for i, version := range []string{"2025-11-25", "2025-06-18", "2026-07-28"} {

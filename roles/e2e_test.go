@@ -21,7 +21,8 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 )
 
@@ -164,9 +165,9 @@ func (f *fixture) client(token, version string) *sdk.ClientSession {
 
 // device connects a device with the given capability and handlers, and
 // waits until the gateway lists it.
-func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]device.Handler) string {
+func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]agent.Handler) string {
 	f.t.Helper()
-	id, _ := f.connectDevice(tenant, func(_ string, o *device.Options) {
+	id, _ := f.connectDevice(tenant, func(_ string, o *agent.Options) {
 		if caps != nil {
 			o.Capabilities = caps
 		}
@@ -180,20 +181,20 @@ func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[stri
 // connectDevice runs a mock device of tenant (echo, metrics, GPIO pin),
 // after edit (given the node id first) changed its options, until the test
 // ends or stop is called; it returns once the gateway lists the node.
-func (f *fixture) connectDevice(tenant string, edit func(id string, o *device.Options)) (id string, stop func()) {
+func (f *fixture) connectDevice(tenant string, edit func(id string, o *agent.Options)) (id string, stop func()) {
 	f.t.Helper()
-	id = device.NewNodeID()
+	id = wire.NewNodeID()
 	tok, err := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: tenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	o := device.MockOptions(id, f.a.c.schemas, 1)
+	o := agent.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
 	if edit != nil {
 		edit(id, &o)
 	}
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -274,13 +275,13 @@ func TestEndToEndEcho(t *testing.T) {
 				if err := f.a.c.schemas.ValidateJSON("mcp://schemas/system.echo.invoke.output@1.0.0", b); err != nil {
 					t.Errorf("result %s fails the output schema: %v", b, err)
 				}
-				var out device.EchoResult
+				var out agent.EchoResult
 				_ = json.Unmarshal(b, &out)
 				node, _ := bus.ParseToolName(name)
 				if out.Message != "ping" || out.NodeID != node.NodeID {
 					t.Errorf("result %s: want message ping from node %s", b, node.NodeID)
 				}
-				var fromText device.EchoResult
+				var fromText agent.EchoResult
 				txt := res.Content[0].(*sdk.TextContent).Text
 				if json.Unmarshal([]byte(txt), &fromText) != nil || fromText != out {
 					t.Errorf("text content %s differs from structuredContent %s", txt, b)
@@ -370,12 +371,12 @@ func TestCallFailures(t *testing.T) {
 		<-release
 		return nil, errors.New("released")
 	}
-	silent := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": block})
+	silent := f.device(DefaultTenant, nil, map[string]agent.Handler{"echo.invoke": block})
 	t.Cleanup(func() { close(release) }) // before the device's own cleanup waits for it
-	wrongNode := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
-		return device.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: device.NewNodeID()}, nil
+	wrongNode := f.device(DefaultTenant, nil, map[string]agent.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+		return agent.EchoResult{Message: "x", ReceivedAtMs: time.Now().UnixMilli(), NodeID: wire.NewNodeID()}, nil
 	}})
-	badOutput := f.device(DefaultTenant, nil, map[string]device.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
+	badOutput := f.device(DefaultTenant, nil, map[string]agent.Handler{"echo.invoke": func(context.Context, json.RawMessage) (any, error) {
 		return map[string]any{"message": 5, "node_id": "x"}, nil
 	}})
 
@@ -386,13 +387,13 @@ func TestCallFailures(t *testing.T) {
 	}
 	// It answers the gateway's probe (so it is listed), then its session
 	// vanishes without cleanup, as with a tier killed mid-flight.
-	ghost := device.NewNodeID()
+	ghost := wire.NewNodeID()
 	probe, err := f.nc.Subscribe(bus.NodeCmd(ghost), func(m *nats.Msg) { _ = m.Respond(bus.OKReply([]byte("{}"))) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reg.Claim(t.Context(), bus.Node{NodeID: ghost, Tenant: DefaultTenant, SessionID: "ghost",
-		Capabilities: []bus.Capability{device.EchoCapability()}}); err != nil {
+		Capabilities: []bus.Capability{agent.EchoCapability()}}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitNodes(DefaultTenant, 5)
@@ -452,7 +453,7 @@ func TestCallFailures(t *testing.T) {
 	}
 
 	// Names that are no tool of the caller's are JSON-RPC errors.
-	for _, name := range []string{"not-a-tool", echoName(device.NewNodeID()), "sysecho." + good + ".echo.nope",
+	for _, name := range []string{"not-a-tool", echoName(wire.NewNodeID()), "sysecho." + good + ".echo.nope",
 		"sysecho." + good + ".echo.invoke.extra", strings.Repeat("a", 70)} {
 		t.Run("unknown "+name[:min(len(name), 20)], func(t *testing.T) {
 			_, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: name, Arguments: map[string]any{"message": "a"}})
@@ -476,14 +477,14 @@ func TestLateAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := []bus.Capability{device.EchoCapability()}
+	caps := []bus.Capability{agent.EchoCapability()}
 	caps[0].Constraints.DeadlineMsDefault = 100
 	answer := make(chan struct{})
 	var id string
-	late := f.device(DefaultTenant, caps, map[string]device.Handler{
+	late := f.device(DefaultTenant, caps, map[string]agent.Handler{
 		"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
 			<-answer // only once the caller has had its E_DEADLINE_EXCEEDED
-			return device.EchoResult{Message: "a", ReceivedAtMs: time.Now().UnixMilli(), NodeID: id}, nil
+			return agent.EchoResult{Message: "a", ReceivedAtMs: time.Now().UnixMilli(), NodeID: id}, nil
 		},
 	})
 	id = late
@@ -595,12 +596,12 @@ func TestHTTPAuth(t *testing.T) {
 func TestToolsFollowDevices(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	s := f.client(f.token(auth.MintOptions{}), "")
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	o := device.MockOptions(id, f.a.c.schemas, 1)
+	o := agent.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	d, _ := device.NewDevice(o)
+	d, _ := agent.New(o)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/mcp"
 )
 
@@ -123,7 +123,7 @@ func postMCP(t *testing.T, url, token string, hdr map[string]string, body string
 func TestFastPathMatchesSDK(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	// Each call is made twice (once per gateway): lift the echo's 10 calls/s.
-	id, _ := f.connectDevice(DefaultTenant, func(_ string, o *device.Options) {
+	id, _ := f.connectDevice(DefaultTenant, func(_ string, o *agent.Options) {
 		for i := range o.Capabilities {
 			o.Capabilities[i].Constraints.RateLimitRPS = 10000
 		}

@@ -36,7 +36,8 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -52,7 +53,7 @@ func hostile(t *testing.T, input, format string, args ...any) {
 // hostileDevice connects a mock device of tenant (echo, metrics, GPIO pin)
 // after edit changed its options, and waits until the gateway lists it.
 // edit gets the node id first, so handlers can answer for it.
-func (f *fixture) hostileDevice(tenant string, edit func(id string, o *device.Options)) string {
+func (f *fixture) hostileDevice(tenant string, edit func(id string, o *agent.Options)) string {
 	f.t.Helper()
 	id, _ := f.connectDevice(tenant, edit)
 	return id
@@ -60,7 +61,7 @@ func (f *fixture) hostileDevice(tenant string, edit func(id string, o *device.Op
 
 // unlimitedEcho lifts the echo capability's rate limit (10 calls a second
 // in the mock): bystanders are called after every hostile case.
-func unlimitedEcho(_ string, o *device.Options) {
+func unlimitedEcho(_ string, o *agent.Options) {
 	for i := range o.Capabilities {
 		if o.Capabilities[i].CapID == "echo" {
 			o.Capabilities[i].Constraints = bus.Constraints{DeadlineMsDefault: 2000}
@@ -70,7 +71,7 @@ func unlimitedEcho(_ string, o *device.Options) {
 
 // countInvocations makes every handler and stream handler of o count its
 // invocations in n: a device that must never be reached.
-func countInvocations(o *device.Options, n *atomic.Int64) {
+func countInvocations(o *agent.Options, n *atomic.Int64) {
 	for k, h := range o.Handlers {
 		o.Handlers[k] = func(ctx context.Context, args json.RawMessage) (any, error) {
 			n.Add(1)
@@ -107,7 +108,7 @@ func echoWorks(t *testing.T, s *sdk.ClientSession, node string) {
 	if res.IsError {
 		t.Fatalf("bystander call failed: %+v", res.StructuredContent)
 	}
-	var out device.EchoResult
+	var out agent.EchoResult
 	b, _ := json.Marshal(res.StructuredContent)
 	if json.Unmarshal(b, &out) != nil || out.Message != "hi" || out.NodeID != node {
 		t.Fatalf("bystander call result %s", b)
@@ -144,7 +145,7 @@ func TestHostileWrongToolResult(t *testing.T) {
 		marker string // a key only the bogus result has
 	}{
 		{"metrics snapshot result to an echo call", schemas.MetricsSnapshot, func(node string) any {
-			return device.MetricsSample{TsMs: now, NodeID: node, CPUPct: 12.5, MemBytes: 1 << 20,
+			return agent.MetricsSample{TsMs: now, NodeID: node, CPUPct: 12.5, MemBytes: 1 << 20,
 				MemTotalBytes: 1 << 30, DiskPct: 42}
 		}, "cpu_pct"},
 		{"GPIO read result to an echo call", schemas.GPIORead, func(node string) any {
@@ -155,12 +156,12 @@ func TestHostileWrongToolResult(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			// The bogus result is valid for the tool it belongs to: only
 			// the check against the called tool's schema can catch it.
-			b, _ := json.Marshal(c.result(device.NewNodeID()))
+			b, _ := json.Marshal(c.result(wire.NewNodeID()))
 			if err := f.a.c.schemas.ValidateJSON(c.schema, b); err != nil {
 				t.Fatalf("bogus result %s fails its own schema %s: %v", b, c.schema, err)
 			}
 			var reached atomic.Int64
-			node := f.hostileDevice(DefaultTenant, func(id string, o *device.Options) {
+			node := f.hostileDevice(DefaultTenant, func(id string, o *agent.Options) {
 				o.Handlers["echo.invoke"] = func(context.Context, json.RawMessage) (any, error) {
 					reached.Add(1)
 					return c.result(id), nil
@@ -272,7 +273,7 @@ func validClaims(sub, tenant, aud, scope string) jwt.MapClaims {
 		"exp":    now.Add(time.Hour).Unix(),
 		"iat":    now.Unix(),
 		"nbf":    now.Add(-time.Second).Unix(),
-		"jti":    strings.ToLower(device.NewMsgID()),
+		"jti":    strings.ToLower(wire.NewMsgID()),
 		"tenant": tenant,
 		"scope":  scope,
 	}
@@ -283,9 +284,13 @@ func validClaims(sub, tenant, aud, scope string) jwt.MapClaims {
 // code, with the codes of the error frames before it.
 func tierAuth(t *testing.T, url, token string, header bool) (string, []string) {
 	t.Helper()
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	o := &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}}
+	o := &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}}
 	if header {
 		o.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
 	}
@@ -307,23 +312,23 @@ func tierAuth(t *testing.T, url, token string, header bool) (string, []string) {
 			}
 			return fmt.Sprint(int(code)), codes
 		}
-		e, err := device.DecodeEnvelope(b)
+		e, err := wire.DecodeEnvelope(set, b)
 		if err != nil {
 			t.Fatalf("tier sent %s: %v", b, err)
 		}
 		switch e.Type {
-		case device.TypeHello:
+		case wire.TypeHello:
 			if !header {
-				f, _ := device.Encode(device.TypeAuth, "", device.Auth{Token: token})
+				f, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
 				if err := c.Write(ctx, websocket.MessageText, f); err != nil {
 					t.Fatalf("write auth: %v", err)
 				}
 			}
-		case device.TypeError:
-			var f device.ErrorFrame
-			_ = device.DecodePayload(e, &f)
+		case wire.TypeError:
+			var f wire.ErrorFrame
+			_ = wire.DecodePayload(e, &f)
 			codes = append(codes, f.Code)
-		case device.TypeAuthOK:
+		case wire.TypeAuthOK:
 			return e.Type, codes
 		default:
 			t.Fatalf("tier sent %s before auth_ok", b)
@@ -387,7 +392,7 @@ func TestHostileTokens(t *testing.T) {
 		})
 	}
 
-	devNode := device.NewNodeID()
+	devNode := wire.NewNodeID()
 	devTokens := forgeTokens(t, dataDir, f.a.Signer().KeyID(), validClaims(devNode, DefaultTenant, auth.AudienceDevice, auth.ScopeDeviceConnect), auth.AudienceGateway)
 	for _, tc := range devTokens {
 		t.Run("tier "+tc.name, func(t *testing.T) {
@@ -400,7 +405,7 @@ func TestHostileTokens(t *testing.T) {
 				got, codes := tierAuth(t, f.a.DeviceURL(), tc.token, header)
 				seen = append(seen, fmt.Sprintf("%s: %s %v", how, got, codes))
 				switch {
-				case tc.accept && got != device.TypeAuthOK:
+				case tc.accept && got != wire.TypeAuthOK:
 					t.Errorf("%s: control token got %s %v, want auth_ok", how, got, codes)
 				case !tc.accept && (got != "4401" || len(codes) != 1 || codes[0] != bus.CodeSafetyDenied):
 					t.Errorf("%s: got %s after error frames %v, want one E_SAFETY_DENIED then 4401", how, got, codes)
@@ -421,7 +426,7 @@ func TestHostileCrossTenant(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	var reachedB atomic.Int64
 	nodeA := f.hostileDevice(DefaultTenant, nil)
-	nodeB := f.hostileDevice(tenantB, func(_ string, o *device.Options) { countInvocations(o, &reachedB) })
+	nodeB := f.hostileDevice(tenantB, func(_ string, o *agent.Options) { countInvocations(o, &reachedB) })
 	all := []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive}
 	tokA := f.token(auth.MintOptions{Scopes: all})
 	a := f.client(tokA, "")
@@ -572,7 +577,7 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 	)
 	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.MaxStreamsPerTenant = quota })
 	var deviceStreams atomic.Int64 // stream handlers running on the device
-	unlimited := func(id string, o *device.Options) {
+	unlimited := func(id string, o *agent.Options) {
 		// The capability's own limits (max_concurrency 8, 10 rps) would
 		// refuse most streams at the tier: lift them, so that the gateway's
 		// tenant quota is what is tested.

@@ -26,7 +26,9 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/tier"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -616,7 +618,7 @@ func (p *gatewayPart) close() {
 type tierPart struct {
 	nc      *nats.Conn
 	audit   *bus.Auditor
-	tier    *device.Tier
+	tier    *tier.Tier
 	http    *httpPart
 	revoked *bus.Revocations
 }
@@ -690,7 +692,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, err
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
-	tier, err := device.NewTier(device.TierOptions{
+	tier, err := tier.New(tier.Options{
 		Revoked:  revoked,
 		Bindings: bindings,
 
@@ -719,7 +721,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
 }
 
-func (p *tierPart) url() string { return "ws://" + p.http.addr() + device.Path }
+func (p *tierPart) url() string { return "ws://" + p.http.addr() + wire.Path }
 
 func (p *tierPart) actors(g *run.Group) {
 	// A revoked device token loses its live sessions too.
@@ -754,7 +756,7 @@ func (p *tierPart) close() {
 // fleetPart is a set of simulated devices.
 type fleetPart struct {
 	log       *slog.Logger
-	devices   []*device.Device
+	devices   []*agent.Device
 	watch     *linkWatch    // says when the tier goes away and comes back
 	links     []*deviceLink // each device's, in watch
 	connected atomic.Int64  // devices that got their first announce_ok
@@ -772,7 +774,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
 	}
 	for range n {
-		id := device.NewNodeID()
+		id := wire.NewNodeID()
 		tok, err := c.signer.Mint(auth.MintOptions{
 			Subject: id, Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 			Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour,
@@ -780,7 +782,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 		if err != nil {
 			return nil, err
 		}
-		o := device.MockOptions(id, c.schemas, seed)
+		o := agent.MockOptions(id, c.schemas, seed)
 		o.URLs, o.Token, o.Logger = urls, tok, f.log
 		var once sync.Once
 		link := f.watch.add()
@@ -789,7 +791,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 			link.ready()
 		}
 		o.OnLost = link.lost
-		d, err := device.NewDevice(o)
+		d, err := agent.New(o)
 		if err != nil {
 			return nil, err
 		}
@@ -861,7 +863,7 @@ func (f *fleetPart) progress(ctx context.Context) {
 // agentPart is the real device agent of this host.
 type agentPart struct {
 	log   *slog.Logger
-	d     *device.Device
+	d     *agent.Device
 	link  *deviceLink
 	watch *linkWatch
 }
@@ -892,7 +894,7 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 	log := c.log.With("role", "agent", "node_id", id)
 	watch := newLinkWatch(log, 0) // one device: say it at once
 	link := watch.add()
-	o := device.AgentOptions(id, c.schemas, Version)
+	o := agent.HostOptions(id, c.schemas, Version)
 	o.URLs, o.Token, o.Logger = urls, token, log
 	var once sync.Once
 	o.OnReady = func(tools []string) {
@@ -900,7 +902,7 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 		link.ready()
 	}
 	o.OnLost = link.lost
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		return nil, err
 	}
@@ -920,7 +922,7 @@ func hostNodeID(dataDir string) (string, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("create data dir: %w", err)
 	}
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write agent node id: %w", err)
 	}

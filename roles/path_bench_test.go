@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // BenchmarkCallPath is one tools/call at a time through the whole of okso
@@ -33,18 +34,18 @@ func BenchmarkCallPath(b *testing.B) {
 	done := make(chan error, 2)
 	go func() { done <- a.Run(ctx) }()
 
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	tok, err := a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := device.MockOptions(id, a.c.schemas, 1)
+	o := agent.MockOptions(id, a.c.schemas, 1)
 	for i := range o.Capabilities {
 		o.Capabilities[i].Constraints.RateLimitRPS = 1e5 // the echo's own 10/s would be the figure
 	}
 	o.URLs, o.Token = []string{a.DeviceURL()}, tok
-	d, err := device.NewDevice(o)
+	d, err := agent.New(o)
 	if err != nil {
 		b.Fatal(err)
 	}

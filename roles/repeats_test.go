@@ -16,7 +16,8 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/internal/repeats"
 )
 
@@ -135,7 +136,7 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, f.a.DeviceURL(), &websocket.DialOptions{Subprotocols: []string{device.Subprotocol}})
+	c, resp, err := websocket.Dial(ctx, f.a.DeviceURL(), &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
 	if err != nil {
 		t.Fatalf("dial tier: %v", err)
 	}
@@ -148,22 +149,22 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 		if err != nil {
 			t.Fatalf("read %s: %v", typ, err)
 		}
-		if e, err := device.DecodeEnvelope(b); err != nil || e.Type != typ {
+		if e, err := wire.DecodeEnvelope(f.a.c.schemas, b); err != nil || e.Type != typ {
 			t.Fatalf("tier sent %s, want %s", b, typ)
 		}
 	}
 	send := func(typ string, payload any) {
-		b, _ := device.Encode(typ, "", payload)
+		b, _ := wire.Encode(typ, "", payload)
 		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
 			t.Fatalf("write %s: %v", typ, err)
 		}
 	}
-	expect(device.TypeHello)
-	send(device.TypeAuth, device.Auth{Token: tok})
-	expect(device.TypeAuthOK)
-	send(device.TypeAnnounce, map[string]any{"node_id": id, "agent": bus.Agent{Name: "bogus", Version: "1"},
-		"capabilities": device.MockOptions(id, f.a.c.schemas, 1).Capabilities})
-	expect(device.TypeAnnounceOK)
+	expect(wire.TypeHello)
+	send(wire.TypeAuth, wire.Auth{Token: tok})
+	expect(wire.TypeAuthOK)
+	send(wire.TypeAnnounce, map[string]any{"node_id": id, "agent": bus.Agent{Name: "bogus", Version: "1"},
+		"capabilities": agent.MockOptions(id, f.a.c.schemas, 1).Capabilities})
+	expect(wire.TypeAnnounceOK)
 	// The tier reads on while no one reads the tier's frames.
 	go func() {
 		for {
@@ -234,10 +235,10 @@ func TestLogBoundedUnderFlood(t *testing.T) {
 		}
 	}
 
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	c := f.dialBogusAcker(id)
 	ack := func() {
-		b, _ := device.Encode(device.TypeCmdAck, device.NewMsgID(), device.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
+		b, _ := wire.Encode(wire.TypeCmdAck, wire.NewMsgID(), wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
 		if err := c.Write(t.Context(), websocket.MessageText, b); err != nil {
 			t.Fatalf("write cmd_ack: %v", err)
 		}

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device"
+	deviceagent "github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
 )
 
 // listStatus is the HTTP status of a tools/list with tok at the gateway url.
@@ -60,12 +61,12 @@ func TestRevoke(t *testing.T) {
 	}
 
 	// A device token: its live session is closed with 4401.
-	id := device.NewNodeID()
+	id := wire.NewNodeID()
 	tok, _ := f.a.Signer().Mint(auth.MintOptions{Subject: id, Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	o := device.MockOptions(id, f.a.c.schemas, 1)
+	o := deviceagent.MockOptions(id, f.a.c.schemas, 1)
 	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
-	d, _ := device.NewDevice(o)
+	d, _ := deviceagent.New(o)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -73,8 +74,8 @@ func TestRevoke(t *testing.T) {
 	f.waitNodes(DefaultTenant, 1)
 	claims, _ := auth.UnverifiedClaims(tok)
 	revoke(claims.ID)
-	var ce *device.CloseError
-	if err := <-done; !errors.As(err, &ce) || ce.Code != device.CloseAuthFailed {
+	var ce *deviceagent.CloseError
+	if err := <-done; !errors.As(err, &ce) || ce.Code != wire.CloseAuthFailed {
 		t.Fatalf("device after revocation: %v, want close 4401", err)
 	}
 	f.waitNodes(DefaultTenant, 0)
@@ -97,9 +98,9 @@ func TestRevocationsSurviveRestart(t *testing.T) {
 	cfg := func(c *AllInOneConfig) { c.NATSListen, c.DataDir = "127.0.0.1:0", dataDir }
 	f := startAllInOne(t, 0, cfg)
 	agent := f.token(auth.MintOptions{})
-	dev, _ := f.a.Signer().Mint(auth.MintOptions{Subject: device.NewNodeID(), Tenant: DefaultTenant,
+	dev, _ := f.a.Signer().Mint(auth.MintOptions{Subject: wire.NewNodeID(), Tenant: DefaultTenant,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
-	if code, _ := tierAuth(t, f.a.DeviceURL(), dev, false); code != device.TypeAuthOK {
+	if code, _ := tierAuth(t, f.a.DeviceURL(), dev, false); code != wire.TypeAuthOK {
 		t.Fatalf("device token before revocation: %s", code)
 	}
 	revokeAt(t, f.a.NATSURL(), "--token", agent)

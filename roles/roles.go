@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/tier"
 )
 
 // Version is the okso version, set at build time with -ldflags.
@@ -164,8 +164,8 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.IntVar(&c.MaxSessions, "max-sessions", 50000, "device connections the tier holds; excess ones close with 4429")
 	fs.IntVar(&c.MaxConnections, "device-max-connections", 0, "connections the device listener holds at once (0: --max-sessions + 1024); more wait until one closes")
 	fs.IntVar(&c.MaxPendingPerNode, "max-pending-per-node", 64, "calls in flight to one node; excess ones get E_RATE_LIMITED")
-	fs.IntVar(&c.MaxToolsPerTenant, "max-tools-per-tenant", device.DefaultMaxToolsPerTenant, "tools a tenant's devices may register in all, on every tier (-1: no cap); an announce beyond it closes with 4403")
-	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", device.DefaultMaxClockSkew, "how far the gateways' clocks may be from the tier's: a call whose deadline passed longer ago is refused unsent")
+	fs.IntVar(&c.MaxToolsPerTenant, "max-tools-per-tenant", tier.DefaultMaxToolsPerTenant, "tools a tenant's devices may register in all, on every tier (-1: no cap); an announce beyond it closes with 4403")
+	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", tier.DefaultMaxClockSkew, "how far the gateways' clocks may be from the tier's: a call whose deadline passed longer ago is refused unsent")
 	fs.DurationVar(&c.NodeBindingTTL, "node-binding-ttl", bus.DefaultBindingTTL, "how long a node id stays its tenant's after its last session (refreshed hourly while one is up); another tenant's device with that id closes with 4403")
 }
 

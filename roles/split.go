@@ -13,7 +13,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -292,7 +292,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.IntVarP(&cfg.Count, "count", "n", 50, "number of simulated devices")
-	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+device.Path+" (repeatable: tried in turn)")
+	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" (repeatable: tried in turn)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
@@ -380,7 +380,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+device.Path+" (repeatable: tried in turn)")
+	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" (repeatable: tried in turn)")
 	fs.StringVar(&token, "token", "", "device token (its subject is the node id)")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the minted token, without --token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")

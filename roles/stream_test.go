@@ -18,7 +18,8 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/device"
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -51,14 +52,14 @@ func newStreamProbe() *streamProbe {
 	return &streamProbe{started: make(chan struct{}, 16), exited: make(chan struct{}, 16)}
 }
 
-func (p *streamProbe) handler(node string) device.StreamHandler {
+func (p *streamProbe) handler(node string) agent.StreamHandler {
 	return func(ctx context.Context, args json.RawMessage, emit func(any) error) error {
 		p.started <- struct{}{}
 		defer func() { p.exited <- struct{}{} }()
 		tick := time.NewTicker(20 * time.Millisecond) // faster than any client asks: a test device
 		defer tick.Stop()
 		for i := 0; ; i++ {
-			var f any = device.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, CPUPct: 1,
+			var f any = agent.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, CPUPct: 1,
 				MemBytes: 1, MemTotalBytes: 2, DiskPct: 3}
 			if p.frames != nil {
 				f = p.frames(node, i)
@@ -88,8 +89,8 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 // returns its node id and a function that disconnects it.
 func (f *fixture) streamDevice(probe *streamProbe) (string, func()) {
 	f.t.Helper()
-	return f.connectDevice(DefaultTenant, func(id string, o *device.Options) {
-		o.Streams = map[string]device.StreamHandler{"metrics.subscribe": probe.handler(id)}
+	return f.connectDevice(DefaultTenant, func(id string, o *agent.Options) {
+		o.Streams = map[string]agent.StreamHandler{"metrics.subscribe": probe.handler(id)}
 	})
 }
 
@@ -194,7 +195,7 @@ func TestSSEStream(t *testing.T) {
 			if err := f.a.c.schemas.ValidateJSON(schemas.MetricsFrame, []byte(e.data)); err != nil {
 				t.Fatalf("frame %s fails the frame schema: %v", e.data, err)
 			}
-			var s device.MetricsSample
+			var s agent.MetricsSample
 			if json.Unmarshal([]byte(e.data), &s); s.NodeID != node {
 				t.Fatalf("frame of node %s on a stream of %s", s.NodeID, node)
 			}
@@ -264,7 +265,7 @@ func TestSSERefusals(t *testing.T) {
 		{"missing tool", "text/event-stream", `{"arguments":{}}`, 400, bus.CodeBadRequest},
 		{"arguments not an object", "text/event-stream", `{"tool":"sys.` + node + `.metrics.subscribe","arguments":[1]}`, 400, bus.CodeBadRequest},
 		{"trailing data", "text/event-stream", subscribeBody(node, `{}`) + `{}`, 400, bus.CodeBadRequest},
-		{"unknown tool", "text/event-stream", subscribeBody(device.NewNodeID(), `{}`), 404, bus.CodeToolNotFound},
+		{"unknown tool", "text/event-stream", subscribeBody(wire.NewNodeID(), `{}`), 404, bus.CodeToolNotFound},
 		{"missing scope", "text/event-stream", subscribeBody(node, `{}`), 403, bus.CodeSafetyDenied},
 	}
 	for _, c := range cases {
@@ -301,7 +302,7 @@ func TestRESTUnary(t *testing.T) {
 	resp := f.post(t.Context(), tok, "application/json",
 		`{"tool":"`+echoName(node)+`","arguments":{"message":"rest"}}`, "X-Request-Id", "req-42")
 	defer resp.Body.Close()
-	var out device.EchoResult
+	var out agent.EchoResult
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 ||
 		out.Message != "rest" || out.NodeID != node || resp.Header.Get("X-Request-Id") != "req-42" {
 		t.Fatalf("status %d, %+v, %v, request id %q", resp.StatusCode, out, err, resp.Header.Get("X-Request-Id"))
@@ -353,9 +354,9 @@ func TestSSEQuota(t *testing.T) {
 func TestSSEBadFramesDropped(t *testing.T) {
 	f := streamFixture(t, nil)
 	probe := newStreamProbe()
-	other := device.NewNodeID()
+	other := wire.NewNodeID()
 	probe.frames = func(node string, i int) any {
-		s := device.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, CPUPct: 1, MemTotalBytes: 2}
+		s := agent.MetricsSample{TsMs: time.Now().UnixMilli(), NodeID: node, CPUPct: 1, MemTotalBytes: 2}
 		switch i {
 		case 0:
 			s.CPUPct = 150

@@ -176,16 +176,16 @@ var gatewayMarks = []mark{
 	{"gateway: checks, NATS request sent", allInOne, 0, func(t transition) bool {
 		return t.to == trace.GoWaiting && strings.Contains(t.stack, "requestWithContext")
 	}},
-	{"NATS to the tier, cmd built", allInOne, -1, syscallIn("device.(*session).writeRaw")},
+	{"NATS to the tier, cmd built", allInOne, -1, syscallIn("tier.(*session).writeRaw")},
 	// the fleet's marks go here, when its trace is given
-	{"cmd write, the device's round trip", allInOne, -1, woken("device.(*session).read")},
+	{"cmd write, the device's round trip", allInOne, -1, woken("tier.(*session).read")},
 	{"tier: ack read, NATS to the gateway", allInOne, 0, func(t transition) bool { return t.to == trace.GoRunnable }},
 	{"gateway: result checks, response built", allInOne, 0, syscallIn("net.(*conn).Write")},
 }
 
 var fleetMarks = []mark{
-	{"cmd write, to the device", mockFleet, -1, woken("device.(*conn).recv")},
-	{"device: cmd read, handled, ack built", mockFleet, -1, syscallIn("device.(*conn).send")},
+	{"cmd write, to the device", mockFleet, -1, woken("agent.(*conn).recv")},
+	{"device: cmd read, handled, ack built", mockFleet, -1, syscallIn("agent.(*conn).send")},
 }
 
 // A syscall is timed from its entry, found by the function it is entered
@@ -197,8 +197,8 @@ var syscalls = []struct {
 	proc process
 	from string
 }{
-	{"tier: cmd write (syscall)", allInOne, "device.(*session).writeRaw"},
-	{"device: cmd_ack write (syscall)", mockFleet, "device.(*conn).send"},
+	{"tier: cmd write (syscall)", allInOne, "tier.(*session).writeRaw"},
+	{"device: cmd_ack write (syscall)", mockFleet, "agent.(*conn).send"},
 	{"gateway: response write (syscall)", allInOne, "net/http.(*response).finishRequest"},
 }
 

@@ -1,0 +1,570 @@
+// Package agent is the device end of okso.v1: a [Device] dials a device
+// tier, authenticates, announces its capabilities, and answers their cmds
+// with [Handler]s until its context ends, reconnecting after a loss. It
+// also holds what okso's own devices run: the system.echo handler,
+// system.metrics measured by a [HostSampler] (okso agent) or a
+// [MockSampler] (okso mock-fleet), and a simulated GPIO pin.
+//
+// Start from [HostOptions] or [MockOptions] for one of okso's devices, or
+// fill [Options] for your own, then run it:
+//
+//	o := agent.MockOptions(wire.NewNodeID(), set, 1)
+//	o.URLs, o.Token = []string{"ws://tier:7443" + wire.Path}, token
+//	d, err := agent.New(o)
+//	...
+//	err = d.Run(ctx) // nil when ctx ends; a *CloseError if a tier refused the device for good
+//
+// agent speaks the protocol through package wire and never imports the
+// device tier, not even in its tests, which play the tier by hand: the
+// two meet only on a socket (their tests together are in device/e2e). It
+// imports bus only for the contract's vocabulary that still lives there
+// (the manifest types, the node id and tool name rules, the error codes);
+// it never touches NATS.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/workers"
+	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
+)
+
+// Handler answers one verb of one capability. args has passed the verb's
+// input schema. The result is sent as cmd_ack.payload.result; an error
+// becomes cmd_ack.payload.error (a *bus.Error keeps its code).
+type Handler func(ctx context.Context, args json.RawMessage) (any, error)
+
+// StreamHandler serves one streaming verb: it calls emit with each frame
+// until ctx ends (the tier cancelled the stream, or the device is
+// stopping). args has passed the verb's input schema. Returning on its own
+// ends the stream.
+type StreamHandler func(ctx context.Context, args json.RawMessage, emit func(frame any) error) error
+
+// Options configure a [Device]. URLs, Token, NodeID, Capabilities, Handlers
+// and Schemas are required.
+type Options struct {
+	// URLs of device tiers (ws://host:port/v1/device/ws), tried in turn.
+	URLs         []string
+	Token        string
+	NodeID       string
+	Agent        bus.Agent
+	Capabilities []bus.Capability
+	// Handlers and Streams by "cap_id.verb".
+	Handlers map[string]Handler
+	Streams  map[string]StreamHandler
+	Schemas  *schemas.Set
+	Logger   *slog.Logger
+	// MinBackoff and MaxBackoff bound the jittered exponential wait between
+	// connection attempts (1 s, 30 s).
+	MinBackoff, MaxBackoff time.Duration
+	// OnReady, if set, is called after each accepted announce with the
+	// projected tool names.
+	OnReady func(tools []string)
+	// OnLost, if set, is called when a connection that got as far as
+	// OnReady ends while the device is still running (the tier went away,
+	// closed the session, or the link broke), with the reason, before
+	// the device waits to reconnect. OnReady and OnLost are called in
+	// turn from the goroutine of Run, never at once.
+	OnLost func(err error)
+	// PingInterval is how often the device pings its tier (30 s): a
+	// connection that died without a close (a crashed host, a NAT that
+	// forgot it) is noticed and replaced.
+	PingInterval time.Duration
+}
+
+// Device is the device end of the protocol: it dials a tier, authenticates,
+// announces its capabilities and answers cmds until its context ends,
+// reconnecting after a loss. Make one with [New]; it is safe to Run once.
+type Device struct {
+	o   Options
+	log *slog.Logger
+}
+
+// CloseError is returned by [Device.Run] when a tier refused the device for
+// good (authentication, authorization, protocol, or a newer session).
+type CloseError struct {
+	Code   int
+	Reason string
+}
+
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("device tier closed the session with %d: %s", e.Code, e.Reason)
+}
+
+// New checks o and returns a device ready to [Device.Run].
+func New(o Options) (*Device, error) {
+	if len(o.URLs) == 0 || o.Token == "" || !bus.ValidNodeID(o.NodeID) || o.Schemas == nil {
+		return nil, errors.New("device agent: URLs, Token, a valid NodeID and Schemas are required")
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 30 * time.Second
+	}
+	if o.Agent.Name == "" {
+		o.Agent = bus.Agent{Name: "okso", Version: "dev"}
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Device{o: o, log: log.With("node_id", o.NodeID)}, nil
+}
+
+// NodeID returns the device's node id.
+func (d *Device) NodeID() string { return d.o.NodeID }
+
+// Run connects and serves until ctx ends (then it returns nil) or a tier
+// refuses the device for good (a *CloseError).
+func (d *Device) Run(ctx context.Context) error {
+	backoff := d.o.MinBackoff
+	// Start at a random tier, so a fleet given the same URLs spreads over
+	// them; after a loss, try the next.
+	for i := rand.N(len(d.o.URLs)); ; i++ {
+		url := d.o.URLs[i%len(d.o.URLs)]
+		ready, err := d.session(ctx, url)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ready && d.o.OnLost != nil {
+			d.o.OnLost(err)
+		}
+		var ce *CloseError
+		if errors.As(err, &ce) {
+			return err
+		}
+		if ready {
+			backoff = d.o.MinBackoff
+		}
+		var wce websocket.CloseError
+		switch {
+		case errors.As(err, &wce) && wce.Code == wire.CloseReplaced:
+			// Another connection took this node: leave it alone a while.
+			backoff = d.o.MaxBackoff
+		case errors.As(err, &wce) && wce.Code == wire.CloseGoingAway:
+			// The tier is going away (or could not register the node):
+			// another tier, soon.
+			backoff = d.o.MinBackoff
+		}
+		d.log.Debug("device session ended", "url", url, "err", err)
+		// Full jitter: a fleet dropped at once (a tier's 1001) comes back
+		// spread over the whole backoff, not in one wave.
+		wait := time.Millisecond + rand.N(backoff)
+		backoff = min(backoff*2, d.o.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// permanent reports whether a close code means "do not come back".
+func permanent(code websocket.StatusCode) bool {
+	switch code {
+	case wire.CloseMalformed, wire.CloseAuthFailed, wire.CloseForbidden, wire.CloseTooLarge:
+		return true
+	}
+	return false
+}
+
+// conn wraps one connection of a device.
+type conn struct {
+	d      *Device
+	c      *websocket.Conn
+	writes *wire.WriteGuard
+	clock  tierClock // the zero value when the tier sent no clock
+}
+
+// tierClock is the device's reckoning of its tier's clock: the tier's
+// time at auth_ok, and when auth_ok arrived on the device's monotonic
+// clock, which steps of the device's wall clock (an RTC-less board
+// setting its time after boot) do not move.
+type tierClock struct {
+	ms int64     // the tier's clock at auth_ok, Unix milliseconds
+	at time.Time // when auth_ok arrived
+}
+
+// clockSlack is how far past a cmd's deadline_at_ms, by the device's
+// reckoning of the tier's clock, a cmd still starts: the reckoning's
+// rounding, plus 100 ppm of the time since auth_ok for the two hosts'
+// clocks running at slightly different rates. The reckoning is late by
+// auth_ok's transit, which errs the same, safe, way.
+func clockSlack(sinceSync time.Duration) time.Duration {
+	return 10*time.Millisecond + sinceSync/10000
+}
+
+// left returns how long a cmd whose deadline is deadlineAtMs on the
+// tier's clock may still run, slack included; zero or less means its
+// deadline has passed and it must not start.
+func (k tierClock) left(now time.Time, deadlineAtMs int64) time.Duration {
+	since := now.Sub(k.at)
+	tierNow := k.ms + since.Milliseconds()
+	return time.Duration(deadlineAtMs-tierNow)*time.Millisecond + clockSlack(since)
+}
+
+// writeTimeout bounds a stalled write: the connection closes, and the
+// device reconnects.
+const writeTimeout = 5 * time.Second
+
+func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) error {
+	b, err := wire.Encode(typ, inReplyTo, payload)
+	if err != nil {
+		return err
+	}
+	c.writes.Begin()
+	err = c.c.Write(ctx, websocket.MessageText, b)
+	c.writes.End(err == nil)
+	return err
+}
+
+// recv reads the next frame. A frame the protocol refuses (binary, not
+// an envelope its schema accepts, or not of the type wanted) ends the
+// connection with 4400, as the tier ends one for such a frame of the
+// device's.
+func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
+	typ, b, err := c.c.Read(ctx)
+	if err != nil {
+		return wire.Envelope{}, closeErr(err)
+	}
+	if typ != websocket.MessageText {
+		return wire.Envelope{}, c.refuse(errors.New("tier sent a binary frame"))
+	}
+	e, err := wire.DecodeEnvelope(c.d.o.Schemas, b)
+	if err != nil {
+		return wire.Envelope{}, c.refuse(fmt.Errorf("tier sent a frame: %w", err))
+	}
+	if e.Type == wire.TypeError {
+		// The close that follows carries the code; read it.
+		if _, _, err := c.c.Read(ctx); err != nil {
+			return wire.Envelope{}, closeErr(err)
+		}
+		return wire.Envelope{}, errors.New("tier sent an error frame without closing")
+	}
+	if want != "" && e.Type != want {
+		return wire.Envelope{}, c.refuse(fmt.Errorf("tier sent %s, want %s", e.Type, want))
+	}
+	return e, nil
+}
+
+// refuse closes the connection with 4400 for a frame of the tier's that
+// the protocol refuses, and returns err, which says what it was.
+func (c *conn) refuse(err error) error {
+	if cerr := c.c.Close(wire.CloseMalformed, "malformed or unexpected frame"); cerr != nil {
+		c.d.log.Debug("close the connection after a refused frame", "err", cerr)
+	}
+	return err
+}
+
+func closeErr(err error) error {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) && permanent(ce.Code) {
+		return &CloseError{Code: int(ce.Code), Reason: ce.Reason}
+	}
+	return err
+}
+
+// session runs one connection; ready reports whether it got as far as
+// announce_ok.
+func (d *Device) session(ctx context.Context, url string) (ready bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("dial device tier %s: %w", url, err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	cn := &conn{d: d, c: c, writes: wire.NewWriteGuard(writeTimeout, func() {
+		// The tier stopped reading: the writes fail, the session ends, and
+		// Run reconnects.
+		d.log.Info("the device tier stalled a write: connection dropped", "url", url, "err", c.CloseNow())
+	})}
+
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cn.recv(hctx, wire.TypeHello); err != nil {
+		return false, err
+	}
+	if err := cn.send(hctx, wire.TypeAuth, "", wire.Auth{Token: d.o.Token}); err != nil {
+		return false, err
+	}
+	e, err := cn.recv(hctx, wire.TypeAuthOK)
+	if err != nil {
+		return false, err
+	}
+	announce := map[string]any{"node_id": d.o.NodeID, "agent": d.o.Agent, "capabilities": d.o.Capabilities}
+	// Leniently: only the clock matters here, and a newer tier may say more.
+	var ok struct {
+		ServerTimeMs int64 `json:"server_time_ms"`
+	}
+	if json.Unmarshal(e.Payload, &ok) == nil && ok.ServerTimeMs > 0 {
+		// A tier that sends its clock takes the features that need it; an
+		// older one would refuse an announce that names any.
+		cn.clock = tierClock{ms: ok.ServerTimeMs, at: time.Now()}
+		announce["features"] = []string{wire.FeatureDeadlineAt}
+	}
+	if err := cn.send(hctx, wire.TypeAnnounce, "", announce); err != nil {
+		return false, err
+	}
+	if e, err = cn.recv(hctx, wire.TypeAnnounceOK); err != nil {
+		return false, err
+	}
+	var announced wire.AnnounceOK
+	if err := wire.DecodePayload(e, &announced); err != nil {
+		return false, err
+	}
+	cancel()
+	tools := d.toolTable(announced.Tools)
+	if d.o.OnReady != nil {
+		d.o.OnReady(announced.Tools)
+	}
+	return true, cn.serve(ctx, tools)
+}
+
+// A tool is what the device needs to serve one of its projected tools.
+type tool struct {
+	h    Handler
+	sh   StreamHandler
+	verb schemas.Verb // the zero Verb when the capability's kind has none of that name
+}
+
+// toolTable looks up, once per connection, the handler and the verb of
+// each tool the tier projected; a tool the device has no handler for is
+// left out (a cmd for it is E_TOOL_NOT_FOUND).
+func (d *Device) toolTable(projected []string) map[string]*tool {
+	tools := make(map[string]*tool, len(projected))
+	for _, name := range projected {
+		n, ok := bus.ParseToolName(name)
+		key := n.CapID + "." + n.Verb
+		h, sh := d.o.Handlers[key], d.o.Streams[key]
+		if !ok || (h == nil && sh == nil) {
+			continue
+		}
+		t := &tool{h: h, sh: sh}
+		for _, cp := range d.o.Capabilities {
+			if cp.CapID == n.CapID {
+				if k, ok := schemas.LookupKind(cp.Kind); ok {
+					t.verb, _ = k.Verb(n.Verb)
+				}
+			}
+		}
+		tools[name] = t
+	}
+	return tools
+}
+
+// serve answers cmds until the connection or ctx ends.
+func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		cancels = map[string]context.CancelFunc{}
+	)
+	defer wg.Wait()
+	// Each cmd runs on a worker; one stays warm between calls.
+	w := workers.New(1)
+	defer w.Close()
+	// When ctx ends, the connection closes normally, which ends the read
+	// below; the close is waited for if it has begun.
+	closing := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(closing)
+		if err := c.c.Close(websocket.StatusNormalClosure, "device shutting down"); err != nil {
+			c.d.log.Debug("close the connection to the device tier", "err", err)
+		}
+	})
+	defer func() {
+		if !stop() {
+			<-closing
+		}
+	}()
+	pingDone := make(chan struct{})
+	defer close(pingDone)
+	wg.Go(func() {
+		t := time.NewTicker(c.d.o.PingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-pingDone:
+				return
+			case <-t.C:
+				pctx, cancel := context.WithTimeout(ctx, c.d.o.PingInterval)
+				err := c.c.Ping(pctx)
+				cancel()
+				if err != nil {
+					// The read below fails; Run reconnects.
+					c.d.log.Debug("the device tier missed a ping: connection dropped", "err", err, "close", c.c.CloseNow())
+					return
+				}
+			}
+		}
+	})
+	// The read takes ctx without its end: a read whose context ends drops
+	// the connection without a close; ctx's end closes it properly above.
+	rctx := context.WithoutCancel(ctx)
+	for {
+		e, err := c.recv(rctx, "")
+		if err == nil {
+			switch e.Type {
+			case wire.TypeCmd:
+				hctx, cancel := context.WithCancel(ctx)
+				mu.Lock()
+				cancels[e.MsgID] = cancel
+				mu.Unlock()
+				wg.Add(1)
+				w.Run(func() {
+					defer wg.Done()
+					c.handle(hctx, e, tools)
+					mu.Lock()
+					delete(cancels, e.MsgID)
+					mu.Unlock()
+					cancel()
+				})
+				// Let the worker answer before this goroutine reads on: on one
+				// P it would otherwise try the socket (a syscall, then a park)
+				// while the cmd waits.
+				runtime.Gosched()
+				continue
+			case wire.TypeCancel:
+				mu.Lock()
+				if cancel := cancels[e.InReplyTo]; cancel != nil {
+					cancel()
+				}
+				mu.Unlock()
+				continue
+			}
+			// After announce_ok a tier sends cmd, cancel and error only.
+			err = c.refuse(fmt.Errorf("tier sent an unexpected %s frame", e.Type))
+		}
+		mu.Lock()
+		for _, cancel := range cancels {
+			cancel()
+		}
+		mu.Unlock()
+		return err
+	}
+}
+
+func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*tool) {
+	ack := func(a wire.CmdAck) {
+		// Not ctx itself, which a cancel may end mid-write: the WebSocket
+		// library would drop the whole connection.
+		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, e.MsgID, a); err != nil {
+			c.d.log.Debug("send cmd_ack", "err", err)
+		}
+	}
+	fail := func(code string) { ack(wire.CmdAck{Error: &wire.AckError{Code: code}}) }
+	var cmd wire.Cmd
+	if err := wire.DecodePayload(e, &cmd); err != nil {
+		fail(bus.CodeBadRequest)
+		return
+	}
+	var left time.Duration // until deadline_at_ms; 0: none given
+	if cmd.DeadlineAtMs > 0 && c.clock.ms > 0 {
+		if left = c.clock.left(time.Now(), cmd.DeadlineAtMs); left <= 0 {
+			// Delivered after the tier gave up on it: at most once means
+			// not now.
+			fail(bus.CodeDeadlineExceeded)
+			return
+		}
+	}
+	t := tools[cmd.Tool]
+	if t == nil {
+		fail(bus.CodeToolNotFound)
+		return
+	}
+	if t.verb.Input == "" || c.d.o.Schemas.ValidateJSON(t.verb.Input, cmd.Arguments) != nil {
+		fail(bus.CodeManifestInvalid)
+		return
+	}
+	if c.d.log.Enabled(ctx, slog.LevelDebug) {
+		c.d.log.Debug("cmd", "tool", cmd.Tool, "request_id", cmd.RequestID)
+	}
+	if t.verb.Stream {
+		if t.sh == nil {
+			fail(bus.CodeToolNotFound)
+			return
+		}
+		c.stream(ctx, e.MsgID, cmd, t.sh, fail)
+		return
+	}
+	h := t.h
+	if h == nil {
+		fail(bus.CodeToolNotFound)
+		return
+	}
+	deadline := time.Duration(cmd.DeadlineMs) * time.Millisecond
+	if deadline <= 0 {
+		deadline = wire.DefaultDeadlineMs * time.Millisecond
+	}
+	if left > 0 {
+		deadline = min(deadline, left)
+	}
+	hctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	res, err := h(hctx, cmd.Arguments)
+	if err != nil {
+		var be *bus.Error
+		switch {
+		case errors.As(err, &be):
+			fail(be.Code)
+		case hctx.Err() != nil:
+			fail(bus.CodeDeadlineExceeded)
+		default:
+			fail(bus.CodeInternal)
+		}
+		return
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		fail(bus.CodeInternal)
+		return
+	}
+	ack(wire.CmdAck{OK: true, Result: b})
+}
+
+// stream runs a stream handler until the tier cancels it (ctx ends): each
+// frame goes out as a stream envelope in reply to the cmd. A handler that
+// ends on its own, or fails, is reported with a cmd_ack.
+func (c *conn) stream(ctx context.Context, cmdID string, cmd wire.Cmd, h StreamHandler, fail func(string)) {
+	emit := func(frame any) error {
+		data, err := json.Marshal(frame)
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err // cancelled: send nothing more
+		}
+		// Not ctx itself: a write whose context ends makes the WebSocket
+		// library drop the whole connection, and a cancel may land mid-write.
+		return c.send(context.WithoutCancel(ctx), wire.TypeStream, cmdID, wire.StreamFrame{Event: "metric", Data: data})
+	}
+	err := h(ctx, cmd.Arguments, emit)
+	switch {
+	case ctx.Err() != nil:
+		// cancelled: the tier has forgotten the stream, nothing to say
+	case err != nil:
+		fail(bus.CodeInternal)
+	default:
+		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, cmdID, wire.CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
+			c.d.log.Debug("send cmd_ack", "err", err)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/schemas"
+)
+
+// EchoCapability is the system.echo capability exactly as seed 000 §9
+// has every device announce it.
+func EchoCapability() bus.Capability {
+	return bus.Capability{
+		CapID:       "echo",
+		Kind:        schemas.KindEcho,
+		SchemaRef:   schemas.EchoInput,
+		Verbs:       []string{"invoke"},
+		SafetyClass: schemas.SafetyReadOnly,
+		Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000},
+	}
+}
+
+// EchoResult is the result of system.echo (seed 000 §4).
+type EchoResult struct {
+	Message      string `json:"message"`
+	ReceivedAtMs int64  `json:"received_at_ms"`
+	NodeID       string `json:"node_id"`
+}
+
+// Echo returns the system.echo handler of a node.
+func Echo(nodeID string) Handler {
+	return func(_ context.Context, args json.RawMessage) (any, error) {
+		now := time.Now().UnixMilli()
+		msg, ok := echoMessage(args)
+		if !ok {
+			var in struct {
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal(args, &in); err != nil {
+				return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
+			}
+			msg = in.Message
+		}
+		return EchoResult{Message: msg, ReceivedAtMs: now, NodeID: nodeID}, nil
+	}
+}
+
+// echoMessage reads the message of echo arguments that passed their
+// schema (an object with exactly that member), in one pass when it is a
+// plain string; otherwise it reports false and json.Unmarshal decides.
+func echoMessage(args []byte) (msg string, ok bool) {
+	ok = jsonscan.Members(args, func(k, v []byte) bool {
+		if string(k) != "message" {
+			return false
+		}
+		msg, ok = jsonscan.String(v)
+		return ok
+	})
+	return msg, ok
+}
+
+// MockOptions returns the options of a simulated device with the echo
+// capability, synthetic metrics and a simulated GPIO pin (a walk fixed by seed and the node id);
+// the caller adds URLs, Token and whatever else it needs.
+func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
+	o := withMetrics(Options{
+		NodeID:       nodeID,
+		Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
+		Capabilities: []bus.Capability{EchoCapability()},
+		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
+		Schemas:      set,
+	}, NewMockSampler(seed, nodeID))
+	o.Capabilities = append(o.Capabilities, GPIOCapability())
+	maps.Copy(o.Handlers, GPIO(nodeID))
+	return o
+}
+
+// HostOptions returns the options of a real device agent (okso agent):
+// echo, and the metrics of the host it runs on.
+func HostOptions(nodeID string, set *schemas.Set, version string) Options {
+	return withMetrics(Options{
+		NodeID:       nodeID,
+		Agent:        bus.Agent{Name: "okso-agent", Version: version},
+		Capabilities: []bus.Capability{EchoCapability()},
+		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
+		Schemas:      set,
+	}, &HostSampler{})
+}
+
+func withMetrics(o Options, s Sampler) Options {
+	h, st := Metrics(o.NodeID, s)
+	o.Capabilities = append(o.Capabilities, MetricsCapability())
+	for k, v := range h {
+		o.Handlers[k] = v
+	}
+	o.Streams = st
+	return o
+}
+
+// GPIOCapability is a simulated GPIO pin: the mutating demo capability of
+// mock devices (reading it is read-only, driving it mutates).
+func GPIOCapability() bus.Capability {
+	return bus.Capability{
+		CapID:       "pin",
+		Kind:        schemas.KindGPIO,
+		SchemaRef:   schemas.GPIOWriteInput,
+		Verbs:       []string{"read", "write"},
+		SafetyClass: schemas.SafetyMutating,
+		Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000},
+	}
+}
+
+// GPIO returns the handlers of a simulated pin of a node: "pin.read" and
+// "pin.write". The pin starts low.
+func GPIO(nodeID string) map[string]Handler {
+	var (
+		mu    sync.Mutex
+		level int
+	)
+	type result struct {
+		NodeID   string `json:"node_id"`
+		Pin      string `json:"pin"`
+		Level    int    `json:"level"`
+		Previous *int   `json:"previous,omitempty"`
+		TsMs     int64  `json:"ts_ms"`
+	}
+	return map[string]Handler{
+		"pin.read": func(context.Context, json.RawMessage) (any, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return result{NodeID: nodeID, Pin: "pin", Level: level, TsMs: time.Now().UnixMilli()}, nil
+		},
+		"pin.write": func(_ context.Context, args json.RawMessage) (any, error) {
+			var in struct {
+				Level float64 `json:"level"` // 1 and 1.0 alike, as the schema sees them
+			}
+			if err := json.Unmarshal(args, &in); err != nil {
+				return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			prev := level
+			level = int(in.Level)
+			return result{NodeID: nodeID, Pin: "pin", Level: level, Previous: &prev, TsMs: time.Now().UnixMilli()}, nil
+		},
+	}
+}

@@ -1,0 +1,179 @@
+package tier_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/tier"
+	"github.com/okso-io/okso/device/wire"
+)
+
+// TestLeaseReclaimed: a session whose registry record vanished (as when
+// NATS was away longer than the lease) claims it again at its next refresh
+// instead of closing its device with 4409.
+func TestLeaseReclaimed(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	nc := connect(t, tt.server, "short-lease-tier")
+	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.set,
+		Verifier: auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice),
+		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(short.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		if err := short.Shutdown(ctx); err != nil {
+			t.Errorf("tier shutdown: %v", err)
+		}
+		hs.Close()
+	})
+	events := tt.watch(t)
+	d := tt.runEchoAt(t, "ws"+strings.TrimPrefix(hs.URL, "http")+wire.Path)
+	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
+
+	if err := tt.kv.Purge(t.Context(), d.node); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
+	again := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
+	if again.Node.SessionID != first.Node.SessionID {
+		t.Errorf("record came back for session %s, want the same session %s", again.Node.SessionID, first.Node.SessionID)
+	}
+	// The device, written by hand, cannot reconnect: its echo through the
+	// one connection it has shows the session lived on.
+	tt.echo(t, d.node)
+}
+
+// TestCloseHandshakeBounded: a client that sends part of an oversize frame
+// and then stalls gets 4413, and cannot keep its session (or the tier's
+// shutdown) waiting on the close handshake.
+func TestCloseHandshakeBounded(t *testing.T) {
+	tt := newTestTier(t, tier.Options{MaxFrameBytes: 1024})
+	rc := tt.dial(t, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	w, err := rc.c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := []byte(strings.Repeat("x", 512))
+	for range 40 { // 20 KiB, past the limit and the writer's buffer; never finished
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionProtocol && e.Code == "4413" })
+	sctx, scancel := context.WithTimeout(t.Context(), waitFor)
+	defer scancel()
+	if err := tt.tier.Shutdown(sctx); err != nil {
+		t.Fatalf("a stalled peer held the tier: %v", err)
+	}
+}
+
+// TestTakeoverAcrossTiers: a node that connects again through another tier
+// replica is owned by the new session at once: the older one, on the other
+// tier, gets 4409, its late cleanup leaves the new record alone, and each
+// call gets exactly one reply, from the new session.
+func TestTakeoverAcrossTiers(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	_, urlB := tt.startReplica(t, tier.Options{})
+	node := wire.NewNodeID()
+	events := tt.watch(t)
+
+	first, _ := tt.connectRaw(t, node)
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, urlB, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Body != nil {
+		resp.Body.Close()
+	}
+	t.Cleanup(func() { _ = c.CloseNow() })
+	second := &rawClient{c: c, set: tt.set}
+	ok := second.authenticate(t, tt.token(t, node))
+	second.announce(t, node, echoCapability())
+
+	if code, _ := first.waitClose(t); code != wire.CloseReplaced {
+		t.Fatalf("older session closed with %d, want 4409", code)
+	}
+	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
+	if r := tt.record(t, node); r == nil || r.SessionID != ok.SessionID {
+		t.Fatalf("registry record %+v, want the newer session %s", r, ok.SessionID)
+	}
+	for range 3 {
+		res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+		second.answerEcho(t, node)
+		wantOK(t, <-res)
+	}
+	select {
+	case e := <-events:
+		if e.NodeID == node && e.Node == nil {
+			t.Error("the older session's cleanup removed the node")
+		}
+	default:
+	}
+}
+
+// TestConnectionGuards: connection attempts beyond a source address's
+// budget, or beyond the tier's session limit, close with 4429; calls
+// beyond the per-node pending limit get E_RATE_LIMITED. A bystander keeps
+// working.
+func TestConnectionGuards(t *testing.T) {
+	t.Run("per address", func(t *testing.T) {
+		// A budget that never refills within the test, however the
+		// machine's clock is slewed (one token per 11 days).
+		tt := newTestTier(t, tier.Options{ConnRatePerIP: 1e-6, ConnBurstPerIP: 2})
+		tt.runEcho(t) // the first attempt
+		// The tier takes an attempt from the budget after the upgrade:
+		// the second has been counted once its hello comes, and not
+		// before, whatever the order of the dials.
+		tt.dial(t, nil).recv(t, wire.TypeHello, nil)
+		third := tt.dial(t, nil)
+		if code, frames := third.waitClose(t); code != wire.CloseTooMany || len(frames) != 1 ||
+			frames[0].Code != bus.CodeRateLimited {
+			t.Fatalf("third attempt: %d %+v, want 4429 with E_RATE_LIMITED", code, frames)
+		}
+	})
+	t.Run("sessions", func(t *testing.T) {
+		tt := newTestTier(t, tier.Options{MaxSessions: 1})
+		d := tt.runEcho(t)
+		extra := tt.dial(t, nil)
+		if code, _ := extra.waitClose(t); code != wire.CloseTooMany {
+			t.Fatalf("connection past the limit: %d, want 4429", code)
+		}
+		tt.echo(t, d.node)
+	})
+	t.Run("pending per node", func(t *testing.T) {
+		tt := newTestTier(t, tier.Options{MaxPendingPerNode: 1})
+		node := wire.NewNodeID()
+		rc, _ := tt.connectRaw(t, node)
+		first := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"1"}`)
+		var cmd wire.Cmd
+		e := rc.recv(t, wire.TypeCmd, &cmd) // in flight, unanswered
+		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), bus.CodeRateLimited)
+		res, _ := json.Marshal(echoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
+		wantOK(t, <-first)
+	})
+}

@@ -1,0 +1,1062 @@
+package tier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/workers"
+	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
+)
+
+// maxCapabilities is the manifest schema's maxItems of capabilities.
+const maxCapabilities = 64
+
+// closeGrace bounds a close handshake.
+const closeGrace = 2 * time.Second
+
+// errClosed means the session has been closed by the tier; the read loop
+// stops without closing again.
+var errClosed = errors.New("session closed")
+
+// session is one device connection. Its run goroutine owns the read loop;
+// NATS callbacks, timers and the pinger share the pending map under mu.
+type session struct {
+	t      *Tier
+	c      *websocket.Conn
+	raw    net.Conn // under c; dropped when a close handshake stalls
+	writes *wire.WriteGuard
+	id     string
+	remote string
+	bearer string
+
+	// Set once by run before the session is attached; read-only after.
+	// nodeID, tenant, subject and jti are written under mu: the auth
+	// deadline may close (and audit) the session while run sets them.
+	nodeID, tenant, subject, jti string
+	agent                        bus.Agent
+	caps                         map[string]*capState
+	manifest                     []bus.Capability // as announced, in order
+	// boundAt is when the node's binding to its tenant was last refreshed.
+	boundAt time.Time
+	// clockAt and clockMs are when auth_ok went out, on the tier's
+	// monotonic and wall clocks; a cmd's deadline_at_ms counts from them.
+	clockAt time.Time
+	clockMs int64
+	// deadlineAt: the device announced it checks deadline_at_ms, so cmds
+	// carry it.
+	deadlineAt bool
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by close
+	// onDone, when set, runs (on its own goroutine) as soon as close
+	// begins: it takes the node offline without waiting for the close
+	// handshake.
+	onDone func()
+
+	// queue holds the calls NATS delivered for the node, served one at a
+	// time and in order by a worker while it is not empty.
+	qmu       sync.Mutex
+	queue     []*nats.Msg
+	draining  bool
+	announced chan struct{} // closed once announce_ok is written: cmds may follow
+
+	mu          sync.Mutex
+	pending     map[string]*pendingCall
+	sub         *nats.Subscription // the node's cmd subject
+	detached    bool
+	streams     map[string]*tierStream // by cmd msg_id
+	streamsByID map[string]string      // stream id -> cmd msg_id
+}
+
+type capState struct {
+	*bus.Capability // the session's manifest entry, not a copy of it
+	kind            schemas.Kind
+	limiter         *rate.Limiter // nil: unlimited
+	inflight        int           // unary calls in flight, under session.mu
+	streams         int           // open streams, under session.mu; limited apart
+}
+
+type pendingCall struct {
+	reply     string
+	cap       *capState
+	tool      string
+	timer     *time.Timer
+	start     time.Time
+	requestID string
+	subject   string
+}
+
+func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
+	s := &session{
+		t:         t,
+		c:         c,
+		id:        wire.NewMsgID(),
+		remote:    r.RemoteAddr,
+		done:      make(chan struct{}),
+		announced: make(chan struct{}),
+		pending:   map[string]*pendingCall{},
+
+		streams:     map[string]*tierStream{},
+		streamsByID: map[string]string{},
+	}
+	s.writes = wire.NewWriteGuard(t.o.WriteTimeout, func() {
+		// The device stopped reading: its writes fail, and so its session.
+		t.log.Info("device stalled a write: connection dropped", "session", s.id, "err", c.CloseNow())
+	})
+	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
+		s.bearer = f[1]
+	}
+	return s
+}
+
+// errorCodeFor names the error envelope code sent before a close.
+func errorCodeFor(closeCode int) string {
+	switch closeCode {
+	case wire.CloseMalformed, wire.CloseTooLarge:
+		return bus.CodeBadRequest
+	case wire.CloseAuthFailed, wire.CloseForbidden:
+		return bus.CodeSafetyDenied
+	case wire.CloseTooMany:
+		return bus.CodeRateLimited
+	case wire.CloseLiveness:
+		return bus.CodeDeadlineExceeded
+	}
+	return ""
+}
+
+// close sends an error frame (when code is not a normal close) and closes
+// the socket with code. It is idempotent and may block until the peer
+// answers the close or the close times out, so callers on another
+// session's path run it through [Tier.goFor]. It takes no context: a
+// close must happen whatever became of whoever asked for it, and every
+// step of it is bounded (the error frame by a second, the handshake by
+// closeGrace).
+func (s *session) close(code int, errCode, reason string) {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.mu.Lock()
+		onDone := s.onDone
+		s.mu.Unlock()
+		if onDone != nil {
+			s.t.goFor(s, onDone)
+		}
+		if errCode == "" {
+			errCode = errorCodeFor(code)
+		}
+		if errCode != "" {
+			b, err := wire.Encode(wire.TypeError, "", wire.ErrorFrame{Code: errCode, Message: reason})
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				err = s.c.Write(ctx, websocket.MessageText, b)
+				cancel()
+			}
+			if err != nil {
+				s.t.log.Debug("error frame before a close", "session", s.id, "code", errCode, "err", err)
+			}
+		}
+		if code != wire.CloseNormal && code != wire.CloseGoingAway && code != wire.CloseReplaced {
+			s.mu.Lock()
+			e := bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+				Decision: bus.DecisionProtocol, Code: strconv.Itoa(code)}
+			s.mu.Unlock()
+			s.t.audit(e)
+		}
+		// Close waits for the peer's close and reads the rest of a frame
+		// left half-read; a peer that stalls must not pin the session.
+		force := time.AfterFunc(closeGrace, s.drop)
+		if err := s.c.Close(websocket.StatusCode(code), reason); err != nil {
+			s.t.log.Debug("close device connection", "session", s.id, "code", code, "err", err)
+		}
+		force.Stop()
+	})
+}
+
+// drop closes the connection under the WebSocket library, so that a close
+// handshake in progress (which reads the rest of a frame left half-read,
+// with no deadline), a read or a write fails at once.
+func (s *session) drop() {
+	if s.raw == nil {
+		return
+	}
+	if err := s.raw.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		s.t.log.Debug("drop device connection", "session", s.id, "err", err)
+	}
+}
+
+func (s *session) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any) error {
+	b, err := wire.Encode(typ, inReplyTo, payload)
+	if err != nil {
+		return err
+	}
+	return s.writeRaw(ctx, b)
+}
+
+// writeRaw writes one frame; a write that stalls for WriteTimeout closes
+// the connection.
+func (s *session) writeRaw(ctx context.Context, b []byte) error {
+	s.writes.Begin()
+	err := s.c.Write(ctx, websocket.MessageText, b)
+	s.writes.End(err == nil)
+	return err
+}
+
+// read returns the next envelope. On a protocol violation it closes the
+// session with the matching code and returns errClosed.
+func (s *session) read(ctx context.Context) (wire.Envelope, error) {
+	typ, r, err := s.c.Reader(ctx)
+	if err != nil {
+		return wire.Envelope{}, err
+	}
+	if typ != websocket.MessageText {
+		s.close(wire.CloseMalformed, "", "binary frames are not allowed")
+		return wire.Envelope{}, errClosed
+	}
+	max := s.t.o.MaxFrameBytes
+	b, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
+	if err != nil {
+		return wire.Envelope{}, err
+	}
+	if len(b) > max {
+		s.close(wire.CloseTooLarge, "", "frame larger than "+strconv.Itoa(max)+" bytes")
+		return wire.Envelope{}, errClosed
+	}
+	e, err := wire.DecodeEnvelope(s.t.o.Schemas, b)
+	if err != nil {
+		s.close(wire.CloseMalformed, "", "malformed envelope")
+		return wire.Envelope{}, errClosed
+	}
+	return e, nil
+}
+
+// expect reads the next envelope and requires its type.
+func (s *session) expect(ctx context.Context, typ string) (wire.Envelope, error) {
+	e, err := s.read(ctx)
+	if err != nil {
+		return e, err
+	}
+	if e.Type != typ {
+		s.close(wire.CloseMalformed, "", "expected "+typ)
+		return e, errClosed
+	}
+	return e, nil
+}
+
+func (s *session) run(ctx context.Context) {
+	// The session lives until its socket closes; the HTTP request context
+	// only ends when the connection does.
+	ctx = context.WithoutCancel(ctx)
+	defer s.cleanup()
+
+	lateClose := func() { s.close(wire.CloseAuthFailed, "", "authentication timeout") }
+	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() { s.t.goFor(s, lateClose) })
+	defer deadline.Stop()
+
+	err := s.write(ctx, wire.TypeHello, "", wire.Hello{
+		Proto:          wire.Subprotocol,
+		AuthDeadlineMs: int(s.t.o.AuthTimeout / time.Millisecond),
+		MaxFrameBytes:  s.t.o.MaxFrameBytes,
+	})
+	if err != nil {
+		return
+	}
+	if s.c.Subprotocol() != wire.Subprotocol {
+		s.close(wire.CloseMalformed, "", "subprotocol okso.v1 required")
+		return
+	}
+	if !s.authenticate(ctx) {
+		return
+	}
+	if !deadline.Stop() {
+		// The deadline fired while we verified. Its close may not have
+		// begun yet: begin it here, or the session's end would close first,
+		// with 1000.
+		lateClose()
+		return
+	}
+	// Whose node id this is, asked of JetStream, is the tier's time, not
+	// the device's, and must not end in a 4401.
+	if !s.bind(ctx) {
+		return
+	}
+	s.clockAt = time.Now()
+	s.clockMs = s.clockAt.UnixMilli()
+	if s.write(ctx, wire.TypeAuthOK, "", wire.AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
+		ServerTimeMs: s.clockMs}) != nil {
+		return
+	}
+	deadline.Reset(s.t.o.AuthTimeout)
+	lease := s.announce(ctx, deadline, lateClose)
+	if lease == nil {
+		return
+	}
+	deadline.Stop()
+
+	// The node goes offline as soon as the session starts closing, not
+	// after the close handshake (up to closeGrace with a silent peer).
+	k := s.keepAlive(lease)
+	var once sync.Once
+	release := func() { once.Do(func() { releaseLease(s, k.stop()) }) }
+	s.mu.Lock()
+	s.onDone = release
+	s.mu.Unlock()
+	if s.closed() { // closed before onDone was set: close did not see it
+		s.t.goFor(s, release)
+	}
+	defer release()                         // waits for a release in progress
+	defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
+
+	for {
+		e, err := s.read(ctx)
+		if err != nil {
+			return
+		}
+		switch e.Type {
+		case wire.TypeCmdAck:
+			s.onAck(ctx, e)
+			// Let the reply go on its way over NATS before this goroutine
+			// reads on: on one P it would otherwise try the socket (a
+			// syscall, then a park) while the reply waits.
+			runtime.Gosched()
+		case wire.TypeStream:
+			s.onStream(e)
+		default:
+			s.close(wire.CloseMalformed, "", "unexpected "+e.Type+" frame")
+			return
+		}
+	}
+}
+
+func (s *session) authenticate(ctx context.Context) bool {
+	token := s.bearer
+	if token == "" {
+		e, err := s.expect(ctx, wire.TypeAuth)
+		if err != nil {
+			return false
+		}
+		var a wire.Auth
+		if err := wire.DecodePayload(e, &a); err != nil || a.Token == "" {
+			s.close(wire.CloseMalformed, "", "malformed auth payload")
+			return false
+		}
+		token = a.Token
+	}
+	claims, err := s.t.o.Verifier.Verify(token)
+	if err != nil {
+		s.close(wire.CloseAuthFailed, "", "authentication failed")
+		return false
+	}
+	s.mu.Lock()
+	s.tenant, s.subject, s.jti = claims.Tenant, claims.Subject, claims.ID
+	s.mu.Unlock()
+	if r := s.t.o.Revoked; r != nil && r.Revoked(claims.ID) {
+		s.t.audit(bus.AuditEvent{Tenant: claims.Tenant, Subject: claims.Subject, JTI: claims.ID,
+			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
+		s.close(wire.CloseAuthFailed, "", "token revoked")
+		return false
+	}
+	if !claims.HasScope(auth.ScopeDeviceConnect) {
+		s.close(wire.CloseForbidden, "", "token lacks scope device:connect")
+		return false
+	}
+	if !bus.ValidNodeID(claims.Subject) {
+		s.close(wire.CloseForbidden, "", "token subject is not a node id")
+		return false
+	}
+	s.mu.Lock()
+	s.nodeID = claims.Subject
+	s.mu.Unlock()
+	return true
+}
+
+// bind makes sure the node id is its tenant's: it binds a free node id to
+// the session's tenant, refreshes the binding of one the tenant holds, and
+// refuses the session (4403) when another tenant holds it.
+func (s *session) bind(ctx context.Context) bool {
+	var owner string
+	err := s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		owner, err = s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		return err
+	}, bus.ErrOtherTenant)
+	switch {
+	case errors.Is(err, bus.ErrOtherTenant):
+		s.refuseOtherTenant(owner)
+		return false
+	case err != nil:
+		s.t.log.Error("bind node id to its tenant", "node_id", s.nodeID, "err", err)
+		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot read the node bindings")
+		return false
+	}
+	s.boundAt = time.Now()
+	return true
+}
+
+// refuseOtherTenant closes a session whose node id another tenant holds,
+// with 4403. The refused tenant's audit says so without naming the owner;
+// the owner's says that its node id was presented, without naming who
+// presented it. Only the tier's log, the operator's, names both.
+func (s *session) refuseOtherTenant(owner string) {
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+		Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+	if owner != s.tenant && bus.ValidTenant(owner) {
+		s.t.audit(bus.AuditEvent{Tenant: owner, NodeID: s.nodeID, Decision: bus.DecisionDenied,
+			Code: bus.CodeSafetyDenied})
+	}
+	s.t.log.Warn("refused a node id bound to another tenant", "node_id", s.nodeID, "tenant", s.tenant,
+		"owner", owner)
+	s.close(wire.CloseForbidden, "", "node id belongs to another tenant")
+}
+
+// announce reads and checks the manifest, takes the node's subject and
+// registry record, and confirms to the device. It returns the record's
+// lease, or nil when the session must end.
+func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose func()) *bus.Lease {
+	e, err := s.expect(ctx, wire.TypeAnnounce)
+	if err != nil {
+		return nil
+	}
+	// The device was on time: what follows (subscribing, and the registry
+	// claim, retried through a JetStream election) is the tier's time, not
+	// the device's, and must not end in a 4401.
+	if !deadline.Stop() {
+		lateClose() // the deadline fired as the announce came in
+		return nil
+	}
+	// A cheap count first: the schema allows 64 capabilities, and a huge
+	// manifest (under a raised frame limit) should not cost a full check.
+	var count struct {
+		Capabilities []json.RawMessage `json:"capabilities"`
+	}
+	if json.Unmarshal(e.Payload, &count) != nil || len(count.Capabilities) > maxCapabilities {
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		return nil
+	}
+	if err := s.t.o.Schemas.ValidateJSON(schemas.Manifest, e.Payload); err != nil {
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		return nil
+	}
+	var a struct {
+		NodeID       string           `json:"node_id"`
+		Agent        bus.Agent        `json:"agent"`
+		Capabilities []bus.Capability `json:"capabilities"`
+		Features     []string         `json:"features"`
+	}
+	if err := wire.DecodePayload(e, &a); err != nil {
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		return nil
+	}
+	if a.NodeID != s.nodeID {
+		s.close(wire.CloseForbidden, "", "announced node_id differs from the token subject")
+		return nil
+	}
+	tools, caps, msg := project(s.nodeID, a.Capabilities)
+	if msg != "" {
+		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, msg)
+		return nil
+	}
+	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
+	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
+	if !s.t.admitTools(s, len(tools)) {
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+		s.close(wire.CloseForbidden, "", "the tenant's tool cap of "+strconv.Itoa(s.t.o.MaxToolsPerTenant)+" tools is reached")
+		return nil
+	}
+
+	if !s.t.attach(s) {
+		s.close(wire.CloseGoingAway, "", "tier shutting down")
+		return nil
+	}
+	// The node's cancel subject is served by the tier's one subscription
+	// to every node's (see [Tier.onCancel]).
+	// Calls come in on the tier's shared channel (see [Tier.dispatch]).
+	sub, err := s.t.o.NC.ChanQueueSubscribe(bus.NodeCmd(s.nodeID), bus.QueueNode, s.t.cmds)
+	if err == nil {
+		err = s.t.o.NC.FlushTimeout(5 * time.Second)
+	}
+	if err != nil {
+		s.t.log.Error("subscribe node subject", "node_id", s.nodeID, "err", err)
+		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot reach NATS")
+		return nil
+	}
+	s.mu.Lock()
+	if s.detached { // replaced while subscribing
+		s.mu.Unlock()
+		if err := sub.Unsubscribe(); err != nil {
+			s.t.log.Warn("unsubscribe node subject", "node_id", s.nodeID, "err", err)
+		}
+		return nil
+	}
+	s.sub = sub
+	s.mu.Unlock()
+
+	// Online only once the subject is served: claim after the flush.
+	lease, err := s.claim(ctx)
+	if err != nil {
+		s.t.log.Error("claim registry record", "node_id", s.nodeID, "err", err)
+		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
+		return nil
+	}
+	// Older sessions of this node on other tier replicas close with 4409.
+	s.announceTakeover()
+	if err := s.write(ctx, wire.TypeAnnounceOK, e.MsgID, wire.AnnounceOK{Tools: tools}); err != nil {
+		releaseLease(s, lease)
+		return nil
+	}
+	close(s.announced)
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+		Decision: bus.DecisionConnected})
+	return lease
+}
+
+// project checks a manifest beyond its schema and returns the projected
+// tool names; it also swaps the closed-set strings of caps (kind, safety
+// class, schema_ref, verbs) for the kind table's. A non-empty msg
+// explains the refusal.
+func project(nodeID string, caps []bus.Capability) (tools []string, byID map[string]*capState, msg string) {
+	byID = make(map[string]*capState, len(caps))
+	for i := range caps {
+		c := &caps[i]
+		if _, dup := byID[c.CapID]; dup {
+			return nil, nil, "duplicate cap_id"
+		}
+		k, ok := schemas.LookupKind(c.Kind)
+		if !ok {
+			return nil, nil, "unknown kind"
+		}
+		// The strings of a closed set are kept as the table's own, not as
+		// each session's decoded copies.
+		c.Kind, c.SafetyClass = k.Name, internSafety(c.SafetyClass)
+		if v, ok := k.VerbByInput(c.SchemaRef); ok {
+			c.SchemaRef = v.Input
+		}
+		for j, v := range c.Verbs {
+			kv, ok := k.Verb(v)
+			if !ok {
+				return nil, nil, "verb not allowed for its kind"
+			}
+			c.Verbs[j] = kv.Name
+			name := bus.ToolName{KindShort: k.Short, NodeID: nodeID, CapID: c.CapID, Verb: v}.String()
+			if len(name) > bus.MaxToolName {
+				return nil, nil, "projected tool name longer than 64 characters"
+			}
+			tools = append(tools, name)
+		}
+		cs := &capState{Capability: c, kind: k}
+		if c.Constraints.RateLimitRPS > 0 {
+			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
+			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)
+		}
+		byID[c.CapID] = cs
+	}
+	return tools, byID, ""
+}
+
+// internSafety returns the package constant equal to a safety class.
+func internSafety(class string) string {
+	for _, c := range []string{schemas.SafetyReadOnly, schemas.SafetyMutating, schemas.SafetyDestructive} {
+		if class == c {
+			return c
+		}
+	}
+	return class
+}
+
+// keeper refreshes a session's registry lease and pings its device, on
+// timers rather than a goroutine of its own: a tier holds tens of
+// thousands of sessions, and each parked goroutine costs its stack.
+type keeper struct {
+	s       *session
+	mu      sync.Mutex // held by a refresh in progress
+	lease   *bus.Lease // the lease a refresh may re-claim
+	stopped bool
+	refresh *time.Timer
+	ping    *time.Timer
+	pinging sync.WaitGroup
+}
+
+// keepAlive starts refreshing lease and pinging until stop.
+func (s *session) keepAlive(lease *bus.Lease) *keeper {
+	k := &keeper{s: s, lease: lease}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refresh = time.AfterFunc(s.t.o.Registry.TTL()/3, k.onRefresh)
+	k.ping = time.AfterFunc(s.t.o.PingInterval, k.onPing)
+	return k
+}
+
+// stop ends the timers, waits for a refresh or ping in progress, and
+// returns the lease as it now is (a refresh may have claimed it again).
+func (k *keeper) stop() *bus.Lease {
+	k.mu.Lock()
+	k.stopped = true
+	k.refresh.Stop()
+	k.ping.Stop()
+	lease := k.lease
+	k.mu.Unlock()
+	k.pinging.Wait()
+	return lease
+}
+
+// refreshTimeout bounds the JetStream work of one lease refresh.
+const refreshTimeout = 10 * time.Second
+
+func (k *keeper) onRefresh() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.s
+	if k.stopped || s.closed() {
+		return
+	}
+	// A timer's callback runs for no caller: its context is its own, bounded.
+	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+	defer cancel()
+	if time.Since(s.boundAt) >= s.t.o.Bindings.RefreshEvery() {
+		owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		switch {
+		case errors.Is(err, bus.ErrOtherTenant):
+			// An operator freed the node id and another tenant took it.
+			s.refuseOtherTenant(owner)
+			return
+		case err != nil:
+			s.t.log.Warn("refresh node binding", "node_id", s.nodeID, "err", err)
+		default:
+			s.boundAt = time.Now()
+		}
+	}
+	err := k.lease.Refresh(ctx)
+	if errors.Is(err, bus.ErrLeaseLost) {
+		// Replaced only if another session holds the node; a record that
+		// expired (NATS was away longer than the lease) is simply claimed
+		// again.
+		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
+		if gerr == nil && n != nil && n.SessionID != s.id {
+			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
+			return
+		}
+		if gerr == nil {
+			var l *bus.Lease
+			if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
+				k.lease = l
+			}
+		}
+	}
+	if err != nil {
+		s.t.log.Warn("refresh registry record", "node_id", s.nodeID, "err", err)
+	}
+	k.refresh.Reset(s.t.o.Registry.TTL() / 3)
+}
+
+func (k *keeper) onPing() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	k.pinging.Add(1)
+	k.mu.Unlock()
+	defer k.pinging.Done()
+	s := k.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.t.o.PingInterval)
+	err := s.c.Ping(ctx)
+	cancel()
+	if err != nil {
+		s.close(wire.CloseLiveness, "", "device missed a ping")
+		return
+	}
+	k.mu.Lock()
+	if !k.stopped {
+		k.ping.Reset(s.t.o.PingInterval)
+	}
+	k.mu.Unlock()
+}
+
+// claim writes the node's record.
+func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
+	err = s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		lease, err = s.t.o.Registry.Claim(ctx, s.record())
+		return err
+	}, nil)
+	return lease, err
+}
+
+// untilJetStream runs op until it succeeds or fails with final. While a
+// NATS cluster elects a new JetStream leader (a member just died) reads
+// and writes fail for a few seconds: it tries again for up to 8 s rather
+// than send the device away.
+func (s *session) untilJetStream(ctx context.Context, op func(context.Context) error, final error) error {
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := op(cctx)
+		cancel()
+		if err == nil || (final != nil && errors.Is(err, final)) || time.Now().After(deadline) || s.closed() {
+			return err
+		}
+		select {
+		case <-s.done:
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// releaseLease takes the node offline in the reverse order of announce:
+// first the session stops serving the node's subject (and NATS has the
+// unsubscribe), then the registry record goes. A caller who sees the record
+// disappear thus never reaches the dead session.
+func releaseLease(s *session, lease *bus.Lease) {
+	s.detach()
+	if err := s.t.o.NC.FlushTimeout(5 * time.Second); err != nil {
+		s.t.log.Warn("flush unsubscribe", "node_id", s.nodeID, "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		s.t.log.Warn("release registry record", "node_id", s.nodeID, "err", err)
+	}
+}
+
+func (s *session) record() bus.Node {
+	return bus.Node{
+		NodeID:       s.nodeID,
+		Tenant:       s.tenant,
+		SessionID:    s.id,
+		Tier:         s.t.o.Name,
+		Agent:        s.agent,
+		Capabilities: s.manifest,
+		ConnectedAt:  time.Now().UTC(),
+	}
+}
+
+// detach stops s serving its node's subject, because a newer session took
+// the node. Pending calls still complete or fail.
+func (s *session) detach() {
+	s.mu.Lock()
+	s.detached = true
+	sub := s.sub
+	s.sub = nil
+	s.mu.Unlock()
+	if sub != nil {
+		// Drain, not Unsubscribe: requests already queued on the
+		// subscription still reach onCall, which answers them
+		// E_NODE_OFFLINE instead of leaving the caller to its deadline.
+		if err := sub.Drain(); err != nil {
+			s.t.log.Warn("drain node subject", "session", s.id, "err", err)
+		}
+	}
+}
+
+func (s *session) cleanup() {
+	s.close(wire.CloseNormal, "", "")
+	s.detach()
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = map[string]*pendingCall{}
+	s.mu.Unlock()
+	for _, p := range pending {
+		p.timer.Stop()
+		s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device disconnected during the call"),
+			bus.DecisionOffline, bus.CodeNodeOffline)
+	}
+	s.endStreams(bus.ReasonDeviceOffline)
+	s.t.release(s)
+	if s.t.tools != nil && s.nodeID != "" {
+		s.t.tools.release(s.id, s.nodeID)
+	}
+	if s.nodeID != "" && s.caps != nil {
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionDisconnect})
+	}
+}
+
+// enqueue queues a call for the session; calls to one node are served in
+// the order NATS delivered them, by one worker at a time, whose writes to
+// the device take ctx. It reports false when the node already has max
+// calls queued.
+func (s *session) enqueue(ctx context.Context, m *nats.Msg, w *workers.Pool, max int) bool {
+	s.qmu.Lock()
+	if len(s.queue) >= max {
+		s.qmu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, m)
+	start := !s.draining
+	s.draining = true
+	s.qmu.Unlock()
+	if start {
+		w.Run(func() { s.drain(ctx) })
+	}
+	return true
+}
+
+// drain serves the queued calls until none is left.
+func (s *session) drain(ctx context.Context) {
+	for {
+		s.qmu.Lock()
+		if len(s.queue) == 0 {
+			s.queue, s.draining = nil, false // an idle session keeps no array
+			s.qmu.Unlock()
+			return
+		}
+		m := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.qmu.Unlock()
+		s.onCall(ctx, m)
+	}
+}
+
+// onCall serves one request on the node's subject.
+func (s *session) onCall(ctx context.Context, m *nats.Msg) {
+	// The subject is served, and the record written, just before
+	// announce_ok goes out: a call that comes in between waits for it, so
+	// a device never gets a cmd before its announce_ok.
+	select {
+	case <-s.announced:
+	case <-s.done:
+		s.respond(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
+		return
+	}
+	if m.Header.Get(bus.HeaderProbe) != "" {
+		s.respond(m.Reply, bus.OKReply([]byte("{}")))
+		return
+	}
+	start := time.Now()
+	reqID := m.Header.Get(bus.HeaderRequestID)
+	fail := func(code, msg, decision, tool string) {
+		s.respond(m.Reply, bus.ErrorReply(code, msg))
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: m.Header.Get(bus.HeaderSubject), Tool: tool,
+			NodeID: s.nodeID, Decision: decision, Code: code, Duration: time.Since(start), RequestID: reqID})
+	}
+	call, err := bus.DecodeCall(m.Data)
+	if err != nil {
+		fail(bus.CodeBadRequest, "malformed call", bus.DecisionInvalid, "")
+		return
+	}
+	name, ok := bus.ParseToolName(call.Tool)
+	if !ok || name.NodeID != s.nodeID {
+		fail(bus.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
+		return
+	}
+	cs := s.caps[name.CapID]
+	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.Verbs, name.Verb) {
+		fail(bus.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, call.Tool)
+		return
+	}
+	if m.Header.Get(bus.HeaderTenant) != s.tenant {
+		fail(bus.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
+		return
+	}
+	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
+	if deadline <= 0 {
+		deadline = wire.DefaultDeadlineMs * time.Millisecond
+	}
+	deadline, ok = callDeadline(start, deadline, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline),
+		s.t.o.MaxClockSkew)
+	if !ok {
+		// Held somewhere (a reconnect buffer, a partition) past the time
+		// its caller gave up: at-most-once means it must not start now.
+		fail(bus.CodeDeadlineExceeded, "the call's deadline passed before it reached the node", bus.DecisionTimeout, call.Tool)
+		return
+	}
+	args := call.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	if v, _ := cs.kind.Verb(name.Verb); v.Stream {
+		s.openStream(ctx, m, call, cs, args, fail)
+		return
+	}
+
+	cmd := wire.Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
+	if s.deadlineAt {
+		// On the clock the device was given at auth_ok, reckoned on the
+		// monotonic clock since: a step of the wall clock moves neither.
+		cmd.DeadlineAtMs = s.clockMs + (start.Sub(s.clockAt) + deadline).Milliseconds()
+	}
+	cmdID := wire.NewMsgID()
+	frame, err := wire.EncodeID(wire.TypeCmd, cmdID, "", cmd)
+	if err != nil {
+		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
+		return
+	}
+
+	s.mu.Lock()
+	if s.detached {
+		s.mu.Unlock()
+		fail(bus.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
+		return
+	}
+	if len(s.pending) >= s.t.o.MaxPendingPerNode {
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "too many calls in flight to this node", bus.DecisionRateLimit, call.Tool)
+		return
+	}
+	if cs.limiter != nil && !cs.limiter.Allow() {
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
+		return
+	}
+	if mc := cs.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
+		s.mu.Unlock()
+		fail(bus.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
+		return
+	}
+	cs.inflight++
+	p := &pendingCall{reply: m.Reply, cap: cs, tool: call.Tool, start: start, requestID: reqID,
+		subject: m.Header.Get(bus.HeaderSubject)}
+	s.pending[cmdID] = p
+	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
+	s.mu.Unlock()
+
+	if err := s.writeRaw(ctx, frame); err != nil {
+		if p := s.take(cmdID); p != nil {
+			s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, bus.CodeNodeOffline)
+		}
+	}
+}
+
+// callDeadline bounds a call that may take d by its caller's remaining
+// budget (budgetMs, relative, from the moment it is read) and by its
+// deadline (deadlineMs, Unix milliseconds on the caller's clock, which
+// may be up to skew away from this host's). It reports false when the
+// deadline passed more than skew ago: the call must not start. Headers
+// that are absent or malformed bound nothing, as from an older gateway.
+func callDeadline(now time.Time, d time.Duration, budgetMs, deadlineMs string, skew time.Duration) (time.Duration, bool) {
+	if b, err := strconv.Atoi(budgetMs); err == nil && b > 0 {
+		d = min(d, time.Duration(b)*time.Millisecond)
+	}
+	if deadlineMs == "" {
+		return d, true
+	}
+	at, err := strconv.ParseInt(deadlineMs, 10, 64)
+	if err != nil || at <= 0 {
+		return d, true
+	}
+	left := time.UnixMilli(at).Add(skew).Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	return min(d, left), true
+}
+
+func containsVerb(verbs []string, v string) bool {
+	for _, x := range verbs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// take removes and returns a pending call, or nil if it already ended.
+func (s *session) take(cmdID string) *pendingCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pending[cmdID]
+	if p == nil {
+		return nil
+	}
+	delete(s.pending, cmdID)
+	p.cap.inflight--
+	return p
+}
+
+// finish audits a call, then answers it. In that order: a started
+// Auditor's goroutine, woken by the record, then runs after the reply's
+// hop on this P rather than before it.
+func (s *session) finish(p *pendingCall, reply []byte, decision, code string) {
+	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: p.subject, Tool: p.tool, NodeID: s.nodeID,
+		Decision: decision, Code: code, Duration: time.Since(p.start), RequestID: p.requestID})
+	s.respond(p.reply, reply)
+}
+
+func (s *session) respond(reply string, data []byte) {
+	if reply == "" {
+		return
+	}
+	if err := s.t.o.NC.Publish(reply, data); err != nil {
+		s.t.log.Warn("publish reply", "node_id", s.nodeID, "err", err)
+	}
+}
+
+// expire ends a call whose device deadline passed, and tells the device to
+// stop working on it.
+func (s *session) expire(ctx context.Context, cmdID string) {
+	p := s.take(cmdID)
+	if p == nil {
+		return
+	}
+	s.finish(p, bus.ErrorReply(bus.CodeDeadlineExceeded, "device did not answer within its deadline"),
+		bus.DecisionTimeout, bus.CodeDeadlineExceeded)
+	if err := s.write(ctx, wire.TypeCancel, cmdID, wire.Cancel{}); err != nil {
+		s.t.log.Debug("cancel an expired cmd", "node_id", s.nodeID, "err", err)
+	}
+}
+
+// onAck completes the call a cmd_ack answers; a late or unknown ack is
+// dropped and audited.
+func (s *session) onAck(ctx context.Context, e wire.Envelope) {
+	if e.InReplyTo == "" {
+		s.close(wire.CloseMalformed, "", "cmd_ack without in_reply_to")
+		return
+	}
+	var ack wire.CmdAck
+	if err := wire.DecodePayload(e, &ack); err != nil {
+		s.close(wire.CloseMalformed, "", "malformed cmd_ack payload")
+		return
+	}
+	p := s.take(e.InReplyTo)
+	if p == nil {
+		if st := s.dropStream(ctx, e.InReplyTo, false); st != nil {
+			// The device ended a stream on its own: its gateway sees the
+			// device as gone for this stream.
+			s.endStream(st, bus.ReasonDeviceOffline)
+			return
+		}
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionLateAck, RequestID: e.InReplyTo})
+		return
+	}
+	p.timer.Stop()
+	switch {
+	case ack.OK && len(ack.Result) > 0:
+		s.finish(p, bus.OKReply(ack.Result), bus.DecisionAllowed, "")
+	case ack.OK:
+		s.finish(p, bus.ErrorReply(bus.CodeInternal, "device answered without a result"), bus.DecisionFailed, bus.CodeInternal)
+	default:
+		code := bus.CodeInternal
+		if ack.Error != nil && bus.KnownCode(ack.Error.Code) {
+			code = ack.Error.Code
+		}
+		s.finish(p, bus.ErrorReply(code, fmt.Sprintf("device reported %s", code)), bus.DecisionFailed, code)
+	}
+}

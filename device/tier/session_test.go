@@ -1,0 +1,707 @@
+package tier_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/tier"
+	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
+)
+
+// echoCap is a system.echo capability with its own cap_id and constraints.
+func echoCap(capID string, c bus.Constraints) bus.Capability {
+	return bus.Capability{
+		CapID:       capID,
+		Kind:        schemas.KindEcho,
+		SchemaRef:   schemas.EchoInput,
+		Verbs:       []string{"invoke"},
+		SafetyClass: schemas.SafetyReadOnly,
+		Constraints: c,
+	}
+}
+
+// TestProtocolFailures breaks the protocol in one way per case, from a raw
+// client, and checks the close code, the error frame before it, the audit
+// event, and that a well-behaved device on the same tier keeps working.
+func TestProtocolFailures(t *testing.T) {
+	const small = 1024 // MaxFrameBytes of the cases that need a small limit
+
+	tests := []struct {
+		name string
+		opts tier.Options
+		// misbehave drives a raw client up to its violation.
+		misbehave func(t *testing.T, tt *testTier) *rawClient
+		wantClose websocket.StatusCode
+		wantError string // code of the error frame sent before the close
+	}{
+		{
+			name: "malformed JSON after auth",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				node := wire.NewNodeID()
+				rc.authenticate(t, tt.token(t, node))
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"announce",`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "malformed JSON after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`not json`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			// encoding/json would read it as type cmd_ack: a smuggling shape.
+			name: "type key in upper case after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"TYPE":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "type key twice after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"stream","type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "payload key in title case during auth",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.recv(t, wire.TypeHello, nil)
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"auth","msg_id":"`+wire.NewMsgID()+
+					`","payload":{},"Payload":{"token":"`+tt.token(t, wire.NewNodeID())+`"}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "key twice inside a cmd_ack's result",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{"node_id":"a","node_id":"b"}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "empty in_reply_to after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"","payload":{"ok":true,"result":{}}}`))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "auth token in title case",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.recv(t, wire.TypeHello, nil)
+				rc.send(t, wire.TypeAuth, "", map[string]string{"Token": tt.token(t, wire.NewNodeID())})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "cmd_ack ok in two cases",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				node := wire.NewNodeID()
+				rc, _ := tt.connectRaw(t, node)
+				res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+				e := rc.recv(t, wire.TypeCmd, nil)
+				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
+					`","in_reply_to":"`+e.MsgID+`","payload":{"ok":false,"OK":true,"result":{}}}`))
+				t.Cleanup(func() { <-res }) // answered when the session ends, or at its deadline
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "unknown envelope type after auth",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, "bogus", "", struct{}{})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "unknown envelope type after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.send(t, "bogus", "", struct{}{})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "unexpected type after announce",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: "x"})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "cmd_ack without in_reply_to",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.send(t, wire.TypeCmdAck, "", wire.CmdAck{OK: true})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "binary frame",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.recv(t, wire.TypeHello, nil)
+				b, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: tt.token(t, wire.NewNodeID())})
+				rc.sendRaw(t, websocket.MessageBinary, b)
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "no subprotocol",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, &websocket.DialOptions{})
+				rc.recv(t, wire.TypeHello, nil)
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "auth payload without token",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.recv(t, wire.TypeHello, nil)
+				rc.send(t, wire.TypeAuth, "", struct{}{})
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "oversize frame after auth",
+			opts: tier.Options{MaxFrameBytes: small},
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				var hello wire.Hello
+				rc.recv(t, wire.TypeHello, &hello)
+				if hello.MaxFrameBytes != small {
+					t.Errorf("hello max_frame_bytes %d, want %d", hello.MaxFrameBytes, small)
+				}
+				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, wire.NewNodeID())})
+				rc.recv(t, wire.TypeAuthOK, nil)
+				rc.send(t, wire.TypeAnnounce, "", map[string]string{"pad": strings.Repeat("x", 2*small)})
+				return rc
+			},
+			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "frame one byte over the limit after announce",
+			opts: tier.Options{MaxFrameBytes: small},
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", small+1)))
+				return rc
+			},
+			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
+		},
+		{
+			// Larger than the WebSocket library's own 32 KiB default too:
+			// the tier must answer 4413, not the library's 1009.
+			name: "frame over the default 64 KiB limit",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc, _ := tt.connectRaw(t, wire.NewNodeID())
+				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", wire.DefaultMaxFrameBytes+1)))
+				return rc
+			},
+			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
+		},
+		{
+			name: "no auth within the deadline",
+			opts: tier.Options{AuthTimeout: 300 * time.Millisecond},
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				var hello wire.Hello
+				rc.recv(t, wire.TypeHello, &hello)
+				if hello.AuthDeadlineMs != 300 {
+					t.Errorf("hello auth_deadline_ms %d, want 300", hello.AuthDeadlineMs)
+				}
+				return rc // and say nothing
+			},
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "no announce within the deadline",
+			opts: tier.Options{AuthTimeout: 300 * time.Millisecond},
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				return rc
+			},
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "garbage token",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				return authWith(t, tt, "not.a.jwt")
+			},
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "expired token",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				return authWith(t, tt, tt.mint(t, auth.MintOptions{
+					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+					Audience: auth.AudienceDevice, Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour,
+				}))
+			},
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "agent token (gateway audience)",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				return authWith(t, tt, tt.mint(t, auth.MintOptions{
+					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+					Audience: auth.AudienceGateway,
+				}))
+			},
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "token of another signer",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				other, err := auth.LoadOrCreateSigner(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok, err := other.Mint(auth.MintOptions{Subject: wire.NewNodeID(), Tenant: tenant,
+					Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return authWith(t, tt, tok)
+			},
+			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "token lacking device:connect",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				return authWith(t, tt, tt.mint(t, auth.MintOptions{
+					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeReadOnly},
+					Audience: auth.AudienceDevice,
+				}))
+			},
+			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "token subject not a node id",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				return authWith(t, tt, tt.mint(t, auth.MintOptions{
+					Subject: "alice", Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+					Audience: auth.AudienceDevice,
+				}))
+			},
+			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name: "announce for another node",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), echoCapability()))
+				return rc
+			},
+			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
+		},
+		{
+			name:      "manifest with an unknown kind",
+			misbehave: announceWith(func(c *bus.Capability) { c.Kind = "system.gpio" }),
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+		},
+		{
+			name:      "manifest with a 60-character cap_id",
+			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 60) }),
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+		},
+		{
+			// 23 characters pass the schema (at most 24) but the projected
+			// name sysecho.<26>.<23>.invoke has 65 characters.
+			name:      "manifest projecting a tool name over 64 characters",
+			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 23) }),
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+		},
+		{
+			name:      "manifest with a verb its kind lacks",
+			misbehave: announceWith(func(c *bus.Capability) { c.Verbs = []string{"snapshot"} }),
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+		},
+		{
+			name: "manifest with a duplicate cap_id",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, echoCapability(), echoCapability()))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+		},
+		{
+			name: "manifest without capabilities",
+			misbehave: func(t *testing.T, tt *testTier) *rawClient {
+				rc := tt.dial(t, nil)
+				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID))
+				return rc
+			},
+			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tt := newTestTier(t, tc.opts)
+			bystander := tt.runEcho(t)
+
+			rc := tc.misbehave(t, tt)
+			code, frames := rc.waitClose(t)
+			if code != tc.wantClose {
+				t.Errorf("close code %d, want %d", code, tc.wantClose)
+			}
+			if len(frames) != 1 || frames[0].Code != tc.wantError {
+				t.Errorf("error frames %+v, want one with code %s", frames, tc.wantError)
+			}
+			tt.audit.wait(t, func(e auditEntry) bool {
+				return e.Decision == bus.DecisionProtocol && e.Code == strconv.Itoa(int(tc.wantClose))
+			})
+
+			tt.echo(t, bystander.node)
+		})
+	}
+}
+
+// authWith dials and authenticates with token, expecting a refusal.
+func authWith(t *testing.T, tt *testTier, token string) *rawClient {
+	t.Helper()
+	rc := tt.dial(t, nil)
+	rc.recv(t, wire.TypeHello, nil)
+	rc.send(t, wire.TypeAuth, "", wire.Auth{Token: token})
+	return rc
+}
+
+// announceWith authenticates and announces the echo capability changed by
+// edit, expecting a refusal.
+func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawClient {
+	return func(t *testing.T, tt *testTier) *rawClient {
+		t.Helper()
+		rc := tt.dial(t, nil)
+		ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+		c := echoCapability()
+		edit(&c)
+		rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, c))
+		return rc
+	}
+}
+
+// TestReplacedSession connects one node twice: the first session gets 4409,
+// the second keeps the node, its subject and its registry record.
+func TestReplacedSession(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	bystander := tt.runEcho(t)
+	node := wire.NewNodeID()
+
+	first, firstOK := tt.connectRaw(t, node)
+	if r := tt.record(t, node); r == nil || r.SessionID != firstOK.SessionID {
+		t.Fatalf("registry record %+v, want session %s", r, firstOK.SessionID)
+	}
+
+	second, secondOK := tt.connectRaw(t, node)
+	if secondOK.SessionID == firstOK.SessionID {
+		t.Fatal("two sessions share an id")
+	}
+	code, frames := first.waitClose(t)
+	if code != wire.CloseReplaced {
+		t.Errorf("first session closed with %d, want %d", code, wire.CloseReplaced)
+	}
+	if len(frames) != 0 {
+		t.Errorf("error frames %+v before a 4409, want none", frames)
+	}
+	// The first session has ended, lease released, once it says so.
+	tt.audit.wait(t, func(e auditEntry) bool {
+		return e.Decision == bus.DecisionDisconnect && e.NodeID == node
+	})
+
+	r := tt.record(t, node)
+	if r == nil {
+		t.Fatal("registry record deleted when the replaced session ended")
+	}
+	if r.SessionID != secondOK.SessionID {
+		t.Errorf("registry record of session %s, want the second, %s", r.SessionID, secondOK.SessionID)
+	}
+	if n := tt.tier.Sessions(); n != 2 {
+		t.Errorf("tier has %d sessions, want 2 (bystander and second)", n)
+	}
+
+	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	second.answerEcho(t, node)
+	wantOK(t, <-res)
+	tt.echo(t, bystander.node)
+}
+
+// TestBearerHeader authenticates with the upgrade request's Authorization
+// header instead of an auth frame.
+func TestBearerHeader(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	node := wire.NewNodeID()
+	rc := tt.dial(t, &websocket.DialOptions{
+		Subprotocols: []string{wire.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tt.token(t, node)}},
+	})
+	rc.recv(t, wire.TypeHello, nil)
+	var ok wire.AuthOK
+	rc.recv(t, wire.TypeAuthOK, &ok)
+	if ok.NodeID != node || ok.Tenant != tenant || ok.SessionID == "" {
+		t.Fatalf("auth_ok %+v, want node %s of %s", ok, node, tenant)
+	}
+	announced := rc.announce(t, node, echoCapability())
+	if len(announced.Tools) != 1 || announced.Tools[0] != echoTool(node) {
+		t.Fatalf("announce_ok tools %v, want [%s]", announced.Tools, echoTool(node))
+	}
+	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	rc.answerEcho(t, node)
+	wantOK(t, <-res)
+}
+
+// TestBadBearerHeader refuses a bad bearer header as it refuses a bad auth
+// frame.
+func TestBadBearerHeader(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	rc := tt.dial(t, &websocket.DialOptions{
+		Subprotocols: []string{wire.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer not.a.jwt"}},
+	})
+	rc.recv(t, wire.TypeHello, nil)
+	if code, _ := rc.waitClose(t); code != wire.CloseAuthFailed {
+		t.Fatalf("close code %d, want %d", code, wire.CloseAuthFailed)
+	}
+}
+
+// TestLargeFrameWithinLimit answers a call with a frame just under the
+// default limit, far over the WebSocket library's 32 KiB default.
+func TestLargeFrameWithinLimit(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	node := wire.NewNodeID()
+	rc, _ := tt.connectRaw(t, node)
+	message := strings.Repeat("x", wire.DefaultMaxFrameBytes-1024)
+
+	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	e := rc.recv(t, wire.TypeCmd, nil)
+	result, _ := json.Marshal(echoResult{Message: message, NodeID: node})
+	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: result})
+	r := <-res
+	wantOK(t, r)
+	var got echoResult
+	if err := json.Unmarshal(r.reply.Result, &got); err != nil || got.Message != message {
+		t.Fatalf("result of %d bytes (%v), want the %d-character message back", len(r.reply.Result), err, len(message))
+	}
+}
+
+// TestDeadlineCancel lets a cmd expire on a raw client: the caller gets
+// E_DEADLINE_EXCEEDED, the device a cancel for that cmd, and the ack that
+// comes after is dropped and audited.
+func TestDeadlineCancel(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	node := wire.NewNodeID()
+	rc := tt.dial(t, nil)
+	rc.authenticate(t, tt.token(t, node))
+	rc.announce(t, node, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
+
+	res := tt.goCall(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
+	var cmd wire.Cmd
+	e := rc.recv(t, wire.TypeCmd, &cmd)
+	if cmd.DeadlineMs != 100 || string(cmd.Arguments) != `{"message":"hi"}` {
+		t.Errorf("cmd %+v, want the arguments and deadline_ms 100", cmd)
+	}
+	if cancel := rc.recv(t, wire.TypeCancel, nil); cancel.InReplyTo != e.MsgID {
+		t.Errorf("cancel in reply to %s, want the cmd %s", cancel.InReplyTo, e.MsgID)
+	}
+	wantCode(t, <-res, bus.CodeDeadlineExceeded)
+
+	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
+	tt.audit.wait(t, func(a auditEntry) bool {
+		return a.Decision == bus.DecisionLateAck && a.NodeID == node && a.RequestID == e.MsgID
+	})
+}
+
+// TestConnectionDroppedDuringCall drops the TCP connection, without a
+// close handshake, while the device holds a cmd.
+func TestConnectionDroppedDuringCall(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	node := wire.NewNodeID()
+	rc, _ := tt.connectRaw(t, node)
+
+	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	rc.recv(t, wire.TypeCmd, nil)
+	_ = rc.c.CloseNow()
+	wantCode(t, <-res, bus.CodeNodeOffline)
+	tt.audit.wait(t, func(e auditEntry) bool {
+		return e.Decision == bus.DecisionOffline && e.NodeID == node
+	})
+}
+
+// TestDisconnectRemovesNode checks that once a device is gone its registry
+// record is removed and its subject has no responder.
+func TestDisconnectRemovesNode(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	d := tt.runEcho(t)
+	events := tt.watch(t)
+	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 1 {
+		t.Fatalf("registry record %+v, want the echo device's", r)
+	}
+
+	d.leave(t)
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
+	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == d.node })
+	if n := tt.tier.Sessions(); n != 0 {
+		t.Errorf("tier has %d sessions after the device left, want 0", n)
+	}
+
+	r := tt.call(t.Context(), d.node, tenant, echoTool(d.node), `{"message":"hi"}`)
+	if !errors.Is(r.err, nats.ErrNoResponders) {
+		t.Fatalf("call after disconnect: %v, want nats.ErrNoResponders", r)
+	}
+}
+
+// TestShutdown closes every session with 1001, removes their records and
+// refuses new connections.
+func TestShutdown(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	node := wire.NewNodeID()
+	rc, _ := tt.connectRaw(t, node)
+	events := tt.watch(t)
+
+	done := make(chan error, 1)
+	go func() { done <- tt.tier.Shutdown(t.Context()) }()
+	code, frames := rc.waitClose(t)
+	if code != wire.CloseGoingAway || len(frames) != 0 {
+		t.Errorf("close %d with error frames %+v, want 1001 and none", code, frames)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n := tt.tier.Sessions(); n != 0 {
+		t.Errorf("tier has %d sessions after Shutdown, want 0", n)
+	}
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	_, resp, err := websocket.Dial(t.Context(), tt.url, &websocket.DialOptions{
+		Subprotocols: []string{wire.Subprotocol},
+		HTTPClient:   &http.Client{Transport: tr},
+	})
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("dial after shutdown: %v, %v; want 503", resp, err)
+	}
+}
+
+// TestAuthAtTheDeadline sends auth just as the auth deadline expires, many
+// times: each connection is either accepted or closed with 4401, and the
+// deadline's close never races with the session learning who it is (run
+// with -race).
+func TestAuthAtTheDeadline(t *testing.T) {
+	for _, timeout := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
+		t.Run(timeout.String(), func(t *testing.T) {
+			tt := newTestTier(t, tier.Options{AuthTimeout: timeout})
+			token := tt.token(t, wire.NewNodeID())
+			for range 20 {
+				rc := tt.dial(t, nil)
+				if got := authRace(t, rc, token); got != wire.TypeAuthOK && got != "4401" {
+					t.Fatalf("auth at the deadline ended with %s, want auth_ok or 4401", got)
+				}
+				_ = rc.c.CloseNow()
+			}
+		})
+	}
+}
+
+// authRace answers hello with auth and returns what ends the exchange:
+// "auth_ok", or the close code.
+func authRace(t *testing.T, rc *rawClient, token string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	for {
+		_, b, err := rc.c.Read(ctx)
+		if err != nil {
+			return strconv.Itoa(int(websocket.CloseStatus(err)))
+		}
+		e, err := wire.DecodeEnvelope(rc.set, b)
+		if err != nil {
+			t.Fatalf("tier sent %s: %v", b, err)
+		}
+		switch e.Type {
+		case wire.TypeHello:
+			// The tier may have closed already; a failed write shows in the
+			// next read.
+			b, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
+			_ = rc.c.Write(ctx, websocket.MessageText, b)
+		case wire.TypeError:
+		case wire.TypeAuthOK:
+			return e.Type
+		default:
+			t.Fatalf("tier sent %s", b)
+		}
+	}
+}
+
+// TestMissedPings drops a device that stops answering pings: 4408, and its
+// node goes offline.
+func TestMissedPings(t *testing.T) {
+	tt := newTestTier(t, tier.Options{PingInterval: 100 * time.Millisecond})
+	events := tt.watch(t)
+	node := wire.NewNodeID()
+	rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
+
+	tt.audit.wait(t, func(e auditEntry) bool {
+		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
+	})
+	_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	if !errors.Is(r.err, nats.ErrNoResponders) {
+		t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
+	}
+}

@@ -1,0 +1,188 @@
+package tier_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/tier"
+	"github.com/okso-io/okso/device/wire"
+)
+
+// intruder is the tenant that presents node ids of [tenant] in these tests.
+const intruder = "evil"
+
+// tokenOf mints a device token for node in tenant ten.
+func (tt *testTier) tokenOf(t testing.TB, node, ten string) string {
+	t.Helper()
+	return tt.mint(t, auth.MintOptions{Subject: node, Tenant: ten,
+		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
+}
+
+// wantOtherTenantRefused authenticates with token on the tier at url and
+// checks the refusal: one E_SAFETY_DENIED error frame that does not name
+// the owner's tenant, then 4403.
+func wantOtherTenantRefused(t *testing.T, tt *testTier, url, token string) {
+	t.Helper()
+	rc := tt.dialURL(t, url, nil)
+	rc.recv(t, wire.TypeHello, nil)
+	rc.send(t, wire.TypeAuth, "", wire.Auth{Token: token})
+	code, frames := rc.waitClose(t)
+	if code != wire.CloseForbidden {
+		t.Fatalf("close %d, want %d", code, wire.CloseForbidden)
+	}
+	if len(frames) != 1 || frames[0].Code != bus.CodeSafetyDenied {
+		t.Fatalf("error frames %+v, want one %s", frames, bus.CodeSafetyDenied)
+	}
+	if strings.Contains(frames[0].Message, tenant) {
+		t.Fatalf("error message %q names the owner's tenant", frames[0].Message)
+	}
+}
+
+// TestNodeIDOfAnotherTenant: a device token of another tenant naming a
+// node's id is refused with 4403 on every tier, while the node is up and
+// after it left, and the owner never notices: same session, same record,
+// calls answered. Each side's audit says what it may know. Only an
+// operator who deletes the binding frees the node id.
+func TestNodeIDOfAnotherTenant(t *testing.T) {
+	tt := newTestTier(t, tier.Options{Name: "tier-a"})
+	tt.audit.mu.Lock()
+	tt.audit.keepRaw = true
+	tt.audit.mu.Unlock()
+	_, urlB := tt.startReplica(t, tier.Options{Name: "tier-b"})
+	owner := tt.runEcho(t)
+	node := owner.node
+	before := tt.record(t, node)
+	events := tt.watch(t)
+	token := tt.tokenOf(t, node, intruder)
+
+	for _, url := range []string{tt.url, urlB} {
+		wantOtherTenantRefused(t, tt, url, token)
+	}
+	if r := tt.record(t, node); r == nil || r.SessionID != before.SessionID || r.Tenant != tenant {
+		t.Fatalf("registry record %+v, want the owner's session %s untouched", r, before.SessionID)
+	}
+	select {
+	case e := <-events:
+		t.Fatalf("registry changed: %+v", e)
+	default:
+	}
+	tt.echo(t, node) // through the owner's one connection: its session lived on
+
+	tt.audit.wait(t, func(e auditEntry) bool {
+		return e.Decision == bus.DecisionDenied && e.Tenant == intruder && e.NodeID == node && e.Code == bus.CodeSafetyDenied
+	})
+	tt.audit.wait(t, func(e auditEntry) bool {
+		return e.Decision == bus.DecisionDenied && e.Tenant == tenant && e.NodeID == node && e.Subject == ""
+	})
+	tt.audit.mu.Lock()
+	for _, e := range tt.audit.lines {
+		if e.Tenant == intruder && strings.Contains(e.raw, tenant) {
+			t.Errorf("the intruder's audit names the owner: %s", e.raw)
+		}
+		if e.Tenant == tenant && strings.Contains(e.raw, intruder) {
+			t.Errorf("the owner's audit names the intruder: %s", e.raw)
+		}
+	}
+	tt.audit.mu.Unlock()
+
+	// The owner leaves; its node id stays its tenant's.
+	owner.leave(t)
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+	wantOtherTenantRefused(t, tt, urlB, token)
+
+	// The operator frees the node id (nats kv del okso_node_tenants <id>):
+	// the first tenant to come now owns it.
+	js, err := jetstream.New(tt.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bus.BucketNodeTenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(t.Context(), node); err != nil {
+		t.Fatal(err)
+	}
+	rc := tt.dial(t, nil)
+	if ok := rc.authenticate(t, token); ok.Tenant != intruder {
+		t.Fatalf("auth_ok %+v, want tenant %s", ok, intruder)
+	}
+	rc.announce(t, node, echoCapability())
+	wantOtherTenantRefused(t, tt, urlB, tt.token(t, node))
+}
+
+// TestNodeIDRaceBetweenTenants: two tenants present one fresh node id on
+// two tiers at the same moment: exactly one is accepted, the other gets
+// 4403, every time.
+func TestNodeIDRaceBetweenTenants(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	_, urlB := tt.startReplica(t, tier.Options{})
+	for round := range 10 {
+		node := wire.NewNodeID()
+		clients := []*rawClient{tt.dialURL(t, tt.url, nil), tt.dialURL(t, urlB, nil)}
+		tokens := []string{tt.token(t, node), tt.tokenOf(t, node, intruder)}
+		for _, rc := range clients {
+			rc.recv(t, wire.TypeHello, nil)
+		}
+		outcomes := make([]string, len(clients))
+		var wg sync.WaitGroup
+		for i, rc := range clients {
+			wg.Go(func() { outcomes[i] = authOutcome(t.Context(), rc, tokens[i]) })
+		}
+		wg.Wait()
+		accepted, refused := 0, 0
+		for _, o := range outcomes {
+			switch o {
+			case wire.TypeAuthOK:
+				accepted++
+			case strconv.Itoa(wire.CloseForbidden):
+				refused++
+			}
+		}
+		if accepted != 1 || refused != 1 {
+			t.Fatalf("round %d: outcomes %v, want one auth_ok and one 4403", round, outcomes)
+		}
+		for _, rc := range clients {
+			_ = rc.c.CloseNow()
+		}
+	}
+}
+
+// authOutcome sends auth with token on a client that has read hello and
+// returns "auth_ok", the close code, or what else went wrong. It does not
+// fail the test, so that goroutines may call it.
+func authOutcome(ctx context.Context, rc *rawClient, token string) string {
+	ctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	b, err := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
+	if err != nil {
+		return err.Error()
+	}
+	if err := rc.c.Write(ctx, websocket.MessageText, b); err != nil {
+		return err.Error()
+	}
+	for {
+		_, b, err := rc.c.Read(ctx)
+		if err != nil {
+			if code := websocket.CloseStatus(err); code != -1 {
+				return strconv.Itoa(int(code))
+			}
+			return err.Error()
+		}
+		e, err := wire.DecodeEnvelope(rc.set, b)
+		if err != nil {
+			return err.Error()
+		}
+		if e.Type != wire.TypeError {
+			return e.Type
+		}
+	}
+}

@@ -1,0 +1,609 @@
+// Package tier is the device tier, okso device: it accepts devices'
+// okso.v1 WebSockets, keeps one session per node that owns the node's NATS
+// subjects and registry record, enforces the node's rate and concurrency
+// limits, forwards each call as a cmd and correlates its cmd_ack
+// (DESIGN.md §2–4).
+//
+// Make a [Tier] with [New], serve its [Tier.Handler] (an http.Handler) on
+// a listener, and call [Tier.Shutdown] before stopping the listener:
+// devices get 1001 and reconnect elsewhere, and Shutdown returns once
+// every goroutine of the tier has ended. ExampleNew runs one on an
+// embedded NATS server; roles/ composes one into okso device and okso
+// all-in-one.
+//
+// The tier meets the gateway only on NATS (package bus) and its devices
+// only on a socket, speaking package wire: it imports neither the gateway
+// nor the device end (package agent), not even in its tests, which play
+// devices by hand through wire. The tier and real devices together are
+// tested in device/e2e.
+package tier
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/workers"
+	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
+)
+
+// Options configure a [Tier]. NC, Registry, Bindings, Schemas and
+// Verifier are required; every other zero value means the protocol default.
+type Options struct {
+	NC       *nats.Conn
+	Registry *bus.Registry
+	// Bindings says which tenant owns a node id; a session of another
+	// tenant for it is refused with 4403. Their TTL must be at least the
+	// registry's, so that a live session's refreshes keep its binding.
+	Bindings *bus.Bindings
+	Schemas  *schemas.Set
+	Verifier *auth.Verifier // for device tokens (audience okso-device)
+	Auditor  *bus.Auditor
+	Logger   *slog.Logger
+
+	// Name identifies this tier replica in the registry.
+	Name string
+	// AuthTimeout bounds the time from upgrade to auth, and from auth to
+	// announce (5 s).
+	AuthTimeout time.Duration
+	// MaxFrameBytes is the largest frame a device may send (64 KiB).
+	MaxFrameBytes int
+	// PingInterval is how often the tier pings each device (15 s); a device
+	// that does not answer within the next interval is dropped with 4408.
+	PingInterval time.Duration
+	// WriteTimeout bounds one frame write (5 s).
+	WriteTimeout time.Duration
+	// Revoked, when set, says whether a device token id was revoked.
+	Revoked interface{ Revoked(jti string) bool }
+
+	// ConnRatePerIP and ConnBurstPerIP bound connection attempts from one
+	// source address (100/s, bursts of 1000); excess ones close with 4429.
+	// A negative rate turns the guard off.
+	ConnRatePerIP  float64
+	ConnBurstPerIP int
+	// MaxSessions bounds the connections the tier holds (50000); excess
+	// ones close with 4429.
+	MaxSessions int
+	// MaxPendingPerNode bounds the calls in flight to one node (64), on top
+	// of its capabilities' own limits; excess calls get E_RATE_LIMITED.
+	MaxPendingPerNode int
+	// MaxToolsPerTenant bounds the tools a tenant's nodes register in all,
+	// on every tier ([DefaultMaxToolsPerTenant]); an announce that would
+	// exceed it is refused with 4403. Negative: no cap. The tier counts
+	// from a watch of the registry, which it keeps only with a cap.
+	MaxToolsPerTenant int
+	// MaxClockSkew is how far apart the clocks of gateways and tiers may
+	// be ([DefaultMaxClockSkew]): a call whose Okso-Deadline passed longer
+	// ago than that is refused, and one that has not runs at most until
+	// then.
+	MaxClockSkew time.Duration
+}
+
+// DefaultMaxClockSkew is the clock skew between gateway and tier hosts a
+// tier tolerates unless told otherwise: far more than NTP leaves between
+// hosts, far less than a call's budget.
+const DefaultMaxClockSkew = 250 * time.Millisecond
+
+// Tier is the device tier: it accepts device WebSockets at [wire.Path], keeps one
+// session per node, and serves each node's NATS subject. It is safe for
+// concurrent use.
+type Tier struct {
+	o   Options
+	log *slog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session // by node id
+	all      map[*session]struct{}
+	closing  bool // Shutdown has begun: no new session
+	// wg counts the goroutine of every session in all, and every goroutine
+	// started on a session's behalf ([Tier.goFor]); Shutdown waits for it.
+	wg    sync.WaitGroup
+	perIP map[string]*rate.Limiter // connection attempts, by source address
+
+	// cancelSub serves the cancel subject of every node: one
+	// subscription (and one goroutine) for the tier rather than one per
+	// session, which at tens of thousands of devices is memory that counts.
+	cancelSub *nats.Subscription
+	// cmds gets the messages of every node's cmd subscription, for the
+	// same reason: [Tier.dispatch] hands each to its session.
+	cmds chan *nats.Msg
+	// inbox prefixes the reply subject of every stream frame: a frame
+	// nobody listens to comes back to inboxSub as "no responders", and
+	// its stream stops.
+	inbox    string
+	inboxSub *nats.Subscription
+
+	// tools counts each tenant's tools, from a watch of the registry;
+	// nil without a cap.
+	tools *toolCounts
+	// bg counts the tier's own goroutines (the dispatcher, the tool
+	// watch), which run until stopBG or the NATS connection's close.
+	bg       sync.WaitGroup
+	stopBG   context.CancelFunc
+	stopOnce sync.Once
+	stopErr  error // of the subscriptions' end, for the first Shutdown
+}
+
+// cmdQueue is the capacity of the tier's call channel. NATS drops a
+// message that finds it full (the caller then times out), so it is large:
+// the dispatcher only looks the node up and starts a goroutine.
+const cmdQueue = 1 << 16
+
+// New checks o and returns a tier ready to serve.
+func New(o Options) (*Tier, error) {
+	if o.NC == nil || o.Registry == nil || o.Bindings == nil || o.Schemas == nil || o.Verifier == nil {
+		return nil, errors.New("device tier: NC, Registry, Bindings, Schemas and Verifier are required")
+	}
+	if o.Bindings.TTL() < o.Registry.TTL() {
+		return nil, fmt.Errorf("device tier: node binding TTL %v is shorter than the registry lease %v",
+			o.Bindings.TTL(), o.Registry.TTL())
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = wire.DefaultAuthTimeoutMs * time.Millisecond
+	}
+	if o.MaxFrameBytes <= 0 {
+		o.MaxFrameBytes = wire.DefaultMaxFrameBytes
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 15 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 5 * time.Second
+	}
+	if o.Name == "" {
+		o.Name = "tier-" + strings.ToLower(wire.NewMsgID()[16:])
+	}
+	if o.ConnRatePerIP == 0 {
+		o.ConnRatePerIP = 100
+	}
+	if o.ConnBurstPerIP <= 0 {
+		o.ConnBurstPerIP = 1000
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 50000
+	}
+	if o.MaxPendingPerNode <= 0 {
+		o.MaxPendingPerNode = 64
+	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if o.MaxToolsPerTenant == 0 {
+		o.MaxToolsPerTenant = DefaultMaxToolsPerTenant
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue)}
+	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
+	if err != nil {
+		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
+	}
+	t.cancelSub = sub
+	t.inbox = nats.NewInbox()
+	if t.inboxSub, err = o.NC.Subscribe(t.inbox+".*.*", t.onNoListener); err != nil {
+		return nil, errors.Join(fmt.Errorf("device tier: subscribe to its stream inbox: %w", err), sub.Unsubscribe())
+	}
+	if o.MaxToolsPerTenant > 0 {
+		t.tools = newToolCounts()
+	}
+	// The tier's own goroutines run until Shutdown, or until the NATS
+	// connection closes if Shutdown never comes; Shutdown waits for them.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.stopBG = cancel
+	closed := o.NC.StatusChanged(nats.CLOSED)
+	t.bg.Go(func() {
+		defer o.NC.RemoveStatusListener(closed)
+		select {
+		case <-closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	t.bg.Go(func() { t.dispatch(ctx) })
+	if t.tools != nil {
+		t.bg.Go(func() { t.watchTools(ctx) })
+	}
+	return t, nil
+}
+
+// goFor runs f on a goroutine of its own on behalf of s, which Shutdown
+// waits for as it waits for s's own; once s has ended, f does not run,
+// for there is nothing left for it to do. f may block on the device (a
+// close handshake, a write): it runs for no caller, so it gets no
+// caller's context, and its writes are bounded by the session's write
+// guard.
+func (t *Tier) goFor(s *session, f func()) {
+	t.mu.Lock()
+	_, live := t.all[s]
+	if live {
+		// s's goroutine still counts, so wg is not at zero: this Add may
+		// come while Shutdown waits.
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	if live {
+		go func() {
+			defer t.wg.Done()
+			f()
+		}()
+	}
+}
+
+// reply answers a call on its reply subject, if it has one.
+func (t *Tier) reply(m *nats.Msg, data []byte) {
+	if m.Reply == "" {
+		return
+	}
+	if err := t.o.NC.Publish(m.Reply, data); err != nil {
+		t.log.Warn("publish reply", "subject", m.Subject, "err", err)
+	}
+}
+
+// dispatch queues each call on its node's session, whose calls a worker
+// serves in order, until ctx ends (the tier shut down, or its NATS
+// connection closed); it returns once its workers have. A call for a node
+// with no session here (it left while the call was queued) is answered
+// E_NODE_OFFLINE; one beyond MaxPendingPerNode queued calls,
+// E_RATE_LIMITED. The workers' writes to devices take ctx.
+func (t *Tier) dispatch(ctx context.Context) {
+	w := workers.New(64)
+	defer w.Close()
+	for {
+		select {
+		case m := <-t.cmds:
+			id, _ := bus.NodeOfSubject(m.Subject)
+			t.mu.Lock()
+			s := t.sessions[id]
+			t.mu.Unlock()
+			if s == nil {
+				t.reply(m, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
+				continue
+			}
+			if !s.enqueue(ctx, m, w, t.o.MaxPendingPerNode) {
+				t.reply(m, bus.ErrorReply(bus.CodeRateLimited, "too many calls queued for this node"))
+				t.audit(bus.AuditEvent{Tenant: m.Header.Get(bus.HeaderTenant), Subject: m.Header.Get(bus.HeaderSubject),
+					NodeID: id, Decision: bus.DecisionRateLimit, Code: bus.CodeRateLimited,
+					RequestID: m.Header.Get(bus.HeaderRequestID)})
+			}
+		case <-ctx.Done():
+			// Calls still queued find no session any more.
+			for {
+				select {
+				case m := <-t.cmds:
+					t.reply(m, bus.ErrorReply(bus.CodeNodeOffline, "device tier shut down"))
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// onCancel hands a message of a node's cancel subject (a stream to stop,
+// or another session's takeover) to the node's session here, if any.
+// Every tier hears every node's cancels; they are rare, and dropped at
+// once for nodes served elsewhere.
+func (t *Tier) onCancel(m *nats.Msg) {
+	id, ok := bus.NodeOfSubject(m.Subject)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	s := t.sessions[id]
+	t.mu.Unlock()
+	if s != nil {
+		// It may write to a slow device: not on the subscription's goroutine.
+		t.goFor(s, func() { s.onCancel(context.Background(), m) })
+	}
+}
+
+// Handler returns the tier's HTTP handler: the device protocol at [wire.Path]
+// and a liveness probe at /healthz.
+func (t *Tier) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+wire.Path, t.serveWS)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		t.mu.Lock()
+		closing := t.closing
+		t.mu.Unlock()
+		switch {
+		case closing:
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case !t.o.NC.IsConnected():
+			http.Error(w, "NATS disconnected", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ready\n"))
+		}
+	})
+	return mux
+}
+
+// Revoke closes, with 4401, every session authenticated by the token jti
+// (call it when a token is revoked).
+func (t *Tier) Revoke(jti string) {
+	t.mu.Lock()
+	var hit []*session
+	for s := range t.all {
+		s.mu.Lock()
+		if s.jti == jti {
+			hit = append(hit, s)
+		}
+		s.mu.Unlock()
+	}
+	t.mu.Unlock()
+	for _, s := range hit {
+		s.mu.Lock()
+		e := bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied}
+		s.mu.Unlock()
+		t.audit(e)
+		s.detach()
+		t.goFor(s, func() { s.close(wire.CloseAuthFailed, "", "token revoked") })
+	}
+}
+
+// Sessions returns the number of nodes with a live session.
+func (t *Tier) Sessions() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+// Shutdown closes every session with 1001 (devices reconnect elsewhere),
+// refuses new ones, and returns once every goroutine of the tier has
+// ended: the sessions, their closes, the call dispatcher and the tool
+// watch. If ctx ends first, the devices still connected are dropped
+// without waiting for their close handshake, and Shutdown returns ctx's
+// error once their sessions have ended (at once, unless NATS is
+// unreachable: then within its own timeouts). It may be called more than
+// once; the tier cannot be used after it.
+func (t *Tier) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	t.closing = true
+	all := make([]*session, 0, len(t.all))
+	for s := range t.all {
+		all = append(all, s)
+	}
+	t.mu.Unlock()
+	for _, s := range all {
+		// Stop serving the node now: a call that comes in while the
+		// session closes gets no responders, not a queue nobody reads.
+		s.detach()
+		t.goFor(s, func() { s.close(wire.CloseGoingAway, "", "tier shutting down") })
+	}
+	sessionsDone := make(chan struct{})
+	go func() { // waited for below, on every path
+		t.wg.Wait()
+		close(sessionsDone)
+	}()
+	var err error
+	select {
+	case <-sessionsDone:
+	case <-ctx.Done():
+		err = fmt.Errorf("device tier shutdown: %w", ctx.Err())
+		t.mu.Lock()
+		for s := range t.all {
+			s.drop()
+		}
+		t.mu.Unlock()
+		<-sessionsDone
+	}
+	// The tier's own subscriptions and its dispatcher stay until the last
+	// session has ended: a call still in flight to a closing session is
+	// answered, not left to its deadline.
+	t.stopOnce.Do(func() {
+		t.stopErr = errors.Join(t.cancelSub.Unsubscribe(), t.inboxSub.Unsubscribe())
+		t.stopBG()
+	})
+	t.bg.Wait()
+	if t.stopErr != nil {
+		err = errors.Join(err, fmt.Errorf("device tier shutdown: %w", t.stopErr))
+	}
+	return err
+}
+
+func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		http.Error(w, "tier shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	handed := false
+	defer func() {
+		if !handed {
+			t.wg.Done()
+		}
+	}()
+
+	hw := &hijackRecorder{ResponseWriter: w}
+	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
+		Subprotocols:    []string{wire.Subprotocol},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return // Accept has written the HTTP error
+	}
+	// The tier enforces its own frame limit so that an oversize frame closes
+	// with 4413, not the library's 1009.
+	c.SetReadLimit(-1)
+	s := newSession(t, c, r)
+	s.raw = hw.conn
+	t.mu.Lock()
+	refuse := ""
+	switch {
+	case !t.allowConnLocked(r.RemoteAddr):
+		refuse = "too many connection attempts from this address"
+	case len(t.all) >= t.o.MaxSessions:
+		refuse = "tier at its session limit"
+	}
+	t.all[s] = struct{}{}
+	t.mu.Unlock()
+	if refuse != "" {
+		s.close(wire.CloseTooMany, "", refuse)
+		t.forget(s)
+		return
+	}
+	// The session outlives this handler: returning lets net/http free the
+	// upgrade request and its connection goroutine, whose stack a parked
+	// session would otherwise hold for as long as the device stays.
+	handed = true
+	ctx := context.WithoutCancel(r.Context())
+	go func() {
+		defer t.wg.Done()
+		defer t.forget(s)
+		// Hostile input must not take every device down with it: net/http
+		// would have recovered a panic in its handler, so this does too.
+		defer func() {
+			if r := recover(); r != nil {
+				t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
+				s.close(wire.CloseGoingAway, bus.CodeInternal, "tier error")
+			}
+		}()
+		s.run(ctx)
+	}()
+}
+
+// forget drops a session that has ended from the tier's set.
+func (t *Tier) forget(s *session) {
+	t.mu.Lock()
+	delete(t.all, s)
+	t.mu.Unlock()
+}
+
+// allowConnLocked takes one connection attempt of addr's host from its
+// budget; t.mu is held. Budgets full again are forgotten, so the map stays
+// as small as the set of addresses connecting right now.
+func (t *Tier) allowConnLocked(addr string) bool {
+	if t.o.ConnRatePerIP < 0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if len(t.perIP) > 4096 {
+		for h, l := range t.perIP {
+			if l.Tokens() >= float64(t.o.ConnBurstPerIP) {
+				delete(t.perIP, h)
+			}
+		}
+	}
+	l := t.perIP[host]
+	if l == nil {
+		l = rate.NewLimiter(rate.Limit(t.o.ConnRatePerIP), t.o.ConnBurstPerIP)
+		t.perIP[host] = l
+	}
+	return l.Allow()
+}
+
+// attach makes s the session of its node, detaching any older one, which is
+// then closed with 4409 off this goroutine (Close waits for the peer).
+func (t *Tier) attach(s *session) bool {
+	t.mu.Lock()
+	if t.closing || s.closed() { // a session its deadline closed takes no node
+		t.mu.Unlock()
+		return false
+	}
+	old := t.sessions[s.nodeID]
+	t.sessions[s.nodeID] = s
+	t.mu.Unlock()
+	if old != nil {
+		old.detach()
+		t.goFor(old, func() { old.close(wire.CloseReplaced, "", "replaced by a newer session") })
+	}
+	return true
+}
+
+// release forgets s if it is still its node's session.
+func (t *Tier) release(s *session) {
+	t.mu.Lock()
+	if t.sessions[s.nodeID] == s {
+		delete(t.sessions, s.nodeID)
+	}
+	t.mu.Unlock()
+}
+
+// toolCountWait bounds how long an announce waits for a tier that has
+// just started to load its tool counts; past it, it is admitted on the
+// counts so far.
+const toolCountWait = 5 * time.Second
+
+// admitTools counts the tools of s's announce against its tenant's cap,
+// and reports whether they fit.
+func (t *Tier) admitTools(s *session, tools int) bool {
+	if t.tools == nil {
+		return true
+	}
+	select {
+	case <-t.tools.ready:
+	default:
+		wait := time.NewTimer(toolCountWait)
+		select {
+		case <-t.tools.ready:
+		case <-s.done:
+		case <-wait.C:
+			t.log.Warn("announce admitted before the tool counts loaded", "node_id", s.nodeID)
+		}
+		wait.Stop()
+	}
+	return t.tools.admit(s.id, s.nodeID, s.tenant, tools, t.o.MaxToolsPerTenant)
+}
+
+func (t *Tier) audit(e bus.AuditEvent) {
+	e.Actor = "tier"
+	t.o.Auditor.Record(e)
+}
+
+// hijackRecorder keeps the connection the WebSocket library hijacks, so a
+// session can drop it when a close handshake stalls (the library reads the
+// rest of a half-read frame without a deadline).
+type hijackRecorder struct {
+	http.ResponseWriter
+	conn net.Conn
+}
+
+// Hijack also swaps net/http's 4 KiB buffers for smaller ones, when they
+// hold nothing yet: the WebSocket library keeps them for the life of the
+// session, and device frames are mostly a few hundred bytes (a larger
+// frame is read and written through, not copied).
+func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	h.conn = c
+	if err != nil {
+		return c, brw, err
+	}
+	if brw.Reader.Buffered() == 0 {
+		brw.Reader = bufio.NewReaderSize(c, sessionBufSize)
+	}
+	if brw.Writer.Buffered() == 0 {
+		brw.Writer = bufio.NewWriterSize(c, sessionBufSize)
+	}
+	return c, brw, err
+}
+
+// sessionBufSize is the read and the write buffer of a device session.
+const sessionBufSize = 1024
