@@ -656,12 +656,18 @@ func (k *keeper) onRefresh() {
 		// Replaced only if another session holds the node; a record that
 		// expired (NATS was away longer than the lease) is simply claimed
 		// again.
+		// A record that is not an okso node is no owner: claim over it.
 		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
+		if errors.Is(gerr, bus.ErrBadRecord) {
+			n, gerr = nil, nil
+		}
 		if gerr == nil && n != nil && n.SessionID != s.id {
 			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
 			return
 		}
-		if gerr == nil {
+		if gerr != nil {
+			s.t.log.Warn("read registry record", "node_id", s.nodeID, "err", gerr)
+		} else {
 			var l *bus.Lease
 			if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
 				k.lease = l
