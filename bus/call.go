@@ -3,7 +3,7 @@ package bus
 import (
 	"encoding/json"
 
-	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // Call is the body of a request on [NodeCmd]: one tool call for one node.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // Keys of a result's _meta: MetaRequestID carries the call's request id

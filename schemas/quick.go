@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // The verb schemas take one plain shape: objects of typed properties with

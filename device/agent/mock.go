@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // The hot frames (an envelope, a cmd, a cmd_ack) are decoded four times

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/okso-io/okso/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 var seeds = []string{
