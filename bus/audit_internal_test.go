@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 // FuzzAuditEncode: an event encoded by hand is byte for byte what
@@ -17,7 +19,7 @@ import (
 func FuzzAuditEncode(f *testing.F) {
 	f.Add(int64(1795316088218123456), 0, "gateway", "demo", "agent", "01m80hetn3a3x84z368v26yy0p",
 		"sysecho.01m80hetn3a3x84z368v26yy0p.echo.invoke", DecisionAllowed, "", int64(123456), "01M80HFSRTP6P5RGFY7RW4197Q")
-	f.Add(int64(0), 3600, "tier", "", "", "", "", DecisionDenied, CodeSafetyDenied, int64(-1), "")
+	f.Add(int64(0), 3600, "tier", "", "", "", "", DecisionDenied, schemas.CodeSafetyDenied, int64(-1), "")
 	f.Add(int64(-62135596800000000000/100), -37, "a<b", "é", "\"", "\\", "&", "", "\x00", int64(0), "\u2028")
 	f.Add(int64(253402300800000000), 0, "x", "", "", "", "", "", "", int64(0), "")
 	f.Fuzz(func(t *testing.T, unixNano int64, offset int, actor, tenant, subject, jti, tool, decision, code string, dur int64, reqID string) {

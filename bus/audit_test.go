@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 func auditEvent() bus.AuditEvent {
@@ -26,7 +27,7 @@ func auditEvent() bus.AuditEvent {
 		Tool:      "sysecho." + node + ".echo.invoke",
 		NodeID:    node,
 		Decision:  bus.DecisionDenied,
-		Code:      bus.CodeSafetyDenied,
+		Code:      schemas.CodeSafetyDenied,
 		Duration:  1500 * time.Microsecond,
 		RequestID: "req-1",
 	}

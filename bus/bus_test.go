@@ -128,72 +128,8 @@ func TestSubjects(t *testing.T) {
 }
 
 // The closed error set of DESIGN.md §5.
-var codes = map[string]string{
-	bus.CodeBadRequest:       "usage",
-	bus.CodeManifestInvalid:  "invalid_arguments",
-	bus.CodeToolNotFound:     "tool_not_found",
-	bus.CodeSafetyDenied:     "unauthorized",
-	bus.CodeNodeOffline:      "provider_failure",
-	bus.CodeDeadlineExceeded: "timeout",
-	bus.CodeRateLimited:      "provider_failure",
-	bus.CodeInternal:         "fatal",
-}
-
-func TestErrorEnvelope(t *testing.T) {
-	names := map[string]string{
-		"E_BAD_REQUEST": bus.CodeBadRequest, "E_MANIFEST_INVALID": bus.CodeManifestInvalid,
-		"E_TOOL_NOT_FOUND": bus.CodeToolNotFound, "E_SAFETY_DENIED": bus.CodeSafetyDenied,
-		"E_NODE_OFFLINE": bus.CodeNodeOffline, "E_DEADLINE_EXCEEDED": bus.CodeDeadlineExceeded,
-		"E_RATE_LIMITED": bus.CodeRateLimited, "E_INTERNAL": bus.CodeInternal,
-	}
-	for lit, c := range names {
-		if lit != c {
-			t.Errorf("constant for %s is %q", lit, c)
-		}
-	}
-	s, err := schemas.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for code, cat := range codes {
-		if got := bus.Category(code); got != cat {
-			t.Errorf("Category(%s) = %s, want %s", code, got, cat)
-		}
-		if !bus.KnownCode(code) {
-			t.Errorf("KnownCode(%s) = false", code)
-		}
-		e := bus.NewError(code, "something happened")
-		if e.Code != code || e.Category != cat || e.Message != "something happened" {
-			t.Errorf("NewError(%s) = %+v", code, e)
-		}
-		if e.Error() != code+": something happened" {
-			t.Errorf("Error() = %q", e.Error())
-		}
-		if err := s.ValidateJSON(schemas.ErrorEnvelope, e.JSON()); err != nil {
-			t.Errorf("%s envelope fails the error schema: %v", code, err)
-		}
-	}
-	for _, code := range []string{"", "E_TIMEOUT", "E_UNAUTHORIZED", "e_internal", "E_BAD_REQUEST ", "fatal"} {
-		if bus.KnownCode(code) {
-			t.Errorf("KnownCode(%q) = true", code)
-		}
-		if got := bus.Category(code); got != "fatal" {
-			t.Errorf("Category(%q) = %s, want fatal", code, got)
-		}
-		e := bus.NewError(code, "x")
-		if e.Code != bus.CodeInternal || e.Category != "fatal" {
-			t.Errorf("NewError(%q) = %+v, want E_INTERNAL/fatal", code, e)
-		}
-	}
-	got := string(bus.NewError(bus.CodeNodeOffline, "node is offline").JSON())
-	want := `{"code":"E_NODE_OFFLINE","category":"provider_failure","message":"node is offline"}`
-	if got != want {
-		t.Errorf("JSON() = %s, want %s", got, want)
-	}
-}
-
 func TestReplies(t *testing.T) {
-	got := string(bus.ErrorReply(bus.CodeRateLimited, "too many calls"))
+	got := string(bus.ErrorReply(schemas.CodeRateLimited, "too many calls"))
 	want := `{"ok":false,"error":{"code":"E_RATE_LIMITED","category":"provider_failure","message":"too many calls"}}`
 	if got != want {
 		t.Errorf("ErrorReply = %s, want %s", got, want)
@@ -230,10 +166,10 @@ func TestReplies(t *testing.T) {
 	}
 
 	var e bus.Reply
-	if err := json.Unmarshal(bus.ErrorReply(bus.CodeSafetyDenied, "no"), &e); err != nil {
+	if err := json.Unmarshal(bus.ErrorReply(schemas.CodeSafetyDenied, "no"), &e); err != nil {
 		t.Fatal(err)
 	}
-	if e.OK || e.Result != nil || e.Error == nil || e.Error.Code != bus.CodeSafetyDenied || e.Error.Category != "unauthorized" {
+	if e.OK || e.Result != nil || e.Error == nil || e.Error.Code != schemas.CodeSafetyDenied || e.Error.Category != "unauthorized" {
 		t.Errorf("ErrorReply decodes to %+v", e)
 	}
 

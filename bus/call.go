@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/okso-io/okso/internal/jsonscan"
+	"github.com/okso-io/okso/schemas"
 )
 
 // Call is the body of a request on [NodeCmd]: one tool call for one node.
@@ -18,12 +19,12 @@ type Call struct {
 type Reply struct {
 	OK     bool            `json:"ok"`
 	Result json.RawMessage `json:"result,omitempty"`
-	Error  *Error          `json:"error,omitempty"`
+	Error  *schemas.Error  `json:"error,omitempty"`
 }
 
 // ErrorReply encodes a failed [Reply].
 func ErrorReply(code, message string) []byte {
-	b, _ := json.Marshal(Reply{Error: NewError(code, message)})
+	b, _ := json.Marshal(Reply{Error: schemas.NewError(code, message)})
 	return b
 }
 

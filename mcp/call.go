@@ -20,6 +20,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/jsonscan"
+	"github.com/okso-io/okso/schemas"
 )
 
 // Keys of a result's _meta: MetaRequestID carries the call's request id
@@ -99,42 +100,42 @@ func (c *callCtx) audit(decision, code string) {
 }
 
 // fail audits and returns an error envelope.
-func (c *callCtx) fail(code, msg string) *bus.Error {
+func (c *callCtx) fail(code, msg string) *schemas.Error {
 	c.audit(decisionFor(code), code)
-	return bus.NewError(code, msg)
+	return schemas.NewError(code, msg)
 }
 
 // check runs every check that comes before NATS: token, tool, scope,
 // arguments, on the entry newCall found. It returns the arguments to send.
 // A non-nil error is audited already.
-func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *bus.Error) {
+func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *schemas.Error) {
 	if c.claims == nil {
-		return nil, c.fail(bus.CodeSafetyDenied, "no verified token")
+		return nil, c.fail(schemas.CodeSafetyDenied, "no verified token")
 	}
 	if c.g.revoked(c.claims) { // revoked since the request came in
-		return nil, c.fail(bus.CodeSafetyDenied, "token revoked")
+		return nil, c.fail(schemas.CodeSafetyDenied, "token revoked")
 	}
 	if c.g.registryDown() {
-		return nil, c.fail(bus.CodeInternal, msgRegistryDown)
+		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
 	e := c.entry
 	switch {
 	case e == nil && c.elsewhere:
 		c.ev.Tool = c.name // a name the catalog holds
-		return nil, c.fail(bus.CodeSafetyDenied, "tool belongs to another tenant")
+		return nil, c.fail(schemas.CodeSafetyDenied, "tool belongs to another tenant")
 	case e == nil:
 		c.ev.Tool = trimASCII(c.name, bus.MaxToolName) // what the caller asked for, bounded
-		return nil, c.fail(bus.CodeToolNotFound, "no such tool for this caller")
+		return nil, c.fail(schemas.CodeToolNotFound, "no such tool for this caller")
 	}
 	c.ev.Tool, c.ev.NodeID = e.name, e.nodeID
 	if !c.claims.HasScope(e.scope) {
-		return nil, c.fail(bus.CodeSafetyDenied, "token lacks scope "+e.scope)
+		return nil, c.fail(schemas.CodeSafetyDenied, "token lacks scope "+e.scope)
 	}
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
 	if err := e.input.validate(args); err != nil {
-		return nil, c.fail(bus.CodeManifestInvalid, e.input.explain(err))
+		return nil, c.fail(schemas.CodeManifestInvalid, e.input.explain(err))
 	}
 	return args, nil
 }
@@ -149,11 +150,11 @@ func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *bus.Error) {
 // buffer and send it when the link returns, after its caller was told it
 // failed. Should the link drop between that check and the send, the
 // absolute deadline makes the tier refuse the late request.
-func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.Header) (*bus.Reply, *bus.Error) {
+func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.Header) (*bus.Reply, *schemas.Error) {
 	e := c.entry
 	body, err := bus.Call{Tool: e.name, Arguments: args}.Encode()
 	if err != nil {
-		return nil, c.fail(bus.CodeBadRequest, "arguments do not encode")
+		return nil, c.fail(schemas.CodeBadRequest, "arguments do not encode")
 	}
 	budget := c.g.o.Budget
 	if e.budget > 0 {
@@ -173,23 +174,23 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)
 	msg.Header.Set(bus.HeaderSubject, c.claims.Subject)
 	if !c.g.o.NC.IsConnected() {
-		return nil, c.fail(bus.CodeInternal, msgRegistryDown)
+		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, c.fail(bus.CodeNodeOffline, "node is offline")
+		return nil, c.fail(schemas.CodeNodeOffline, "node is offline")
 	case err != nil && ctx.Err() != nil:
-		return nil, c.fail(bus.CodeDeadlineExceeded, "call cancelled by the client")
+		return nil, c.fail(schemas.CodeDeadlineExceeded, "call cancelled by the client")
 	case err != nil && cctx.Err() != nil:
-		return nil, c.fail(bus.CodeDeadlineExceeded, "no answer within "+budget.String())
+		return nil, c.fail(schemas.CodeDeadlineExceeded, "no answer within "+budget.String())
 	case err != nil:
 		c.g.log.Error("nats request", "subject", e.subject, "err", err)
-		return nil, c.fail(bus.CodeInternal, "message bus unavailable")
+		return nil, c.fail(schemas.CodeInternal, "message bus unavailable")
 	}
 	rep, err := bus.DecodeReply(resp.Data)
 	if err != nil || (!rep.OK && rep.Error == nil) {
-		return nil, c.fail(bus.CodeInternal, "malformed reply from the device tier")
+		return nil, c.fail(schemas.CodeInternal, "malformed reply from the device tier")
 	}
 	if !rep.OK {
 		return nil, c.fail(rep.Error.Code, trimASCII(rep.Error.Message, 200))
@@ -199,16 +200,16 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 
 // checkResult validates a result as its entry says: the output schema,
 // and for a device tool the node id it claims to come from.
-func (c *callCtx) checkResult(result json.RawMessage) *bus.Error {
+func (c *callCtx) checkResult(result json.RawMessage) *schemas.Error {
 	e := c.entry
 	if e.output != nil {
 		if err := e.output.validate(result); err != nil {
-			return c.fail(bus.CodeInternal, "result fails the tool's output schema")
+			return c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 		}
 	}
 	if e.nodeID != "" {
 		if id, ok := resultNodeID(result); !ok || id != e.nodeID {
-			return c.fail(bus.CodeInternal, "device answered for another node")
+			return c.fail(schemas.CodeInternal, "device answered for another node")
 		}
 	}
 	return nil
@@ -241,7 +242,7 @@ func resultNodeID(result []byte) (string, bool) {
 }
 
 // unary runs a whole unary call after check: request, result checks, audit.
-func (c *callCtx) unary(ctx context.Context, args json.RawMessage) (json.RawMessage, *bus.Error) {
+func (c *callCtx) unary(ctx context.Context, args json.RawMessage) (json.RawMessage, *schemas.Error) {
 	rep, e := c.request(ctx, args, nil)
 	if e != nil {
 		return nil, e
@@ -268,7 +269,7 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	c := g.newCall(claims, req.Params.Name, header)
 	args, e := c.check(req.Params.Arguments)
 	if e != nil {
-		if e.Code == bus.CodeToolNotFound {
+		if e.Code == schemas.CodeToolNotFound {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool", Data: e.JSON()}
 		}
 		return errorResult(e, c.requestID), nil
@@ -291,7 +292,7 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 // the envelope as its text and in _meta, and no structuredContent, which
 // clients check against the tool's outputSchema (an envelope never
 // matches it, and the client would throw instead of showing the error).
-func errorResult(e *bus.Error, requestID string) *sdk.CallToolResult {
+func errorResult(e *schemas.Error, requestID string) *sdk.CallToolResult {
 	doc := e.JSON()
 	return &sdk.CallToolResult{
 		Meta:    sdk.Meta{MetaRequestID: requestID, MetaError: json.RawMessage(doc)},
@@ -302,17 +303,17 @@ func errorResult(e *bus.Error, requestID string) *sdk.CallToolResult {
 
 func decisionFor(code string) string {
 	switch code {
-	case bus.CodeSafetyDenied:
+	case schemas.CodeSafetyDenied:
 		return bus.DecisionDenied
-	case bus.CodeManifestInvalid, bus.CodeBadRequest:
+	case schemas.CodeManifestInvalid, schemas.CodeBadRequest:
 		return bus.DecisionInvalid
-	case bus.CodeToolNotFound:
+	case schemas.CodeToolNotFound:
 		return bus.DecisionNotFound
-	case bus.CodeNodeOffline:
+	case schemas.CodeNodeOffline:
 		return bus.DecisionOffline
-	case bus.CodeDeadlineExceeded:
+	case schemas.CodeDeadlineExceeded:
 		return bus.DecisionTimeout
-	case bus.CodeRateLimited:
+	case schemas.CodeRateLimited:
 		return bus.DecisionRateLimit
 	}
 	return bus.DecisionFailed

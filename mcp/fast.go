@@ -20,7 +20,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
@@ -458,7 +457,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	buf.Write(req.ID)
 	args, e := c.check(req.Params.Arguments)
 	switch {
-	case e != nil && e.Code == bus.CodeToolNotFound:
+	case e != nil && e.Code == schemas.CodeToolNotFound:
 		buf.WriteString(`,"error":{"code":`)
 		fmt.Fprint(buf, jsonrpc.CodeInvalidParams)
 		buf.WriteString(`,"message":"unknown tool","data":`)

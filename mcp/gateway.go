@@ -321,7 +321,7 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		}
 		if g.revoked(c) {
 			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Tenant: c.Tenant, Subject: c.Subject, JTI: c.ID,
-				Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
+				Decision: bus.DecisionRevoked, Code: schemas.CodeSafetyDenied})
 			return nil, tokenError("invalid token: it was revoked")
 		}
 		infoMu.Lock()
@@ -481,7 +481,7 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 		switch {
 		case method == "tools/list" && g.registryDown():
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgRegistryDown,
-				Data: bus.NewError(bus.CodeInternal, msgRegistryDown).JSON()}
+				Data: schemas.NewError(schemas.CodeInternal, msgRegistryDown).JSON()}
 		case undeclared(method):
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: okso serves tools only"}
 		}

@@ -64,23 +64,23 @@ func decodeCallBody(raw []byte, err error) (callBody, error) {
 // httpStatus maps an error code to the REST door's HTTP status.
 func httpStatus(code string) int {
 	switch code {
-	case bus.CodeBadRequest, bus.CodeManifestInvalid:
+	case schemas.CodeBadRequest, schemas.CodeManifestInvalid:
 		return http.StatusBadRequest
-	case bus.CodeToolNotFound:
+	case schemas.CodeToolNotFound:
 		return http.StatusNotFound
-	case bus.CodeSafetyDenied:
+	case schemas.CodeSafetyDenied:
 		return http.StatusForbidden
-	case bus.CodeNodeOffline:
+	case schemas.CodeNodeOffline:
 		return http.StatusServiceUnavailable
-	case bus.CodeDeadlineExceeded:
+	case schemas.CodeDeadlineExceeded:
 		return http.StatusGatewayTimeout
-	case bus.CodeRateLimited:
+	case schemas.CodeRateLimited:
 		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
 
-func writeError(w http.ResponseWriter, status int, e *bus.Error) {
+func writeError(w http.ResponseWriter, status int, e *schemas.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(e.JSON())
@@ -116,7 +116,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	c := g.newCall(claims, body.Tool, r.Header)
 	w.Header().Set("X-Request-Id", c.requestID)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, c.fail(bus.CodeBadRequest, err.Error()))
+		writeError(w, http.StatusBadRequest, c.fail(schemas.CodeBadRequest, err.Error()))
 		return
 	}
 	args, e := c.check(body.Arguments)
@@ -126,7 +126,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if !c.entry.stream {
 		if !accepts(r, "application/json", true) {
-			writeError(w, http.StatusNotAcceptable, c.fail(bus.CodeBadRequest, "unary tools answer with Accept: application/json"))
+			writeError(w, http.StatusNotAcceptable, c.fail(schemas.CodeBadRequest, "unary tools answer with Accept: application/json"))
 			return
 		}
 		result, e := c.unary(r.Context(), args)
@@ -139,7 +139,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !accepts(r, "text/event-stream", false) {
-		writeError(w, http.StatusNotAcceptable, c.fail(bus.CodeBadRequest, "streaming tools need Accept: text/event-stream"))
+		writeError(w, http.StatusNotAcceptable, c.fail(schemas.CodeBadRequest, "streaming tools need Accept: text/event-stream"))
 		return
 	}
 	s, e, err := c.openStream(r.Context(), args)
@@ -207,7 +207,7 @@ func (s *sseSink) setWriteDeadline(t time.Time) error { return s.rc.SetWriteDead
 func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) (sdk.Result, error) {
 	token := req.Params.GetProgressToken()
 	if token == nil {
-		return errorResult(c.fail(bus.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
+		return errorResult(c.fail(schemas.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
 	}
 	ctx, stop := g.cancellable(ctx, c.claims)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // Stream defaults (seed 001 §5–7).
@@ -135,7 +136,7 @@ var errQuota = errors.New("stream quota")
 
 // openStream subscribes to a new stream subject and asks the node to start
 // it. On success the caller must call close.
-func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream, *bus.Error, error) {
+func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream, *schemas.Error, error) {
 	g := c.g
 	if !g.takeStreamSlot(c.claims.Tenant) {
 		c.audit(bus.DecisionRateLimit, strconv.Itoa(bus.StreamRateLimited))
@@ -159,13 +160,13 @@ func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream
 			_ = sub.Unsubscribe()
 		}
 		g.releaseStreamSlot(s.tenant)
-		return nil, c.fail(bus.CodeInternal, "message bus unavailable"), nil
+		return nil, c.fail(schemas.CodeInternal, "message bus unavailable"), nil
 	}
 	s.sub = sub
 	g.trackStream(s, true)
 	if _, e := c.request(ctx, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
 		// After a timeout the device may have started: stop it.
-		s.close(e.Code == bus.CodeDeadlineExceeded)
+		s.close(e.Code == schemas.CodeDeadlineExceeded)
 		return nil, e, nil
 	}
 	c.audit(bus.DecisionAllowed, "")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // freePorts reserves n distinct loopback ports and releases them for a
@@ -69,7 +70,7 @@ func callOnce(ctx context.Context, s *sdk.ClientSession, node string, c *tally) 
 	res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: echoName(node), Arguments: map[string]any{"message": "load"}})
 	d := time.Since(start)
 	var rpcErr *jsonrpc.Error
-	var e bus.Error
+	var e schemas.Error
 	switch {
 	case errors.As(err, &rpcErr) && json.Unmarshal(rpcErr.Data, &e) == nil && e.Code != "":
 		c.add(e.Code, d) // a node not listed (yet, or any more)
@@ -219,7 +220,7 @@ func TestClusterFailures(t *testing.T) {
 		}
 		for code := range counts {
 			switch code {
-			case "ok", bus.CodeNodeOffline, bus.CodeDeadlineExceeded, bus.CodeToolNotFound, "transport":
+			case "ok", schemas.CodeNodeOffline, schemas.CodeDeadlineExceeded, schemas.CodeToolNotFound, "transport":
 			default:
 				t.Errorf("%s: unexpected outcome %s", name, code)
 			}

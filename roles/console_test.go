@@ -15,6 +15,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // TestLogDefaults: on a terminal the log is text without audit lines,
@@ -76,8 +77,8 @@ func TestCallSummary(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionAllowed, Duration: time.Duration(i) * time.Millisecond})
 	}
-	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionNotFound, Code: bus.CodeToolNotFound})
-	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionNotFound, Code: bus.CodeToolNotFound})
+	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionNotFound, Code: schemas.CodeToolNotFound})
+	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionNotFound, Code: schemas.CodeToolNotFound})
 	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionDenied, Code: "invalid_token"})
 	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionTimeout})
 	s.observe(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionStreamClosed, Code: "1000", Duration: time.Hour})

@@ -24,6 +24,7 @@ import (
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // syncBuffer is a log sink shared by the parts and the test.
@@ -216,7 +217,7 @@ func echoName(node string) string { return "sysecho." + node + ".echo.invoke" }
 // envelope returns the error envelope of a failed call, checking its
 // form (DESIGN.md §5): isError, the envelope as the only text content and
 // in _meta["io.okso/error"], and no structuredContent.
-func envelope(t *testing.T, res *sdk.CallToolResult) bus.Error {
+func envelope(t *testing.T, res *sdk.CallToolResult) schemas.Error {
 	t.Helper()
 	if !res.IsError {
 		t.Fatalf("call succeeded, want an error: %+v", res.StructuredContent)
@@ -224,7 +225,7 @@ func envelope(t *testing.T, res *sdk.CallToolResult) bus.Error {
 	if res.StructuredContent != nil {
 		t.Errorf("error result carries structuredContent %v", res.StructuredContent)
 	}
-	var e bus.Error
+	var e schemas.Error
 	b, _ := json.Marshal(res.Meta[mcp.MetaError])
 	if err := json.Unmarshal(b, &e); err != nil || e.Code == "" {
 		t.Fatalf("error result's _meta %v has no envelope", res.Meta)
@@ -412,17 +413,17 @@ func TestCallFailures(t *testing.T) {
 		args  any
 		code  string
 	}{
-		{"non-ASCII argument", demo, echoName(good), map[string]any{"message": "pïng"}, bus.CodeManifestInvalid},
-		{"argument too long", demo, echoName(good), map[string]any{"message": long}, bus.CodeManifestInvalid},
-		{"extra property", demo, echoName(good), map[string]any{"message": "a", "x": 1}, bus.CodeManifestInvalid},
-		{"missing argument", demo, echoName(good), map[string]any{}, bus.CodeManifestInvalid},
+		{"non-ASCII argument", demo, echoName(good), map[string]any{"message": "pïng"}, schemas.CodeManifestInvalid},
+		{"argument too long", demo, echoName(good), map[string]any{"message": long}, schemas.CodeManifestInvalid},
+		{"extra property", demo, echoName(good), map[string]any{"message": "a", "x": 1}, schemas.CodeManifestInvalid},
+		{"missing argument", demo, echoName(good), map[string]any{}, schemas.CodeManifestInvalid},
 		{"missing scope", f.token(auth.MintOptions{Scopes: []string{auth.ScopeDeviceConnect}}), echoName(good),
-			map[string]any{"message": "a"}, bus.CodeSafetyDenied},
-		{"other tenant", demo, echoName(other), map[string]any{"message": "a"}, bus.CodeSafetyDenied},
-		{"node offline", demo, echoName(ghost), map[string]any{"message": "a"}, bus.CodeNodeOffline},
-		{"device never answers", demo, echoName(silent), map[string]any{"message": "a"}, bus.CodeDeadlineExceeded},
-		{"wrong node_id in result", demo, echoName(wrongNode), map[string]any{"message": "a"}, bus.CodeInternal},
-		{"result fails output schema", demo, echoName(badOutput), map[string]any{"message": "a"}, bus.CodeInternal},
+			map[string]any{"message": "a"}, schemas.CodeSafetyDenied},
+		{"other tenant", demo, echoName(other), map[string]any{"message": "a"}, schemas.CodeSafetyDenied},
+		{"node offline", demo, echoName(ghost), map[string]any{"message": "a"}, schemas.CodeNodeOffline},
+		{"device never answers", demo, echoName(silent), map[string]any{"message": "a"}, schemas.CodeDeadlineExceeded},
+		{"wrong node_id in result", demo, echoName(wrongNode), map[string]any{"message": "a"}, schemas.CodeInternal},
+		{"result fails output schema", demo, echoName(badOutput), map[string]any{"message": "a"}, schemas.CodeInternal},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -435,7 +436,7 @@ func TestCallFailures(t *testing.T) {
 				t.Fatalf("want an isError result, got %v", err)
 			}
 			e := envelope(t, res)
-			if e.Code != c.code || e.Category != bus.Category(c.code) {
+			if e.Code != c.code || e.Category != schemas.Category(c.code) {
 				t.Errorf("got %s/%s (%s), want %s", e.Code, e.Category, e.Message, c.code)
 			}
 		})
@@ -461,8 +462,8 @@ func TestCallFailures(t *testing.T) {
 			if !errors.As(err, &rpcErr) {
 				t.Fatalf("want a JSON-RPC error, got %v", err)
 			}
-			var e bus.Error
-			if json.Unmarshal(rpcErr.Data, &e) != nil || e.Code != bus.CodeToolNotFound {
+			var e schemas.Error
+			if json.Unmarshal(rpcErr.Data, &e) != nil || e.Code != schemas.CodeToolNotFound {
 				t.Errorf("JSON-RPC error data %s, want E_TOOL_NOT_FOUND", rpcErr.Data)
 			}
 		})
@@ -494,7 +495,7 @@ func TestLateAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := envelope(t, res); e.Code != bus.CodeDeadlineExceeded {
+	if e := envelope(t, res); e.Code != schemas.CodeDeadlineExceeded {
 		t.Fatalf("got %s, want E_DEADLINE_EXCEEDED", e.Code)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // sdkGateway starts a second gateway on the fixture's NATS with the fast
@@ -168,15 +168,15 @@ func TestFastPathMatchesSDK(t *testing.T) {
 		{name: "no header version", hdr: map[string]string{"Mcp-Protocol-Version": ""}, body: call("5", echo, `{"message":"x"}`),
 			fast: true, check: wantResult(id, false)},
 		{name: "gpio write allowed", token: rw, body: call("6", "gpio."+id+".pin.write", `{"level":1}`), fast: true, check: wantResult(id, false)},
-		{name: "extra argument", body: call("7", echo, `{"message":"x","extra":1}`), fast: true, check: wantCode(bus.CodeManifestInvalid)},
+		{name: "extra argument", body: call("7", echo, `{"message":"x","extra":1}`), fast: true, check: wantCode(schemas.CodeManifestInvalid)},
 		{name: "duplicate argument", body: call("7", echo, `{"message":"x","message":"y"}`), check: wantHTTP(http.StatusOK)},
-		{name: "missing scope", body: call("8", "gpio."+id+".pin.write", `{"level":1}`), fast: true, check: wantCode(bus.CodeSafetyDenied)},
-		{name: "other tenant", body: call("9", echoName(other), `{"message":"x"}`), fast: true, check: wantCode(bus.CodeSafetyDenied)},
+		{name: "missing scope", body: call("8", "gpio."+id+".pin.write", `{"level":1}`), fast: true, check: wantCode(schemas.CodeSafetyDenied)},
+		{name: "other tenant", body: call("9", echoName(other), `{"message":"x"}`), fast: true, check: wantCode(schemas.CodeSafetyDenied)},
 		{name: "unknown tool", body: call("10", "sysecho.nope-node.echo.invoke", `{}`), fast: true, check: wantRPCError(-32602)},
 		{name: "malformed name", body: call("11", "not a tool", `{}`), fast: true, check: wantRPCError(-32602)},
 		// Not canonical: the SDK answers, through either gateway.
 		{name: "subscribe streams", body: call("12", "sys."+id+".metrics.subscribe", `{"interval_ms":1000}`),
-			check: wantCode(bus.CodeBadRequest)},
+			check: wantCode(schemas.CodeBadRequest)},
 		{name: "duplicate top-level key", body: `{"jsonrpc":"2.0","id":13,"id":14,"method":"tools/call","params":{"name":"` + echo + `","arguments":{"message":"x"}}}`},
 		{name: "unknown params key", body: `{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"` + echo + `","arguments":{"message":"x"},"task":{}}}`},
 		{name: "fractional id", body: call("1.5", echo, `{"message":"x"}`)},
@@ -195,7 +195,7 @@ func TestFastPathMatchesSDK(t *testing.T) {
 			body: callMeta("27", echo, `{"message":"x"}`, newMeta+`,"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}`),
 			fast: true, check: wantResult(id, false)},
 		{name: "sessionless denied", hdr: sessionless("gpio." + id + ".pin.write"),
-			body: callMeta("28", "gpio."+id+".pin.write", `{"level":1}`, newMeta), fast: true, check: wantCode(bus.CodeSafetyDenied)},
+			body: callMeta("28", "gpio."+id+".pin.write", `{"level":1}`, newMeta), fast: true, check: wantCode(schemas.CodeSafetyDenied)},
 		{name: "sessionless unknown tool", hdr: sessionless("sysecho.nope-node.echo.invoke"),
 			body: callMeta("29", "sysecho.nope-node.echo.invoke", `{}`, newMeta), check: wantRPCError(-32602)},
 		{name: "sessionless without _meta", hdr: sessionless(echo), body: call("25", echo, `{"message":"x"}`)},
@@ -333,8 +333,8 @@ func wantRPCError(code float64) func(*testing.T, mcpAnswer) {
 		if e["code"] != code {
 			t.Fatalf("want JSON-RPC error %v, got %v", code, a.message)
 		}
-		if d, _ := e["data"].(map[string]any); d["code"] != bus.CodeToolNotFound {
-			t.Errorf("error data %v: want the %s envelope", e["data"], bus.CodeToolNotFound)
+		if d, _ := e["data"].(map[string]any); d["code"] != schemas.CodeToolNotFound {
+			t.Errorf("error data %v: want the %s envelope", e["data"], schemas.CodeToolNotFound)
 		}
 	}
 }

@@ -116,10 +116,10 @@ func echoWorks(t *testing.T, s *sdk.ClientSession, node string) {
 }
 
 // restError decodes the error envelope of a REST/SSE door response.
-func restError(t *testing.T, resp *http.Response) bus.Error {
+func restError(t *testing.T, resp *http.Response) schemas.Error {
 	t.Helper()
 	defer resp.Body.Close()
-	var e bus.Error
+	var e schemas.Error
 	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
 		t.Fatalf("status %d: body is no error envelope: %v", resp.StatusCode, err)
 	}
@@ -172,7 +172,7 @@ func TestHostileWrongToolResult(t *testing.T) {
 				t.Fatalf("want an isError result, got %v", err)
 			}
 			e := envelope(t, res)
-			if e.Code != bus.CodeInternal || e.Category != bus.Category(bus.CodeInternal) {
+			if e.Code != schemas.CodeInternal || e.Category != schemas.Category(schemas.CodeInternal) {
 				t.Errorf("MCP: got %s/%s (%s), want E_INTERNAL/fatal", e.Code, e.Category, e.Message)
 			}
 			rb, _ := json.Marshal(res)
@@ -183,7 +183,7 @@ func TestHostileWrongToolResult(t *testing.T) {
 			resp := f.post(t.Context(), tok, "application/json", `{"tool":"`+echoName(node)+`","arguments":{"message":"hi"}}`)
 			status := resp.StatusCode
 			re := restError(t, resp)
-			if status != http.StatusInternalServerError || re.Code != bus.CodeInternal {
+			if status != http.StatusInternalServerError || re.Code != schemas.CodeInternal {
 				t.Errorf("REST: status %d, %+v; want 500 E_INTERNAL", status, re)
 			}
 			if n := reached.Load(); n != 2 {
@@ -407,7 +407,7 @@ func TestHostileTokens(t *testing.T) {
 				switch {
 				case tc.accept && got != wire.TypeAuthOK:
 					t.Errorf("%s: control token got %s %v, want auth_ok", how, got, codes)
-				case !tc.accept && (got != "4401" || len(codes) != 1 || codes[0] != bus.CodeSafetyDenied):
+				case !tc.accept && (got != "4401" || len(codes) != 1 || codes[0] != schemas.CodeSafetyDenied):
 					t.Errorf("%s: got %s after error frames %v, want one E_SAFETY_DENIED then 4401", how, got, codes)
 				}
 			}
@@ -469,7 +469,7 @@ func TestHostileCrossTenant(t *testing.T) {
 			continue
 		}
 		e := envelope(t, res)
-		if e.Code != bus.CodeSafetyDenied {
+		if e.Code != schemas.CodeSafetyDenied {
 			t.Errorf("MCP %s: %s, want E_SAFETY_DENIED", tl.name, e.Code)
 		}
 		n, _ := bus.ParseToolName(tl.name)
@@ -477,12 +477,12 @@ func TestHostileCrossTenant(t *testing.T) {
 	}
 	sse := f.post(t.Context(), tokA, "text/event-stream", subscribeBody(nodeB, `{"interval_ms":1000}`))
 	sseStatus := sse.StatusCode
-	if e := restError(t, sse); sseStatus != http.StatusForbidden || e.Code != bus.CodeSafetyDenied {
+	if e := restError(t, sse); sseStatus != http.StatusForbidden || e.Code != schemas.CodeSafetyDenied {
 		t.Errorf("SSE subscribe of B: status %d, %+v; want 403 E_SAFETY_DENIED", sseStatus, e)
 	}
 	rest := f.post(t.Context(), tokA, "application/json", `{"tool":"`+echoName(nodeB)+`","arguments":{"message":"hi"}}`)
 	restStatus := rest.StatusCode
-	if e := restError(t, rest); restStatus != http.StatusForbidden || e.Code != bus.CodeSafetyDenied {
+	if e := restError(t, rest); restStatus != http.StatusForbidden || e.Code != schemas.CodeSafetyDenied {
 		t.Errorf("REST echo of B: status %d, %+v; want 403 E_SAFETY_DENIED", restStatus, e)
 	}
 	if n := reachedB.Load(); n != 0 {

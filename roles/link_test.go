@@ -15,8 +15,8 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // relay is a TCP relay to one address that a test can cut (every
@@ -226,7 +226,7 @@ func (r *relayed) wantUnavailable() {
 	e, _ := m["error"].(map[string]any)
 	data, _ := e["data"].(map[string]any)
 	msg, _ := e["message"].(string)
-	if e["code"] != float64(-32603) || !strings.Contains(msg, "registry unavailable") || data["code"] != bus.CodeInternal {
+	if e["code"] != float64(-32603) || !strings.Contains(msg, "registry unavailable") || data["code"] != schemas.CodeInternal {
 		r.t.Errorf("tools/list without NATS: %v, want JSON-RPC error -32603 registry unavailable with E_INTERNAL", m)
 	}
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
@@ -235,7 +235,7 @@ func (r *relayed) wantUnavailable() {
 			meta, _ := res["_meta"].(map[string]any)
 			env, _ := meta[mcp.MetaError].(map[string]any)
 			msg, _ := env["message"].(string)
-			if res["isError"] != true || env["code"] != bus.CodeInternal || !strings.Contains(msg, "registry unavailable") {
+			if res["isError"] != true || env["code"] != schemas.CodeInternal || !strings.Contains(msg, "registry unavailable") {
 				r.t.Errorf("%s: %s without NATS: %v, want E_INTERNAL registry unavailable", version, c[0], res)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // TestSafetyMatrix: each token sees exactly the tools its scopes may call,
@@ -28,12 +28,12 @@ func TestSafetyMatrix(t *testing.T) {
 		see    []string // of the pin's tools
 		write  string   // outcome of a write
 	}{
-		{"read only", []string{auth.ScopeReadOnly}, []string{read}, bus.CodeSafetyDenied},
+		{"read only", []string{auth.ScopeReadOnly}, []string{read}, schemas.CodeSafetyDenied},
 		// A scope implies the classes below it (DESIGN.md §5).
 		{"mutating only", []string{auth.ScopeMutating}, []string{read, write}, ""},
 		{"read and mutate", []string{auth.ScopeReadOnly, auth.ScopeMutating}, []string{read, write}, ""},
 		{"destructive only", []string{auth.ScopeDestructive}, []string{read, write}, ""},
-		{"no call scope", []string{auth.ScopeDeviceConnect}, nil, bus.CodeSafetyDenied},
+		{"no call scope", []string{auth.ScopeDeviceConnect}, nil, schemas.CodeSafetyDenied},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -253,20 +253,20 @@ func TestSSERefusals(t *testing.T) {
 		status             int
 		code               string
 	}{
-		{"wrong accept", "application/json", subscribeBody(node, `{}`), 406, bus.CodeBadRequest},
-		{"no accept", "", subscribeBody(node, `{}`), 406, bus.CodeBadRequest},
-		{"interval 999", "text/event-stream", subscribeBody(node, `{"interval_ms":999}`), 400, bus.CodeManifestInvalid},
-		{"interval 60001", "text/event-stream", subscribeBody(node, `{"interval_ms":60001}`), 400, bus.CodeManifestInvalid},
-		{"interval string", "text/event-stream", subscribeBody(node, `{"interval_ms":"5000"}`), 400, bus.CodeManifestInvalid},
-		{"extra property", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"x":1}`), 400, bus.CodeManifestInvalid},
-		{"duplicate key", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"interval_ms":1}`), 400, bus.CodeBadRequest},
-		{"body not JSON", "text/event-stream", `{`, 400, bus.CodeBadRequest},
-		{"extra body field", "text/event-stream", `{"tool":"x","arguments":{},"y":1}`, 400, bus.CodeBadRequest},
-		{"missing tool", "text/event-stream", `{"arguments":{}}`, 400, bus.CodeBadRequest},
-		{"arguments not an object", "text/event-stream", `{"tool":"sys.` + node + `.metrics.subscribe","arguments":[1]}`, 400, bus.CodeBadRequest},
-		{"trailing data", "text/event-stream", subscribeBody(node, `{}`) + `{}`, 400, bus.CodeBadRequest},
-		{"unknown tool", "text/event-stream", subscribeBody(wire.NewNodeID(), `{}`), 404, bus.CodeToolNotFound},
-		{"missing scope", "text/event-stream", subscribeBody(node, `{}`), 403, bus.CodeSafetyDenied},
+		{"wrong accept", "application/json", subscribeBody(node, `{}`), 406, schemas.CodeBadRequest},
+		{"no accept", "", subscribeBody(node, `{}`), 406, schemas.CodeBadRequest},
+		{"interval 999", "text/event-stream", subscribeBody(node, `{"interval_ms":999}`), 400, schemas.CodeManifestInvalid},
+		{"interval 60001", "text/event-stream", subscribeBody(node, `{"interval_ms":60001}`), 400, schemas.CodeManifestInvalid},
+		{"interval string", "text/event-stream", subscribeBody(node, `{"interval_ms":"5000"}`), 400, schemas.CodeManifestInvalid},
+		{"extra property", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"x":1}`), 400, schemas.CodeManifestInvalid},
+		{"duplicate key", "text/event-stream", subscribeBody(node, `{"interval_ms":5000,"interval_ms":1}`), 400, schemas.CodeBadRequest},
+		{"body not JSON", "text/event-stream", `{`, 400, schemas.CodeBadRequest},
+		{"extra body field", "text/event-stream", `{"tool":"x","arguments":{},"y":1}`, 400, schemas.CodeBadRequest},
+		{"missing tool", "text/event-stream", `{"arguments":{}}`, 400, schemas.CodeBadRequest},
+		{"arguments not an object", "text/event-stream", `{"tool":"sys.` + node + `.metrics.subscribe","arguments":[1]}`, 400, schemas.CodeBadRequest},
+		{"trailing data", "text/event-stream", subscribeBody(node, `{}`) + `{}`, 400, schemas.CodeBadRequest},
+		{"unknown tool", "text/event-stream", subscribeBody(wire.NewNodeID(), `{}`), 404, schemas.CodeToolNotFound},
+		{"missing scope", "text/event-stream", subscribeBody(node, `{}`), 403, schemas.CodeSafetyDenied},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -276,7 +276,7 @@ func TestSSERefusals(t *testing.T) {
 			}
 			resp := f.post(t.Context(), token, c.accept, c.body)
 			defer resp.Body.Close()
-			var e bus.Error
+			var e schemas.Error
 			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != c.status || e.Code != c.code {
 				t.Errorf("status %d, envelope %+v (%v); want %d %s", resp.StatusCode, e, err, c.status, c.code)
 			}
@@ -406,7 +406,7 @@ func TestMCPSubscribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := envelope(t, res); e.Code != bus.CodeBadRequest {
+	if e := envelope(t, res); e.Code != schemas.CodeBadRequest {
 		t.Fatalf("no progress token: %s, want E_BAD_REQUEST", e.Code)
 	}
 

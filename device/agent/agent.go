@@ -43,7 +43,7 @@ import (
 
 // Handler answers one verb of one capability. args has passed the verb's
 // input schema. The result is sent as cmd_ack.payload.result; an error
-// becomes cmd_ack.payload.error (a *bus.Error keeps its code).
+// becomes cmd_ack.payload.error (a *schemas.Error keeps its code).
 type Handler func(ctx context.Context, args json.RawMessage) (any, error)
 
 // StreamHandler serves one streaming verb: it calls emit with each frame
@@ -473,7 +473,7 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 	fail := func(code string) { ack(wire.CmdAck{Error: &wire.AckError{Code: code}}) }
 	var cmd wire.Cmd
 	if err := wire.DecodePayload(e, &cmd); err != nil {
-		fail(bus.CodeBadRequest)
+		fail(schemas.CodeBadRequest)
 		return
 	}
 	var left time.Duration // until deadline_at_ms; 0: none given
@@ -481,17 +481,17 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 		if left = c.clock.left(time.Now(), cmd.DeadlineAtMs); left <= 0 {
 			// Delivered after the tier gave up on it: at most once means
 			// not now.
-			fail(bus.CodeDeadlineExceeded)
+			fail(schemas.CodeDeadlineExceeded)
 			return
 		}
 	}
 	t := tools[cmd.Tool]
 	if t == nil {
-		fail(bus.CodeToolNotFound)
+		fail(schemas.CodeToolNotFound)
 		return
 	}
 	if t.verb.Input == "" || c.d.o.Schemas.ValidateJSON(t.verb.Input, cmd.Arguments) != nil {
-		fail(bus.CodeManifestInvalid)
+		fail(schemas.CodeManifestInvalid)
 		return
 	}
 	if c.d.log.Enabled(ctx, slog.LevelDebug) {
@@ -499,7 +499,7 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 	}
 	if t.verb.Stream {
 		if t.sh == nil {
-			fail(bus.CodeToolNotFound)
+			fail(schemas.CodeToolNotFound)
 			return
 		}
 		c.stream(ctx, e.MsgID, cmd, t.sh, fail)
@@ -507,7 +507,7 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 	}
 	h := t.h
 	if h == nil {
-		fail(bus.CodeToolNotFound)
+		fail(schemas.CodeToolNotFound)
 		return
 	}
 	deadline := time.Duration(cmd.DeadlineMs) * time.Millisecond
@@ -521,20 +521,20 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 	defer cancel()
 	res, err := h(hctx, cmd.Arguments)
 	if err != nil {
-		var be *bus.Error
+		var be *schemas.Error
 		switch {
 		case errors.As(err, &be):
 			fail(be.Code)
 		case hctx.Err() != nil:
-			fail(bus.CodeDeadlineExceeded)
+			fail(schemas.CodeDeadlineExceeded)
 		default:
-			fail(bus.CodeInternal)
+			fail(schemas.CodeInternal)
 		}
 		return
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		fail(bus.CodeInternal)
+		fail(schemas.CodeInternal)
 		return
 	}
 	ack(wire.CmdAck{OK: true, Result: b})
@@ -561,7 +561,7 @@ func (c *conn) stream(ctx context.Context, cmdID string, cmd wire.Cmd, h StreamH
 	case ctx.Err() != nil:
 		// cancelled: the tier has forgotten the stream, nothing to say
 	case err != nil:
-		fail(bus.CodeInternal)
+		fail(schemas.CodeInternal)
 	default:
 		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, cmdID, wire.CmdAck{OK: true, Result: json.RawMessage("{}")}); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)

@@ -227,8 +227,8 @@ func TestDeviceRefusesLateCmd(t *testing.T) {
 			}
 
 			late := sendCmd(t, tc, node, tierNow()-1000)
-			if ack := recvAck(t, tc, late); ack.OK || ack.Error == nil || ack.Error.Code != bus.CodeDeadlineExceeded {
-				t.Fatalf("ack of a cmd 1 s late: %+v, want %s", ack, bus.CodeDeadlineExceeded)
+			if ack := recvAck(t, tc, late); ack.OK || ack.Error == nil || ack.Error.Code != schemas.CodeDeadlineExceeded {
+				t.Fatalf("ack of a cmd 1 s late: %+v, want %s", ack, schemas.CodeDeadlineExceeded)
 			}
 			if n := ran.Load(); n != 0 {
 				t.Fatalf("the handler ran %d times for a cmd past its deadline", n)

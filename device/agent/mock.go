@@ -42,7 +42,7 @@ func Echo(nodeID string) Handler {
 				Message string `json:"message"`
 			}
 			if err := json.Unmarshal(args, &in); err != nil {
-				return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
+				return nil, schemas.NewError(schemas.CodeManifestInvalid, "arguments do not decode")
 			}
 			msg = in.Message
 		}
@@ -140,7 +140,7 @@ func GPIO(nodeID string) map[string]Handler {
 				Level float64 `json:"level"` // 1 and 1.0 alike, as the schema sees them
 			}
 			if err := json.Unmarshal(args, &in); err != nil {
-				return nil, bus.NewError(bus.CodeManifestInvalid, "arguments do not decode")
+				return nil, schemas.NewError(schemas.CodeManifestInvalid, "arguments do not decode")
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -32,18 +32,18 @@ func TestCall(t *testing.T) {
 	t.Run("unknown tool", func(t *testing.T) {
 		tt := newTestTier(t, tier.Options{})
 		d := tt.runMock(t)
-		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(d.node, "nope"), `{"message":"hi"}`), bus.CodeToolNotFound)
-		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(wire.NewNodeID(), "echo"), `{"message":"hi"}`), bus.CodeToolNotFound)
+		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(d.node, "nope"), `{"message":"hi"}`), schemas.CodeToolNotFound)
+		wantCode(t, tt.call(t.Context(), d.node, tenant, tool(wire.NewNodeID(), "echo"), `{"message":"hi"}`), schemas.CodeToolNotFound)
 		tt.echo(t, d.node)
 	})
 
 	t.Run("other tenant", func(t *testing.T) {
 		tt := newTestTier(t, tier.Options{})
 		d := tt.runMock(t)
-		wantCode(t, tt.call(t.Context(), d.node, "umbrella", echoTool(d.node), `{"message":"hi"}`), bus.CodeSafetyDenied)
-		wantCode(t, tt.call(t.Context(), d.node, "", echoTool(d.node), `{"message":"hi"}`), bus.CodeSafetyDenied)
+		wantCode(t, tt.call(t.Context(), d.node, "umbrella", echoTool(d.node), `{"message":"hi"}`), schemas.CodeSafetyDenied)
+		wantCode(t, tt.call(t.Context(), d.node, "", echoTool(d.node), `{"message":"hi"}`), schemas.CodeSafetyDenied)
 		tt.audit.wait(t, func(e auditEntry) bool {
-			return e.Decision == bus.DecisionDenied && e.Code == bus.CodeSafetyDenied
+			return e.Decision == bus.DecisionDenied && e.Code == schemas.CodeSafetyDenied
 		})
 		tt.echo(t, d.node)
 	})
@@ -60,7 +60,7 @@ func TestCall(t *testing.T) {
 		tt.runDevice(t, o)
 
 		r := tt.call(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
-		wantCode(t, r, bus.CodeDeadlineExceeded)
+		wantCode(t, r, schemas.CodeDeadlineExceeded)
 		if r.elapsed < 100*time.Millisecond || r.elapsed > waitFor/2 {
 			t.Errorf("E_DEADLINE_EXCEEDED after %v, want it at the 100ms deadline", r.elapsed)
 		}
@@ -82,7 +82,7 @@ func TestCall(t *testing.T) {
 		}}
 		tt.runDevice(t, o)
 
-		wantCode(t, tt.call(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`), bus.CodeDeadlineExceeded)
+		wantCode(t, tt.call(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`), schemas.CodeDeadlineExceeded)
 		close(release)
 		tt.audit.wait(t, func(e auditEntry) bool {
 			return e.Decision == bus.DecisionLateAck && e.NodeID == node
@@ -99,7 +99,7 @@ func TestCall(t *testing.T) {
 		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{RateLimitRPS: 0.01})}
 		tt.runDevice(t, o)
 		tt.echo(t, node)
-		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), bus.CodeRateLimited)
+		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), schemas.CodeRateLimited)
 		tt.audit.wait(t, func(e auditEntry) bool {
 			return e.Decision == bus.DecisionRateLimit && e.NodeID == node
 		})
@@ -125,7 +125,7 @@ func TestCall(t *testing.T) {
 		case r := <-first:
 			t.Fatalf("first call ended before its handler ran: %v", r)
 		}
-		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), bus.CodeRateLimited)
+		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), schemas.CodeRateLimited)
 		close(release)
 		wantOK(t, <-first)
 		tt.echo(t, node)
@@ -147,7 +147,7 @@ func TestCall(t *testing.T) {
 		<-started
 		d.cancel() // Run waits for the handler; do not wait for Run yet
 		r := <-res
-		wantCode(t, r, bus.CodeNodeOffline)
+		wantCode(t, r, schemas.CodeNodeOffline)
 		close(release)
 		if err := d.stop(); err != nil {
 			t.Fatalf("device: %v", err)
@@ -204,9 +204,9 @@ func TestCallPastItsDeadline(t *testing.T) {
 	name := pinWrite(d.node)
 
 	r := tt.callWithDeadline(t.Context(), d.node, name, `{"level":1}`, 5*time.Second, time.Now().Add(-10*time.Second))
-	wantCode(t, r, bus.CodeDeadlineExceeded)
+	wantCode(t, r, schemas.CodeDeadlineExceeded)
 	tt.audit.wait(t, func(e auditEntry) bool {
-		return e.Decision == bus.DecisionTimeout && e.Code == bus.CodeDeadlineExceeded && e.Tool == name
+		return e.Decision == bus.DecisionTimeout && e.Code == schemas.CodeDeadlineExceeded && e.Tool == name
 	})
 	// The same call in time runs: the handler was there to run.
 	wantOK(t, tt.callWithDeadline(t.Context(), d.node, name, `{"level":1}`, 5*time.Second, time.Now().Add(5*time.Second)))
@@ -229,7 +229,7 @@ func TestCallBoundByItsDeadline(t *testing.T) {
 	tt.runDevice(t, o)
 	r := tt.callWithDeadline(t.Context(), node, tool(node, "slow"), `{"message":"hi"}`, time.Minute,
 		time.Now().Add(300*time.Millisecond))
-	wantCode(t, r, bus.CodeDeadlineExceeded)
+	wantCode(t, r, schemas.CodeDeadlineExceeded)
 	if r.elapsed < 300*time.Millisecond {
 		t.Errorf("call ended after %v, before its deadline", r.elapsed)
 	}

@@ -241,7 +241,7 @@ func wantCode(t *testing.T, r callResult, code string) {
 	if r.reply.OK || r.reply.Error == nil || r.reply.Error.Code != code {
 		t.Fatalf("call: got %v, want %s", r, code)
 	}
-	if got, want := r.reply.Error.Category, bus.Category(code); got != want {
+	if got, want := r.reply.Error.Category, schemas.Category(code); got != want {
 		t.Errorf("call: category %q, want %q", got, want)
 	}
 }

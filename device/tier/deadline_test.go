@@ -9,6 +9,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 // TestCmdDeadlineAt: a device that announces the feature deadline_at
@@ -39,7 +40,7 @@ func TestCmdDeadlineAt(t *testing.T) {
 			t.Errorf("deadline_at_ms is server_time_ms + %d, want the 1500 ms deadline after at most %d ms", got, elapsed)
 		}
 		rc.recv(t, wire.TypeCancel, nil)
-		wantCode(t, <-res, bus.CodeDeadlineExceeded)
+		wantCode(t, <-res, schemas.CodeDeadlineExceeded)
 	})
 	t.Run("not announced", func(t *testing.T) {
 		node := wire.NewNodeID()

@@ -18,6 +18,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 // TestCallsInOrder: calls published in order to one node reach its device
@@ -91,7 +92,7 @@ func TestCallDuringExpiredShutdown(t *testing.T) {
 	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"x"}`)
 	switch {
 	case errors.Is(r.err, nats.ErrNoResponders):
-	case r.err == nil && r.reply.Error != nil && r.reply.Error.Code == bus.CodeNodeOffline:
+	case r.err == nil && r.reply.Error != nil && r.reply.Error.Code == schemas.CodeNodeOffline:
 	default:
 		t.Fatalf("call during an expired shutdown: %v; want no responders or E_NODE_OFFLINE", r)
 	}
@@ -134,7 +135,7 @@ func TestShutdownWaitsForItsGoroutines(t *testing.T) {
 	tt.echo(t, d.node)
 	// A call that expires on the silent device: the tier's cancel goes out
 	// from a goroutine of its own.
-	wantCode(t, tt.call(t.Context(), silent, tenant, echoTool(silent), `{"message":"hi"}`), bus.CodeDeadlineExceeded)
+	wantCode(t, tt.call(t.Context(), silent, tenant, echoTool(silent), `{"message":"hi"}`), schemas.CodeDeadlineExceeded)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -153,7 +153,7 @@ func TestHostileMalformedFlood(t *testing.T) {
 				// for the grace or its deadline.
 				r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 				offline := errors.Is(r.err, nats.ErrNoResponders) ||
-					(r.err == nil && r.reply.Error != nil && r.reply.Error.Code == bus.CodeNodeOffline)
+					(r.err == nil && r.reply.Error != nil && r.reply.Error.Code == schemas.CodeNodeOffline)
 				if !offline || r.elapsed > time.Second {
 					t.Errorf("call to the node while its session closes: %v; want no responders or E_NODE_OFFLINE at once", r)
 				}
@@ -167,7 +167,7 @@ func TestHostileMalformedFlood(t *testing.T) {
 			if code != wire.CloseMalformed {
 				t.Errorf("close code %d, want 4400", code)
 			}
-			if len(frames) != 1 || frames[0].Code != bus.CodeBadRequest {
+			if len(frames) != 1 || frames[0].Code != schemas.CodeBadRequest {
 				t.Errorf("error frames %+v, want exactly one E_BAD_REQUEST", frames)
 			}
 			tt.audit.wait(t, func(e auditEntry) bool { return protocol(e) && e.Code == "4400" && e.NodeID == node })
@@ -341,7 +341,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 			}
 		case o.code == wire.CloseAuthFailed:
 			n4401++
-			if !o.hello || len(o.errors) != 1 || o.errors[0] != bus.CodeSafetyDenied {
+			if !o.hello || len(o.errors) != 1 || o.errors[0] != schemas.CodeSafetyDenied {
 				t.Errorf("connection %d: 4401 after hello=%v, error frames %v; want hello then one E_SAFETY_DENIED", i, o.hello, o.errors)
 			}
 			if o.elapsed < authTimeout {
@@ -349,7 +349,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 			}
 		case o.code == wire.CloseTooMany:
 			n4429++
-			if len(o.errors) != 1 || o.errors[0] != bus.CodeRateLimited {
+			if len(o.errors) != 1 || o.errors[0] != schemas.CodeRateLimited {
 				t.Errorf("connection %d: 4429 after error frames %v, want one E_RATE_LIMITED", i, o.errors)
 			}
 		default:
@@ -425,12 +425,12 @@ func TestHostileHugeManifest(t *testing.T) {
 		wantClose websocket.StatusCode // 0: accepted
 		wantError string
 	}{
-		{"10,000 capabilities, 64 KiB frames", 0, caps(10000), wire.CloseTooLarge, bus.CodeBadRequest},
-		{"10,000 capabilities, 16 MiB frames", 16 << 20, caps(10000), wire.CloseMalformed, bus.CodeManifestInvalid},
-		{"65 capabilities", 0, caps(65), wire.CloseMalformed, bus.CodeManifestInvalid},
+		{"10,000 capabilities, 64 KiB frames", 0, caps(10000), wire.CloseTooLarge, schemas.CodeBadRequest},
+		{"10,000 capabilities, 16 MiB frames", 16 << 20, caps(10000), wire.CloseMalformed, schemas.CodeManifestInvalid},
+		{"65 capabilities", 0, caps(65), wire.CloseMalformed, schemas.CodeManifestInvalid},
 		{"64 capabilities (control)", 0, caps(64), 0, ""},
-		{"60-character cap_id", 0, one(strings.Repeat("c", 60)), wire.CloseMalformed, bus.CodeManifestInvalid},
-		{"23-character cap_id (projection 65 > 64)", 0, one(strings.Repeat("c", 23)), wire.CloseMalformed, bus.CodeManifestInvalid},
+		{"60-character cap_id", 0, one(strings.Repeat("c", 60)), wire.CloseMalformed, schemas.CodeManifestInvalid},
+		{"23-character cap_id (projection 65 > 64)", 0, one(strings.Repeat("c", 23)), wire.CloseMalformed, schemas.CodeManifestInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -547,7 +547,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 			if code != wire.CloseMalformed {
 				t.Errorf("close code %d, want 4400", code)
 			}
-			if len(frames) != 1 || frames[0].Code != bus.CodeManifestInvalid {
+			if len(frames) != 1 || frames[0].Code != schemas.CodeManifestInvalid {
 				t.Errorf("error frames %+v, want one E_MANIFEST_INVALID", frames)
 			}
 			tt.audit.wait(t, func(e auditEntry) bool {
@@ -635,7 +635,7 @@ func TestHostileReplayedAck(t *testing.T) {
 	// failure): it must not complete call 2.
 	res = tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"second"}`)
 	cmd2 := rc.recv(t, wire.TypeCmd, nil)
-	rc.send(t, wire.TypeCmdAck, cmd1.MsgID, wire.CmdAck{Error: &wire.AckError{Code: bus.CodeInternal}})
+	rc.send(t, wire.TypeCmdAck, cmd1.MsgID, wire.CmdAck{Error: &wire.AckError{Code: schemas.CodeInternal}})
 	seen := 0
 	tt.audit.wait(t, func(e auditEntry) bool {
 		if lateAck(cmd1.MsgID)(e) {

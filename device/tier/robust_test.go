@@ -15,6 +15,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 // TestLeaseReclaimed: a session whose registry record vanished (as when
@@ -151,7 +152,7 @@ func TestConnectionGuards(t *testing.T) {
 		tt.dial(t, nil).recv(t, wire.TypeHello, nil)
 		third := tt.dial(t, nil)
 		if code, frames := third.waitClose(t); code != wire.CloseTooMany || len(frames) != 1 ||
-			frames[0].Code != bus.CodeRateLimited {
+			frames[0].Code != schemas.CodeRateLimited {
 			t.Fatalf("third attempt: %d %+v, want 4429 with E_RATE_LIMITED", code, frames)
 		}
 	})
@@ -171,7 +172,7 @@ func TestConnectionGuards(t *testing.T) {
 		first := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"1"}`)
 		var cmd wire.Cmd
 		e := rc.recv(t, wire.TypeCmd, &cmd) // in flight, unanswered
-		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), bus.CodeRateLimited)
+		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), schemas.CodeRateLimited)
 		res, _ := json.Marshal(echoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
 		wantOK(t, <-first)

@@ -132,13 +132,13 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 func errorCodeFor(closeCode int) string {
 	switch closeCode {
 	case wire.CloseMalformed, wire.CloseTooLarge:
-		return bus.CodeBadRequest
+		return schemas.CodeBadRequest
 	case wire.CloseAuthFailed, wire.CloseForbidden:
-		return bus.CodeSafetyDenied
+		return schemas.CodeSafetyDenied
 	case wire.CloseTooMany:
-		return bus.CodeRateLimited
+		return schemas.CodeRateLimited
 	case wire.CloseLiveness:
-		return bus.CodeDeadlineExceeded
+		return schemas.CodeDeadlineExceeded
 	}
 	return ""
 }
@@ -378,7 +378,7 @@ func (s *session) authenticate(ctx context.Context) bool {
 	s.mu.Unlock()
 	if r := s.t.o.Revoked; r != nil && r.Revoked(claims.ID) {
 		s.t.audit(bus.AuditEvent{Tenant: claims.Tenant, Subject: claims.Subject, JTI: claims.ID,
-			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied})
+			Decision: bus.DecisionRevoked, Code: schemas.CodeSafetyDenied})
 		s.close(wire.CloseAuthFailed, "", "token revoked")
 		return false
 	}
@@ -411,7 +411,7 @@ func (s *session) bind(ctx context.Context) bool {
 		return false
 	case err != nil:
 		s.t.log.Error("bind node id to its tenant", "node_id", s.nodeID, "err", err)
-		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot read the node bindings")
+		s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier cannot read the node bindings")
 		return false
 	}
 	s.boundAt = time.Now()
@@ -424,10 +424,10 @@ func (s *session) bind(ctx context.Context) bool {
 // presented it. Only the tier's log, the operator's, names both.
 func (s *session) refuseOtherTenant(owner string) {
 	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
-		Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+		Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
 	if owner != s.tenant && bus.ValidTenant(owner) {
 		s.t.audit(bus.AuditEvent{Tenant: owner, NodeID: s.nodeID, Decision: bus.DecisionDenied,
-			Code: bus.CodeSafetyDenied})
+			Code: schemas.CodeSafetyDenied})
 	}
 	s.t.log.Warn("refused a node id bound to another tenant", "node_id", s.nodeID, "tenant", s.tenant,
 		"owner", owner)
@@ -455,11 +455,11 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		Capabilities []json.RawMessage `json:"capabilities"`
 	}
 	if json.Unmarshal(e.Payload, &count) != nil || len(count.Capabilities) > maxCapabilities {
-		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	if err := s.t.o.Schemas.ValidateJSON(schemas.Manifest, e.Payload); err != nil {
-		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	var a struct {
@@ -469,7 +469,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		Features     []string         `json:"features"`
 	}
 	if err := wire.DecodePayload(e, &a); err != nil {
-		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, "announce fails the manifest schema")
+		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
 	if a.NodeID != s.nodeID {
@@ -478,14 +478,14 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	}
 	tools, caps, msg := project(s.nodeID, a.Capabilities)
 	if msg != "" {
-		s.close(wire.CloseMalformed, bus.CodeManifestInvalid, msg)
+		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, msg)
 		return nil
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
 	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
-			Decision: bus.DecisionDenied, Code: bus.CodeSafetyDenied})
+			Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
 		s.close(wire.CloseForbidden, "", "the tenant's tool cap of "+strconv.Itoa(s.t.o.MaxToolsPerTenant)+" tools is reached")
 		return nil
 	}
@@ -503,7 +503,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	}
 	if err != nil {
 		s.t.log.Error("subscribe node subject", "node_id", s.nodeID, "err", err)
-		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot reach NATS")
+		s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier cannot reach NATS")
 		return nil
 	}
 	s.mu.Lock()
@@ -521,7 +521,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	lease, err := s.claim(ctx)
 	if err != nil {
 		s.t.log.Error("claim registry record", "node_id", s.nodeID, "err", err)
-		s.close(wire.CloseGoingAway, bus.CodeInternal, "tier cannot write the registry")
+		s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier cannot write the registry")
 		return nil
 	}
 	// Older sessions of this node on other tier replicas close with 4409.
@@ -789,8 +789,8 @@ func (s *session) cleanup() {
 	s.mu.Unlock()
 	for _, p := range pending {
 		p.timer.Stop()
-		s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device disconnected during the call"),
-			bus.DecisionOffline, bus.CodeNodeOffline)
+		s.finish(p, bus.ErrorReply(schemas.CodeNodeOffline, "device disconnected during the call"),
+			bus.DecisionOffline, schemas.CodeNodeOffline)
 	}
 	s.endStreams(bus.ReasonDeviceOffline)
 	s.t.release(s)
@@ -848,7 +848,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	select {
 	case <-s.announced:
 	case <-s.done:
-		s.respond(m.Reply, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
+		s.respond(m.Reply, bus.ErrorReply(schemas.CodeNodeOffline, "node session ended"))
 		return
 	}
 	if m.Header.Get(bus.HeaderProbe) != "" {
@@ -864,21 +864,21 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	}
 	call, err := bus.DecodeCall(m.Data)
 	if err != nil {
-		fail(bus.CodeBadRequest, "malformed call", bus.DecisionInvalid, "")
+		fail(schemas.CodeBadRequest, "malformed call", bus.DecisionInvalid, "")
 		return
 	}
 	name, ok := bus.ParseToolName(call.Tool)
 	if !ok || name.NodeID != s.nodeID {
-		fail(bus.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
+		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
 		return
 	}
 	cs := s.caps[name.CapID]
 	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.Verbs, name.Verb) {
-		fail(bus.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, call.Tool)
+		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, call.Tool)
 		return
 	}
 	if m.Header.Get(bus.HeaderTenant) != s.tenant {
-		fail(bus.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
+		fail(schemas.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
 		return
 	}
 	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
@@ -890,7 +890,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	if !ok {
 		// Held somewhere (a reconnect buffer, a partition) past the time
 		// its caller gave up: at-most-once means it must not start now.
-		fail(bus.CodeDeadlineExceeded, "the call's deadline passed before it reached the node", bus.DecisionTimeout, call.Tool)
+		fail(schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the node", bus.DecisionTimeout, call.Tool)
 		return
 	}
 	args := call.Arguments
@@ -911,29 +911,29 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	cmdID := wire.NewMsgID()
 	frame, err := wire.EncodeID(wire.TypeCmd, cmdID, "", cmd)
 	if err != nil {
-		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
+		fail(schemas.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
 		return
 	}
 
 	s.mu.Lock()
 	if s.detached {
 		s.mu.Unlock()
-		fail(bus.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
+		fail(schemas.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
 		return
 	}
 	if len(s.pending) >= s.t.o.MaxPendingPerNode {
 		s.mu.Unlock()
-		fail(bus.CodeRateLimited, "too many calls in flight to this node", bus.DecisionRateLimit, call.Tool)
+		fail(schemas.CodeRateLimited, "too many calls in flight to this node", bus.DecisionRateLimit, call.Tool)
 		return
 	}
 	if cs.limiter != nil && !cs.limiter.Allow() {
 		s.mu.Unlock()
-		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
+		fail(schemas.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
 	}
 	if mc := cs.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
 		s.mu.Unlock()
-		fail(bus.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
+		fail(schemas.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
 		return
 	}
 	cs.inflight++
@@ -945,7 +945,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 
 	if err := s.writeRaw(ctx, frame); err != nil {
 		if p := s.take(cmdID); p != nil {
-			s.finish(p, bus.ErrorReply(bus.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, bus.CodeNodeOffline)
+			s.finish(p, bus.ErrorReply(schemas.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, schemas.CodeNodeOffline)
 		}
 	}
 }
@@ -1021,8 +1021,8 @@ func (s *session) expire(ctx context.Context, cmdID string) {
 	if p == nil {
 		return
 	}
-	s.finish(p, bus.ErrorReply(bus.CodeDeadlineExceeded, "device did not answer within its deadline"),
-		bus.DecisionTimeout, bus.CodeDeadlineExceeded)
+	s.finish(p, bus.ErrorReply(schemas.CodeDeadlineExceeded, "device did not answer within its deadline"),
+		bus.DecisionTimeout, schemas.CodeDeadlineExceeded)
 	if err := s.write(ctx, wire.TypeCancel, cmdID, wire.Cancel{}); err != nil {
 		s.t.log.Debug("cancel an expired cmd", "node_id", s.nodeID, "err", err)
 	}
@@ -1057,10 +1057,10 @@ func (s *session) onAck(ctx context.Context, e wire.Envelope) {
 	case ack.OK && len(ack.Result) > 0:
 		s.finish(p, bus.OKReply(ack.Result), bus.DecisionAllowed, "")
 	case ack.OK:
-		s.finish(p, bus.ErrorReply(bus.CodeInternal, "device answered without a result"), bus.DecisionFailed, bus.CodeInternal)
+		s.finish(p, bus.ErrorReply(schemas.CodeInternal, "device answered without a result"), bus.DecisionFailed, schemas.CodeInternal)
 	default:
-		code := bus.CodeInternal
-		if ack.Error != nil && bus.KnownCode(ack.Error.Code) {
+		code := schemas.CodeInternal
+		if ack.Error != nil && schemas.KnownCode(ack.Error.Code) {
 			code = ack.Error.Code
 		}
 		s.finish(p, bus.ErrorReply(code, fmt.Sprintf("device reported %s", code)), bus.DecisionFailed, code)

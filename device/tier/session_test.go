@@ -55,7 +55,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"announce",`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "malformed JSON after announce",
@@ -64,7 +64,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.sendRaw(t, websocket.MessageText, []byte(`not json`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			// encoding/json would read it as type cmd_ack: a smuggling shape.
@@ -75,7 +75,7 @@ func TestProtocolFailures(t *testing.T) {
 					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{}}}`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "type key twice after announce",
@@ -85,7 +85,7 @@ func TestProtocolFailures(t *testing.T) {
 					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{}}}`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "payload key in title case during auth",
@@ -96,7 +96,7 @@ func TestProtocolFailures(t *testing.T) {
 					`","payload":{},"Payload":{"token":"`+tt.token(t, wire.NewNodeID())+`"}}`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "key twice inside a cmd_ack's result",
@@ -106,7 +106,7 @@ func TestProtocolFailures(t *testing.T) {
 					`","in_reply_to":"`+wire.NewMsgID()+`","payload":{"ok":true,"result":{"node_id":"a","node_id":"b"}}}`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "empty in_reply_to after announce",
@@ -116,7 +116,7 @@ func TestProtocolFailures(t *testing.T) {
 					`","in_reply_to":"","payload":{"ok":true,"result":{}}}`))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "auth token in title case",
@@ -126,7 +126,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAuth, "", map[string]string{"Token": tt.token(t, wire.NewNodeID())})
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "cmd_ack ok in two cases",
@@ -140,7 +140,7 @@ func TestProtocolFailures(t *testing.T) {
 				t.Cleanup(func() { <-res }) // answered when the session ends, or at its deadline
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "unknown envelope type after auth",
@@ -150,7 +150,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, "bogus", "", struct{}{})
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "unknown envelope type after announce",
@@ -159,7 +159,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, "bogus", "", struct{}{})
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "unexpected type after announce",
@@ -168,7 +168,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: "x"})
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "cmd_ack without in_reply_to",
@@ -177,7 +177,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeCmdAck, "", wire.CmdAck{OK: true})
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "binary frame",
@@ -188,7 +188,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.sendRaw(t, websocket.MessageBinary, b)
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "no subprotocol",
@@ -197,7 +197,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.recv(t, wire.TypeHello, nil)
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "auth payload without token",
@@ -207,7 +207,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAuth, "", struct{}{})
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "oversize frame after auth",
@@ -224,7 +224,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAnnounce, "", map[string]string{"pad": strings.Repeat("x", 2*small)})
 				return rc
 			},
-			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseTooLarge, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "frame one byte over the limit after announce",
@@ -234,7 +234,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", small+1)))
 				return rc
 			},
-			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseTooLarge, wantError: schemas.CodeBadRequest,
 		},
 		{
 			// Larger than the WebSocket library's own 32 KiB default too:
@@ -245,7 +245,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.sendRaw(t, websocket.MessageText, []byte(strings.Repeat(" ", wire.DefaultMaxFrameBytes+1)))
 				return rc
 			},
-			wantClose: wire.CloseTooLarge, wantError: bus.CodeBadRequest,
+			wantClose: wire.CloseTooLarge, wantError: schemas.CodeBadRequest,
 		},
 		{
 			name: "no auth within the deadline",
@@ -259,7 +259,7 @@ func TestProtocolFailures(t *testing.T) {
 				}
 				return rc // and say nothing
 			},
-			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "no announce within the deadline",
@@ -269,14 +269,14 @@ func TestProtocolFailures(t *testing.T) {
 				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
 				return rc
 			},
-			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "garbage token",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				return authWith(t, tt, "not.a.jwt")
 			},
-			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "expired token",
@@ -286,7 +286,7 @@ func TestProtocolFailures(t *testing.T) {
 					Audience: auth.AudienceDevice, Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour,
 				}))
 			},
-			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "agent token (gateway audience)",
@@ -296,7 +296,7 @@ func TestProtocolFailures(t *testing.T) {
 					Audience: auth.AudienceGateway,
 				}))
 			},
-			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "token of another signer",
@@ -312,7 +312,7 @@ func TestProtocolFailures(t *testing.T) {
 				}
 				return authWith(t, tt, tok)
 			},
-			wantClose: wire.CloseAuthFailed, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "token lacking device:connect",
@@ -322,7 +322,7 @@ func TestProtocolFailures(t *testing.T) {
 					Audience: auth.AudienceDevice,
 				}))
 			},
-			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseForbidden, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "token subject not a node id",
@@ -332,7 +332,7 @@ func TestProtocolFailures(t *testing.T) {
 					Audience: auth.AudienceDevice,
 				}))
 			},
-			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseForbidden, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name: "announce for another node",
@@ -342,29 +342,29 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), echoCapability()))
 				return rc
 			},
-			wantClose: wire.CloseForbidden, wantError: bus.CodeSafetyDenied,
+			wantClose: wire.CloseForbidden, wantError: schemas.CodeSafetyDenied,
 		},
 		{
 			name:      "manifest with an unknown kind",
 			misbehave: announceWith(func(c *bus.Capability) { c.Kind = "system.gpio" }),
-			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			name:      "manifest with a 60-character cap_id",
 			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 60) }),
-			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			// 23 characters pass the schema (at most 24) but the projected
 			// name sysecho.<26>.<23>.invoke has 65 characters.
 			name:      "manifest projecting a tool name over 64 characters",
 			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 23) }),
-			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			name:      "manifest with a verb its kind lacks",
 			misbehave: announceWith(func(c *bus.Capability) { c.Verbs = []string{"snapshot"} }),
-			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			name: "manifest with a duplicate cap_id",
@@ -374,7 +374,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, echoCapability(), echoCapability()))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			name: "manifest without capabilities",
@@ -384,7 +384,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID))
 				return rc
 			},
-			wantClose: wire.CloseMalformed, wantError: bus.CodeManifestInvalid,
+			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 	}
 	for _, tc := range tests {
@@ -554,7 +554,7 @@ func TestDeadlineCancel(t *testing.T) {
 	if cancel := rc.recv(t, wire.TypeCancel, nil); cancel.InReplyTo != e.MsgID {
 		t.Errorf("cancel in reply to %s, want the cmd %s", cancel.InReplyTo, e.MsgID)
 	}
-	wantCode(t, <-res, bus.CodeDeadlineExceeded)
+	wantCode(t, <-res, schemas.CodeDeadlineExceeded)
 
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
 	tt.audit.wait(t, func(a auditEntry) bool {
@@ -572,7 +572,7 @@ func TestConnectionDroppedDuringCall(t *testing.T) {
 	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
 	rc.recv(t, wire.TypeCmd, nil)
 	_ = rc.c.CloseNow()
-	wantCode(t, <-res, bus.CodeNodeOffline)
+	wantCode(t, <-res, schemas.CodeNodeOffline)
 	tt.audit.wait(t, func(e auditEntry) bool {
 		return e.Decision == bus.DecisionOffline && e.NodeID == node
 	})

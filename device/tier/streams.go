@@ -10,6 +10,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 // tierStream is one subscription a session serves: the device sends
@@ -32,14 +33,14 @@ var streamIDRe = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
 func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs *capState, args []byte, fail func(code, msg, decision, tool string)) {
 	sid := m.Header.Get(bus.HeaderStreamID)
 	if !streamIDRe.MatchString(sid) {
-		fail(bus.CodeBadRequest, "streaming call without a valid stream id", bus.DecisionInvalid, call.Tool)
+		fail(schemas.CodeBadRequest, "streaming call without a valid stream id", bus.DecisionInvalid, call.Tool)
 		return
 	}
 	cmdID := wire.NewMsgID()
 	frame, err := wire.EncodeID(wire.TypeCmd, cmdID, "", wire.Cmd{Tool: call.Tool, Arguments: args,
 		RequestID: m.Header.Get(bus.HeaderRequestID)})
 	if err != nil {
-		fail(bus.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
+		fail(schemas.CodeBadRequest, "malformed arguments", bus.DecisionInvalid, call.Tool)
 		return
 	}
 	st := &tierStream{cmdID: cmdID, id: sid, subject: bus.Stream(sid), cap: cs, start: time.Now(),
@@ -49,19 +50,19 @@ func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs
 	switch {
 	case s.detached:
 		s.mu.Unlock()
-		fail(bus.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
+		fail(schemas.CodeNodeOffline, "node session ended", bus.DecisionOffline, call.Tool)
 		return
 	case s.streamsByID[sid] != "":
 		s.mu.Unlock()
-		fail(bus.CodeBadRequest, "stream id already in use", bus.DecisionInvalid, call.Tool)
+		fail(schemas.CodeBadRequest, "stream id already in use", bus.DecisionInvalid, call.Tool)
 		return
 	case cs.limiter != nil && !cs.limiter.Allow():
 		s.mu.Unlock()
-		fail(bus.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
+		fail(schemas.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
 	case cs.Constraints.MaxConcurrency > 0 && cs.streams >= cs.Constraints.MaxConcurrency:
 		s.mu.Unlock()
-		fail(bus.CodeRateLimited, "capability stream limit reached", bus.DecisionRateLimit, call.Tool)
+		fail(schemas.CodeRateLimited, "capability stream limit reached", bus.DecisionRateLimit, call.Tool)
 		return
 	}
 	cs.streams++
@@ -71,7 +72,7 @@ func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs
 
 	if err := s.writeRaw(ctx, frame); err != nil {
 		s.dropStream(ctx, cmdID, false)
-		fail(bus.CodeNodeOffline, "device connection failed", bus.DecisionOffline, call.Tool)
+		fail(schemas.CodeNodeOffline, "device connection failed", bus.DecisionOffline, call.Tool)
 		return
 	}
 	s.respond(m.Reply, bus.OKReply([]byte(`{"stream_id":"`+sid+`"}`)))

@@ -14,6 +14,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 // intruder is the tenant that presents node ids of [tenant] in these tests.
@@ -38,8 +39,8 @@ func wantOtherTenantRefused(t *testing.T, tt *testTier, url, token string) {
 	if code != wire.CloseForbidden {
 		t.Fatalf("close %d, want %d", code, wire.CloseForbidden)
 	}
-	if len(frames) != 1 || frames[0].Code != bus.CodeSafetyDenied {
-		t.Fatalf("error frames %+v, want one %s", frames, bus.CodeSafetyDenied)
+	if len(frames) != 1 || frames[0].Code != schemas.CodeSafetyDenied {
+		t.Fatalf("error frames %+v, want one %s", frames, schemas.CodeSafetyDenied)
 	}
 	if strings.Contains(frames[0].Message, tenant) {
 		t.Fatalf("error message %q names the owner's tenant", frames[0].Message)
@@ -77,7 +78,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 	tt.echo(t, node) // through the owner's one connection: its session lived on
 
 	tt.audit.wait(t, func(e auditEntry) bool {
-		return e.Decision == bus.DecisionDenied && e.Tenant == intruder && e.NodeID == node && e.Code == bus.CodeSafetyDenied
+		return e.Decision == bus.DecisionDenied && e.Tenant == intruder && e.NodeID == node && e.Code == schemas.CodeSafetyDenied
 	})
 	tt.audit.wait(t, func(e auditEntry) bool {
 		return e.Decision == bus.DecisionDenied && e.Tenant == tenant && e.NodeID == node && e.Subject == ""

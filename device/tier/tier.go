@@ -274,13 +274,13 @@ func (t *Tier) dispatch(ctx context.Context) {
 			s := t.sessions[id]
 			t.mu.Unlock()
 			if s == nil {
-				t.reply(m, bus.ErrorReply(bus.CodeNodeOffline, "node session ended"))
+				t.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "node session ended"))
 				continue
 			}
 			if !s.enqueue(ctx, m, w, t.o.MaxPendingPerNode) {
-				t.reply(m, bus.ErrorReply(bus.CodeRateLimited, "too many calls queued for this node"))
+				t.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "too many calls queued for this node"))
 				t.audit(bus.AuditEvent{Tenant: m.Header.Get(bus.HeaderTenant), Subject: m.Header.Get(bus.HeaderSubject),
-					NodeID: id, Decision: bus.DecisionRateLimit, Code: bus.CodeRateLimited,
+					NodeID: id, Decision: bus.DecisionRateLimit, Code: schemas.CodeRateLimited,
 					RequestID: m.Header.Get(bus.HeaderRequestID)})
 			}
 		case <-ctx.Done():
@@ -288,7 +288,7 @@ func (t *Tier) dispatch(ctx context.Context) {
 			for {
 				select {
 				case m := <-t.cmds:
-					t.reply(m, bus.ErrorReply(bus.CodeNodeOffline, "device tier shut down"))
+					t.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "device tier shut down"))
 				default:
 					return
 				}
@@ -355,7 +355,7 @@ func (t *Tier) Revoke(jti string) {
 	for _, s := range hit {
 		s.mu.Lock()
 		e := bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
-			Decision: bus.DecisionRevoked, Code: bus.CodeSafetyDenied}
+			Decision: bus.DecisionRevoked, Code: schemas.CodeSafetyDenied}
 		s.mu.Unlock()
 		t.audit(e)
 		s.detach()
@@ -480,7 +480,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if r := recover(); r != nil {
 				t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
-				s.close(wire.CloseGoingAway, bus.CodeInternal, "tier error")
+				s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
 			}
 		}()
 		s.run(ctx)

@@ -293,7 +293,7 @@ func wantCode(t *testing.T, r callResult, code string) {
 	if r.reply.OK || r.reply.Error == nil || r.reply.Error.Code != code {
 		t.Fatalf("call: got %v, want %s", r, code)
 	}
-	if got, want := r.reply.Error.Category, bus.Category(code); got != want {
+	if got, want := r.reply.Error.Category, schemas.Category(code); got != want {
 		t.Errorf("call: category %q, want %q", got, want)
 	}
 }
@@ -383,7 +383,7 @@ func (d *echoDevice) serve(ctx context.Context, t *testing.T) {
 		if e.Type != wire.TypeCmd {
 			continue
 		}
-		ack := wire.CmdAck{Error: &wire.AckError{Code: bus.CodeToolNotFound}}
+		ack := wire.CmdAck{Error: &wire.AckError{Code: schemas.CodeToolNotFound}}
 		var cmd wire.Cmd
 		var in struct {
 			Message string `json:"message"`

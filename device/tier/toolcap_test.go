@@ -13,6 +13,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
 )
 
 // echoCaps returns n system.echo capabilities: n tools.
@@ -72,7 +73,7 @@ func (tt *testTier) connectTools(t *testing.T, url, node, ten string, tools int)
 // wantCapRefused fails the test unless outcome is the tool cap's refusal.
 func wantCapRefused(t *testing.T, outcome string) {
 	t.Helper()
-	if want := strconv.Itoa(wire.CloseForbidden) + " " + bus.CodeSafetyDenied; !strings.HasPrefix(outcome, want) ||
+	if want := strconv.Itoa(wire.CloseForbidden) + " " + schemas.CodeSafetyDenied; !strings.HasPrefix(outcome, want) ||
 		!strings.Contains(outcome, "tool cap") {
 		t.Fatalf("announce: %q, want %s saying the tool cap is reached", outcome, want)
 	}
@@ -96,7 +97,7 @@ func TestToolCap(t *testing.T) {
 	_, got = tt.connectTools(t, tt.url, c, tenant, 1)
 	wantCapRefused(t, got)
 	tt.audit.wait(t, func(e auditEntry) bool {
-		return e.Decision == bus.DecisionDenied && e.NodeID == c && e.Code == bus.CodeSafetyDenied
+		return e.Decision == bus.DecisionDenied && e.NodeID == c && e.Code == schemas.CodeSafetyDenied
 	})
 	if r := tt.record(t, c); r != nil {
 		t.Fatalf("refused node has a registry record %+v", r)

@@ -1,4 +1,4 @@
-package bus
+package schemas
 
 import "encoding/json"
 
