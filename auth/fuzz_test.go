@@ -10,6 +10,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/schemas"
 )
 
 // FuzzVerify feeds arbitrary strings to a verifier. It must never panic,
@@ -77,6 +78,33 @@ func FuzzVerify(f *testing.F) {
 		}
 		if c.ID != jti {
 			t.Fatalf("verified claims jti %s, minted %s", c.ID, jti)
+		}
+	})
+}
+
+// FuzzTenantRule: a token verifies exactly when its tenant is one the
+// contract allows (schemas.ValidTenant, the rule the tier and gateway
+// use); auth keeps its own copy so it imports no other okso package.
+func FuzzTenantRule(f *testing.F) {
+	s, err := auth.LoadOrCreateSigner(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	v := auth.NewVerifier(s.Public(), auth.AudienceGateway)
+	for _, tenant := range []string{"demo", "A-Z_09", "a b", "a.b", "*", ">", strings.Repeat("x", 64), strings.Repeat("x", 65), "é", "a\n"} {
+		f.Add(tenant)
+	}
+	f.Fuzz(func(t *testing.T, tenant string) {
+		if tenant == "" {
+			return // Mint refuses it before the rule applies
+		}
+		tok, err := s.Mint(auth.MintOptions{Subject: "agent-1", Tenant: tenant, Scopes: []string{auth.ScopeReadOnly}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = v.Verify(tok)
+		if got, want := err == nil, schemas.ValidTenant(tenant); got != want {
+			t.Fatalf("tenant %q: verified %v, schemas.ValidTenant says %v (%v)", tenant, got, want, err)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/okso-io/okso/internal/jsonscan"
+	"github.com/okso-io/okso/schemas"
 )
 
 // Audit decisions.
@@ -265,7 +266,7 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 	if a.Observe != nil {
 		a.Observe(e)
 	}
-	if a.NC != nil && ValidTenant(e.Tenant) {
+	if a.NC != nil && schemas.ValidTenant(e.Tenant) {
 		b, err := e.encode()
 		if err == nil {
 			err = a.NC.Publish(Audit(e.Tenant), b)

@@ -12,16 +12,6 @@ import (
 	"github.com/okso-io/okso/bus"
 )
 
-// BenchmarkParseToolName: the gateway parses every called name.
-func BenchmarkParseToolName(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := bus.ParseToolName("sysecho.01hzx9k3m4p7q8r9s0t1v2w3xy.echo.invoke"); !ok {
-			b.Fatal("not parsed")
-		}
-	}
-}
-
 // BenchmarkNATSHop: one request/reply over an embedded server's in-process
 // connections, the hop between gateway and tier.
 func BenchmarkNATSHop(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/okso-io/okso/schemas"
 )
 
 // BucketRevoked is the JetStream KV bucket of revoked token ids (jti), shared
@@ -155,7 +156,7 @@ func (r *Revocations) entries(ctx context.Context) (map[string]time.Time, error)
 
 // Revoke records jti as revoked until the token would have expired.
 func (r *Revocations) Revoke(ctx context.Context, jti string, until time.Time) error {
-	if !validToken(jti) {
+	if !schemas.ValidToken(jti) {
 		return fmt.Errorf("revoke %q: not a token id", jti)
 	}
 	ttl := time.Until(until)

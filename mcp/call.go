@@ -124,7 +124,7 @@ func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *schemas.Error) 
 		c.ev.Tool = c.name // a name the catalog holds
 		return nil, c.fail(schemas.CodeSafetyDenied, "tool belongs to another tenant")
 	case e == nil:
-		c.ev.Tool = trimASCII(c.name, bus.MaxToolName) // what the caller asked for, bounded
+		c.ev.Tool = trimASCII(c.name, schemas.MaxToolName) // what the caller asked for, bounded
 		return nil, c.fail(schemas.CodeToolNotFound, "no such tool for this caller")
 	}
 	c.ev.Tool, c.ev.NodeID = e.name, e.nodeID

@@ -153,7 +153,7 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 			g.mu.Unlock()
 			return // already being probed
 		}
-		if !bus.ValidTenant(ev.Node.Tenant) {
+		if !schemas.ValidTenant(ev.Node.Tenant) {
 			g.mu.Unlock()
 			return
 		}
@@ -288,8 +288,8 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 			if !ok {
 				continue
 			}
-			name := bus.ToolName{KindShort: k.Short, NodeID: rec.NodeID, CapID: c.CapID, Verb: vn}.String()
-			if len(name) > bus.MaxToolName {
+			name := schemas.ToolName{KindShort: k.Short, NodeID: rec.NodeID, CapID: c.CapID, Verb: vn}.String()
+			if len(name) > schemas.MaxToolName {
 				continue
 			}
 			class := v.SafetyOf(c.SafetyClass)

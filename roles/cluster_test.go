@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -260,7 +259,7 @@ func listedNodes(t *testing.T, s *sdk.ClientSession, n int) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if name, ok := bus.ParseToolName(tl.Name); ok && name.KindShort == "sysecho" {
+			if name, ok := schemas.ParseToolName(tl.Name); ok && name.KindShort == "sysecho" {
 				ids = append(ids, name.NodeID)
 			}
 		}

@@ -278,7 +278,7 @@ func TestEndToEndEcho(t *testing.T) {
 				}
 				var out agent.EchoResult
 				_ = json.Unmarshal(b, &out)
-				node, _ := bus.ParseToolName(name)
+				node, _ := schemas.ParseToolName(name)
 				if out.Message != "ping" || out.NodeID != node.NodeID {
 					t.Errorf("result %s: want message ping from node %s", b, node.NodeID)
 				}

@@ -472,7 +472,7 @@ func TestHostileCrossTenant(t *testing.T) {
 		if e.Code != schemas.CodeSafetyDenied {
 			t.Errorf("MCP %s: %s, want E_SAFETY_DENIED", tl.name, e.Code)
 		}
-		n, _ := bus.ParseToolName(tl.name)
+		n, _ := schemas.ParseToolName(tl.name)
 		observed = append(observed, "MCP "+n.KindShort+".B."+n.CapID+"."+n.Verb+" "+e.Code)
 	}
 	sse := f.post(t.Context(), tokA, "text/event-stream", subscribeBody(nodeB, `{"interval_ms":1000}`))

@@ -765,7 +765,7 @@ type fleetPart struct {
 }
 
 func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (*fleetPart, error) {
-	if !bus.ValidTenant(tenant) {
+	if !schemas.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
 	f := &fleetPart{log: c.log.With("role", "mock-fleet")}
@@ -878,7 +878,7 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 		if id, err = auth.UnverifiedSubject(token); err != nil {
 			return nil, fmt.Errorf("--token: %w", err)
 		}
-		if !bus.ValidNodeID(id) {
+		if !schemas.ValidNodeID(id) {
 			return nil, fmt.Errorf("--token: its subject %q is not a node id", id)
 		}
 	} else {
@@ -914,7 +914,7 @@ func hostNodeID(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, "agent-node-id")
 	if b, err := os.ReadFile(path); err == nil {
 		id := strings.TrimSpace(string(b))
-		if !bus.ValidNodeID(id) {
+		if !schemas.ValidNodeID(id) {
 			return "", fmt.Errorf("%s: not a node id", path)
 		}
 		return id, nil

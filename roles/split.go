@@ -405,14 +405,14 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !bus.ValidTenant(o.Tenant) {
+			if !schemas.ValidTenant(o.Tenant) {
 				return fmt.Errorf("--tenant %q: use 1-64 letters, digits, _ or -", o.Tenant)
 			}
 			if o.TTL <= 0 {
 				return fmt.Errorf("--ttl %v: a token needs a validity above zero", o.TTL)
 			}
 			if isDev {
-				if !bus.ValidNodeID(nodeID) {
+				if !schemas.ValidNodeID(nodeID) {
 					return fmt.Errorf("--node-id %q: want a lower-case ULID (26 characters)", nodeID)
 				}
 				o.Subject = nodeID

@@ -14,8 +14,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // buildOnce builds the okso binary for the process tests.
@@ -196,7 +195,7 @@ func TestSplitMode(t *testing.T) {
 		}
 		b, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(b, &out)
-		name, _ := bus.ParseToolName(tl.Name)
+		name, _ := schemas.ParseToolName(tl.Name)
 		if out.Message != "split" || out.NodeID != name.NodeID {
 			t.Errorf("call %s: result %s", tl.Name, b)
 		}

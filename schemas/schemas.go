@@ -1,6 +1,11 @@
-// Package schemas holds okso's JSON contracts: the JSON Schema (draft
-// 2020-12) files in this directory, embedded in the binary, and the closed
-// table of capability kinds that says which schema each verb uses.
+// Package schemas is okso's contract, written once: the JSON Schema
+// (draft 2020-12) files in this directory, embedded in the binary, and the
+// vocabulary they imply, which the tier, the gateway and the device side
+// all take from here: the closed table of capability kinds that says which
+// schema each verb uses (kinds.go), the rules of node ids, tenants and
+// tool names (names.go), and the closed set of error codes (errors.go).
+// Where a hand-written check is kept for speed, a test or fuzz target
+// proves it agrees with the schema or regular expression it stands for.
 //
 // Start with [Load], which compiles every schema once; then validate with
 // [Set.Validate] or [Set.ValidateJSON] and serve the files with

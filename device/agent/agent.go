@@ -105,7 +105,7 @@ func (e *CloseError) Error() string {
 
 // New checks o and returns a device ready to [Device.Run].
 func New(o Options) (*Device, error) {
-	if len(o.URLs) == 0 || o.Token == "" || !bus.ValidNodeID(o.NodeID) || o.Schemas == nil {
+	if len(o.URLs) == 0 || o.Token == "" || !schemas.ValidNodeID(o.NodeID) || o.Schemas == nil {
 		return nil, errors.New("device agent: URLs, Token, a valid NodeID and Schemas are required")
 	}
 	if o.MinBackoff <= 0 {
@@ -351,7 +351,7 @@ type tool struct {
 func (d *Device) toolTable(projected []string) map[string]*tool {
 	tools := make(map[string]*tool, len(projected))
 	for _, name := range projected {
-		n, ok := bus.ParseToolName(name)
+		n, ok := schemas.ParseToolName(name)
 		key := n.CapID + "." + n.Verb
 		h, sh := d.o.Handlers[key], d.o.Streams[key]
 		if !ok || (h == nil && sh == nil) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -141,7 +140,7 @@ func (tc *tierConn) handshake(t *testing.T, node string, serverTimeMs int64, too
 
 // pinWrite is the projected name of node's simulated pin's write verb.
 func pinWrite(node string) string {
-	return bus.ToolName{KindShort: "gpio", NodeID: node, CapID: "pin", Verb: "write"}.String()
+	return schemas.ToolName{KindShort: "gpio", NodeID: node, CapID: "pin", Verb: "write"}.String()
 }
 
 // recordingPin returns mock device options for node whose pin.write

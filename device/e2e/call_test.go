@@ -157,7 +157,7 @@ func TestCall(t *testing.T) {
 
 // pinWrite is the projected name of node's simulated pin's write verb.
 func pinWrite(node string) string {
-	return bus.ToolName{KindShort: "gpio", NodeID: node, CapID: "pin", Verb: "write"}.String()
+	return schemas.ToolName{KindShort: "gpio", NodeID: node, CapID: "pin", Verb: "write"}.String()
 }
 
 // recordingPin returns mock device options for node whose pin.write

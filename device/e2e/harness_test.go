@@ -251,7 +251,7 @@ func echoTool(node string) string { return tool(node, "echo") }
 
 // tool is the projected name of a system.echo capability of node.
 func tool(node, capID string) string {
-	return bus.ToolName{KindShort: "sysecho", NodeID: node, CapID: capID, Verb: "invoke"}.String()
+	return schemas.ToolName{KindShort: "sysecho", NodeID: node, CapID: capID, Verb: "invoke"}.String()
 }
 
 // echo checks that node answers an echo call.

@@ -386,7 +386,7 @@ func (s *session) authenticate(ctx context.Context) bool {
 		s.close(wire.CloseForbidden, "", "token lacks scope device:connect")
 		return false
 	}
-	if !bus.ValidNodeID(claims.Subject) {
+	if !schemas.ValidNodeID(claims.Subject) {
 		s.close(wire.CloseForbidden, "", "token subject is not a node id")
 		return false
 	}
@@ -425,7 +425,7 @@ func (s *session) bind(ctx context.Context) bool {
 func (s *session) refuseOtherTenant(owner string) {
 	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 		Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
-	if owner != s.tenant && bus.ValidTenant(owner) {
+	if owner != s.tenant && schemas.ValidTenant(owner) {
 		s.t.audit(bus.AuditEvent{Tenant: owner, NodeID: s.nodeID, Decision: bus.DecisionDenied,
 			Code: schemas.CodeSafetyDenied})
 	}
@@ -563,8 +563,8 @@ func project(nodeID string, caps []bus.Capability) (tools []string, byID map[str
 				return nil, nil, "verb not allowed for its kind"
 			}
 			c.Verbs[j] = kv.Name
-			name := bus.ToolName{KindShort: k.Short, NodeID: nodeID, CapID: c.CapID, Verb: v}.String()
-			if len(name) > bus.MaxToolName {
+			name := schemas.ToolName{KindShort: k.Short, NodeID: nodeID, CapID: c.CapID, Verb: v}.String()
+			if len(name) > schemas.MaxToolName {
 				return nil, nil, "projected tool name longer than 64 characters"
 			}
 			tools = append(tools, name)
@@ -867,7 +867,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeBadRequest, "malformed call", bus.DecisionInvalid, "")
 		return
 	}
-	name, ok := bus.ParseToolName(call.Tool)
+	name, ok := schemas.ParseToolName(call.Tool)
 	if !ok || name.NodeID != s.nodeID {
 		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
 		return

@@ -2,7 +2,6 @@ package tier
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"time"
 
@@ -25,14 +24,12 @@ type tierStream struct {
 	caller  string // the caller's subject, for the audit
 }
 
-var streamIDRe = regexp.MustCompile(`^[0-9a-hjkmnp-tv-z]{26}$`)
-
 // openStream starts a subscription for a request on a streaming verb: it
 // sends the cmd to the device and answers the request at once; frames
 // follow on the stream subject. Called from onCall with s.mu not held.
 func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs *capState, args []byte, fail func(code, msg, decision, tool string)) {
 	sid := m.Header.Get(bus.HeaderStreamID)
-	if !streamIDRe.MatchString(sid) {
+	if !schemas.ValidID(sid) {
 		fail(schemas.CodeBadRequest, "streaming call without a valid stream id", bus.DecisionInvalid, call.Tool)
 		return
 	}
