@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/okso-io/okso/schemas"
 )
 
 // BucketNodes is the JetStream KV bucket of live nodes, keyed by node id.
@@ -17,47 +18,23 @@ const BucketNodes = "okso_nodes"
 // Node is the registry record of one connected node, written by the tier
 // session that owns it.
 type Node struct {
-	NodeID       string       `json:"node_id"`
-	Tenant       string       `json:"tenant"`
-	SessionID    string       `json:"session_id"`
-	Tier         string       `json:"tier"`
-	Agent        Agent        `json:"agent"`
-	Capabilities []Capability `json:"capabilities"`
-	ConnectedAt  time.Time    `json:"connected_at"`
-}
-
-// Agent names the software a node runs.
-type Agent struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-}
-
-// Capability is one entry of a node's manifest (seed 000 §9 shape).
-type Capability struct {
-	CapID       string      `json:"cap_id"`
-	Kind        string      `json:"kind"`
-	SchemaRef   string      `json:"schema_ref"`
-	Verbs       []string    `json:"verbs"`
-	SafetyClass string      `json:"safety_class"`
-	Idempotent  bool        `json:"idempotent,omitempty"`
-	Constraints Constraints `json:"constraints,omitzero"`
-}
-
-// Constraints limit how a capability may be called.
-type Constraints struct {
-	RateLimitRPS      float64 `json:"rate_limit_rps,omitempty"`
-	MaxConcurrency    int     `json:"max_concurrency,omitempty"`
-	DeadlineMsDefault int     `json:"deadline_ms_default,omitempty"`
+	NodeID       string               `json:"node_id"`
+	Tenant       string               `json:"tenant"`
+	SessionID    string               `json:"session_id"`
+	Tier         string               `json:"tier"`
+	Agent        schemas.Agent        `json:"agent"`
+	Capabilities []schemas.Capability `json:"capabilities"`
+	ConnectedAt  time.Time            `json:"connected_at"`
 }
 
 // Capability returns the node's capability with the given cap_id.
-func (n *Node) Capability(capID string) (Capability, bool) {
+func (n *Node) Capability(capID string) (schemas.Capability, bool) {
 	for _, c := range n.Capabilities {
 		if c.CapID == capID {
 			return c, true
 		}
 	}
-	return Capability{}, false
+	return schemas.Capability{}, false
 }
 
 // RegistryOptions configures the registry bucket. The zero value keeps it in

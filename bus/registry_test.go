@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
 )
 
 // eventTimeout bounds every wait for a registry event; it is a failure
@@ -132,14 +133,14 @@ func newNode(session string) bus.Node {
 		Tenant:    "acme",
 		SessionID: session,
 		Tier:      "tier-1",
-		Agent:     bus.Agent{Name: "okso-mock", Version: "0.1.0"},
-		Capabilities: []bus.Capability{{
+		Agent:     schemas.Agent{Name: "okso-mock", Version: "0.1.0"},
+		Capabilities: []schemas.Capability{{
 			CapID:       "echo",
 			Kind:        "system.echo",
 			SchemaRef:   "mcp://schemas/system.echo.invoke.input@1.0.0",
 			Verbs:       []string{"invoke"},
 			SafetyClass: "read_only",
-			Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000},
+			Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000},
 		}},
 		ConnectedAt: time.Now().UTC().Truncate(time.Millisecond),
 	}

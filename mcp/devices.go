@@ -274,68 +274,60 @@ func (g *Gateway) changed() {
 }
 
 // project builds the catalog entries of one node record: a tool per verb
-// of each capability of a known kind, named {kind_short}.{node_id}.
-// {cap_id}.{verb}, served on the node's cmd subject.
+// of each capability ([schemas.Project], as the tier projected them),
+// served on the node's cmd subject. A record Project refuses (which no
+// tier writes) lists no tool at all.
 func (g *Gateway) project(rec *bus.Node) []*entry {
-	var entries []*entry
-	for _, c := range rec.Capabilities {
-		k, ok := schemas.LookupKind(c.Kind)
-		if !ok {
-			continue
+	tools, err := schemas.Project(rec.NodeID, rec.Capabilities)
+	if err != nil {
+		g.log.Warn("node record lists no tool", "node_id", rec.NodeID, "err", err)
+		return nil
+	}
+	entries := make([]*entry, 0, len(tools))
+	for _, t := range tools {
+		c, v, class := t.Cap, t.Verb, t.Class
+		st := &sdk.Tool{
+			Name:        t.Name,
+			Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
+			Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, v.Name, rec.NodeID, class),
+			InputSchema: g.toolSchema(v.Input),
+			Annotations: &sdk.ToolAnnotations{
+				Title:          v.Title,
+				ReadOnlyHint:   class == schemas.SafetyReadOnly,
+				IdempotentHint: t.Kind.Idempotent || c.Idempotent,
+			},
+			Meta: sdk.Meta{
+				"io.okso/node_id":      rec.NodeID,
+				"io.okso/kind":         c.Kind,
+				"io.okso/safety_class": class,
+			},
 		}
-		for _, vn := range c.Verbs {
-			v, ok := k.Verb(vn)
-			if !ok {
-				continue
-			}
-			name := schemas.ToolName{KindShort: k.Short, NodeID: rec.NodeID, CapID: c.CapID, Verb: vn}.String()
-			if len(name) > schemas.MaxToolName {
-				continue
-			}
-			class := v.SafetyOf(c.SafetyClass)
-			st := &sdk.Tool{
-				Name:        name,
-				Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
-				Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, vn, rec.NodeID, class),
-				InputSchema: g.toolSchema(v.Input),
-				Annotations: &sdk.ToolAnnotations{
-					Title:          v.Title,
-					ReadOnlyHint:   class == schemas.SafetyReadOnly,
-					IdempotentHint: k.Idempotent || c.Idempotent,
-				},
-				Meta: sdk.Meta{
-					"io.okso/node_id":      rec.NodeID,
-					"io.okso/kind":         c.Kind,
-					"io.okso/safety_class": class,
-				},
-			}
-			if class == schemas.SafetyDestructive {
-				yes := true
-				st.Annotations.DestructiveHint = &yes
-			} else if class != schemas.SafetyReadOnly {
-				no := false
-				st.Annotations.DestructiveHint = &no
-			}
-			if v.Stream {
-				st.OutputSchema = g.toolSchema(v.Result)
-				st.Description += " Streams each frame as a progress notification (send a progressToken) " +
-					"until cancelled; the result tells how the stream ended."
-			} else {
-				st.OutputSchema = g.toolSchema(v.Output)
-			}
-			entries = append(entries, &entry{
-				name:    name,
-				source:  sourceDevice,
-				class:   class,
-				scope:   auth.ScopeFor(class),
-				input:   embedded{g.o.Schemas, v.Input},
-				output:  embedded{g.o.Schemas, v.Output}, // of each frame, for a stream
-				stream:  v.Stream,
-				nodeID:  rec.NodeID,
-				subject: bus.NodeCmd(rec.NodeID),
-				desc:    st,
-			})
+		if class == schemas.SafetyDestructive {
+			yes := true
+			st.Annotations.DestructiveHint = &yes
+		} else if class != schemas.SafetyReadOnly {
+			no := false
+			st.Annotations.DestructiveHint = &no
 		}
+		if v.Stream {
+			st.OutputSchema = g.toolSchema(v.Result)
+			st.Description += " Streams each frame as a progress notification (send a progressToken) " +
+				"until cancelled; the result tells how the stream ended."
+		} else {
+			st.OutputSchema = g.toolSchema(v.Output)
+		}
+		entries = append(entries, &entry{
+			name:    t.Name,
+			source:  sourceDevice,
+			class:   class,
+			scope:   auth.ScopeFor(class),
+			input:   embedded{g.o.Schemas, v.Input},
+			output:  embedded{g.o.Schemas, v.Output}, // of each frame, for a stream
+			stream:  v.Stream,
+			nodeID:  rec.NodeID,
+			subject: bus.NodeCmd(rec.NodeID),
+			desc:    st,
+		})
 	}
 	return entries
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -95,5 +96,39 @@ func BenchmarkListPage(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestProjectRecord: the gateway lists a node's tools exactly as
+// schemas.Project, the tier's projection, names them, and none of a
+// record the tier would have refused.
+func TestProjectRecord(t *testing.T) {
+	g := listingGateway(t)
+	const node = "01hzx9k3m4p7q8r9s0t1v2w3xy"
+	echo := schemas.Capability{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
+		Verbs: []string{"invoke"}, SafetyClass: schemas.SafetyReadOnly}
+	pin := schemas.Capability{CapID: "pin", Kind: schemas.KindGPIO, SchemaRef: schemas.GPIOWriteInput,
+		Verbs: []string{"read", "write"}, SafetyClass: schemas.SafetyMutating}
+	rec := &bus.Node{NodeID: node, Tenant: "demo", Capabilities: []schemas.Capability{echo, pin}}
+	tools, err := schemas.Project(node, rec.Capabilities)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := g.project(rec)
+	if len(entries) != len(tools) {
+		t.Fatalf("%d entries for %d projected tools", len(entries), len(tools))
+	}
+	for i, e := range entries {
+		if e.name != tools[i].Name || e.class != tools[i].Class || e.desc.Name != e.name ||
+			e.nodeID != node || e.subject != bus.NodeCmd(node) {
+			t.Errorf("entry %d = %s (%s), want %s (%s)", i, e.name, e.class, tools[i].Name, tools[i].Class)
+		}
+	}
+
+	unknown := echo
+	unknown.CapID, unknown.Kind = "shell", "system.shell"
+	rec.Capabilities = append(rec.Capabilities, unknown)
+	if entries := g.project(rec); entries != nil {
+		t.Errorf("a record with an unknown kind lists %d tools; the tier refuses such a manifest", len(entries))
 	}
 }

@@ -166,7 +166,7 @@ func (f *fixture) client(token, version string) *sdk.ClientSession {
 
 // device connects a device with the given capability and handlers, and
 // waits until the gateway lists it.
-func (f *fixture) device(tenant string, caps []bus.Capability, handlers map[string]agent.Handler) string {
+func (f *fixture) device(tenant string, caps []schemas.Capability, handlers map[string]agent.Handler) string {
 	f.t.Helper()
 	id, _ := f.connectDevice(tenant, func(_ string, o *agent.Options) {
 		if caps != nil {
@@ -394,7 +394,7 @@ func TestCallFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := reg.Claim(t.Context(), bus.Node{NodeID: ghost, Tenant: DefaultTenant, SessionID: "ghost",
-		Capabilities: []bus.Capability{agent.EchoCapability()}}); err != nil {
+		Capabilities: []schemas.Capability{agent.EchoCapability()}}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitNodes(DefaultTenant, 5)
@@ -478,7 +478,7 @@ func TestLateAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := []bus.Capability{agent.EchoCapability()}
+	caps := []schemas.Capability{agent.EchoCapability()}
 	caps[0].Constraints.DeadlineMsDefault = 100
 	answer := make(chan struct{})
 	var id string

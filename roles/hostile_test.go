@@ -35,7 +35,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -64,7 +63,7 @@ func (f *fixture) hostileDevice(tenant string, edit func(id string, o *agent.Opt
 func unlimitedEcho(_ string, o *agent.Options) {
 	for i := range o.Capabilities {
 		if o.Capabilities[i].CapID == "echo" {
-			o.Capabilities[i].Constraints = bus.Constraints{DeadlineMsDefault: 2000}
+			o.Capabilities[i].Constraints = schemas.Constraints{DeadlineMsDefault: 2000}
 		}
 	}
 }
@@ -583,7 +582,7 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 		// tenant quota is what is tested.
 		for i := range o.Capabilities {
 			if o.Capabilities[i].CapID == "metrics" {
-				o.Capabilities[i].Constraints = bus.Constraints{DeadlineMsDefault: 2000}
+				o.Capabilities[i].Constraints = schemas.Constraints{DeadlineMsDefault: 2000}
 			}
 		}
 		h := o.Streams["metrics.subscribe"]

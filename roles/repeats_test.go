@@ -19,6 +19,7 @@ import (
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/internal/repeats"
+	"github.com/okso-io/okso/schemas"
 )
 
 // logLines decodes the JSON lines of a log.
@@ -162,7 +163,7 @@ func (f *fixture) dialBogusAcker(id string) *websocket.Conn {
 	expect(wire.TypeHello)
 	send(wire.TypeAuth, wire.Auth{Token: tok})
 	expect(wire.TypeAuthOK)
-	send(wire.TypeAnnounce, map[string]any{"node_id": id, "agent": bus.Agent{Name: "bogus", Version: "1"},
+	send(wire.TypeAnnounce, map[string]any{"node_id": id, "agent": schemas.Agent{Name: "bogus", Version: "1"},
 		"capabilities": agent.MockOptions(id, f.a.c.schemas, 1).Capabilities})
 	expect(wire.TypeAnnounceOK)
 	// The tier reads on while no one reads the tier's frames.

@@ -35,7 +35,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -59,8 +58,8 @@ type Options struct {
 	URLs         []string
 	Token        string
 	NodeID       string
-	Agent        bus.Agent
-	Capabilities []bus.Capability
+	Agent        schemas.Agent
+	Capabilities []schemas.Capability
 	// Handlers and Streams by "cap_id.verb".
 	Handlers map[string]Handler
 	Streams  map[string]StreamHandler
@@ -118,7 +117,7 @@ func New(o Options) (*Device, error) {
 		o.PingInterval = 30 * time.Second
 	}
 	if o.Agent.Name == "" {
-		o.Agent = bus.Agent{Name: "okso", Version: "dev"}
+		o.Agent = schemas.Agent{Name: "okso", Version: "dev"}
 	}
 	log := o.Logger
 	if log == nil {

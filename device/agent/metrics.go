@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -36,14 +35,14 @@ const DefaultIntervalMs = 5000
 
 // MetricsCapability is the system.metrics capability: a snapshot and a
 // subscription, read-only.
-func MetricsCapability() bus.Capability {
-	return bus.Capability{
+func MetricsCapability() schemas.Capability {
+	return schemas.Capability{
 		CapID:       "metrics",
 		Kind:        schemas.KindMetrics,
 		SchemaRef:   schemas.MetricsSubInput,
 		Verbs:       []string{"snapshot", "subscribe"},
 		SafetyClass: schemas.SafetyReadOnly,
-		Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 8, DeadlineMsDefault: 2000},
+		Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 8, DeadlineMsDefault: 2000},
 	}
 }
 

@@ -7,21 +7,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
 // EchoCapability is the system.echo capability exactly as seed 000 §9
 // has every device announce it.
-func EchoCapability() bus.Capability {
-	return bus.Capability{
+func EchoCapability() schemas.Capability {
+	return schemas.Capability{
 		CapID:       "echo",
 		Kind:        schemas.KindEcho,
 		SchemaRef:   schemas.EchoInput,
 		Verbs:       []string{"invoke"},
 		SafetyClass: schemas.SafetyReadOnly,
-		Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000},
+		Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000},
 	}
 }
 
@@ -70,8 +69,8 @@ func echoMessage(args []byte) (msg string, ok bool) {
 func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
 	o := withMetrics(Options{
 		NodeID:       nodeID,
-		Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
-		Capabilities: []bus.Capability{EchoCapability()},
+		Agent:        schemas.Agent{Name: "okso-mock", Version: "1.0.0"},
+		Capabilities: []schemas.Capability{EchoCapability()},
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
 		Schemas:      set,
 	}, NewMockSampler(seed, nodeID))
@@ -85,8 +84,8 @@ func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
 func HostOptions(nodeID string, set *schemas.Set, version string) Options {
 	return withMetrics(Options{
 		NodeID:       nodeID,
-		Agent:        bus.Agent{Name: "okso-agent", Version: version},
-		Capabilities: []bus.Capability{EchoCapability()},
+		Agent:        schemas.Agent{Name: "okso-agent", Version: version},
+		Capabilities: []schemas.Capability{EchoCapability()},
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
 		Schemas:      set,
 	}, &HostSampler{})
@@ -104,14 +103,14 @@ func withMetrics(o Options, s Sampler) Options {
 
 // GPIOCapability is a simulated GPIO pin: the mutating demo capability of
 // mock devices (reading it is read-only, driving it mutates).
-func GPIOCapability() bus.Capability {
-	return bus.Capability{
+func GPIOCapability() schemas.Capability {
+	return schemas.Capability{
 		CapID:       "pin",
 		Kind:        schemas.KindGPIO,
 		SchemaRef:   schemas.GPIOWriteInput,
 		Verbs:       []string{"read", "write"},
 		SafetyClass: schemas.SafetyMutating,
-		Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000},
+		Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000},
 	}
 }
 

@@ -52,7 +52,7 @@ func TestCall(t *testing.T) {
 		tt := newTestTier(t, tier.Options{})
 		node := wire.NewNodeID()
 		o := agent.MockOptions(node, tt.set, 1)
-		o.Capabilities = append(o.Capabilities, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
+		o.Capabilities = append(o.Capabilities, echoCap("slow", schemas.Constraints{DeadlineMsDefault: 100}))
 		o.Handlers["slow.invoke"] = func(context.Context, json.RawMessage) (any, error) {
 			<-t.Context().Done() // until the test ends, whatever the deadline says
 			return agent.EchoResult{}, nil
@@ -75,7 +75,7 @@ func TestCall(t *testing.T) {
 		node := wire.NewNodeID()
 		release := make(chan struct{})
 		o := agent.MockOptions(node, tt.set, 1)
-		o.Capabilities = []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 100})}
+		o.Capabilities = []schemas.Capability{echoCap("slow", schemas.Constraints{DeadlineMsDefault: 100})}
 		o.Handlers = map[string]agent.Handler{"slow.invoke": func(context.Context, json.RawMessage) (any, error) {
 			wait(t, release) // past the deadline
 			return agent.EchoResult{Message: "late", NodeID: node}, nil
@@ -96,7 +96,7 @@ func TestCall(t *testing.T) {
 		node := wire.NewNodeID()
 		o := agent.MockOptions(node, tt.set, 1)
 		// One call per 100 s: the second call of the test is always over.
-		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{RateLimitRPS: 0.01})}
+		o.Capabilities = []schemas.Capability{echoCap("echo", schemas.Constraints{RateLimitRPS: 0.01})}
 		tt.runDevice(t, o)
 		tt.echo(t, node)
 		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`), schemas.CodeRateLimited)
@@ -110,7 +110,7 @@ func TestCall(t *testing.T) {
 		node := wire.NewNodeID()
 		started, release := make(chan struct{}, 1), make(chan struct{})
 		o := agent.MockOptions(node, tt.set, 1)
-		o.Capabilities = []bus.Capability{echoCap("echo", bus.Constraints{MaxConcurrency: 1})}
+		o.Capabilities = []schemas.Capability{echoCap("echo", schemas.Constraints{MaxConcurrency: 1})}
 		echo := agent.Echo(node)
 		o.Handlers = map[string]agent.Handler{"echo.invoke": func(ctx context.Context, args json.RawMessage) (any, error) {
 			started <- struct{}{}
@@ -221,7 +221,7 @@ func TestCallPastItsDeadline(t *testing.T) {
 func TestCallBoundByItsDeadline(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
-	o := agent.Options{NodeID: node, Capabilities: []bus.Capability{echoCap("slow", bus.Constraints{DeadlineMsDefault: 60000})},
+	o := agent.Options{NodeID: node, Capabilities: []schemas.Capability{echoCap("slow", schemas.Constraints{DeadlineMsDefault: 60000})},
 		Handlers: map[string]agent.Handler{"slow.invoke": func(ctx context.Context, _ json.RawMessage) (any, error) {
 			<-ctx.Done() // the tier's cancel, or the device's own deadline
 			return nil, ctx.Err()

@@ -412,8 +412,8 @@ func (rd *runningDevice) stop() error {
 }
 
 // echoCap is a system.echo capability with its own cap_id and constraints.
-func echoCap(capID string, c bus.Constraints) bus.Capability {
-	return bus.Capability{
+func echoCap(capID string, c schemas.Constraints) schemas.Capability {
+	return schemas.Capability{
 		CapID:       capID,
 		Kind:        schemas.KindEcho,
 		SchemaRef:   schemas.EchoInput,

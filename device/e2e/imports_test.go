@@ -14,14 +14,13 @@ import (
 // allows them, their tests included; above all, the tier and the device
 // end never import each other (they meet only on a socket, and only this
 // package runs them together). internal/jsonscan and device/internal are machinery
-// that is nobody's domain; the agent imports bus only for the manifest
-// types that still live there.
+// that is nobody's domain.
 func TestImportRules(t *testing.T) {
 	const mod = "github.com/okso-io/okso/"
 	allowed := map[string][]string{
 		"wire":             {"schemas", "internal/jsonscan", "device/wire"},
 		"tier":             {"device/wire", "bus", "schemas", "auth", "internal/jsonscan", "device/internal/workers", "device/tier"},
-		"agent":            {"device/wire", "schemas", "bus", "internal/jsonscan", "device/internal/workers", "device/agent"},
+		"agent":            {"device/wire", "schemas", "internal/jsonscan", "device/internal/workers", "device/agent"},
 		"internal/workers": {},
 	}
 	for dir, ok := range allowed {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -28,7 +27,7 @@ func TestCmdDeadlineAt(t *testing.T) {
 		if d := time.Duration(authAt.UnixMilli()-ok.ServerTimeMs) * time.Millisecond; d < -time.Second || d > time.Second {
 			t.Fatalf("auth_ok server_time_ms %d, %v from this host's clock", ok.ServerTimeMs, d)
 		}
-		m := manifest(node, echoCap("slow", bus.Constraints{DeadlineMsDefault: 1500}))
+		m := manifest(node, echoCap("slow", schemas.Constraints{DeadlineMsDefault: 1500}))
 		m["features"] = []string{wire.FeatureDeadlineAt, "not_yet_invented"}
 		rc.send(t, wire.TypeAnnounce, "", m)
 		rc.recv(t, wire.TypeAnnounceOK, nil)

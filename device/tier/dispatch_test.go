@@ -28,7 +28,7 @@ func TestCallsInOrder(t *testing.T) {
 	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
 	rc.authenticate(t, tt.token(t, node))
-	rc.announce(t, node, echoCap("echo", bus.Constraints{})) // no rate or concurrency limit
+	rc.announce(t, node, echoCap("echo", schemas.Constraints{})) // no rate or concurrency limit
 	inbox := nats.NewInbox()
 	sub, err := tt.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -130,7 +130,7 @@ func TestShutdownWaitsForItsGoroutines(t *testing.T) {
 	silent := wire.NewNodeID()
 	rc := tt.dialURL(t, url, nil)
 	rc.authenticate(t, tt.token(t, silent))
-	rc.announce(t, silent, echoCap("echo", bus.Constraints{DeadlineMsDefault: 100})) // and never reads again
+	rc.announce(t, silent, echoCap("echo", schemas.Constraints{DeadlineMsDefault: 100})) // and never reads again
 	d := tt.runEchoAt(t, url)
 	tt.echo(t, d.node)
 	// A call that expires on the silent device: the tier's cancel goes out

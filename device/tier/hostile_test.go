@@ -410,18 +410,20 @@ func refusal(t *testing.T, rc *rawClient, payload any) (websocket.StatusCode, []
 // a 60-character cap_id, and one whose projected name exceeds 64
 // characters, get 4400 E_MANIFEST_INVALID. 64 capabilities are accepted.
 func TestHostileHugeManifest(t *testing.T) {
-	caps := func(n int) []bus.Capability {
-		cs := make([]bus.Capability, n)
+	caps := func(n int) []schemas.Capability {
+		cs := make([]schemas.Capability, n)
 		for i := range cs {
-			cs[i] = echoCap("c"+strconv.Itoa(i), bus.Constraints{})
+			cs[i] = echoCap("c"+strconv.Itoa(i), schemas.Constraints{})
 		}
 		return cs
 	}
-	one := func(capID string) []bus.Capability { return []bus.Capability{echoCap(capID, bus.Constraints{})} }
+	one := func(capID string) []schemas.Capability {
+		return []schemas.Capability{echoCap(capID, schemas.Constraints{})}
+	}
 	tests := []struct {
 		name      string
 		frames    int // MaxFrameBytes
-		caps      []bus.Capability
+		caps      []schemas.Capability
 		wantClose websocket.StatusCode // 0: accepted
 		wantError string
 	}{
@@ -512,7 +514,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 		manifest func(node string) map[string]any
 	}{
 		{"schema_ref http://", func(node string) map[string]any {
-			return manifest(node, echoCap("echo", bus.Constraints{}), withRef(httpRef))
+			return manifest(node, echoCap("echo", schemas.Constraints{}), withRef(httpRef))
 		}},
 		{"schema_ref file://", func(node string) map[string]any {
 			return manifest(node, withRef(fileRef))
@@ -578,8 +580,8 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 
 // withRef is the echo capability with another schema_ref (its cap_id made
 // unique by the ref's length, so it can sit beside a plain echo).
-func withRef(ref string) bus.Capability {
-	c := echoCap("ref"+strconv.Itoa(len(ref)%1000), bus.Constraints{})
+func withRef(ref string) schemas.Capability {
+	c := echoCap("ref"+strconv.Itoa(len(ref)%1000), schemas.Constraints{})
 	c.SchemaRef = ref
 	return c
 }

@@ -27,9 +27,6 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// maxCapabilities is the manifest schema's maxItems of capabilities.
-const maxCapabilities = 64
-
 // closeGrace bounds a close handshake.
 const closeGrace = 2 * time.Second
 
@@ -52,9 +49,9 @@ type session struct {
 	// nodeID, tenant, subject and jti are written under mu: the auth
 	// deadline may close (and audit) the session while run sets them.
 	nodeID, tenant, subject, jti string
-	agent                        bus.Agent
+	agent                        schemas.Agent
 	caps                         map[string]*capState
-	manifest                     []bus.Capability // as announced, in order
+	manifest                     []schemas.Capability // as announced, in order
 	// boundAt is when the node's binding to its tenant was last refreshed.
 	boundAt time.Time
 	// clockAt and clockMs are when auth_ok went out, on the tier's
@@ -88,11 +85,11 @@ type session struct {
 }
 
 type capState struct {
-	*bus.Capability // the session's manifest entry, not a copy of it
-	kind            schemas.Kind
-	limiter         *rate.Limiter // nil: unlimited
-	inflight        int           // unary calls in flight, under session.mu
-	streams         int           // open streams, under session.mu; limited apart
+	*schemas.Capability // the session's manifest entry, not a copy of it
+	kind                schemas.Kind
+	limiter             *rate.Limiter // nil: unlimited
+	inflight            int           // unary calls in flight, under session.mu
+	streams             int           // open streams, under session.mu; limited apart
 }
 
 type pendingCall struct {
@@ -449,12 +446,12 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		lateClose() // the deadline fired as the announce came in
 		return nil
 	}
-	// A cheap count first: the schema allows 64 capabilities, and a huge
+	// A cheap count first: the schema allows few capabilities, and a huge
 	// manifest (under a raised frame limit) should not cost a full check.
 	var count struct {
 		Capabilities []json.RawMessage `json:"capabilities"`
 	}
-	if json.Unmarshal(e.Payload, &count) != nil || len(count.Capabilities) > maxCapabilities {
+	if json.Unmarshal(e.Payload, &count) != nil || len(count.Capabilities) > schemas.MaxCapabilities {
 		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
@@ -463,10 +460,10 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		return nil
 	}
 	var a struct {
-		NodeID       string           `json:"node_id"`
-		Agent        bus.Agent        `json:"agent"`
-		Capabilities []bus.Capability `json:"capabilities"`
-		Features     []string         `json:"features"`
+		NodeID       string               `json:"node_id"`
+		Agent        schemas.Agent        `json:"agent"`
+		Capabilities []schemas.Capability `json:"capabilities"`
+		Features     []string             `json:"features"`
 	}
 	if err := wire.DecodePayload(e, &a); err != nil {
 		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
@@ -536,40 +533,35 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	return lease
 }
 
-// project checks a manifest beyond its schema and returns the projected
-// tool names; it also swaps the closed-set strings of caps (kind, safety
-// class, schema_ref, verbs) for the kind table's. A non-empty msg
-// explains the refusal.
-func project(nodeID string, caps []bus.Capability) (tools []string, byID map[string]*capState, msg string) {
+// project checks a manifest beyond its schema ([schemas.Project]) and
+// returns the projected tool names; it also swaps the closed-set strings
+// of caps (kind, safety class, schema_ref, verbs) for the kind table's. A
+// non-empty msg explains the refusal.
+func project(nodeID string, caps []schemas.Capability) (tools []string, byID map[string]*capState, msg string) {
+	projected, err := schemas.Project(nodeID, caps)
+	if err != nil {
+		return nil, nil, err.Error()
+	}
 	byID = make(map[string]*capState, len(caps))
-	for i := range caps {
-		c := &caps[i]
-		if _, dup := byID[c.CapID]; dup {
-			return nil, nil, "duplicate cap_id"
-		}
-		k, ok := schemas.LookupKind(c.Kind)
-		if !ok {
-			return nil, nil, "unknown kind"
+	tools = make([]string, 0, len(projected))
+	for _, t := range projected {
+		tools = append(tools, t.Name)
+		c := t.Cap
+		if byID[c.CapID] != nil {
+			continue // a capability's second verb
 		}
 		// The strings of a closed set are kept as the table's own, not as
 		// each session's decoded copies.
-		c.Kind, c.SafetyClass = k.Name, internSafety(c.SafetyClass)
-		if v, ok := k.VerbByInput(c.SchemaRef); ok {
+		c.Kind, c.SafetyClass = t.Kind.Name, internSafety(c.SafetyClass)
+		if v, ok := t.Kind.VerbByInput(c.SchemaRef); ok {
 			c.SchemaRef = v.Input
 		}
 		for j, v := range c.Verbs {
-			kv, ok := k.Verb(v)
-			if !ok {
-				return nil, nil, "verb not allowed for its kind"
+			if kv, ok := t.Kind.Verb(v); ok {
+				c.Verbs[j] = kv.Name
 			}
-			c.Verbs[j] = kv.Name
-			name := schemas.ToolName{KindShort: k.Short, NodeID: nodeID, CapID: c.CapID, Verb: v}.String()
-			if len(name) > schemas.MaxToolName {
-				return nil, nil, "projected tool name longer than 64 characters"
-			}
-			tools = append(tools, name)
 		}
-		cs := &capState{Capability: c, kind: k}
+		cs := &capState{Capability: c, kind: t.Kind}
 		if c.Constraints.RateLimitRPS > 0 {
 			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
 			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)

@@ -21,8 +21,8 @@ import (
 )
 
 // echoCap is a system.echo capability with its own cap_id and constraints.
-func echoCap(capID string, c bus.Constraints) bus.Capability {
-	return bus.Capability{
+func echoCap(capID string, c schemas.Constraints) schemas.Capability {
+	return schemas.Capability{
 		CapID:       capID,
 		Kind:        schemas.KindEcho,
 		SchemaRef:   schemas.EchoInput,
@@ -346,24 +346,24 @@ func TestProtocolFailures(t *testing.T) {
 		},
 		{
 			name:      "manifest with an unknown kind",
-			misbehave: announceWith(func(c *bus.Capability) { c.Kind = "system.gpio" }),
+			misbehave: announceWith(func(c *schemas.Capability) { c.Kind = "system.gpio" }),
 			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			name:      "manifest with a 60-character cap_id",
-			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 60) }),
+			misbehave: announceWith(func(c *schemas.Capability) { c.CapID = strings.Repeat("c", 60) }),
 			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			// 23 characters pass the schema (at most 24) but the projected
 			// name sysecho.<26>.<23>.invoke has 65 characters.
 			name:      "manifest projecting a tool name over 64 characters",
-			misbehave: announceWith(func(c *bus.Capability) { c.CapID = strings.Repeat("c", 23) }),
+			misbehave: announceWith(func(c *schemas.Capability) { c.CapID = strings.Repeat("c", 23) }),
 			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
 			name:      "manifest with a verb its kind lacks",
-			misbehave: announceWith(func(c *bus.Capability) { c.Verbs = []string{"snapshot"} }),
+			misbehave: announceWith(func(c *schemas.Capability) { c.Verbs = []string{"snapshot"} }),
 			wantClose: wire.CloseMalformed, wantError: schemas.CodeManifestInvalid,
 		},
 		{
@@ -420,7 +420,7 @@ func authWith(t *testing.T, tt *testTier, token string) *rawClient {
 
 // announceWith authenticates and announces the echo capability changed by
 // edit, expecting a refusal.
-func announceWith(edit func(*bus.Capability)) func(*testing.T, *testTier) *rawClient {
+func announceWith(edit func(*schemas.Capability)) func(*testing.T, *testTier) *rawClient {
 	return func(t *testing.T, tt *testTier) *rawClient {
 		t.Helper()
 		rc := tt.dial(t, nil)
@@ -543,7 +543,7 @@ func TestDeadlineCancel(t *testing.T) {
 	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
 	rc.authenticate(t, tt.token(t, node))
-	rc.announce(t, node, echoCap("slow", bus.Constraints{DeadlineMsDefault: 100}))
+	rc.announce(t, node, echoCap("slow", schemas.Constraints{DeadlineMsDefault: 100}))
 
 	res := tt.goCall(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
 	var cmd wire.Cmd

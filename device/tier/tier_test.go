@@ -329,8 +329,8 @@ type echoResult struct {
 
 // echoCapability is the system.echo capability as every device announces
 // it (seed 000 §9), limits included: 10 calls a second, 4 at once.
-func echoCapability() bus.Capability {
-	return echoCap("echo", bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000})
+func echoCapability() schemas.Capability {
+	return echoCap("echo", schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000})
 }
 
 // echoDevice is a device written by hand with the echo capability that
@@ -537,7 +537,7 @@ func (rc *rawClient) authenticate(t *testing.T, token string) wire.AuthOK {
 }
 
 // announce sends a manifest and returns the announce_ok.
-func (rc *rawClient) announce(t *testing.T, node string, caps ...bus.Capability) wire.AnnounceOK {
+func (rc *rawClient) announce(t *testing.T, node string, caps ...schemas.Capability) wire.AnnounceOK {
 	t.Helper()
 	rc.send(t, wire.TypeAnnounce, "", manifest(node, caps...))
 	var ok wire.AnnounceOK
@@ -572,10 +572,10 @@ func (rc *rawClient) answerEcho(t *testing.T, node string) {
 }
 
 // manifest is an announce payload.
-func manifest(node string, caps ...bus.Capability) map[string]any {
+func manifest(node string, caps ...schemas.Capability) map[string]any {
 	return map[string]any{
 		"node_id":      node,
-		"agent":        bus.Agent{Name: "raw-test", Version: "1.0.0"},
+		"agent":        schemas.Agent{Name: "raw-test", Version: "1.0.0"},
 		"capabilities": caps,
 	}
 }

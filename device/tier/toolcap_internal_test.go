@@ -14,7 +14,7 @@ import (
 func recordOf(t *testing.T, node, tenant, session string, verbs ...string) []byte {
 	t.Helper()
 	b, err := json.Marshal(bus.Node{NodeID: node, Tenant: tenant, SessionID: session,
-		Capabilities: []bus.Capability{{CapID: "c", Kind: "system.metrics", Verbs: verbs}}})
+		Capabilities: []schemas.Capability{{CapID: "c", Kind: "system.metrics", Verbs: verbs}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,14 +24,14 @@ func recordOf(t *testing.T, node, tenant, session string, verbs ...string) []byt
 // mockCapabilities are the capabilities a mock device announces (echo,
 // metrics and a GPIO pin: five verbs), written out here because the
 // tier's tests do not import the device end.
-func mockCapabilities() []bus.Capability {
-	return []bus.Capability{
+func mockCapabilities() []schemas.Capability {
+	return []schemas.Capability{
 		{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput, Verbs: []string{"invoke"},
-			SafetyClass: schemas.SafetyReadOnly, Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000}},
+			SafetyClass: schemas.SafetyReadOnly, Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 4, DeadlineMsDefault: 2000}},
 		{CapID: "metrics", Kind: schemas.KindMetrics, SchemaRef: schemas.MetricsSubInput, Verbs: []string{"snapshot", "subscribe"},
-			SafetyClass: schemas.SafetyReadOnly, Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 8, DeadlineMsDefault: 2000}},
+			SafetyClass: schemas.SafetyReadOnly, Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 8, DeadlineMsDefault: 2000}},
 		{CapID: "pin", Kind: schemas.KindGPIO, SchemaRef: schemas.GPIOWriteInput, Verbs: []string{"read", "write"},
-			SafetyClass: schemas.SafetyMutating, Constraints: bus.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000}},
+			SafetyClass: schemas.SafetyMutating, Constraints: schemas.Constraints{RateLimitRPS: 10, MaxConcurrency: 1, DeadlineMsDefault: 2000}},
 	}
 }
 
@@ -115,7 +115,7 @@ func TestToolCounts(t *testing.T) {
 func BenchmarkToolCountsRefresh(b *testing.B) {
 	c := newToolCounts()
 	rec, err := json.Marshal(bus.Node{NodeID: "n", Tenant: "acme", SessionID: "s", Tier: "tier-a",
-		Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
+		Agent:        schemas.Agent{Name: "okso-mock", Version: "1.0.0"},
 		Capabilities: mockCapabilities()})
 	if err != nil {
 		b.Fatal(err)
@@ -134,7 +134,7 @@ func BenchmarkToolCountsChange(b *testing.B) {
 	for i := range recs {
 		var err error
 		recs[i], err = json.Marshal(bus.Node{NodeID: "n", Tenant: "acme", SessionID: string(rune('a' + i)), Tier: "tier-a",
-			Agent:        bus.Agent{Name: "okso-mock", Version: "1.0.0"},
+			Agent:        schemas.Agent{Name: "okso-mock", Version: "1.0.0"},
 			Capabilities: mockCapabilities()})
 		if err != nil {
 			b.Fatal(err)

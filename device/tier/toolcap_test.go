@@ -17,10 +17,10 @@ import (
 )
 
 // echoCaps returns n system.echo capabilities: n tools.
-func echoCaps(n int) []bus.Capability {
-	caps := make([]bus.Capability, n)
+func echoCaps(n int) []schemas.Capability {
+	caps := make([]schemas.Capability, n)
 	for i := range caps {
-		caps[i] = echoCap("e"+strconv.Itoa(i), bus.Constraints{})
+		caps[i] = echoCap("e"+strconv.Itoa(i), schemas.Constraints{})
 	}
 	return caps
 }
@@ -28,7 +28,7 @@ func echoCaps(n int) []bus.Capability {
 // announceOutcome announces caps for node on an authenticated client and
 // returns "announce_ok", or the close code and the error frame's message.
 // It does not fail the test, so that goroutines may call it.
-func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []bus.Capability) string {
+func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []schemas.Capability) string {
 	ctx, cancel := context.WithTimeout(ctx, waitFor)
 	defer cancel()
 	b, err := wire.Encode(wire.TypeAnnounce, "", manifest(node, caps...))
