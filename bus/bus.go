@@ -1,6 +1,7 @@
 // Package bus is okso's NATS layer: the embedded server, the subject names,
-// the message shapes that cross between the gateway and the device tier, the
-// node registry (JetStream KV) and the closed error envelope.
+// the message shapes that cross between the gateway and the tiers, the node
+// registry and node bindings (JetStream KV), revocations and the audit. What
+// those messages mean (names, codes, schemas) is package schemas'.
 //
 // The gateway and the device tier never share memory; they meet only here.
 // Start an embedded server with [StartServer], connect with [Connect] (or
