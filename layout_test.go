@@ -1,0 +1,93 @@
+package main
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestLayout: every package imports only what DESIGN.md §10 allows it,
+// its tests included. Above all, mcp, the device tier, the device end and
+// the remote tier never import each other: they meet only on NATS or a
+// socket, and only device/e2e (and the composition root) runs two of them
+// together. internal/ is machinery anyone may use; device/internal is the
+// device packages'. A new package must be added here, which is the moment
+// to decide what it may import.
+func TestLayout(t *testing.T) {
+	const mod = "github.com/okso-io/okso/"
+	allowed := map[string][]string{
+		"mcp":          {"bus", "schemas", "auth"},
+		"device/wire":  {"schemas"},
+		"device/tier":  {"device/wire", "bus", "schemas", "auth"},
+		"device/agent": {"device/wire", "schemas"},
+		"device/e2e":   {"device/wire", "device/tier", "device/agent", "bus", "schemas", "auth"},
+		"remote":       {"bus", "schemas"},
+		"bus":          {"schemas"},
+		"schemas":      {},
+		"auth":         {},
+	}
+	// What a package's tests may import besides: the contract a copy of a
+	// rule is proved against.
+	testOnly := map[string][]string{
+		"auth": {"schemas"},
+	}
+	// The composition root and the tools around it import what they need.
+	unchecked := []string{".", "roles", "bench", "interop", "deploy", "scripts"}
+
+	seen := map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		pkg := filepath.ToSlash(filepath.Dir(path))
+		top, _, _ := strings.Cut(pkg, "/")
+		if slices.Contains(unchecked, pkg) || slices.Contains(unchecked, top) ||
+			strings.HasPrefix(pkg, "internal/") || strings.HasPrefix(pkg, "device/internal/") {
+			return nil
+		}
+		ok, known := allowed[pkg]
+		if !known {
+			if !seen[pkg] {
+				t.Errorf("package %s is not in DESIGN.md §10's table here: say what it may import", pkg)
+			}
+			seen[pkg] = true
+			return nil
+		}
+		seen[pkg] = true
+		file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range file.Imports {
+			imp, _ := strconv.Unquote(im.Path.Value)
+			p, ours := strings.CutPrefix(imp, mod)
+			switch {
+			case !ours, p == pkg, strings.HasPrefix(p, "internal/"), slices.Contains(ok, p):
+			case strings.HasPrefix(p, "device/internal/") && strings.HasPrefix(pkg, "device/"):
+			case strings.HasSuffix(path, "_test.go") && slices.Contains(testOnly[pkg], p):
+			default:
+				t.Errorf("%s imports %s: %s may import only %v", path, imp, pkg, ok)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pkg := range allowed {
+		if !seen[pkg] && pkg != "remote" { // remote: the federation issue's
+			t.Errorf("no Go files in %s: is the table out of date?", pkg)
+		}
+	}
+}
