@@ -211,9 +211,16 @@ func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) erro
 // value when the node went away, and must not keep value after it
 // returns. A value may be one okso did not write.
 func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []byte, initial bool), ready func()) error {
-	w, err := r.kv.WatchAll(ctx)
+	return watchKV(ctx, r.kv, fn, ready)
+}
+
+// watchKV calls fn for every entry of kv present, then calls ready once,
+// then calls fn for every change (a nil value: the key went away), until
+// ctx is done. It returns ctx's error, or the watch's if it fails.
+func watchKV(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte, initial bool), ready func()) error {
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
-		return fmt.Errorf("watch kv %s: %w", BucketNodes, err)
+		return fmt.Errorf("watch kv %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
 	initial := true
@@ -226,7 +233,7 @@ func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				return fmt.Errorf("watch kv %s: closed", BucketNodes)
+				return fmt.Errorf("watch kv %s: closed", kv.Bucket())
 			}
 			if e == nil {
 				initial = false
@@ -236,7 +243,7 @@ func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []
 				continue
 			}
 			if e.Operation() != jetstream.KeyValuePut {
-				if !initial { // in the initial state a removal marker is no node
+				if !initial { // in the initial state a removal marker is nothing
 					fn(e.Key(), nil, false)
 				}
 				continue
