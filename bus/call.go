@@ -2,6 +2,8 @@ package bus
 
 import (
 	"encoding/json"
+	"strconv"
+	"time"
 
 	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
@@ -112,4 +114,28 @@ func DecodeReply(b []byte) (Reply, error) {
 	r = Reply{}
 	err := json.Unmarshal(b, &r)
 	return r, err
+}
+
+// CallDeadline bounds a call that may take d by its caller's remaining
+// budget (budgetMs, relative, from the moment it is read) and by its
+// deadline (deadlineMs, Unix milliseconds on the caller's clock, which
+// may be up to skew away from this host's). It reports false when the
+// deadline passed more than skew ago: the call must not start. Headers
+// that are absent or malformed bound nothing, as from an older gateway.
+func CallDeadline(now time.Time, d time.Duration, budgetMs, deadlineMs string, skew time.Duration) (time.Duration, bool) {
+	if b, err := strconv.Atoi(budgetMs); err == nil && b > 0 {
+		d = min(d, time.Duration(b)*time.Millisecond)
+	}
+	if deadlineMs == "" {
+		return d, true
+	}
+	at, err := strconv.ParseInt(deadlineMs, 10, 64)
+	if err != nil || at <= 0 {
+		return d, true
+	}
+	left := time.UnixMilli(at).Add(skew).Sub(now)
+	if left <= 0 {
+		return 0, false
+	}
+	return min(d, left), true
 }

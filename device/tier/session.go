@@ -877,7 +877,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	if deadline <= 0 {
 		deadline = wire.DefaultDeadlineMs * time.Millisecond
 	}
-	deadline, ok = callDeadline(start, deadline, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline),
+	deadline, ok = bus.CallDeadline(start, deadline, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline),
 		s.t.o.MaxClockSkew)
 	if !ok {
 		// Held somewhere (a reconnect buffer, a partition) past the time
@@ -940,30 +940,6 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 			s.finish(p, bus.ErrorReply(schemas.CodeNodeOffline, "device connection failed"), bus.DecisionOffline, schemas.CodeNodeOffline)
 		}
 	}
-}
-
-// callDeadline bounds a call that may take d by its caller's remaining
-// budget (budgetMs, relative, from the moment it is read) and by its
-// deadline (deadlineMs, Unix milliseconds on the caller's clock, which
-// may be up to skew away from this host's). It reports false when the
-// deadline passed more than skew ago: the call must not start. Headers
-// that are absent or malformed bound nothing, as from an older gateway.
-func callDeadline(now time.Time, d time.Duration, budgetMs, deadlineMs string, skew time.Duration) (time.Duration, bool) {
-	if b, err := strconv.Atoi(budgetMs); err == nil && b > 0 {
-		d = min(d, time.Duration(b)*time.Millisecond)
-	}
-	if deadlineMs == "" {
-		return d, true
-	}
-	at, err := strconv.ParseInt(deadlineMs, 10, 64)
-	if err != nil || at <= 0 {
-		return d, true
-	}
-	left := time.UnixMilli(at).Add(skew).Sub(now)
-	if left <= 0 {
-		return 0, false
-	}
-	return min(d, left), true
 }
 
 func containsVerb(verbs []string, v string) bool {

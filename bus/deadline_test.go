@@ -1,9 +1,11 @@
-package tier
+package bus_test
 
 import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/okso-io/okso/bus"
 )
 
 func TestCallDeadline(t *testing.T) {
@@ -29,16 +31,16 @@ func TestCallDeadline(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := callDeadline(now, 2*time.Second, tc.budget, tc.deadlineAt, skew)
+			got, ok := bus.CallDeadline(now, 2*time.Second, tc.budget, tc.deadlineAt, skew)
 			if tc.want < 0 {
 				if ok {
-					t.Fatalf("callDeadline = %v, want refused", got)
+					t.Fatalf("CallDeadline = %v, want refused", got)
 				}
 				return
 			}
 			// Unix milliseconds round now down by up to a millisecond.
 			if !ok || got > tc.want || got < tc.want-time.Millisecond {
-				t.Fatalf("callDeadline = %v, %v; want %v", got, ok, tc.want)
+				t.Fatalf("CallDeadline = %v, %v; want %v", got, ok, tc.want)
 			}
 		})
 	}
