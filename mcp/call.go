@@ -178,6 +178,8 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
 	switch {
+	case errors.Is(err, nats.ErrNoResponders) && e.source == sourceUpstream:
+		return nil, c.fail(schemas.CodeNodeOffline, "upstream is offline: no remote tier serves it")
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, c.fail(schemas.CodeNodeOffline, "node is offline")
 	case err != nil && ctx.Err() != nil:
@@ -190,7 +192,7 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 	}
 	rep, err := bus.DecodeReply(resp.Data)
 	if err != nil || (!rep.OK && rep.Error == nil) {
-		return nil, c.fail(schemas.CodeInternal, "malformed reply from the device tier")
+		return nil, c.fail(schemas.CodeInternal, "malformed reply from the tier serving the tool")
 	}
 	if !rep.OK {
 		return nil, c.fail(rep.Error.Code, trimASCII(rep.Error.Message, 200))
@@ -202,6 +204,13 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 // and for a device tool the node id it claims to come from.
 func (c *callCtx) checkResult(result json.RawMessage) *schemas.Error {
 	e := c.entry
+	if e.shape == shapeToolResult {
+		if err := checkToolResult(result, e.output); err != nil {
+			c.g.log.Warn("upstream result refused", "tool", e.name, "err", err)
+			return c.fail(schemas.CodeInternal, "result fails the tool's output schema")
+		}
+		return nil
+	}
 	if e.output != nil {
 		if err := e.output.validate(result); err != nil {
 			return c.fail(schemas.CodeInternal, "result fails the tool's output schema")
@@ -280,6 +289,15 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	result, e := c.unary(ctx, args)
 	if e != nil {
 		return errorResult(e, c.requestID), nil
+	}
+	if c.entry.shape == shapeToolResult {
+		var res sdk.CallToolResult
+		if err := json.Unmarshal(result, &res); err != nil {
+			c.g.log.Warn("upstream result unreadable", "tool", c.entry.name, "err", err)
+			return errorResult(schemas.NewError(schemas.CodeInternal, "result fails the tool's output schema"), c.requestID), nil
+		}
+		res.Meta = sdk.Meta{MetaRequestID: c.requestID}
+		return &res, nil
 	}
 	return &sdk.CallToolResult{
 		Meta:              sdk.Meta{MetaRequestID: c.requestID},

@@ -30,6 +30,19 @@ const (
 	sourceOkso                       // okso's own: fleet.*, caller_tools_*
 )
 
+// shape is what the result of a successful call is.
+type shape uint8
+
+const (
+	// shapeDocument: the tool's structured result, a JSON document the
+	// gateway wraps as the CallToolResult's structuredContent and text
+	// (devices).
+	shapeDocument shape = iota
+	// shapeToolResult: an MCP CallToolResult, passed through with the
+	// gateway's _meta (upstreams), even when the tool marks it isError.
+	shapeToolResult
+)
+
 // validator checks a JSON document against one schema of a tool.
 type validator interface {
 	validate(doc []byte) error
@@ -59,6 +72,8 @@ type entry struct {
 	output validator
 	// stream: the call answers with a stream of frames until cancelled.
 	stream bool
+	// shape says what a successful call's result is.
+	shape shape
 	// nodeID is the node of a device tool: its results and frames must
 	// name it.
 	nodeID string
@@ -123,6 +138,10 @@ type catalog struct {
 	views   map[view]*sdk.Server         // made on a caller's first request
 }
 
+// anyTenant is the tenant of tools every tenant sees (an upstream
+// configured for "*"); no tenant can be named so.
+const anyTenant = "*"
+
 // keyed is what one source key put in the catalog.
 type keyed struct {
 	tenant  string
@@ -139,9 +158,9 @@ func newCatalog(newServer func() *sdk.Server) *catalog {
 	}
 }
 
-// put makes entries the tools key holds for tenant, replacing what key
-// held before. The entries are visible to lookups only once every view
-// of the tenant lists them.
+// put makes entries the tools key holds for tenant (or for every tenant:
+// anyTenant), replacing what key held before. The entries are visible to
+// lookups only once every view of the tenant lists them.
 func (c *catalog) put(key, tenant string, entries []*entry) {
 	c.sdkMu.Lock()
 	defer c.sdkMu.Unlock()
@@ -226,13 +245,14 @@ func (c *catalog) forget(k keyed) {
 	}
 }
 
-// viewsOf returns the servers of a tenant's views.
+// viewsOf returns the servers of a tenant's views (of every view, for
+// anyTenant).
 func (c *catalog) viewsOf(tenant string) map[view]*sdk.Server {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	m := map[view]*sdk.Server{}
 	for v, srv := range c.views {
-		if v.tenant == tenant {
+		if v.tenant == tenant || tenant == anyTenant {
 			m[v] = srv
 		}
 	}
@@ -245,6 +265,9 @@ func (c *catalog) lookup(tenant, name string) (e *entry, elsewhere bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if e = c.tenants[tenant][name]; e != nil {
+		return e, false
+	}
+	if e = c.tenants[anyTenant][name]; e != nil {
 		return e, false
 	}
 	return nil, c.holders[name] > 0
@@ -269,9 +292,11 @@ func (c *catalog) server(v view) *sdk.Server {
 	srv = c.newServer()
 	c.views[v] = srv
 	var descs []*sdk.Tool
-	for _, e := range c.tenants[v.tenant] {
-		if v.allows(e.scope) {
-			descs = append(descs, e.desc)
+	for _, tenant := range [...]string{v.tenant, anyTenant} {
+		for _, e := range c.tenants[tenant] {
+			if v.allows(e.scope) {
+				descs = append(descs, e.desc)
+			}
 		}
 	}
 	c.mu.Unlock()

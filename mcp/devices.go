@@ -18,27 +18,42 @@ import (
 // (KV okso_nodes) and lists a node's capabilities as tools once the node's
 // subject answers from here.
 
-// Run follows the registry and keeps every tenant's tools in step with it,
-// until ctx ends. After a NATS reconnect it watches afresh and reconciles:
-// nodes that went away meanwhile are removed, none is listed twice.
+// Run follows the registries (KV okso_nodes, and okso_remotes when
+// Options.Remotes is set) and keeps every tenant's tools in step with
+// them, until ctx ends. After a NATS reconnect it watches afresh and
+// reconciles: what went away meanwhile is removed, nothing is listed
+// twice.
 //
 // While its NATS connection is down, the gateway's registry is
 // unavailable: tools/list and every call answer so (E_INTERNAL) rather
 // than with what the gateway last knew, and it logs one line when the
 // connection goes and one when it is back.
 func (g *Gateway) Run(ctx context.Context) error {
-	resync := make(chan struct{}, 1)
 	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
 	defer g.o.NC.RemoveStatusListener(status)
-	var links sync.WaitGroup
-	defer links.Wait()
-	links.Go(func() { g.followLink(ctx, status, resync) })
+	nodes, remotes := make(chan struct{}, 1), make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { g.followLink(ctx, status, nodes, remotes) })
 	defer g.probeWG.Wait()
+	if g.o.Remotes != nil {
+		var once sync.Once
+		wg.Go(func() {
+			g.keepWatching(ctx, "upstream registry", g.watchRemotes, remotes, func() { once.Do(func() { close(g.remotesSynced) }) })
+		})
+	}
 	var once sync.Once
+	g.keepWatching(ctx, "registry", g.watch, nodes, func() { once.Do(func() { g.markReady(ctx) }) })
+	return nil
+}
+
+// keepWatching runs watch until ctx ends, again after it fails (a second
+// later) and afresh on every resync.
+func (g *Gateway) keepWatching(ctx context.Context, what string, watch func(context.Context, func()) error, resync <-chan struct{}, ready func()) {
 	for {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- g.watch(wctx, func() { once.Do(g.markReady) }) }()
+		go func() { done <- watch(wctx, ready) }()
 		var err error
 		select {
 		case err = <-done:
@@ -48,13 +63,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		cancel()
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		if err != nil {
-			g.log.Warn("registry watch ended; watching again", "err", err)
+			g.log.Warn(what+" watch ended; watching again", "err", err)
 			select {
 			case <-ctx.Done():
-				return nil
+				return
 			case <-time.After(time.Second):
 			}
 		}
@@ -62,8 +77,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 // followLink marks the registry unavailable while NATS is down, logs the
-// change each way, and asks for a resync when the link is back.
-func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, resync chan<- struct{}) {
+// change each way, and asks every watch for a resync when the link is
+// back.
+func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, resyncs ...chan<- struct{}) {
 	if !g.o.NC.IsConnected() {
 		g.busDown.Store(true)
 	}
@@ -81,9 +97,11 @@ func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, res
 				continue
 			}
 			g.log.Info("NATS connection back: reloading the registry")
-			select {
-			case resync <- struct{}{}:
-			default:
+			for _, resync := range resyncs {
+				select {
+				case resync <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}
@@ -93,8 +111,9 @@ func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, res
 func (g *Gateway) registryDown() bool { return g.busDown.Load() }
 
 // markReady closes Ready once the nodes of the initial state are probed
-// (or after a bound, for nodes whose tier is slow to answer).
-func (g *Gateway) markReady() {
+// (or after a bound, for nodes whose tier is slow to answer) and the
+// upstreams of the initial state are listed.
+func (g *Gateway) markReady(ctx context.Context) {
 	g.synced.Store(true)
 	go func() {
 		done := make(chan struct{})
@@ -103,7 +122,11 @@ func (g *Gateway) markReady() {
 		case <-done:
 		case <-time.After(5 * time.Second):
 		}
-		close(g.ready)
+		select {
+		case <-g.remotesSynced:
+			close(g.ready)
+		case <-ctx.Done():
+		}
 	}()
 }
 

@@ -467,9 +467,12 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
 		result, e := c.unary(r.Context(), args)
-		if e != nil {
+		switch {
+		case e != nil:
 			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
-		} else {
+		case c.entry.shape == shapeToolResult:
+			g.writeUpstreamResult(buf, c.requestID, sessionless, result)
+		default:
 			g.writeToolResult(buf, c.requestID, sessionless, result, false)
 		}
 	}
@@ -486,12 +489,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 // for a failure (isError), the envelope doc as its text content and in
 // _meta, and no structured content (see errorResult).
 func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
-	buf.WriteString(`,"result":{"_meta":{`)
-	if sessionless {
-		buf.WriteString(`"io.modelcontextprotocol/serverInfo":`)
-		buf.Write(g.serverInfo)
-		buf.WriteByte(',')
-	}
+	g.writeResultMeta(buf, sessionless)
 	if isError {
 		buf.WriteString(`"` + MetaError + `":`)
 		buf.Write(doc) // okso wrote it, compact
@@ -511,6 +509,34 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 		buf.Write(doc)
 	} else if json.Compact(buf, doc) != nil {
 		buf.WriteString("null")
+	}
+	buf.WriteString("}}")
+}
+
+// writeResultMeta appends `,"result":{"_meta":{` and, for a sessionless
+// request, the server's info.
+func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
+	buf.WriteString(`,"result":{"_meta":{`)
+	if sessionless {
+		buf.WriteString(`"io.modelcontextprotocol/serverInfo":`)
+		buf.Write(g.serverInfo)
+		buf.WriteByte(',')
+	}
+}
+
+// writeUpstreamResult appends `,"result":{...}}` for an upstream's
+// CallToolResult, which checkResult found to be one JSON object without
+// _meta: the gateway's _meta, then the upstream's members as they are.
+func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
+	g.writeResultMeta(buf, sessionless)
+	buf.WriteString(`"` + MetaRequestID + `":`)
+	writeJSONString(buf, requestID)
+	buf.WriteByte('}')
+	body := bytes.TrimSpace(result)
+	body = bytes.TrimSpace(body[1 : len(body)-1]) // the members, without the braces
+	if len(body) > 0 {
+		buf.WriteByte(',')
+		buf.Write(body)
 	}
 	buf.WriteString("}}")
 }

@@ -42,6 +42,9 @@ import (
 type Options struct {
 	NC       *nats.Conn
 	Registry *bus.Registry
+	// Remotes, when set, is the registry of federated upstreams, whose
+	// tools the gateway lists for the tenants each is configured for.
+	Remotes  *bus.Remotes
 	Schemas  *schemas.Set
 	Verifier *auth.Verifier // for agent tokens
 	Auditor  *bus.Auditor
@@ -96,8 +99,12 @@ type Gateway struct {
 	// waits for them.
 	initialProbes sync.WaitGroup
 	synced        atomic.Bool // the first registry state is in
-	busDown       atomic.Bool // the NATS connection is down (see followLink)
-	draining      atomic.Bool // see Drain
+	// The upstream source (remotes.go): the upstreams it lists.
+	remotesMu     sync.Mutex
+	remotes       map[string]*listedRemote // by upstream
+	remotesSynced chan struct{}            // closed once the first state of okso_remotes is in
+	busDown       atomic.Bool              // the NATS connection is down (see followLink)
+	draining      atomic.Bool              // see Drain
 
 	schemaMu    sync.Mutex
 	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
@@ -145,12 +152,18 @@ func New(o Options) (*Gateway, error) {
 		changedCh: make(chan struct{}),
 		pending:   map[string]string{},
 
+		remotes:       map[string]*listedRemote{},
+		remotesSynced: make(chan struct{}),
+
 		toolSchemas:   map[string]*jsonschema.Schema{},
 		listedSchemas: map[*jsonschema.Schema]json.RawMessage{},
 		probes:        make(chan struct{}, 64),
 
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
+	}
+	if o.Remotes == nil {
+		close(g.remotesSynced)
 	}
 	g.cat = newCatalog(g.newServer)
 	g.serverInfo, _ = json.Marshal(g.implementation())
@@ -168,6 +181,13 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Ready is closed once the gateway has loaded the registry.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// HasTool reports whether a tenant's callers may find the named tool
+// (whatever their scopes).
+func (g *Gateway) HasTool(tenant, name string) bool {
+	e, _ := g.cat.lookup(tenant, name)
+	return e != nil
+}
 
 // Wait blocks until cond holds over the gateway's view of the fleet, or ctx
 // ends. cond is called with the number of live nodes per tenant.

@@ -518,6 +518,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		return nil, err
 	}
+	remotes, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Remotes, error) {
+		return bus.OpenRemotes(ctx, nc, bus.RemotesOptions{Replicas: np.replicas})
+	})
+	if err != nil {
+		return nil, err
+	}
 	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
 	if err != nil {
 		return nil, err
@@ -537,6 +543,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
 		Registry:       reg,
+		Remotes:        remotes,
 		Schemas:        c.schemas,
 		Verifier:       c.verifier(aud),
 		Auditor:        audit,

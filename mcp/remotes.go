@@ -1,0 +1,263 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// The upstream source of the catalog: every gateway watches KV
+// okso_remotes, where the remote tier keeps each healthy upstream's
+// allowed tools (DESIGN.md §9.1), and lists them as {upstream}.{tool} for
+// the tenants the upstream is configured for. A call goes to the
+// upstream's subject, where any replica of the remote tier answers it;
+// the gateway never reaches an upstream itself.
+
+// maxRemoteDescription bounds the description an upstream gives a tool.
+const maxRemoteDescription = 4096
+
+// listedRemote is an upstream as the gateway lists it.
+type listedRemote struct {
+	rec  *bus.Remote
+	keys []string // the catalog keys its tools are under, one per tenant
+}
+
+// remoteKey is the catalog key of an upstream's tools for one tenant.
+func remoteKey(upstream, tenant string) string { return "remote/" + upstream + "/" + tenant }
+
+// foreign is the validator of an upstream's schema.
+type foreign struct{ f *schemas.Foreign }
+
+func (v foreign) validate(doc []byte) error { return v.f.ValidateJSON(doc) }
+func (v foreign) explain(err error) string  { return v.f.Explain(err) }
+
+// watchRemotes runs one watch of okso_remotes; when its initial state is
+// in, upstreams the gateway listed but the bucket no longer has are
+// removed.
+func (g *Gateway) watchRemotes(ctx context.Context, ready func()) error {
+	seen := map[string]bool{}
+	return g.o.Remotes.Watch(ctx, func(ev bus.RemoteEvent) {
+		if ev.Initial {
+			seen[ev.Upstream] = true
+		}
+		g.applyRemote(ev)
+	}, func() {
+		g.remotesMu.Lock()
+		var ghosts []string
+		for u := range g.remotes {
+			if !seen[u] {
+				ghosts = append(ghosts, u)
+			}
+		}
+		g.remotesMu.Unlock()
+		for _, u := range ghosts {
+			g.applyRemote(bus.RemoteEvent{Upstream: u})
+		}
+		ready()
+	})
+}
+
+// applyRemote folds one change of okso_remotes into the catalog.
+func (g *Gateway) applyRemote(ev bus.RemoteEvent) {
+	g.remotesMu.Lock()
+	defer g.remotesMu.Unlock()
+	old := g.remotes[ev.Upstream]
+	if ev.Remote != nil && old != nil && sameRemote(old.rec, ev.Remote) {
+		return // a refresh, or another replica's identical record
+	}
+	var keys []string
+	if ev.Remote != nil && ev.Remote.Upstream == ev.Upstream && schemas.ValidUpstream(ev.Upstream) {
+		entries := g.projectRemote(ev.Remote)
+		for _, tenant := range remoteTenants(ev.Remote.Tenants) {
+			key := remoteKey(ev.Upstream, tenant)
+			g.cat.put(key, tenant, entries)
+			keys = append(keys, key)
+		}
+		g.remotes[ev.Upstream] = &listedRemote{rec: ev.Remote, keys: keys}
+		g.log.Debug("upstream listed", "upstream", ev.Upstream, "tools", len(entries), "tenants", ev.Remote.Tenants)
+	} else {
+		delete(g.remotes, ev.Upstream)
+		if old != nil {
+			g.log.Debug("upstream unlisted", "upstream", ev.Upstream)
+		}
+	}
+	if old != nil {
+		for _, key := range old.keys {
+			if !slices.Contains(keys, key) {
+				g.cat.drop(key)
+			}
+		}
+	}
+	if old != nil || len(keys) > 0 {
+		g.changed()
+	}
+}
+
+// sameRemote reports whether two records of an upstream list the same
+// tools the same way.
+func sameRemote(a, b *bus.Remote) bool {
+	return a.Digest != "" && a.Digest == b.Digest && a.TimeoutMs == b.TimeoutMs &&
+		a.Transport == b.Transport && slices.Equal(a.Tenants, b.Tenants)
+}
+
+// remoteTenants returns the tenants an upstream's tools are listed for:
+// anyTenant alone when "*" is among them, else the valid ones.
+func remoteTenants(tenants []string) []string {
+	if slices.Contains(tenants, anyTenant) {
+		return []string{anyTenant}
+	}
+	var valid []string
+	for _, t := range tenants {
+		if schemas.ValidTenant(t) && !slices.Contains(valid, t) {
+			valid = append(valid, t)
+		}
+	}
+	return valid
+}
+
+// projectRemote builds the catalog entries of an upstream's record: a
+// tool per allowed tool, named {upstream}.{tool}, its schemas compiled
+// once here. The remote tier refuses what cannot be listed; the gateway
+// checks again (anything may write a KV bucket) and leaves such a tool
+// out, saying so in its log.
+func (g *Gateway) projectRemote(rec *bus.Remote) []*entry {
+	budget := g.o.Budget
+	if t := time.Duration(rec.TimeoutMs) * time.Millisecond; t > 0 && t < budget {
+		budget = t
+	}
+	var entries []*entry
+	seen := map[string]bool{}
+	for _, t := range rec.Tools {
+		e, err := g.remoteEntry(rec.Upstream, t, budget)
+		if err == nil && seen[e.name] {
+			err = fmt.Errorf("listed twice")
+		}
+		if err != nil {
+			g.log.Warn("upstream tool not listed", "upstream", rec.Upstream, "err", err)
+			continue
+		}
+		seen[e.name] = true
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+// remoteEntry is one upstream tool as the catalog holds it.
+func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Duration) (*entry, error) {
+	name, err := schemas.RemoteToolName(upstream, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	switch t.Safety {
+	case schemas.SafetyReadOnly, schemas.SafetyMutating, schemas.SafetyDestructive:
+	default:
+		return nil, fmt.Errorf("tool %s has no safety class", name)
+	}
+	if err := schemas.ValidToolSchema(t.InputSchema); err != nil {
+		return nil, fmt.Errorf("tool %s: %w", name, err)
+	}
+	in, err := schemas.CompileForeign(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: input %w", name, err)
+	}
+	e := &entry{
+		name:    name,
+		source:  sourceUpstream,
+		class:   t.Safety,
+		scope:   auth.ScopeFor(t.Safety),
+		input:   foreign{in},
+		shape:   shapeToolResult,
+		subject: bus.RemoteCall(upstream),
+		budget:  budget,
+	}
+	st := &sdk.Tool{
+		Name:        name,
+		Title:       t.Title,
+		Description: trimDescription(t.Description),
+		InputSchema: t.InputSchema,
+		Annotations: &sdk.ToolAnnotations{
+			Title:          t.Title,
+			ReadOnlyHint:   t.Safety == schemas.SafetyReadOnly,
+			IdempotentHint: t.Idempotent,
+		},
+		Meta: sdk.Meta{
+			"io.okso/upstream":     upstream,
+			"io.okso/safety_class": t.Safety,
+		},
+	}
+	if len(t.OutputSchema) > 0 {
+		out, err := schemas.CompileForeign(t.OutputSchema)
+		if err == nil {
+			err = schemas.ValidToolSchema(t.OutputSchema)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tool %s: output %w", name, err)
+		}
+		e.output = foreign{out}
+		st.OutputSchema = t.OutputSchema
+	}
+	// The class is the operator's; the upstream's own hints are not
+	// trusted (DESIGN.md §9.1).
+	if t.Safety == schemas.SafetyDestructive {
+		yes := true
+		st.Annotations.DestructiveHint = &yes
+	} else if t.Safety != schemas.SafetyReadOnly {
+		no := false
+		st.Annotations.DestructiveHint = &no
+	}
+	e.desc = st
+	return e, nil
+}
+
+// trimDescription bounds an upstream's description of a tool.
+func trimDescription(s string) string {
+	if len(s) <= maxRemoteDescription {
+		return s
+	}
+	cut := maxRemoteDescription
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// checkToolResult checks an upstream's CallToolResult: a JSON object
+// without _meta (the remote tier drops the upstream's), and, unless the
+// upstream marks it isError (the tool's own answer, passed through), a
+// structuredContent that passes the tool's output schema when it has one.
+func checkToolResult(result []byte, output validator) error {
+	v, err := schemas.Decode(result)
+	if err != nil {
+		return err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return fmt.Errorf("not a JSON object")
+	}
+	if _, ok := m["_meta"]; ok {
+		return fmt.Errorf("carries _meta")
+	}
+	if isErr, _ := m["isError"].(bool); isErr || output == nil {
+		return nil
+	}
+	sc, ok := m["structuredContent"]
+	if !ok {
+		return fmt.Errorf("no structuredContent, which the output schema needs")
+	}
+	if f, ok := output.(foreign); ok {
+		return f.f.Validate(sc) // decoded already
+	}
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return err
+	}
+	return output.validate(b)
+}
