@@ -347,6 +347,7 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 			input:   embedded{g.o.Schemas, v.Input},
 			output:  embedded{g.o.Schemas, v.Output}, // of each frame, for a stream
 			stream:  v.Stream,
+			shape:   shapeDocument,
 			nodeID:  rec.NodeID,
 			subject: bus.NodeCmd(rec.NodeID),
 			desc:    st,
