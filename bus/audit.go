@@ -39,6 +39,26 @@ const (
 	DecisionStreamClosed = "stream_closed"
 )
 
+// DecisionFor returns the decision an audit event records for a call
+// that failed with code.
+func DecisionFor(code string) string {
+	switch code {
+	case schemas.CodeSafetyDenied:
+		return DecisionDenied
+	case schemas.CodeManifestInvalid, schemas.CodeBadRequest:
+		return DecisionInvalid
+	case schemas.CodeToolNotFound:
+		return DecisionNotFound
+	case schemas.CodeNodeOffline:
+		return DecisionOffline
+	case schemas.CodeDeadlineExceeded:
+		return DecisionTimeout
+	case schemas.CodeRateLimited:
+		return DecisionRateLimit
+	}
+	return DecisionFailed
+}
+
 // AuditEvent is one decision. It never carries arguments, results or any
 // device-supplied string.
 type AuditEvent struct {
