@@ -93,8 +93,9 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 //
 // An error is one line naming the file (name), the line and the field, as
 // in `remotes.yaml:7: upstreams[1].transport: "ftp" is not one of stdio,
-// http, action`. It may quote what the file says, but never a header's or
-// an environment variable's value.
+// http, action`; a few YAML syntax errors have no line, and a file that
+// is empty or expands too far has neither. It may quote what the file
+// says, but never a url, a header's or an environment variable's value.
 func Parse(data []byte, name string, getenv func(string) (string, bool)) (*Config, error) {
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }

@@ -12,7 +12,8 @@
 // (okso remote --config FILE, all-in-one --remotes FILE), checks it
 // against the schema remotes.config@1.0.0 and what the schema cannot say,
 // and returns each [Upstream] with its defaults filled in. Every error is
-// a start-up error naming the file, the line and the field. Deny by
+// a start-up error naming the file, the line and the field (a few YAML
+// syntax errors come without a line from the YAML library). Deny by
 // default: [Upstream.Allowed] admits only the tools the config names, and
 // [Upstream.SafetyOf] gives each of them the class the config gives it,
 // never the upstream's own hints.
