@@ -47,3 +47,25 @@ type Client interface {
 	// process it started. It waits for them and is idempotent.
 	Close() error
 }
+
+// The _meta keys the tier sends with every call (DESIGN.md §9.1); an
+// HTTP upstream also gets them as headers.
+const (
+	metaRequestID   = "io.okso/request_id"
+	metaTraceparent = "traceparent"
+)
+
+// isObject reports whether raw is one well-formed JSON object, white
+// space around it allowed.
+func isObject(raw []byte) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{':
+			return json.Valid(raw)
+		}
+		return false
+	}
+	return false
+}
