@@ -6,9 +6,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/okso-io/okso/remote"
 	"github.com/okso-io/okso/remote/internal/testupstream"
+	"github.com/okso-io/okso/schemas"
 )
 
 // TestStdioGroupReaped: an upstream behind a shell that leaves a process
@@ -68,5 +70,30 @@ func TestStdioGroupReaped(t *testing.T) {
 				t.Errorf("zombies left: %v", z)
 			}
 		})
+	}
+}
+
+// TestActionTimeoutEndsGroup: an endpoint past its timeout is killed with
+// every process it started, and all of them are reaped.
+func TestActionTimeoutEndsGroup(t *testing.T) {
+	dir := t.TempDir()
+	c := remote.NewAction(remote.ActionOptions{
+		Command: []string{writeScript(t, `echo $$ > "$OUT/pid"; sleep 600 & sleep 600`)},
+		Env:     map[string]string{"OUT": dir}, Timeout: 300 * time.Millisecond, Log: testLog(t),
+	})
+	defer c.Close()
+	_, err := c.List(bounded(t))
+	wantCode(t, err, schemas.CodeDeadlineExceeded, false)
+	b, err := os.ReadFile(dir + "/pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupGone(t, leader)
+	if z := zombies(t); len(z) > 0 {
+		t.Errorf("zombies left: %v", z)
 	}
 }
