@@ -318,4 +318,3 @@ func errorResult(e *schemas.Error, requestID string) *sdk.CallToolResult {
 		Content: []sdk.Content{&sdk.TextContent{Text: string(doc)}},
 	}
 }
-
