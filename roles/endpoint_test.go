@@ -3,6 +3,9 @@ package roles
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,5 +97,36 @@ func TestEndpoint(t *testing.T) {
 		if a.Type != "error" || a.Error == nil || a.Error.Name != "okso" || a.Error.Category != tc.category || a.Error.Message == "" {
 			t.Errorf("%s: %+v (error %+v), want category %s", tc.name, a, a.Error, tc.category)
 		}
+	}
+}
+
+// TestEndpointRoundTrip: seed 002 both ways. okso federates the
+// reference endpoint scripts/mcp_echo.sh as ext, and okso endpoint lists
+// and calls ext.echo_external through the gateway.
+func TestEndpointRoundTrip(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "mcp_echo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "remotes.yaml")
+	if err := os.WriteFile(config, []byte("upstreams:\n  - name: ext\n    transport: action\n    command: ["+strconv.Quote(script)+
+		"]\n    tenants: [demo]\n    allow: [echo_external]\n    safety: {echo_external: read_only}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Remote.Config = config })
+	f.waitTool(DefaultTenant, "ext.echo_external", true)
+	url, reader := f.a.MCPURL(), f.token(auth.MintOptions{})
+
+	a := askEndpoint(t, url, reader, `{"action":"list_tools"}`)
+	if len(a.Tools) != 1 || a.Tools[0].Name != "ext.echo_external" || !strings.HasPrefix(a.Tools[0].Safety, "read_only") {
+		t.Fatalf("list_tools = %+v", a)
+	}
+	a = askEndpoint(t, url, reader, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":"round trip"}}`)
+	if a.Type != "result" || string(a.Result) != `{"echo":"round trip"}` {
+		t.Errorf("call_tool = %+v (%s)", a, a.Result)
+	}
+	a = askEndpoint(t, url, reader, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":1}}`)
+	if a.Type != "error" || a.Error.Category != "invalid_arguments" {
+		t.Errorf("a number for message = %+v (%+v), want invalid_arguments", a, a.Error)
 	}
 }
