@@ -74,6 +74,11 @@ scale:
 bench-compare:
 	./scripts/bench-compare.sh
 
+## federation-bench: a bare go-sdk echo server over Streamable HTTP called directly and through okso (all-in-one --remotes), alternating, at 1 and 64 in flight (BENCH_DURATION=10s BENCH_ROUNDS=3)
+.PHONY: federation-bench
+federation-bench:
+	./scripts/federation-bench.sh
+
 ## subscribe-load: CPU of okso all-in-one holding N metric streams (default 1000, one per mock device in another process) at INTERVAL_MS (1000) for DURATION (30s), driven by okso bench --mode subscribe; PASS under half a core
 .PHONY: subscribe-load
 subscribe-load:

@@ -39,16 +39,37 @@ const (
 	DecisionStreamClosed = "stream_closed"
 )
 
+// DecisionFor returns the decision an audit event records for a call
+// that failed with code.
+func DecisionFor(code string) string {
+	switch code {
+	case schemas.CodeSafetyDenied:
+		return DecisionDenied
+	case schemas.CodeManifestInvalid, schemas.CodeBadRequest:
+		return DecisionInvalid
+	case schemas.CodeToolNotFound:
+		return DecisionNotFound
+	case schemas.CodeNodeOffline:
+		return DecisionOffline
+	case schemas.CodeDeadlineExceeded:
+		return DecisionTimeout
+	case schemas.CodeRateLimited:
+		return DecisionRateLimit
+	}
+	return DecisionFailed
+}
+
 // AuditEvent is one decision. It never carries arguments, results or any
 // device-supplied string.
 type AuditEvent struct {
 	Time      time.Time     `json:"time"`
-	Actor     string        `json:"actor"` // "gateway" or "tier"
+	Actor     string        `json:"actor"` // "gateway", "tier" or "remote"
 	Tenant    string        `json:"tenant,omitempty"`
 	Subject   string        `json:"subject,omitempty"`
 	JTI       string        `json:"jti,omitempty"`
 	Tool      string        `json:"tool,omitempty"`
 	NodeID    string        `json:"node_id,omitempty"`
+	Upstream  string        `json:"upstream,omitempty"` // of a federated tool (DESIGN.md §9.1)
 	Decision  string        `json:"decision"`
 	Code      string        `json:"code,omitempty"`
 	Duration  time.Duration `json:"duration_ns"`
@@ -109,7 +130,7 @@ const maxAuditKinds = 64
 
 // auditKind is what makes two audit events alike in the log.
 type auditKind struct {
-	actor, tenant, subject, nodeID, decision, code string
+	actor, tenant, subject, nodeID, upstream, decision, code string
 }
 
 // auditRepeats counts, for each kind logged in this period, the events
@@ -125,7 +146,7 @@ func (r *auditRepeats) logs(e AuditEvent) bool {
 	if r == nil {
 		return true
 	}
-	k := auditKind{e.Actor, e.Tenant, e.Subject, e.NodeID, e.Decision, e.Code}
+	k := auditKind{e.Actor, e.Tenant, e.Subject, e.NodeID, e.Upstream, e.Decision, e.Code}
 	n, ok := r.more[k]
 	if !ok && len(r.more) >= maxAuditKinds {
 		k = auditKind{actor: e.Actor, decision: e.Decision, code: e.Code}
@@ -148,21 +169,27 @@ func (r *auditRepeats) flush(log *slog.Logger, now time.Time) {
 	in := now.Sub(r.since).Round(time.Millisecond).String()
 	kinds := slices.SortedFunc(maps.Keys(r.more), func(a, b auditKind) int {
 		return cmp.Or(strings.Compare(a.actor, b.actor), strings.Compare(a.tenant, b.tenant),
-			strings.Compare(a.subject, b.subject), strings.Compare(a.nodeID, b.nodeID),
+			strings.Compare(a.subject, b.subject), strings.Compare(a.nodeID, b.nodeID), strings.Compare(a.upstream, b.upstream),
 			strings.Compare(a.decision, b.decision), strings.Compare(a.code, b.code))
 	})
 	for _, k := range kinds {
 		if n := r.more[k]; n > 0 {
-			log.LogAttrs(context.Background(), slog.LevelInfo, "audit repeated",
+			attrs := []slog.Attr{
 				slog.String("actor", k.actor),
 				slog.String("tenant", k.tenant),
 				slog.String("subject", k.subject),
 				slog.String("node_id", k.nodeID),
+			}
+			if k.upstream != "" {
+				attrs = append(attrs, slog.String("upstream", k.upstream))
+			}
+			attrs = append(attrs,
 				slog.String("decision", k.decision),
 				slog.String("code", k.code),
 				slog.Int("more", n),
 				slog.String("in_last", in),
 			)
+			log.LogAttrs(context.Background(), slog.LevelInfo, "audit repeated", attrs...)
 		}
 	}
 	clear(r.more)
@@ -250,18 +277,33 @@ func (a *Auditor) Record(e AuditEvent) {
 // write logs e (unless rep counts it), then observes and publishes it.
 func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 	if a.Log != nil && rep.logs(e) {
-		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
-			slog.String("actor", e.Actor),
-			slog.String("tenant", e.Tenant),
-			slog.String("subject", e.Subject),
-			slog.String("jti", e.JTI),
-			slog.String("tool", e.Tool),
-			slog.String("node_id", e.NodeID),
-			slog.String("decision", e.Decision),
-			slog.String("code", e.Code),
-			slog.Duration("duration", e.Duration),
-			slog.String("request_id", e.RequestID),
-		)
+		if e.Upstream == "" {
+			a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
+				slog.String("actor", e.Actor),
+				slog.String("tenant", e.Tenant),
+				slog.String("subject", e.Subject),
+				slog.String("jti", e.JTI),
+				slog.String("tool", e.Tool),
+				slog.String("node_id", e.NodeID),
+				slog.String("decision", e.Decision),
+				slog.String("code", e.Code),
+				slog.Duration("duration", e.Duration),
+				slog.String("request_id", e.RequestID),
+			)
+		} else {
+			a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
+				slog.String("actor", e.Actor),
+				slog.String("tenant", e.Tenant),
+				slog.String("subject", e.Subject),
+				slog.String("jti", e.JTI),
+				slog.String("tool", e.Tool),
+				slog.String("upstream", e.Upstream),
+				slog.String("decision", e.Decision),
+				slog.String("code", e.Code),
+				slog.Duration("duration", e.Duration),
+				slog.String("request_id", e.RequestID),
+			)
+		}
 	}
 	if a.Observe != nil {
 		a.Observe(e)
@@ -285,7 +327,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 {
 		return json.Marshal(e)
 	}
-	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Decision, e.Code, e.RequestID}
+	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Decision, e.Code, e.RequestID}
 	n := 160
 	for _, s := range strs {
 		if !jsonscan.HTMLSafe(s) {
@@ -304,6 +346,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	b = appendMember(b, "jti", e.JTI, true)
 	b = appendMember(b, "tool", e.Tool, true)
 	b = appendMember(b, "node_id", e.NodeID, true)
+	b = appendMember(b, "upstream", e.Upstream, true)
 	b = appendMember(b, "decision", e.Decision, false)
 	b = appendMember(b, "code", e.Code, true)
 	b = append(b, `,"duration_ns":`...)

@@ -101,7 +101,7 @@ func (c *callCtx) audit(decision, code string) {
 
 // fail audits and returns an error envelope.
 func (c *callCtx) fail(code, msg string) *schemas.Error {
-	c.audit(decisionFor(code), code)
+	c.audit(bus.DecisionFor(code), code)
 	return schemas.NewError(code, msg)
 }
 
@@ -317,22 +317,4 @@ func errorResult(e *schemas.Error, requestID string) *sdk.CallToolResult {
 		IsError: true,
 		Content: []sdk.Content{&sdk.TextContent{Text: string(doc)}},
 	}
-}
-
-func decisionFor(code string) string {
-	switch code {
-	case schemas.CodeSafetyDenied:
-		return bus.DecisionDenied
-	case schemas.CodeManifestInvalid, schemas.CodeBadRequest:
-		return bus.DecisionInvalid
-	case schemas.CodeToolNotFound:
-		return bus.DecisionNotFound
-	case schemas.CodeNodeOffline:
-		return bus.DecisionOffline
-	case schemas.CodeDeadlineExceeded:
-		return bus.DecisionTimeout
-	case schemas.CodeRateLimited:
-		return bus.DecisionRateLimit
-	}
-	return bus.DecisionFailed
 }

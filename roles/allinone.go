@@ -21,6 +21,7 @@ import (
 type AllInOneConfig struct {
 	Gateway    gatewayConfig
 	Tier       tierConfig
+	Remote     remoteConfig // --remotes: the federated upstreams
 	NATSListen string
 	DataDir    string
 	Mock       int
@@ -35,12 +36,13 @@ type AllInOneConfig struct {
 // devices in one process, each part with its own NATS connection: the
 // parts of the split roles, composed.
 type AllInOne struct {
-	c     *common
-	nats  *natsPart
-	gw    *gatewayPart
-	tier  *tierPart
-	fleet *fleetPart
-	agent *agentPart
+	c      *common
+	nats   *natsPart
+	gw     *gatewayPart
+	tier   *tierPart
+	remote *remotePart // nil: no upstream to federate
+	fleet  *fleetPart
+	agent  *agentPart
 }
 
 // NewAllInOne starts NATS and binds both listeners; [AllInOne.Run] serves.
@@ -66,6 +68,9 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 		return nil, err
 	}
 	if a.gw, err = newGatewayPart(ctx, c, a.nats, cfg.Gateway); err != nil {
+		return nil, err
+	}
+	if a.remote, err = newRemotePart(ctx, c, a.nats, cfg.Remote, "--remotes"); err != nil {
 		return nil, err
 	}
 	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, cfg.Seed); err != nil {
@@ -96,9 +101,9 @@ func (a *AllInOne) Signer() *auth.Signer { return a.c.signer }
 func (a *AllInOne) Run(ctx context.Context) error {
 	defer a.close()
 	// Interrupted in this order: the gateway drains its calls while the
-	// devices still answer; then this process's own devices stop, so
-	// that the tier's 1001 is no outage to them; then the tier.
-	return runGroup(ctx, a.gw.actors, a.fleet.actors, a.agent.actors, a.tier.actors)
+	// devices and upstreams still answer; then this process's own devices
+	// stop, so that the tier's 1001 is no outage to them; then the tiers.
+	return runGroup(ctx, a.gw.actors, a.fleet.actors, a.agent.actors, a.tier.actors, a.remote.actors)
 }
 
 func (a *AllInOne) close() {
@@ -108,6 +113,7 @@ func (a *AllInOne) close() {
 	if a.tier != nil {
 		a.tier.close()
 	}
+	a.remote.close()
 	if a.nats != nil {
 		a.nats.close()
 	}
@@ -141,6 +147,8 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg.Gateway)
 	addTierFlags(fs, &cfg.Tier)
+	fs.StringVar(&cfg.Remote.Config, "remotes", "", "federate the MCP servers and action endpoints of this config file as tools (YAML; see README, Bring your own MCP servers)")
+	addRemoteFlags(fs, &cfg.Remote)
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start) and of the NATS store (nats/: revocations)")
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")

@@ -54,9 +54,11 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		allInOneCmd(stdout, stderr),
 		gatewayCmd(stderr),
 		deviceCmd(stderr),
+		remoteCmd(stderr),
 		mockFleetCmd(stderr),
 		agentCmd(stderr),
 		tokenCmd(stdout),
+		endpointCmd(stdout),
 		benchCmd(stdout, stderr),
 	)
 	return root

@@ -62,6 +62,10 @@ func TestStartFailsLoudly(t *testing.T) {
 	noJetStream := natsWithoutJetStream(t)
 	deadRoutes := "nats-route://" + closedAddr(t) + ",nats-route://" + closedAddr(t)
 	const inUseErr = "bind: address already in use"
+	badRemotes := filepath.Join(t.TempDir(), "remotes.yaml")
+	if err := os.WriteFile(badRemotes, []byte("upstreams:\n  - name: web\n    transport: ftp\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	gateway := []string{"gateway", "--mcp-addr", "127.0.0.1:0"}
 	tier := []string{"device", "--device-addr", "127.0.0.1:0"}
@@ -102,6 +106,10 @@ func TestStartFailsLoudly(t *testing.T) {
 		{"agent with a malformed token", []string{"agent", "--connect", "ws://" + closedAddr(t) + "/v1/device/ws",
 			"--token", "garbage"}, []string{"--token"}},
 		{"mock-fleet without a tier", []string{"mock-fleet"}, []string{"--connect is required"}},
+		{"remote without a config", []string{"remote"}, []string{"--config", "required"}},
+		{"remote with a bad config", []string{"remote", "--config", badRemotes}, []string{"--config", badRemotes + ":3", "transport"}},
+		{"remote config missing", []string{"remote", "--config", file + ".nope"}, []string{"--config", "no such file"}},
+		{"all-in-one with a bad config", with(allInOne, "--remotes", badRemotes), []string{"--remotes", badRemotes + ":3", "transport"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

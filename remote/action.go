@@ -1,0 +1,329 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ActionOptions configure [NewAction].
+type ActionOptions struct {
+	// Command is the endpoint's argv, run once per request; Command[0] is
+	// looked up in the tier's PATH unless it holds a slash.
+	Command []string
+	// Env is the process's whole environment besides the tier's PATH and
+	// HOME (which Env may override).
+	Env map[string]string
+	// Timeout bounds each request, from start to reply (10 s).
+	Timeout time.Duration
+	// Log gets the process's stderr, a line each, bounded. Nil: discarded.
+	Log *slog.Logger
+}
+
+const (
+	defaultActionTimeout = 10 * time.Second
+	// maxActionReply bounds an endpoint's reply; a longer one is an error.
+	maxActionReply = 4 << 20
+)
+
+// errBadReply: the endpoint's stdout was not exactly one JSON object of
+// the protocol.
+var errBadReply = errors.New("reply is not one JSON object of the action protocol")
+
+// NewAction returns a [Client] of a seed-002 action endpoint
+// (DESIGN.md §9.2): every List and Call runs Command once, in a process
+// group of its own, writes one JSON object on its stdin and reads exactly
+// one from its stdout. A reply that is not one JSON object, a process that
+// exits non-zero, or a reply longer than 4 MiB is an error (E_INTERNAL);
+// a request that runs past the timeout or its context is killed with its
+// group (E_DEADLINE_EXCEEDED). Arguments that are not a JSON object are
+// refused before anything runs ([ErrNotObject]).
+//
+// A descriptor's input_schema becomes the tool's InputSchema, its
+// result_schema the OutputSchema, and its safety text ends the
+// description. A call's result becomes a CallToolResult whose
+// structuredContent is the result and whose one text content is the
+// result's JSON; an error reply ({type:"error"}) is the tool's own
+// answer: an isError result whose text is the error object's JSON.
+//
+// The client also has a Describe(ctx, tool) (Tool, error) method, for
+// describe_tool. Changed and Done are nil: an endpoint has no connection
+// to lose and no way to say its tools changed. Close waits for the
+// requests under way, killing their processes.
+func NewAction(o ActionOptions) Client {
+	if o.Timeout <= 0 {
+		o.Timeout = defaultActionTimeout
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &action{o: o, closing: make(chan struct{})}
+}
+
+type action struct {
+	o ActionOptions
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+	closing chan struct{} // closed by Close
+}
+
+// descriptor is a tool as an action endpoint describes it (seed 002).
+type descriptor struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	Safety       string          `json:"safety"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	ResultSchema json.RawMessage `json:"result_schema"`
+}
+
+func (d *descriptor) tool() (Tool, error) {
+	if d.Name == "" {
+		return Tool{}, fmt.Errorf("%w: a tool has no name", errBadReply)
+	}
+	t := Tool{Name: d.Name, Description: d.Description, InputSchema: schemaOrNil(d.InputSchema), OutputSchema: schemaOrNil(d.ResultSchema)}
+	if d.Safety != "" {
+		if t.Description != "" {
+			t.Description += "\n\n"
+		}
+		t.Description += "Safety: " + d.Safety
+	}
+	return t, nil
+}
+
+func schemaOrNil(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
+}
+
+// reply is any reply of the protocol.
+type reply struct {
+	Type   string          `json:"type"`
+	Tools  []descriptor    `json:"tools"`
+	Tool   json.RawMessage `json:"tool"` // a descriptor (describe_tool) or a name (call_tool)
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// errEndpointRefused: the endpoint answered list_tools or describe_tool
+// with an error.
+var errEndpointRefused = errors.New("the endpoint answered with an error")
+
+func (a *action) List(ctx context.Context) ([]Tool, error) {
+	r, err := a.run(ctx, "list_tools", map[string]any{"action": "list_tools"})
+	if err != nil {
+		return nil, err
+	}
+	if r.Type == "error" {
+		return nil, fmt.Errorf("action list_tools: %w", errEndpointRefused)
+	}
+	if r.Type != "result" || r.Tools == nil {
+		return nil, fmt.Errorf("action list_tools: %w: no tools", errBadReply)
+	}
+	tools := make([]Tool, 0, len(r.Tools))
+	for i := range r.Tools {
+		t, err := r.Tools[i].tool()
+		if err != nil {
+			return nil, fmt.Errorf("action list_tools: %w", err)
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
+}
+
+// Describe asks the endpoint for one tool's descriptor (describe_tool).
+func (a *action) Describe(ctx context.Context, tool string) (Tool, error) {
+	r, err := a.run(ctx, "describe_tool", map[string]any{"action": "describe_tool", "tool": tool})
+	if err != nil {
+		return Tool{}, err
+	}
+	if r.Type == "error" {
+		return Tool{}, fmt.Errorf("action describe_tool: %w", errEndpointRefused)
+	}
+	var d descriptor
+	if r.Type != "result" || !isObject(r.Tool) || json.Unmarshal(r.Tool, &d) != nil {
+		return Tool{}, fmt.Errorf("action describe_tool: %w: no descriptor", errBadReply)
+	}
+	t, err := d.tool()
+	if err != nil {
+		return Tool{}, fmt.Errorf("action describe_tool: %w", err)
+	}
+	return t, nil
+}
+
+func (a *action) Call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (json.RawMessage, error) {
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	} else if !isObject(args) {
+		return nil, fmt.Errorf("action call_tool %s: arguments: %w", tool, ErrNotObject)
+	}
+	req := struct {
+		Action    string          `json:"action"`
+		Tool      string          `json:"tool"`
+		Arguments json.RawMessage `json:"arguments"`
+		Meta      map[string]any  `json:"_meta,omitempty"`
+	}{"call_tool", tool, args, meta}
+	r, err := a.run(ctx, "call_tool", req)
+	if err != nil {
+		return nil, err
+	}
+	var res any
+	switch {
+	case r.Type == "result" && isObject(r.Result):
+		var text bytes.Buffer
+		_ = json.Compact(&text, r.Result)
+		res = struct {
+			Content           []mcp.Content   `json:"content"`
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		}{[]mcp.Content{&mcp.TextContent{Text: text.String()}}, r.Result}
+	case r.Type == "error" && isObject(r.Error):
+		var text bytes.Buffer
+		_ = json.Compact(&text, r.Error)
+		res = struct {
+			Content []mcp.Content `json:"content"`
+			IsError bool          `json:"isError"`
+		}{[]mcp.Content{&mcp.TextContent{Text: text.String()}}, true}
+	default:
+		return nil, fmt.Errorf("action call_tool %s: %w: neither a result object nor an error object", tool, errBadReply)
+	}
+	out, err := json.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("action call_tool %s: encode result: %w", tool, err)
+	}
+	return out, nil
+}
+
+func (a *action) Changed() <-chan struct{} { return nil }
+func (a *action) Done() <-chan struct{}    { return nil }
+
+func (a *action) Close() error {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.closing)
+	}
+	a.mu.Unlock()
+	a.running.Wait()
+	return nil
+}
+
+// run runs the endpoint once with req on its stdin and decodes its reply.
+func (a *action) run(ctx context.Context, what string, req any) (*reply, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("action %s: encode request: %w", what, err)
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("action %s: %w", what, mcp.ErrConnectionClosed)
+	}
+	a.running.Add(1)
+	a.mu.Unlock()
+	defer a.running.Done()
+
+	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
+	defer cancel()
+	p, err := startProc(a.o.Command, a.o.Env, "", a.o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("action %s: %w", what, err)
+	}
+	defer p.stdout.Close()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = p.stdin.Write(append(body, '\n')) // EPIPE if it reads nothing: its business
+		p.stdin.Close()
+	}()
+	type output struct {
+		b   []byte
+		err error
+	}
+	read := make(chan output, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(p.stdout, maxActionReply+1))
+		read <- output{b, err}
+	}()
+
+	var (
+		out output
+		got bool
+	)
+	select {
+	case out = <-read:
+		got = true
+	case <-ctx.Done():
+	case <-a.closing:
+	}
+	if !got { // no reply yet: end it
+		p.kill()
+		<-read
+		<-wrote
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("action %s: no reply within %v: %w", what, a.o.Timeout, err)
+		}
+		return nil, fmt.Errorf("action %s: %w", what, mcp.ErrConnectionClosed)
+	}
+	if len(out.b) > maxActionReply {
+		p.kill()
+		<-wrote
+		return nil, fmt.Errorf("action %s: %w: longer than %d bytes", what, errBadReply, maxActionReply)
+	}
+	// Its stdout is closed: it is exiting, or should.
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		p.kill()
+	case <-a.closing:
+		p.kill()
+	}
+	<-p.done
+	<-wrote
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("action %s: did not exit within %v: %w", what, a.o.Timeout, err)
+	}
+	if p.err != nil {
+		return nil, fmt.Errorf("action %s: endpoint failed: %w", what, p.err)
+	}
+	if out.err != nil && !errors.Is(out.err, os.ErrDeadlineExceeded) {
+		return nil, fmt.Errorf("action %s: read reply: %w", what, out.err)
+	}
+	obj, err := oneObject(out.b)
+	if err != nil {
+		return nil, fmt.Errorf("action %s: %w", what, err)
+	}
+	var r reply
+	if err := json.Unmarshal(obj, &r); err != nil {
+		return nil, fmt.Errorf("action %s: %w: %v", what, errBadReply, err)
+	}
+	return &r, nil
+}
+
+// oneObject returns the one JSON object b holds, white space around it
+// allowed, and nothing else.
+func oneObject(b []byte) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var v json.RawMessage
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: not JSON", errBadReply)
+	}
+	if !isObject(v) {
+		return nil, fmt.Errorf("%w: not an object", errBadReply)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: more after the object", errBadReply)
+	}
+	return v, nil
+}

@@ -1,0 +1,889 @@
+package remote
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/okso-io/okso/schemas"
+)
+
+// configSchema is the $id of the config's contract.
+const configSchema = schemas.IDPrefix + "remotes.config@1.0.0"
+
+// The limits and defaults of DESIGN.md §9.1 that the schema cannot state.
+const (
+	defaultTimeout = 10 * time.Second
+	defaultRefresh = 60 * time.Second
+	maxTimeout     = 5 * time.Minute
+	minRefresh     = time.Second
+)
+
+// MCP_ENDPOINT (seed 002) adds one action upstream of this name.
+const (
+	envEndpoint  = "MCP_ENDPOINT"
+	endpointName = "endpoint"
+)
+
+// maxValues bounds the values a config may expand to through YAML aliases.
+const maxValues = 100_000
+
+// Config is the remote tier's configuration: the upstreams it federates,
+// in the order the file lists them, then the MCP_ENDPOINT one if any.
+type Config struct{ Upstreams []Upstream }
+
+// Upstream is one federated upstream, checked: every field has its
+// transport's meaning, globs are valid, and every tool that Allowed
+// accepts has a safety class. Its methods are safe for concurrent use as
+// long as nobody modifies it.
+type Upstream struct {
+	Name       string
+	Transport  string            // "stdio" | "http" | "action"
+	Command    []string          // stdio, action
+	URL        string            // http
+	Headers    map[string]string // http; ${VAR} already expanded
+	Env        map[string]string // stdio, action: the child's environment besides PATH and HOME
+	Tenants    []string          // "*" = every tenant
+	Allow      []string          // names or path.Match globs; deny by default
+	Safety     map[string]string // tool name or glob -> read_only | mutating | destructive
+	Idempotent []string          // names or globs
+	Timeout    time.Duration     // per call (default 10s)
+	Refresh    time.Duration     // periodic re-list (default 60s)
+}
+
+// Load reads the config file at path and checks it as [Parse] does. An
+// empty path means no file: the config then holds only the upstream
+// MCP_ENDPOINT adds, or none.
+func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
+	if path == "" {
+		c := &Config{}
+		if u, ok := endpoint(getenv); ok {
+			c.Upstreams = append(c.Upstreams, u)
+		}
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read remote config: %w", err)
+	}
+	return Parse(data, path, getenv)
+}
+
+// Parse checks a config file's contents against remotes.config@1.0.0, then
+// what the schema cannot say: unique names, durations within bounds,
+// ${VAR} in header values (from getenv; nil is an empty environment),
+// valid globs, and a safety class for every allowed tool, since an
+// upstream's own hints are never trusted. Defaults fill what the file
+// leaves out. getenv("MCP_ENDPOINT"), when it holds a command, adds the
+// upstream endpoint (transport action, every tenant, every tool it lists
+// allowed as mutating).
+//
+// An error is one line naming the file (name), the line and the field, as
+// in `remotes.yaml:7: upstreams[1].transport: "ftp" is not one of stdio,
+// http, action`; a few YAML syntax errors have no line, and a file that
+// is empty or expands too far has neither. It may quote what the file
+// says, but never a url, a header's or an environment variable's value.
+func Parse(data []byte, name string, getenv func(string) (string, bool)) (*Config, error) {
+	if getenv == nil {
+		getenv = func(string) (string, bool) { return "", false }
+	}
+	root, err := decodeYAML(data, name)
+	if err != nil {
+		return nil, err
+	}
+	v, err := (&converter{file: name}).value(root, nil)
+	if err != nil {
+		return nil, err
+	}
+	set, err := schemas.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load the config schema: %w", err)
+	}
+	if err := set.Validate(configSchema, v); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, fmt.Errorf("%s: check against %s: %w", name, configSchema, err)
+		}
+		return nil, explain(name, root, v, ve)
+	}
+	c := &Config{}
+	ends, endsOK := endpoint(getenv)
+	seen := map[string]int{} // name -> index
+	items, _ := v.(map[string]any)["upstreams"].([]any)
+	for i, item := range items {
+		m := item.(map[string]any)
+		un := m["name"].(string)
+		at := []string{"upstreams", strconv.Itoa(i), "name"}
+		if j, dup := seen[un]; dup {
+			first := []string{"upstreams", strconv.Itoa(j), "name"}
+			return nil, errAt(name, root, at, "%s is already the name of upstreams[%d] (line %d)", quote(un), j, lineOf(root, first))
+		}
+		seen[un] = i
+		if endsOK && un == endpointName {
+			return nil, errAt(name, root, at, "%q is the upstream %s adds; rename this one or unset %s", endpointName, envEndpoint, envEndpoint)
+		}
+		u, err := build(name, root, i, m, getenv)
+		if err != nil {
+			return nil, err
+		}
+		c.Upstreams = append(c.Upstreams, u)
+	}
+	if endsOK {
+		c.Upstreams = append(c.Upstreams, ends)
+	}
+	return c, nil
+}
+
+// endpoint returns the upstream MCP_ENDPOINT adds: its value split on
+// spaces (no shell runs it), or nothing when it is unset or blank.
+func endpoint(getenv func(string) (string, bool)) (Upstream, bool) {
+	if getenv == nil {
+		return Upstream{}, false
+	}
+	v, _ := getenv(envEndpoint)
+	command := strings.Fields(v)
+	if len(command) == 0 {
+		return Upstream{}, false
+	}
+	return Upstream{
+		Name:      endpointName,
+		Transport: "action",
+		Command:   command,
+		Tenants:   []string{"*"},
+		Allow:     []string{"*"},
+		Safety:    map[string]string{"*": "mutating"},
+		Timeout:   defaultTimeout,
+		Refresh:   defaultRefresh,
+	}, true
+}
+
+// Allowed reports whether the upstream federates the tool: its name is in
+// Allow or matches one of its globs ("*" matches every name).
+func (u *Upstream) Allowed(tool string) bool {
+	return tool != "" && matchAny(u.Allow, tool)
+}
+
+// SafetyOf returns the safety class of the tool: the Safety entry of its
+// exact name, else that of the longest glob that matches it (of two as
+// long, the one that sorts first), else that of "*". It returns "" only
+// for a tool that Allowed refuses, as Parse makes sure.
+func (u *Upstream) SafetyOf(tool string) string {
+	if c, ok := u.Safety[tool]; ok {
+		return c
+	}
+	best := ""
+	for k := range u.Safety {
+		if k == "*" || !isGlob(k) || !match(k, tool) {
+			continue
+		}
+		if len(k) > len(best) || len(k) == len(best) && k < best {
+			best = k
+		}
+	}
+	if best != "" {
+		return u.Safety[best]
+	}
+	return u.Safety["*"]
+}
+
+// IsIdempotent reports whether calls of the tool may be retried after a
+// transient failure: its name is in Idempotent or matches one of its globs.
+func (u *Upstream) IsIdempotent(tool string) bool {
+	return tool != "" && matchAny(u.Idempotent, tool)
+}
+
+func matchAny(patterns []string, tool string) bool {
+	for _, p := range patterns {
+		if p == tool || isGlob(p) && match(p, tool) {
+			return true
+		}
+	}
+	return false
+}
+
+// match is path.Match for a checked pattern, except that "*" matches every
+// name, "/" included.
+func match(pattern, name string) bool {
+	if pattern == "*" {
+		return true
+	}
+	ok, _ := path.Match(pattern, name)
+	return ok
+}
+
+// isGlob reports whether p uses path.Match's syntax; a name without it
+// matches only itself.
+func isGlob(p string) bool { return strings.ContainsAny(p, `*?[\`) }
+
+// build makes upstream i of a document the schema accepted, and checks
+// what the schema cannot.
+func build(file string, root *yaml.Node, i int, m map[string]any, getenv func(string) (string, bool)) (Upstream, error) {
+	at := func(field ...string) []string { return append([]string{"upstreams", strconv.Itoa(i)}, field...) }
+	u := Upstream{
+		Name:       m["name"].(string),
+		Transport:  m["transport"].(string),
+		Command:    strs(m["command"]),
+		URL:        str(m["url"]),
+		Headers:    strMap(m["headers"]),
+		Env:        strMap(m["env"]),
+		Tenants:    strs(m["tenants"]),
+		Allow:      strs(m["allow"]),
+		Safety:     strMap(m["safety"]),
+		Idempotent: strs(m["idempotent"]),
+		Timeout:    defaultTimeout,
+		Refresh:    defaultRefresh,
+	}
+	for _, d := range []struct {
+		key      string
+		into     *time.Duration
+		min, max time.Duration // 0: none
+	}{
+		{"timeout", &u.Timeout, 0, maxTimeout},
+		{"refresh", &u.Refresh, minRefresh, 0},
+	} {
+		s, ok := m[d.key].(string)
+		if !ok {
+			continue
+		}
+		v, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			return u, errAt(file, root, at(d.key), "%s is out of range", quote(s))
+		case v <= 0:
+			return u, errAt(file, root, at(d.key), "%s is not above 0", quote(s))
+		case v < d.min:
+			return u, errAt(file, root, at(d.key), "%s is below %v", quote(s), d.min)
+		case d.max > 0 && v > d.max:
+			return u, errAt(file, root, at(d.key), "%s is above %v", quote(s), d.max)
+		}
+		*d.into = v
+	}
+	for _, k := range keysByLine(root, at("headers")) {
+		v, err := expand(u.Headers[k], getenv)
+		if err != nil {
+			return u, errAt(file, root, at("headers", k), "%v", err)
+		}
+		u.Headers[k] = v
+	}
+	for j, p := range u.Allow {
+		if _, err := path.Match(p, ""); err != nil {
+			return u, errAt(file, root, at("allow", strconv.Itoa(j)), "%s is not a valid glob (path.Match syntax)", quote(p))
+		}
+	}
+	for _, p := range keysByLine(root, at("safety")) {
+		if _, err := path.Match(p, ""); err != nil {
+			return u, errAt(file, root, at("safety", p), "%s is not a valid glob (path.Match syntax)", quote(p))
+		}
+	}
+	for j, p := range u.Idempotent {
+		if _, err := path.Match(p, ""); err != nil {
+			return u, errAt(file, root, at("idempotent", strconv.Itoa(j)), "%s is not a valid glob (path.Match syntax)", quote(p))
+		}
+	}
+	for j, p := range u.Allow {
+		if !classed(u.Safety, p) {
+			return u, errAt(file, root, at("allow", strconv.Itoa(j)),
+				"allows %s, which no safety entry classes (an upstream's own hints are not trusted); add safety: {%s: read_only} or a \"*\" entry",
+				yamlName(p), yamlName(p))
+		}
+	}
+	return u, nil
+}
+
+// classed reports whether every tool the allow entry p admits has a
+// class: a safety entry for p itself or "*", or, when p is a plain name,
+// any entry that matches it. A glob is covered only by an entry of the
+// same glob or "*": whether one glob covers another is not worth guessing.
+func classed(safety map[string]string, p string) bool {
+	if _, ok := safety[p]; ok {
+		return true
+	}
+	if _, ok := safety["*"]; ok {
+		return true
+	}
+	if isGlob(p) {
+		return false
+	}
+	for k := range safety {
+		if isGlob(k) && match(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// varName is a ${NAME} reference's NAME.
+var varName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// expand replaces ${NAME} in a header value with the variable NAME, which
+// must be set, and $$ with $. Any other $ is an error, so a value written
+// for a shell ($NAME) does not go out as it stands.
+func expand(s string, getenv func(string) (string, bool)) (string, error) {
+	if !strings.Contains(s, "$") {
+		return s, nil
+	}
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '$')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		b.WriteString(s[:i])
+		s = s[i:]
+		if strings.HasPrefix(s, "$$") {
+			b.WriteByte('$')
+			s = s[2:]
+			continue
+		}
+		end := strings.IndexByte(s, '}')
+		if !strings.HasPrefix(s, "${") || end < 0 {
+			return "", errors.New(`a "$" begins ${NAME} or is written $$`)
+		}
+		name := s[2:end]
+		if !varName.MatchString(name) {
+			return "", fmt.Errorf("${%s} names no variable: want ${NAME} with NAME of A-Z, a-z, 0-9 and _", printable(name))
+		}
+		v, ok := getenv(name)
+		if !ok {
+			return "", fmt.Errorf("${%s} is not set in the environment", name)
+		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+			return "", fmt.Errorf("${%s} holds a control character, which a header cannot carry", name)
+		}
+		b.WriteString(v)
+		s = s[end+1:]
+	}
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func strs(v any) []string {
+	l, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = s.(string)
+	}
+	return out
+}
+
+func strMap(v any) map[string]string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, s := range m {
+		out[k] = s.(string)
+	}
+	return out
+}
+
+// --- YAML, kept as a tree so that errors can name lines ---
+
+// decodeYAML decodes the one YAML document of a config file.
+func decodeYAML(data []byte, file string) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: the file is empty; want upstreams: followed by a list", file)
+		}
+		return nil, yamlError(file, err)
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, yamlError(file, err)
+	default:
+		return nil, &configError{file: file, line: extra.Line, msg: "a second YAML document; the config is one"}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, fmt.Errorf("%s: not one YAML document", file)
+	}
+	return doc.Content[0], nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
+
+// parserProblems are the YAML library's parser errors (as opposed to its
+// scanner errors): it gives their line counting from 0.
+var parserProblems = []string{
+	"did not find expected <stream-start>",
+	"did not find expected <document start>",
+	"did not find expected node content",
+	"did not find expected '-' indicator",
+	"did not find expected key",
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"found undefined tag handle",
+	"found duplicate %YAML directive",
+	"found incompatible YAML document",
+	"found duplicate %TAG directive",
+}
+
+// yamlError rewrites a YAML syntax error in the config's form, with the
+// line the YAML library gives: that of the error, or where the list or
+// mapping it could not finish begins. For some errors it gives none, and
+// neither does the message then.
+func yamlError(file string, err error) error {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		if slices.Contains(parserProblems, m[2]) {
+			line++
+		}
+		return &configError{file: file, line: line, msg: "not YAML: " + m[2]}
+	}
+	return &configError{file: file, msg: "not YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+}
+
+// converter turns a YAML tree into the values the schema validator takes
+// (map[string]any, []any, string, bool, numbers, nil), refusing what JSON
+// cannot say or says twice.
+type converter struct {
+	file   string
+	values int
+}
+
+func (c *converter) value(n *yaml.Node, loc []string) (any, error) {
+	fail := func(line int, msg string) error {
+		return &configError{file: c.file, line: line, field: fieldPath(loc), msg: msg}
+	}
+	if c.values++; c.values > maxValues {
+		return nil, &configError{file: c.file, msg: fmt.Sprintf("the config expands to more than %d values (through aliases?)", maxValues)}
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		return c.value(n.Alias, loc)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		lines := make(map[string]int, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fail(k.Line, "a key must be a plain name, not a list or a mapping")
+			}
+			if k.Tag == "!!merge" {
+				return nil, fail(k.Line, "merge keys (<<) are not supported; write the keys out")
+			}
+			at := append(slices.Clone(loc), k.Value)
+			if l, dup := lines[k.Value]; dup {
+				return nil, &configError{file: c.file, line: k.Line, field: fieldPath(at), msg: fmt.Sprintf("given twice, first at line %d", l)}
+			}
+			lines[k.Value] = k.Line
+			x, err := c.value(v, at)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = x
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for i, e := range n.Content {
+			x, err := c.value(e, append(slices.Clone(loc), strconv.Itoa(i)))
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, x)
+		}
+		return l, nil
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return nil, nil
+		case "!!bool", "!!int", "!!float":
+			var x any
+			if err := n.Decode(&x); err != nil {
+				return nil, fail(n.Line, "a value YAML cannot read: "+printable(err.Error()))
+			}
+			return x, nil
+		}
+		return n.Value, nil // strings, and timestamps or binary as written
+	}
+	return nil, fail(n.Line, "a YAML node the config cannot hold")
+}
+
+// find returns the key and value nodes at an instance location (mapping
+// keys and sequence indexes), following aliases; key is nil for the root
+// and for sequence items, and both are nil when the location is not in
+// the tree.
+func find(root *yaml.Node, loc []string) (key, val *yaml.Node) {
+	val = root
+	for _, seg := range loc {
+		for val != nil && val.Kind == yaml.AliasNode {
+			val = val.Alias
+		}
+		if val == nil {
+			return nil, nil
+		}
+		key = nil
+		switch val.Kind {
+		case yaml.MappingNode:
+			var next *yaml.Node
+			for i := 0; i+1 < len(val.Content); i += 2 {
+				if val.Content[i].Value == seg {
+					key, next = val.Content[i], val.Content[i+1]
+					break
+				}
+			}
+			val = next
+		case yaml.SequenceNode:
+			j, err := strconv.Atoi(seg)
+			if err != nil || j < 0 || j >= len(val.Content) {
+				return nil, nil
+			}
+			val = val.Content[j]
+		default:
+			return nil, nil
+		}
+	}
+	for val != nil && val.Kind == yaml.AliasNode {
+		val = val.Alias
+	}
+	return key, val
+}
+
+// lineOf returns the line of a location: its key's for a mapping member
+// (a block value starts on the next line), else its value's; 0 if unknown.
+func lineOf(root *yaml.Node, loc []string) int {
+	l, _ := position(root, loc)
+	return l
+}
+
+func position(root *yaml.Node, loc []string) (line, col int) {
+	k, v := find(root, loc)
+	switch {
+	case k != nil:
+		return k.Line, k.Column
+	case v != nil:
+		return v.Line, v.Column
+	}
+	return 0, 0
+}
+
+// keysByLine returns the keys of the mapping at loc in the file's order.
+func keysByLine(root *yaml.Node, loc []string) []string {
+	_, m := find(root, loc)
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	var keys []string
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		keys = append(keys, m.Content[i].Value)
+	}
+	return keys
+}
+
+// --- errors ---
+
+// configError is one config error: file:line: field: msg.
+type configError struct {
+	file  string
+	line  int // 0: unknown
+	field string
+	msg   string
+}
+
+func (e *configError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.file)
+	if e.line > 0 {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(e.line))
+	}
+	b.WriteString(": ")
+	if e.field != "" {
+		b.WriteString(e.field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.msg)
+	return b.String()
+}
+
+func errAt(file string, root *yaml.Node, loc []string, format string, args ...any) error {
+	return &configError{file: file, line: lineOf(root, loc), field: fieldPath(loc), msg: fmt.Sprintf(format, args...)}
+}
+
+var plainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
+// fieldPath writes an instance location as upstreams[1].headers.Authorization.
+func fieldPath(loc []string) string {
+	var b strings.Builder
+	for i, seg := range loc {
+		switch {
+		case i > 0 && isIndex(loc, i):
+			b.WriteString("[" + seg + "]")
+		case plainKey.MatchString(seg):
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(seg)
+		default:
+			b.WriteString("[" + quote(seg) + "]")
+		}
+	}
+	return b.String()
+}
+
+// isIndex reports whether loc[i] indexes a list: in this config, the
+// items of upstreams and of an upstream's list fields.
+func isIndex(loc []string, i int) bool {
+	if _, err := strconv.Atoi(loc[i]); err != nil {
+		return false
+	}
+	switch loc[i-1] {
+	case "upstreams":
+		return i == 1
+	case "command", "tenants", "allow", "idempotent":
+		return i == 3
+	}
+	return false
+}
+
+// quote quotes an operator's string for a message, in ASCII and bounded.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strconv.QuoteToASCII(s)
+}
+
+// yamlName writes a tool name as a YAML flow mapping key: bare when it
+// can be, quoted otherwise.
+func yamlName(s string) string {
+	if plainKey.MatchString(s) {
+		return s
+	}
+	return quote(s)
+}
+
+// printable keeps the printable ASCII of s, at most 64 bytes of it.
+func printable(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < 64; i++ {
+		if c := s[i]; c >= 0x20 && c <= 0x7e {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// explain turns the schema's verdict into one configError: of all the
+// rules broken, the one earliest in the file, and a wrong value before a
+// missing one (a misspelt key is told as unknown rather than its right
+// spelling as missing).
+func explain(file string, root *yaml.Node, doc any, ve *jsonschema.ValidationError) error {
+	type found struct {
+		err       *configError
+		missing   int // 1 for a missing key
+		line, col int
+	}
+	var all []found
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		field, at, msg := describe(root, doc, e)
+		line, col := position(root, at)
+		f := found{err: &configError{file: file, line: line, field: fieldPath(field), msg: msg}, line: line, col: col}
+		if _, ok := e.ErrorKind.(*kind.Required); ok {
+			f.missing = 1
+		}
+		all = append(all, f)
+	}
+	walk(ve)
+	best := slices.MinFunc(all, func(a, b found) int {
+		return cmp.Or(cmp.Compare(a.missing, b.missing), cmp.Compare(a.line, b.line), cmp.Compare(a.col, b.col),
+			strings.Compare(a.err.field, b.err.field), strings.Compare(a.err.msg, b.err.msg))
+	})
+	return best.err
+}
+
+// upstreamKeys are an upstream's keys, in the schema's order.
+const upstreamKeys = "name, transport, command, env, url, headers, tenants, allow, safety, idempotent, timeout, refresh"
+
+// describe words one broken rule: the location to name, the location
+// whose line to give (the object, for a key that is missing) and what is
+// wrong, in the operator's terms. It quotes what the file says except
+// under env and headers, whose values may be secrets.
+func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, at []string, msg string) {
+	loc := e.InstanceLocation
+	val := valueAt(doc, loc)
+	secret := len(loc) >= 3 && loc[0] == "upstreams" && (loc[2] == "env" || loc[2] == "headers" || loc[2] == "url")
+	shown := func() string {
+		switch v := val.(type) {
+		case string:
+			if !secret {
+				return quote(v)
+			}
+		case bool, int, uint64, float64:
+			if !secret {
+				return fmt.Sprint(v)
+			}
+		}
+		return "the value"
+	}
+	last := ""
+	if len(loc) > 0 {
+		last = loc[len(loc)-1]
+	}
+	switch k := e.ErrorKind.(type) {
+	case *kind.AdditionalProperties:
+		// Name the unknown key that comes first in the file.
+		props := slices.Clone(k.Properties)
+		slices.SortFunc(props, func(a, b string) int {
+			return cmp.Or(cmp.Compare(lineOf(root, append(slices.Clone(loc), a)), lineOf(root, append(slices.Clone(loc), b))), strings.Compare(a, b))
+		})
+		at := append(slices.Clone(loc), props[0])
+		switch {
+		case len(loc) == 0:
+			return at, at, "unknown key; the file has only upstreams"
+		case len(loc) == 2:
+			return at, at, "unknown key; an upstream has " + upstreamKeys
+		case last == "env":
+			return at, at, "not an environment variable name (A-Z, a-z, 0-9 and _, not first a digit)"
+		case last == "headers":
+			return at, at, "not an HTTP header name"
+		case last == "safety":
+			return at, at, "not a tool name or glob (empty, or a control character)"
+		}
+		return at, at, "unknown key"
+	case *kind.Required:
+		missing := k.Missing[0]
+		at := append(slices.Clone(loc), missing)
+		transport, _ := valueAt(doc, append(slices.Clone(loc), "transport")).(string)
+		switch missing {
+		case "upstreams":
+			return at, loc, "missing; the file lists its upstreams under upstreams:"
+		case "allow":
+			return at, loc, "missing; deny by default: an upstream federates only the tools its allow list names"
+		case "command":
+			return at, loc, "missing; transport " + transport + " runs a command"
+		case "url":
+			return at, loc, "missing; transport http needs the server's url"
+		}
+		return at, loc, "missing"
+	case *kind.FalseSchema:
+		var transport string
+		if len(loc) >= 2 {
+			transport, _ = valueAt(doc, append(slices.Clone(loc[:2]), "transport")).(string)
+		}
+		if last == "url" || last == "headers" {
+			return loc, loc, "not for transport " + transport + "; url and headers are for http"
+		}
+		return loc, loc, "not for transport " + transport + "; command and env are for stdio and action"
+	case *kind.Enum:
+		var want []string
+		for _, w := range k.Want {
+			want = append(want, fmt.Sprint(w))
+		}
+		return loc, loc, shown() + " is not one of " + strings.Join(want, ", ")
+	case *kind.Not:
+		if strings.HasSuffix(e.SchemaURL, "/$defs/upstream_name") {
+			return loc, loc, shown() + " is reserved for okso's own tools (fleet, okso, caller)"
+		}
+		return loc, loc, shown() + " is not allowed here"
+	case *kind.Pattern:
+		switch {
+		case strings.HasSuffix(e.SchemaURL, "/$defs/upstream_name"):
+			return loc, loc, shown() + " is not an upstream name: a lower-case letter, then up to 15 of a-z, 0-9 and _"
+		case strings.HasSuffix(e.SchemaURL, "/$defs/duration"):
+			return loc, loc, shown() + " is not a duration such as 10s, 1m30s or 500ms"
+		case strings.HasSuffix(e.SchemaURL, "/$defs/tool_pattern"):
+			return loc, loc, "empty, or holds a control character; want a tool name or glob"
+		case len(loc) == 4 && loc[2] == "tenants":
+			return loc, loc, shown() + ` is not a tenant (1 to 64 of A-Z, a-z, 0-9, _ and -) nor "*"`
+		case last == "url":
+			return loc, loc, "not an http:// or https:// URL"
+		case len(loc) == 4 && loc[2] == "headers":
+			return loc, loc, "holds a control character, which a header cannot carry"
+		}
+		return loc, loc, "holds a NUL character"
+	case *kind.Type:
+		m := "want " + typeWords(k.Want...) + ", not " + typeWords(k.Got)
+		if slices.Contains(k.Want, "string") && (k.Got == "number" || k.Got == "integer" || k.Got == "boolean") {
+			m += " (quote it)"
+		}
+		return loc, loc, m
+	case *kind.MinItems:
+		switch last {
+		case "allow":
+			return loc, loc, "empty; deny by default: list the tools to federate"
+		case "tenants":
+			return loc, loc, `empty; list the tenants that see these tools, or "*" for every tenant`
+		case "command":
+			return loc, loc, "empty; name the program to run"
+		}
+		return loc, loc, fmt.Sprintf("fewer than %d items", k.Want)
+	case *kind.MinLength:
+		return loc, loc, "empty"
+	}
+	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + configSchema
+}
+
+// typeWords names JSON types as a YAML file shows them.
+func typeWords(types ...string) string {
+	var w []string
+	for _, t := range types {
+		switch t {
+		case "object":
+			w = append(w, "a mapping")
+		case "array":
+			w = append(w, "a list")
+		case "string":
+			w = append(w, "a string")
+		case "number", "integer":
+			w = append(w, "a number")
+		case "boolean":
+			w = append(w, "true or false")
+		case "null":
+			w = append(w, "nothing")
+		default:
+			w = append(w, t)
+		}
+	}
+	return strings.Join(w, " or ")
+}
+
+// valueAt returns the value at an instance location, nil if none.
+func valueAt(doc any, loc []string) any {
+	v := doc
+	for _, seg := range loc {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[seg]
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil
+			}
+			v = x[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}

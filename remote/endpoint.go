@@ -1,0 +1,303 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/schemas"
+)
+
+// The seed-002 action protocol, served (DESIGN.md §9.2): okso endpoint
+// answers one request on its stdin with one JSON object on its stdout,
+// for the tools a token may call through a gateway, so that a shell
+// script (or another runtime's MCP_ENDPOINT) can list and call okso's
+// tools without speaking MCP.
+
+// maxEndpointRequest bounds the request read from stdin.
+const maxEndpointRequest = 4 << 20
+
+// EndpointOptions configure [ServeEndpoint].
+type EndpointOptions struct {
+	URL   string // the gateway's MCP endpoint
+	Token string // an agent token, sent as a bearer token
+	// HTTPClient carries the MCP requests; nil: http.DefaultClient's
+	// transport.
+	HTTPClient *http.Client
+	// Version is reported to the gateway as the client's.
+	Version string
+}
+
+// actionRequest is one request of the action protocol.
+type actionRequest struct {
+	Action    string          `json:"action"`
+	Tool      string          `json:"tool,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// Descriptor is a tool as the action protocol describes it (seed 002).
+type Descriptor struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	Command      string          `json:"command"`
+	Origin       string          `json:"origin"`
+	Safety       string          `json:"safety"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	ResultSchema json.RawMessage `json:"result_schema"`
+}
+
+// ActionError is the error object of the action protocol, with DESIGN.md
+// §5's category.
+type ActionError struct {
+	Name     string `json:"name"`
+	Category string `json:"category"`
+	Message  string `json:"message"`
+}
+
+// ServeEndpoint reads one request from in and writes its answer to out:
+// {"type":"result",...} or {"type":"error","error":{...}}. A request
+// that is not one JSON object, or whose arguments are not an object, is
+// refused before anything is sent. The error it returns is only that of
+// writing the answer.
+func ServeEndpoint(ctx context.Context, o EndpointOptions, in io.Reader, out io.Writer) error {
+	answer, aerr := endpointAnswer(ctx, o, in)
+	if aerr != nil {
+		answer = map[string]any{"type": "error", "error": aerr}
+	}
+	b, err := json.Marshal(answer)
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(append(b, '\n'))
+	return err
+}
+
+// usage is an error of the request itself.
+func usage(msg string) *ActionError {
+	return &ActionError{Name: "okso", Category: schemas.Category(schemas.CodeBadRequest), Message: msg}
+}
+
+// fromEnvelope is an okso error envelope as the action protocol carries it.
+func fromEnvelope(e *schemas.Error) *ActionError {
+	return &ActionError{Name: "okso", Category: e.Category, Message: e.Message}
+}
+
+func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, *ActionError) {
+	raw, err := io.ReadAll(io.LimitReader(in, maxEndpointRequest+1))
+	if err != nil {
+		return nil, usage("cannot read the request")
+	}
+	if len(raw) > maxEndpointRequest {
+		return nil, usage(fmt.Sprintf("request over %d bytes", maxEndpointRequest))
+	}
+	req, aerr := decodeAction(raw)
+	if aerr != nil {
+		return nil, aerr
+	}
+	s, aerr := connectGateway(ctx, o)
+	if aerr != nil {
+		return nil, aerr
+	}
+	defer func() { _ = s.Close() }()
+	switch req.Action {
+	case "list_tools":
+		var ds []Descriptor
+		for t, err := range s.Tools(ctx, nil) {
+			if err != nil {
+				return nil, rpcError(err)
+			}
+			ds = append(ds, descriptorOf(t, o.URL))
+		}
+		return map[string]any{"type": "result", "tools": ds}, nil
+	case "describe_tool":
+		for t, err := range s.Tools(ctx, nil) {
+			if err != nil {
+				return nil, rpcError(err)
+			}
+			if t.Name == req.Tool {
+				return map[string]any{"type": "result", "tool": descriptorOf(t, o.URL)}, nil
+			}
+		}
+		return nil, fromEnvelope(schemas.NewError(schemas.CodeToolNotFound, "no such tool for this token"))
+	}
+	res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: req.Tool, Arguments: req.Arguments})
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if res.IsError {
+		return nil, toolError(res)
+	}
+	var result any = res.StructuredContent
+	if result == nil {
+		result = map[string]any{"content": res.Content}
+	}
+	return map[string]any{"type": "result", "tool": req.Tool, "result": result}, nil
+}
+
+// decodeAction reads a request exactly: one JSON object, no key twice,
+// a known action, a tool where the action needs one, and arguments that
+// are an object.
+func decodeAction(raw []byte) (actionRequest, *ActionError) {
+	v, err := schemas.Decode(raw)
+	m, ok := v.(map[string]any)
+	if err != nil || !ok {
+		return actionRequest{}, usage("the request is not one JSON object")
+	}
+	var req actionRequest
+	for k, val := range m {
+		switch k {
+		case "action":
+			req.Action, ok = val.(string)
+		case "tool":
+			req.Tool, ok = val.(string)
+		case "arguments":
+			_, ok = val.(map[string]any)
+			if ok {
+				req.Arguments, _ = json.Marshal(val)
+			}
+		default:
+			return actionRequest{}, usage("the request has a member the protocol does not define")
+		}
+		if !ok {
+			return actionRequest{}, usage("request member " + k + " has the wrong type (arguments must be an object)")
+		}
+	}
+	switch req.Action {
+	case "list_tools":
+	case "describe_tool", "call_tool":
+		if req.Tool == "" {
+			return actionRequest{}, usage("action " + req.Action + " needs a tool")
+		}
+	default:
+		return actionRequest{}, usage("action must be list_tools, describe_tool or call_tool")
+	}
+	if req.Arguments == nil {
+		req.Arguments = json.RawMessage(`{}`)
+	}
+	return req, nil
+}
+
+// bearerTransport adds the token to every request.
+type bearerTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}
+
+func connectGateway(ctx context.Context, o EndpointOptions) (*sdk.ClientSession, *ActionError) {
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	client := *hc
+	client.Transport = bearerTransport{o.Token, base}
+	c := sdk.NewClient(&sdk.Implementation{Name: "okso-endpoint", Version: cmpOr(o.Version, "dev")}, nil)
+	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: o.URL, HTTPClient: &client, MaxRetries: -1},
+		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		if strings.Contains(err.Error(), http.StatusText(http.StatusUnauthorized)) {
+			return nil, fromEnvelope(schemas.NewError(schemas.CodeSafetyDenied, "the gateway refused the token"))
+		}
+		return nil, fromEnvelope(schemas.NewError(schemas.CodeInternal, "cannot reach the gateway"))
+	}
+	return s, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// rpcError is a JSON-RPC error of the gateway: its envelope when it
+// carries one (an unknown tool does), else a fatal error.
+func rpcError(err error) *ActionError {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		var e schemas.Error
+		if json.Unmarshal(we.Data, &e) == nil && schemas.KnownCode(e.Code) {
+			return fromEnvelope(&e)
+		}
+	}
+	return fromEnvelope(schemas.NewError(schemas.CodeInternal, "the gateway failed the request"))
+}
+
+// toolError is a failed call: okso's envelope when okso failed it, the
+// tool's own words when the tool did (a federated upstream's isError).
+func toolError(res *sdk.CallToolResult) *ActionError {
+	if raw, ok := res.Meta["io.okso/error"]; ok {
+		b, _ := json.Marshal(raw)
+		var e schemas.Error
+		if json.Unmarshal(b, &e) == nil && schemas.KnownCode(e.Code) {
+			return fromEnvelope(&e)
+		}
+	}
+	var text bytes.Buffer
+	for _, c := range res.Content {
+		if t, ok := c.(*sdk.TextContent); ok {
+			text.WriteString(t.Text)
+		}
+	}
+	return &ActionError{Name: "okso", Category: schemas.Category(schemas.CodeNodeOffline), Message: text.String()}
+}
+
+// descriptorOf is a listed tool as a seed-002 descriptor.
+func descriptorOf(t *sdk.Tool, url string) Descriptor {
+	class, _ := t.Meta["io.okso/safety_class"].(string)
+	d := Descriptor{
+		Name:        t.Name,
+		Description: t.Description,
+		Command: fmt.Sprintf(`echo '{"action":"call_tool","tool":"%s","arguments":{}}' | okso endpoint --url %s --token "$OKSO_TOKEN"`,
+			t.Name, url),
+		Origin:       "remote",
+		Safety:       safetyWords(class),
+		InputSchema:  schemaJSON(t.InputSchema),
+		ResultSchema: schemaJSON(t.OutputSchema),
+	}
+	if d.ResultSchema == nil {
+		d.ResultSchema = json.RawMessage(`{"type":"object"}`)
+	}
+	return d
+}
+
+// safetyWords says a safety class and what it takes, in words.
+func safetyWords(class string) string {
+	switch class {
+	case schemas.SafetyReadOnly:
+		return "read_only: reads state, changes nothing; needs scope tools:call:read_only"
+	case schemas.SafetyMutating:
+		return "mutating: changes state; needs scope tools:call:mutating"
+	case schemas.SafetyDestructive:
+		return "destructive: may destroy state; needs scope tools:call:destructive"
+	}
+	return "unclassified"
+}
+
+func schemaJSON(s any) json.RawMessage {
+	if s == nil {
+		return nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil || string(b) == "null" {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,166 @@
+package remote
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// maxAttempts bounds the calls of one request to an idempotent tool.
+const maxAttempts = 3
+
+// retryWait is the first wait before a retry; it doubles, jittered.
+const retryWait = 50 * time.Millisecond
+
+// onCall takes one request of the upstream's subject. It runs on the
+// subscription's goroutine, so it only admits the call and hands it on.
+func (s *upstream) onCall(m *nats.Msg) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.answer(m, s.event(m, time.Now()), schemas.CodeRateLimited, "the upstream has too many calls in flight")
+		return
+	}
+	s.calls.Add(1)
+	go func() {
+		defer s.calls.Done()
+		defer func() { <-s.sem }()
+		s.serve(m)
+	}()
+}
+
+// event starts the audit event of a request.
+func (s *upstream) event(m *nats.Msg, start time.Time) bus.AuditEvent {
+	return bus.AuditEvent{
+		Time:      start,
+		Actor:     "remote",
+		Tenant:    m.Header.Get(bus.HeaderTenant),
+		Subject:   m.Header.Get(bus.HeaderSubject),
+		Upstream:  s.cfg.Name,
+		RequestID: m.Header.Get(bus.HeaderRequestID),
+	}
+}
+
+// serve runs one call: it checks the request, calls the upstream (again,
+// for an idempotent tool after a transient failure, within the budget),
+// and answers with the upstream's CallToolResult or an error envelope.
+func (s *upstream) serve(m *nats.Msg) {
+	start := time.Now()
+	ev := s.event(m, start)
+	call, err := bus.DecodeCall(m.Data)
+	if err != nil {
+		s.answer(m, ev, schemas.CodeBadRequest, "malformed call")
+		return
+	}
+	up, tool, ok := schemas.ParseRemoteToolName(call.Tool)
+	if !ok || up != s.cfg.Name {
+		s.answer(m, ev, schemas.CodeToolNotFound, "no such tool on this upstream")
+		return
+	}
+	ev.Tool = call.Tool
+	sv := s.served.Load()
+	if sv == nil {
+		s.answer(m, ev, schemas.CodeNodeOffline, "the upstream is not connected")
+		return
+	}
+	rt, ok := sv.tools[tool]
+	if !ok {
+		s.answer(m, ev, schemas.CodeToolNotFound, "the upstream does not list this tool now")
+		return
+	}
+	d, ok := bus.CallDeadline(start, s.cfg.Timeout, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline), s.t.o.MaxClockSkew)
+	if !ok {
+		s.answer(m, ev, schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the remote tier")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	meta := func() map[string]any { // a fresh map per attempt: a client may write into it
+		meta := map[string]any{"io.okso/request_id": ev.RequestID}
+		if tp := m.Header.Get(bus.HeaderTraceparent); tp != "" {
+			meta["traceparent"] = tp
+		}
+		return meta
+	}
+	wait := retryWait
+	for attempt := 1; ; attempt++ {
+		res, err := sv.client.Call(ctx, tool, call.Arguments, meta())
+		if err == nil {
+			ev.Decision, ev.Duration = bus.DecisionAllowed, time.Since(start)
+			s.t.o.Auditor.Record(ev)
+			if err := m.Respond(bus.OKReply(res)); err != nil {
+				s.log.Warn("answer call", "err", err)
+			}
+			return
+		}
+		code, transient := Classify(err)
+		if ctx.Err() != nil {
+			code, transient = schemas.CodeDeadlineExceeded, false
+		}
+		if transient {
+			s.kickList()
+		}
+		left := time.Until(deadlineOf(ctx))
+		if !rt.Idempotent || !transient || attempt >= maxAttempts || left <= wait {
+			s.log.Debug("upstream call failed", "tool", call.Tool, "attempt", attempt, "err", err)
+			s.answer(m, ev, code, message(code))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.answer(m, ev, schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
+			return
+		case <-time.After(wait/2 + rand.N(wait/2+1)):
+		}
+		wait *= 2
+		if next := s.served.Load(); next != nil {
+			sv = next // the session may have connected again meanwhile
+		}
+	}
+}
+
+// kickList asks the session to list the upstream again, to find out
+// whether it is still there.
+func (s *upstream) kickList() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// answer audits a refused or failed call and answers its envelope.
+func (s *upstream) answer(m *nats.Msg, ev bus.AuditEvent, code, msg string) {
+	ev.Decision, ev.Code, ev.Duration = bus.DecisionFor(code), code, time.Since(ev.Time)
+	s.t.o.Auditor.Record(ev)
+	if err := m.Respond(bus.ErrorReply(code, msg)); err != nil {
+		s.log.Warn("answer call", "err", err)
+	}
+}
+
+// message is what a failed upstream call tells the caller: okso's words,
+// never the upstream's (DESIGN.md §5).
+func message(code string) string {
+	switch code {
+	case schemas.CodeNodeOffline:
+		return "the upstream is unreachable"
+	case schemas.CodeDeadlineExceeded:
+		return "the upstream did not answer within the call's budget"
+	case schemas.CodeToolNotFound:
+		return "the upstream does not know the tool"
+	case schemas.CodeManifestInvalid:
+		return "the upstream refused the arguments"
+	case schemas.CodeSafetyDenied:
+		return "the upstream refused okso's credentials"
+	}
+	return "the upstream failed"
+}

@@ -1,0 +1,359 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// Options configure a [Tier]. NC, Remotes and Config are required; every
+// other zero value means the default.
+type Options struct {
+	NC      *nats.Conn
+	Remotes *bus.Remotes
+	Config  *Config
+	Auditor *bus.Auditor
+	Logger  *slog.Logger
+
+	// MaxClockSkew is how far a gateway's clock may be from this host's
+	// when the tier reads a call's absolute deadline (250 ms).
+	MaxClockSkew time.Duration
+	// MaxInFlight bounds the calls one upstream serves at once (256); a
+	// call beyond it is E_RATE_LIMITED at once.
+	MaxInFlight int
+	// MinBackoff and MaxBackoff bound the wait before an upstream that
+	// could not be reached or listed is tried again (1 s and 30 s; each
+	// wait is jittered).
+	MinBackoff, MaxBackoff time.Duration
+	// Dial connects to an upstream; nil: by its transport ([DialStdio],
+	// [DialHTTP], [NewAction]).
+	Dial func(ctx context.Context, u *Upstream, log *slog.Logger) (Client, error)
+}
+
+// Tier is the remote tier: for each configured upstream it keeps a
+// connection, lists the allowed tools into KV okso_remotes under a lease,
+// and serves the upstream's calls on NATS, until its context ends. An
+// upstream that cannot be listed has its record removed and is tried
+// again with backoff; one broken upstream never affects the others.
+type Tier struct {
+	o   Options
+	log *slog.Logger
+}
+
+// New checks o and builds a tier.
+func New(o Options) (*Tier, error) {
+	if o.NC == nil || o.Remotes == nil || o.Config == nil {
+		return nil, errors.New("remote tier: NC, Remotes and Config are required")
+	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = 250 * time.Millisecond
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 256
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = time.Second
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(30*time.Second, o.MinBackoff)
+	}
+	if o.Dial == nil {
+		o.Dial = dial
+	}
+	if o.Auditor == nil {
+		o.Auditor = &bus.Auditor{}
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Tier{o: o, log: log}, nil
+}
+
+// Upstreams returns the names of the configured upstreams.
+func (t *Tier) Upstreams() []string {
+	names := make([]string, len(t.o.Config.Upstreams))
+	for i, u := range t.o.Config.Upstreams {
+		names[i] = u.Name
+	}
+	return names
+}
+
+// dial connects to an upstream by its transport.
+func dial(ctx context.Context, u *Upstream, log *slog.Logger) (Client, error) {
+	switch u.Transport {
+	case "stdio":
+		return DialStdio(ctx, StdioOptions{Command: u.Command, Env: u.Env, Log: log})
+	case "http":
+		return DialHTTP(ctx, HTTPOptions{URL: u.URL, Headers: u.Headers, Log: log})
+	case "action":
+		return NewAction(ActionOptions{Command: u.Command, Env: u.Env, Timeout: u.Timeout, Log: log}), nil
+	}
+	return nil, fmt.Errorf("transport %q", u.Transport)
+}
+
+// Run keeps every upstream until ctx ends, then stops serving them,
+// removes their records and closes their connections (a stdio upstream's
+// process group is reaped) before it returns.
+func (t *Tier) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := range t.o.Config.Upstreams {
+		u := &t.o.Config.Upstreams[i]
+		wg.Go(func() { t.keep(ctx, u) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// keep connects to one upstream, serves it while it lists, and connects
+// again, with jittered backoff, each time it fails.
+func (t *Tier) keep(ctx context.Context, u *Upstream) {
+	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
+		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
+	defer s.calls.Wait()
+	backoff := t.o.MinBackoff
+	for {
+		served := s.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if served {
+			backoff = t.o.MinBackoff
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, t.o.MaxBackoff)
+	}
+}
+
+// upstream is one configured upstream as the tier serves it.
+type upstream struct {
+	t   *Tier
+	cfg *Upstream
+	log *slog.Logger
+	sem chan struct{} // one per call in flight
+
+	// served is what the calls see: the connection and the allowed tools
+	// of the current session; nil between sessions.
+	served atomic.Pointer[served]
+	calls  sync.WaitGroup // calls in flight
+	// refused holds the tools already reported as unlistable, so a
+	// re-list does not report them again; only the session uses it.
+	refused map[string]bool
+	// kick asks the session to list again: a call saw the upstream fail
+	// in a way that may mean it is gone.
+	kick chan struct{}
+}
+
+// served is one session's connection and allowed tools.
+type served struct {
+	client Client
+	tools  map[string]bus.RemoteTool // by the upstream's own name
+}
+
+// session dials the upstream, lists it, and serves it until the
+// connection ends, a re-list fails or ctx ends. It reports whether the
+// upstream was served at all.
+func (s *upstream) session(ctx context.Context) bool {
+	t := s.t
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	client, err := t.o.Dial(dctx, s.cfg, s.log)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("upstream unreachable; trying again", "err", err)
+		}
+		return false
+	}
+	defer func() {
+		if err := client.Close(); err != nil {
+			s.log.Debug("close upstream", "err", err)
+		}
+	}()
+	rec, tools, err := s.list(ctx, client)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("upstream cannot be listed; trying again", "err", err)
+		}
+		return false
+	}
+	s.served.Store(&served{client: client, tools: tools})
+	defer s.served.Store(nil)
+
+	// Served before it is listed: a gateway that sees the record finds a
+	// responder (as the device tier flushes its subscription first).
+	sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
+	if err == nil {
+		err = t.o.NC.FlushTimeout(5 * time.Second)
+	}
+	if err != nil {
+		s.log.Error("subscribe upstream subject", "err", err)
+		if sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		return false
+	}
+	rev, err := t.o.Remotes.Put(ctx, rec)
+	if err != nil {
+		s.log.Error("write upstream record", "err", err)
+	} else {
+		s.log.Info("upstream listed", "tools", len(rec.Tools), "tenants", rec.Tenants)
+	}
+	defer func() {
+		// Calls go to the other replicas from now; those in flight here
+		// end by their deadlines. An upstream this replica can no longer
+		// list is removed, unless another replica wrote its record since.
+		// A replica that stops leaves the record to expire: another
+		// replica that serves the upstream keeps it, with no gap.
+		if err := sub.Unsubscribe(); err != nil {
+			s.log.Warn("unsubscribe upstream subject", "err", err)
+		}
+		s.calls.Wait()
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if rev != 0 && ctx.Err() == nil {
+			if err := t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
+				s.log.Warn("remove upstream record", "err", err)
+			}
+		}
+	}()
+
+	lease := time.NewTicker(t.o.Remotes.TTL() / 3)
+	defer lease.Stop()
+	relist := time.NewTicker(s.cfg.Refresh)
+	defer relist.Stop()
+	for {
+		var changed bool
+		select {
+		case <-ctx.Done():
+			return true
+		case <-client.Done():
+			s.log.Warn("upstream connection ended; connecting again")
+			return true
+		case <-lease.C:
+		case <-client.Changed():
+			changed = true
+		case <-relist.C:
+			changed = true
+		case <-s.kick:
+			changed = true
+		}
+		if changed {
+			next, tools, err := s.list(ctx, client)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("upstream cannot be listed; its tools leave every list until it lists again", "err", err)
+				}
+				return true
+			}
+			if next.Digest != rec.Digest {
+				s.log.Info("upstream's tools changed", "tools", len(next.Tools))
+			}
+			rec = next
+			s.served.Store(&served{client: client, tools: tools})
+		}
+		if r, err := t.o.Remotes.Put(ctx, rec); err != nil {
+			s.log.Warn("refresh upstream record", "err", err)
+		} else {
+			rev = r
+		}
+	}
+}
+
+// list lists the upstream's tools and keeps those the config allows and
+// okso can list, as the record to write and by name.
+func (s *upstream) list(ctx context.Context, client Client) (*bus.Remote, map[string]bus.RemoteTool, error) {
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	listed, err := client.List(lctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := &bus.Remote{
+		Upstream:  s.cfg.Name,
+		Transport: s.cfg.Transport,
+		Tenants:   s.cfg.Tenants,
+		TimeoutMs: s.cfg.Timeout.Milliseconds(),
+	}
+	tools := map[string]bus.RemoteTool{}
+	for _, tl := range listed {
+		if !s.cfg.Allowed(tl.Name) {
+			continue
+		}
+		rt, err := s.project(tl)
+		if err == nil && tools[tl.Name].Name != "" {
+			err = errors.New("the upstream lists it twice")
+		}
+		if err != nil {
+			s.refuse(tl.Name, err)
+			continue
+		}
+		tools[tl.Name] = rt
+		rec.Tools = append(rec.Tools, rt)
+	}
+	if err := rec.Seal(); err != nil {
+		return nil, nil, err
+	}
+	return rec, tools, nil
+}
+
+// project checks one allowed tool and classes it as the config says.
+func (s *upstream) project(tl Tool) (bus.RemoteTool, error) {
+	if _, err := schemas.RemoteToolName(s.cfg.Name, tl.Name); err != nil {
+		return bus.RemoteTool{}, err
+	}
+	if err := schemas.ValidToolSchema(tl.InputSchema); err != nil {
+		return bus.RemoteTool{}, err
+	}
+	if _, err := schemas.CompileForeign(tl.InputSchema); err != nil {
+		return bus.RemoteTool{}, fmt.Errorf("input %w", err)
+	}
+	if len(tl.OutputSchema) > 0 {
+		if _, err := schemas.CompileForeign(tl.OutputSchema); err != nil {
+			return bus.RemoteTool{}, fmt.Errorf("output %w", err)
+		}
+	}
+	safety := s.cfg.SafetyOf(tl.Name)
+	if safety == "" {
+		return bus.RemoteTool{}, errors.New("no safety class for it in the config")
+	}
+	return bus.RemoteTool{
+		Name:         tl.Name,
+		Title:        tl.Title,
+		Description:  tl.Description,
+		InputSchema:  tl.InputSchema,
+		OutputSchema: tl.OutputSchema,
+		Safety:       safety,
+		Idempotent:   s.cfg.IsIdempotent(tl.Name),
+	}, nil
+}
+
+// refuse logs and audits, once per tool, an allowed tool
+// that cannot be listed (DESIGN.md §8: refused where it is declared,
+// never truncated).
+func (s *upstream) refuse(tool string, err error) {
+	if s.refused == nil {
+		s.refused = map[string]bool{}
+	}
+	if s.refused[tool] {
+		return
+	}
+	s.refused[tool] = true
+	s.log.Warn("allowed tool not listed", "tool", printable(tool), "err", err)
+	s.t.o.Auditor.Record(bus.AuditEvent{Actor: "remote", Upstream: s.cfg.Name,
+		Decision: bus.DecisionInvalid, Code: schemas.CodeManifestInvalid})
+}

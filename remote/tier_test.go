@@ -1,0 +1,344 @@
+package remote_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/remote"
+	"github.com/okso-io/okso/remote/internal/testupstream"
+	"github.com/okso-io/okso/schemas"
+)
+
+// tierBus is an embedded NATS server with okso_remotes, and a watch of it.
+type tierBus struct {
+	nc      *nats.Conn
+	remotes *bus.Remotes
+	records chan bus.RemoteEvent
+}
+
+func startTierBus(t *testing.T) *tierBus {
+	t.Helper()
+	srv, err := bus.StartServer(bus.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	remotes, err := bus.OpenRemotes(bounded(t), nc, bus.RemotesOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &tierBus{nc: nc, remotes: remotes, records: make(chan bus.RemoteEvent, 64)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = remotes.Watch(ctx, func(e bus.RemoteEvent) {
+			select {
+			case b.records <- e:
+			case <-ctx.Done():
+			}
+		}, nil)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return b
+}
+
+// next waits for the next record of upstream (nil: it went away).
+func (b *tierBus) next(t *testing.T, upstream string) *bus.Remote {
+	t.Helper()
+	deadline := time.After(waitLong)
+	for {
+		select {
+		case e := <-b.records:
+			if e.Upstream == upstream {
+				return e.Remote
+			}
+		case <-deadline:
+			t.Fatalf("no change of upstream %s's record within %v", upstream, waitLong)
+			return nil
+		}
+	}
+}
+
+// runTier runs a remote tier of cfg until the test ends.
+func runTier(t *testing.T, b *tierBus, cfg *remote.Config) (stop func()) {
+	t.Helper()
+	tier, err := remote.New(remote.Options{NC: b.nc, Remotes: b.remotes, Config: cfg, Logger: testLog(t),
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tier.Run(ctx) }()
+	stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitLong):
+			t.Error("the remote tier did not stop")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func httpUpstream(name, url string, allow []string, idempotent ...string) remote.Upstream {
+	return remote.Upstream{Name: name, Transport: "http", URL: url, Tenants: []string{"demo"}, Allow: allow,
+		Safety: map[string]string{"*": schemas.SafetyReadOnly}, Idempotent: idempotent,
+		Timeout: 5 * time.Second, Refresh: time.Minute}
+}
+
+// call requests a tool of an upstream as a gateway does, with a budget.
+func call(t *testing.T, nc *nats.Conn, upstream, tool, args string, budget time.Duration, hdr ...string) bus.Reply {
+	t.Helper()
+	body, err := bus.Call{Tool: upstream + "." + tool, Arguments: json.RawMessage(args)}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: bus.RemoteCall(upstream), Data: body, Header: nats.Header{}}
+	m.Header.Set(bus.HeaderRequestID, "req-1")
+	m.Header.Set(bus.HeaderTraceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	m.Header.Set(bus.HeaderTenant, "demo")
+	m.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(budget.Milliseconds(), 10))
+	m.Header.Set(bus.HeaderDeadline, strconv.FormatInt(time.Now().Add(budget).UnixMilli(), 10))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		m.Header.Set(hdr[i], hdr[i+1])
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), budget+2*time.Second)
+	defer cancel()
+	resp, err := nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		t.Fatalf("request %s.%s: %v", upstream, tool, err)
+	}
+	rep, err := bus.DecodeReply(resp.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func code(rep bus.Reply) string {
+	if rep.Error == nil {
+		return ""
+	}
+	return rep.Error.Code
+}
+
+// TestTierServesHTTPUpstream: the allowed tools of an upstream reach
+// okso_remotes with the configured classes; calls are answered with the
+// upstream's CallToolResult; what is refused is refused with the right
+// code, and a late request never reaches the upstream.
+func TestTierServesHTTPUpstream(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{Flaky: 1})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(u.Release)
+	cfg := &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "count", "hang", "flaky"})}}
+	runTier(t, b, cfg)
+
+	rec := b.next(t, "up")
+	if rec == nil {
+		t.Fatal("no record")
+	}
+	var names []string
+	for _, tl := range rec.Tools {
+		names = append(names, tl.Name)
+		if tl.Safety != schemas.SafetyReadOnly {
+			t.Errorf("%s has class %q", tl.Name, tl.Safety)
+		}
+	}
+	if want := []string{"count", "echo", "flaky", "hang"}; !slices.Equal(names, want) {
+		t.Errorf("record lists %v, want %v (only the allowed tools)", names, want)
+	}
+	if rec.Transport != "http" || !slices.Equal(rec.Tenants, []string{"demo"}) || rec.Digest == "" {
+		t.Errorf("record %+v", rec)
+	}
+
+	rep := call(t, b.nc, "up", "echo", `{"message":"hi"}`, 2*time.Second)
+	var res struct {
+		StructuredContent struct {
+			Message string         `json:"message"`
+			Meta    map[string]any `json:"meta"`
+			Headers map[string]any `json:"headers"`
+		} `json:"structuredContent"`
+		Meta json.RawMessage `json:"_meta"`
+	}
+	if !rep.OK || json.Unmarshal(rep.Result, &res) != nil || res.StructuredContent.Message != "hi" {
+		t.Fatalf("echo = %+v (%s)", rep, rep.Result)
+	}
+	if res.StructuredContent.Meta["io.okso/request_id"] != "req-1" || res.StructuredContent.Meta["traceparent"] == nil {
+		t.Errorf("the upstream saw _meta %v, want the request id and traceparent", res.StructuredContent.Meta)
+	}
+	if res.Meta != nil {
+		t.Errorf("the result carries the upstream's _meta %s", res.Meta)
+	}
+
+	if c := code(call(t, b.nc, "up", "get-env", `{}`, time.Second)); c != schemas.CodeToolNotFound {
+		t.Errorf("a tool outside allow = %s, want E_TOOL_NOT_FOUND", c)
+	}
+	before := u.Calls("count")
+	late := call(t, b.nc, "up", "count", `{}`, time.Second,
+		bus.HeaderDeadline, strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10))
+	if code(late) != schemas.CodeDeadlineExceeded || u.Calls("count") != before {
+		t.Errorf("a late request = %+v, count %d → %d; want E_DEADLINE_EXCEEDED and no call", late, before, u.Calls("count"))
+	}
+
+	// A call that hangs ends within its budget.
+	start := time.Now()
+	if c := code(call(t, b.nc, "up", "hang", `{}`, 300*time.Millisecond)); c != schemas.CodeDeadlineExceeded {
+		t.Errorf("hang = %s, want E_DEADLINE_EXCEEDED", c)
+	}
+	if d := time.Since(start); d > 300*time.Millisecond+time.Second {
+		t.Errorf("hang answered after %v, budget 300ms", d)
+	}
+
+	// flaky fails once with a 503: not idempotent here, so called once.
+	if c := code(call(t, b.nc, "up", "flaky", `{}`, 2*time.Second)); c != schemas.CodeNodeOffline {
+		t.Errorf("flaky, not idempotent = %s, want E_NODE_OFFLINE", c)
+	}
+	if n := u.Calls("flaky"); n != 1 {
+		t.Errorf("a non-idempotent tool was called %d times, want 1", n)
+	}
+}
+
+// TestTierRetriesIdempotentOnly: a transient failure is retried for an
+// idempotent tool, within the budget, and never for another.
+func TestTierRetriesIdempotentOnly(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{Flaky: 1})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"flaky"}, "flaky")}})
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+	rep := call(t, b.nc, "up", "flaky", `{}`, 3*time.Second)
+	if !rep.OK {
+		t.Fatalf("flaky, idempotent = %+v, want success after a retry", rep)
+	}
+	if n := u.Calls("flaky"); n != 2 {
+		t.Errorf("flaky was called %d times, want 2 (one failure, one retry)", n)
+	}
+}
+
+// TestTierFollowsListChanged: a tool the upstream adds reaches the
+// record when the config allows it, and not otherwise.
+func TestTierFollowsListChanged(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "extra_*"})}})
+	if rec := b.next(t, "up"); rec == nil || len(rec.Tools) != 1 {
+		t.Fatalf("first record %+v", rec)
+	}
+	u.AddTool("not_allowed")
+	u.AddTool("extra_one")
+	for {
+		rec := b.next(t, "up")
+		if rec == nil {
+			t.Fatal("the record went away")
+		}
+		var names []string
+		for _, tl := range rec.Tools {
+			names = append(names, tl.Name)
+		}
+		if slices.Contains(names, "not_allowed") {
+			t.Fatalf("a tool outside allow reached the record: %v", names)
+		}
+		if slices.Equal(names, []string{"echo", "extra_one"}) {
+			break
+		}
+	}
+	if !call(t, b.nc, "up", "extra_one", `{"message":"x"}`, 2*time.Second).OK {
+		t.Error("the added tool is not callable")
+	}
+}
+
+// TestTierRestartsStdio: a stdio upstream that dies leaves the list and is
+// started again; its tools come back and answer.
+func TestTierRestartsStdio(t *testing.T) {
+	b := startTierBus(t)
+	state := t.TempDir()
+	argv, env := testupstream.Command(testupstream.Options{State: state})
+	cfg := &remote.Config{Upstreams: []remote.Upstream{{Name: "kid", Transport: "stdio", Command: argv, Env: env,
+		Tenants: []string{"demo"}, Allow: []string{"echo"}, Safety: map[string]string{"*": schemas.SafetyReadOnly},
+		Timeout: 5 * time.Second, Refresh: time.Minute}}}
+	runTier(t, b, cfg)
+	if b.next(t, "kid") == nil {
+		t.Fatal("no record")
+	}
+	pid, err := testupstream.PID(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.next(t, "kid"); rec != nil {
+		t.Fatalf("after the child died the record is %+v, want it gone", rec)
+	}
+	if b.next(t, "kid") == nil {
+		t.Fatal("the record did not come back")
+	}
+	if next, err := testupstream.PID(state); err != nil || next == pid {
+		t.Errorf("child pid %d after a restart (was %d, %v)", next, pid, err)
+	}
+	if !call(t, b.nc, "kid", "echo", `{"message":"back"}`, 3*time.Second).OK {
+		t.Error("the restarted upstream does not answer")
+	}
+}
+
+// TestTierReplicas: two replicas serve one upstream; when one stops, the
+// record stays (the other keeps it) and calls still succeed.
+func TestTierReplicas(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	cfg := &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"count"})}}
+	runTier(t, b, cfg)
+	stop2 := runTier(t, b, cfg) // it writes the record last
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+	for range 20 {
+		if !call(t, b.nc, "up", "count", `{}`, 2*time.Second).OK {
+			t.Fatal("a call failed with two replicas")
+		}
+	}
+	stop2()
+	for i := range 20 {
+		if rep := call(t, b.nc, "up", "count", `{}`, 2*time.Second); !rep.OK {
+			t.Fatalf("call %d after one replica stopped: %+v", i, rep)
+		}
+	}
+	// The record outlives the stopped replica's release and its TTL: the
+	// other replica writes it again within a third of the TTL.
+	deadline := time.Now().Add(2 * b.remotes.TTL())
+	for time.Now().Before(deadline) {
+		select {
+		case e := <-b.records:
+			if e.Upstream == "up" && e.Remote == nil {
+				t.Fatal("the record went away while a replica still serves the upstream")
+			}
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
