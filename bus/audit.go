@@ -277,33 +277,23 @@ func (a *Auditor) Record(e AuditEvent) {
 // write logs e (unless rep counts it), then observes and publishes it.
 func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 	if a.Log != nil && rep.logs(e) {
-		if e.Upstream == "" {
-			a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
-				slog.String("actor", e.Actor),
-				slog.String("tenant", e.Tenant),
-				slog.String("subject", e.Subject),
-				slog.String("jti", e.JTI),
-				slog.String("tool", e.Tool),
-				slog.String("node_id", e.NodeID),
-				slog.String("decision", e.Decision),
-				slog.String("code", e.Code),
-				slog.Duration("duration", e.Duration),
-				slog.String("request_id", e.RequestID),
-			)
-		} else {
-			a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
-				slog.String("actor", e.Actor),
-				slog.String("tenant", e.Tenant),
-				slog.String("subject", e.Subject),
-				slog.String("jti", e.JTI),
-				slog.String("tool", e.Tool),
-				slog.String("upstream", e.Upstream),
-				slog.String("decision", e.Decision),
-				slog.String("code", e.Code),
-				slog.Duration("duration", e.Duration),
-				slog.String("request_id", e.RequestID),
-			)
+		// A call reaches a node or an upstream, never both.
+		where, at := "node_id", e.NodeID
+		if e.Upstream != "" {
+			where, at = "upstream", e.Upstream
 		}
+		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
+			slog.String("actor", e.Actor),
+			slog.String("tenant", e.Tenant),
+			slog.String("subject", e.Subject),
+			slog.String("jti", e.JTI),
+			slog.String("tool", e.Tool),
+			slog.String(where, at),
+			slog.String("decision", e.Decision),
+			slog.String("code", e.Code),
+			slog.Duration("duration", e.Duration),
+			slog.String("request_id", e.RequestID),
+		)
 	}
 	if a.Observe != nil {
 		a.Observe(e)

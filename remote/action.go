@@ -164,10 +164,9 @@ func (a *action) Describe(ctx context.Context, tool string) (Tool, error) {
 }
 
 func (a *action) Call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (json.RawMessage, error) {
-	if len(args) == 0 {
-		args = json.RawMessage("{}")
-	} else if !isObject(args) {
-		return nil, fmt.Errorf("action call_tool %s: arguments: %w", tool, ErrNotObject)
+	args, err := objectArgs(args)
+	if err != nil {
+		return nil, fmt.Errorf("action call_tool %s: arguments: %w", tool, err)
 	}
 	req := struct {
 		Action    string          `json:"action"`

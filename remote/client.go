@@ -69,3 +69,16 @@ func isObject(raw []byte) bool {
 	}
 	return false
 }
+
+// objectArgs returns the arguments of a call: {} for none, and an error
+// wrapping [ErrNotObject] for any that are not a JSON object (refused
+// before anything is sent).
+func objectArgs(args json.RawMessage) (json.RawMessage, error) {
+	if len(args) == 0 {
+		return json.RawMessage("{}"), nil
+	}
+	if !isObject(args) {
+		return nil, ErrNotObject
+	}
+	return args, nil
+}

@@ -268,10 +268,9 @@ func toolOf(t *mcp.Tool) (Tool, error) {
 }
 
 func (c *mcpClient) Call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (json.RawMessage, error) {
-	if len(args) == 0 {
-		args = json.RawMessage("{}")
-	} else if !isObject(args) {
-		return nil, fmt.Errorf("call %s: arguments: %w", tool, ErrNotObject)
+	args, err := objectArgs(args)
+	if err != nil {
+		return nil, fmt.Errorf("call %s: arguments: %w", tool, err)
 	}
 	if err := c.gone(); err != nil {
 		return nil, fmt.Errorf("call %s: %w", tool, err)
