@@ -172,6 +172,10 @@ func (c *mcpClient) watchStdio() {
 	<-c.proc.done
 }
 
+// maxIdleConnsPerUpstream is how many idle connections to an HTTP
+// upstream are kept: as many as the calls the tier serves at once.
+const maxIdleConnsPerUpstream = 256
+
 // DialHTTP opens an MCP session to a Streamable HTTP upstream. Every
 // request carries o.Headers; a call's also carry its request id and
 // trace context as X-Request-Id and traceparent. An HTTP error status is
@@ -192,6 +196,9 @@ func DialHTTP(ctx context.Context, o HTTPOptions) (Client, error) {
 	base := hc.Transport
 	if base == nil {
 		own := http.DefaultTransport.(*http.Transport).Clone()
+		// Every call is a POST to one host: keep a connection for each
+		// call in flight, not net/http's 2, or most calls dial anew.
+		own.MaxIdleConnsPerHost = maxIdleConnsPerUpstream
 		base, c.closeIdle = own, own.CloseIdleConnections
 	}
 	hc.Transport = &headerTransport{base: base, headers: o.Headers}
