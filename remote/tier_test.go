@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 // tierBus is an embedded NATS server with okso_remotes, and a watch of it.
 type tierBus struct {
+	srv     *bus.Server
 	nc      *nats.Conn
 	remotes *bus.Remotes
 	records chan bus.RemoteEvent
@@ -41,7 +43,7 @@ func startTierBus(t *testing.T) *tierBus {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &tierBus{nc: nc, remotes: remotes, records: make(chan bus.RemoteEvent, 64)}
+	b := &tierBus{srv: srv, nc: nc, remotes: remotes, records: make(chan bus.RemoteEvent, 64)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -77,7 +79,13 @@ func (b *tierBus) next(t *testing.T, upstream string) *bus.Remote {
 // runTier runs a remote tier of cfg until the test ends.
 func runTier(t *testing.T, b *tierBus, cfg *remote.Config) (stop func()) {
 	t.Helper()
-	tier, err := remote.New(remote.Options{NC: b.nc, Remotes: b.remotes, Config: cfg, Logger: testLog(t),
+	return runTierOn(t, b.nc, b.remotes, cfg)
+}
+
+// runTierOn runs a remote tier of cfg on its own connection nc.
+func runTierOn(t *testing.T, nc *nats.Conn, remotes *bus.Remotes, cfg *remote.Config) (stop func()) {
+	t.Helper()
+	tier, err := remote.New(remote.Options{NC: nc, Remotes: remotes, Config: cfg, Logger: testLog(t),
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -339,6 +347,86 @@ func TestTierReplicas(t *testing.T) {
 				t.Fatal("the record went away while a replica still serves the upstream")
 			}
 		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
+
+// TestTierReplicaDiesUnderLoad: of two replicas serving one upstream, one
+// loses its NATS connection at once, as a killed process does, while
+// calls are in flight: no call hangs past its budget, and the calls that
+// follow are served by the other replica.
+func TestTierReplicaDiesUnderLoad(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	cfg := &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo"})}}
+	doomed, err := b.srv.Connect("doomed-replica")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(doomed.Close)
+	remotes, err := bus.OpenRemotes(bounded(t), doomed, bus.RemotesOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTierOn(t, doomed, remotes, cfg)
+	runTier(t, b, cfg)
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+
+	const budget = 500 * time.Millisecond
+	type outcome struct {
+		ok   bool
+		took time.Duration
+	}
+	results := make(chan outcome, 400)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if w == 0 && i == 10 {
+					doomed.Close() // the replica's process is gone
+				}
+				start := time.Now()
+				body, _ := bus.Call{Tool: "up.echo", Arguments: json.RawMessage(`{"message":"x"}`)}.Encode()
+				m := &nats.Msg{Subject: bus.RemoteCall("up"), Data: body, Header: nats.Header{}}
+				m.Header.Set(bus.HeaderBudgetMs, strconv.FormatInt(budget.Milliseconds(), 10))
+				m.Header.Set(bus.HeaderDeadline, strconv.FormatInt(start.Add(budget).UnixMilli(), 10))
+				ctx, cancel := context.WithTimeout(context.Background(), budget)
+				resp, err := b.nc.RequestMsgWithContext(ctx, m)
+				cancel()
+				ok := false
+				if err == nil {
+					rep, derr := bus.DecodeReply(resp.Data)
+					ok = derr == nil && rep.OK
+				}
+				results <- outcome{ok, time.Since(start)}
+			}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var n, failed int
+	for r := range results {
+		n++
+		if !r.ok {
+			failed++
+		}
+		if r.took > budget+250*time.Millisecond {
+			t.Errorf("a call took %v, past its budget of %v", r.took, budget)
+		}
+	}
+	t.Logf("%d of %d calls failed around the replica's death", failed, n)
+	// Only the calls in flight on the dead replica, and those routed to it
+	// before the server saw it go, may fail.
+	if failed > 40 {
+		t.Errorf("%d of %d calls failed after one of two replicas died", failed, n)
+	}
+	for i := range 20 {
+		if rep := call(t, b.nc, "up", "echo", `{"message":"after"}`, 2*time.Second); !rep.OK {
+			t.Fatalf("call %d after the replica died: %+v", i, rep)
 		}
 	}
 }
