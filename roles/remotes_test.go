@@ -256,3 +256,76 @@ func TestRemoteTools(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoteToolsListChanged: a change of an upstream's tools reaches the
+// MCP clients that can hear of it, on every gateway replica: a stateful
+// session and a stateless 2026-07-28 one get tools/list_changed when the
+// record changes (the remote tier rewrites it on the upstream's own
+// list_changed: TestTierFollowsListChanged) and when it goes.
+func TestRemoteToolsListChanged(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	second := f.secondGateway(gatewayConfig{Stateful: true})
+	remotes, err := bus.OpenRemotes(t.Context(), f.nc, bus.RemotesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := json.RawMessage(`{"type":"object"}`)
+	rec := &bus.Remote{Upstream: "up", Transport: "http", Tenants: []string{DefaultTenant}, TimeoutMs: 1000,
+		Tools: []bus.RemoteTool{{Name: "one", InputSchema: obj, Safety: schemas.SafetyReadOnly}}}
+	f.putRemote(remotes, rec, DefaultTenant, "up.one", true)
+	waitSecond := func(name string, listed bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := second.gw.Wait(ctx, func(map[string]int) bool { return second.gw.HasTool(DefaultTenant, name) == listed }); err != nil {
+			t.Fatalf("the second gateway never had %s = %v", name, listed)
+		}
+	}
+	waitSecond("up.one", true)
+	tok := f.token(auth.MintOptions{})
+	clients := map[string]struct {
+		s       *sdk.ClientSession
+		changed <-chan struct{}
+	}{}
+	for name, c := range map[string]struct{ url, version string }{
+		"stateful 2025-11-25":  {second.url(), "2025-11-25"},
+		"stateless 2026-07-28": {f.a.MCPURL(), "2026-07-28"},
+	} {
+		s, changed := f.listChangedClient(c.url, tok, c.version)
+		clients[name] = struct {
+			s       *sdk.ClientSession
+			changed <-chan struct{}
+		}{s, changed}
+	}
+	expect := func(what, tool string, listed bool) {
+		t.Helper()
+		for name, c := range clients {
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case <-c.changed:
+				case <-deadline:
+					t.Fatalf("%s: no tools/list_changed that %s", name, what)
+				}
+				lt, err := c.s.ListTools(t.Context(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == tool }) == listed {
+					break
+				}
+			}
+		}
+	}
+	rec.Tools = append(rec.Tools, bus.RemoteTool{Name: "two", InputSchema: obj, Safety: schemas.SafetyReadOnly})
+	f.putRemote(remotes, rec, DefaultTenant, "up.two", true)
+	expect("lists up.two", "up.two", true)
+	rev, err := remotes.Put(t.Context(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remotes.Release(t.Context(), "up", rev); err != nil {
+		t.Fatal(err)
+	}
+	expect("drops up.two", "up.two", false)
+}
