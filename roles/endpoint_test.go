@@ -129,4 +129,14 @@ func TestEndpointRoundTrip(t *testing.T) {
 	if a.Type != "error" || a.Error.Category != "invalid_arguments" {
 		t.Errorf("a number for message = %+v (%+v), want invalid_arguments", a, a.Error)
 	}
+
+	// A tenant the upstream is not configured for neither lists nor calls it.
+	other := f.token(auth.MintOptions{Tenant: "other"})
+	if a := askEndpoint(t, url, other, `{"action":"list_tools"}`); a.Type != "result" || len(a.Tools) != 0 {
+		t.Errorf("tenant other lists %+v", a)
+	}
+	a = askEndpoint(t, url, other, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":"x"}}`)
+	if a.Type != "error" || a.Error.Category != "unauthorized" {
+		t.Errorf("tenant other calls ext.echo_external: %+v (%+v), want unauthorized", a, a.Error)
+	}
 }
