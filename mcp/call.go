@@ -26,8 +26,8 @@ import (
 // Keys of a result's _meta: MetaRequestID carries the call's request id
 // (every result), MetaError the error envelope of a failed call.
 const (
-	MetaRequestID = "io.okso/request_id"
-	MetaError     = "io.okso/error"
+	MetaRequestID = schemas.MetaRequestID
+	MetaError     = schemas.MetaError
 )
 
 var (

@@ -320,9 +320,9 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 				IdempotentHint: t.Kind.Idempotent || c.Idempotent,
 			},
 			Meta: sdk.Meta{
-				"io.okso/node_id":      rec.NodeID,
-				"io.okso/kind":         c.Kind,
-				"io.okso/safety_class": class,
+				schemas.MetaNodeID:      rec.NodeID,
+				schemas.MetaKind:        c.Kind,
+				schemas.MetaSafetyClass: class,
 			},
 		}
 		if class == schemas.SafetyDestructive {

@@ -189,8 +189,8 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 			IdempotentHint: t.Idempotent,
 		},
 		Meta: sdk.Meta{
-			"io.okso/upstream":     upstream,
-			"io.okso/safety_class": t.Safety,
+			schemas.MetaUpstream:    upstream,
+			schemas.MetaSafetyClass: t.Safety,
 		},
 	}
 	if len(t.OutputSchema) > 0 {

@@ -30,7 +30,7 @@ type Client interface {
 	// and isError, without its _meta. An isError result is the tool's own
 	// answer, not an error of Call. meta is sent as the call's _meta, in
 	// a map of the call's own: the tier puts the request id under
-	// "io.okso/request_id" and the trace context under "traceparent";
+	// schemas.MetaRequestID and the trace context under schemas.MetaTraceparent;
 	// over HTTP both also travel as the X-Request-Id and traceparent
 	// headers.
 	Call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (json.RawMessage, error)
@@ -47,13 +47,6 @@ type Client interface {
 	// process it started. It waits for them and is idempotent.
 	Close() error
 }
-
-// The _meta keys the tier sends with every call (DESIGN.md §9.1); an
-// HTTP upstream also gets them as headers.
-const (
-	metaRequestID   = "io.okso/request_id"
-	metaTraceparent = "traceparent"
-)
 
 // isObject reports whether raw is one well-formed JSON object, white
 // space around it allowed.

@@ -243,7 +243,7 @@ func rpcError(err error) *ActionError {
 // toolError is a failed call: okso's envelope when okso failed it, the
 // tool's own words when the tool did (a federated upstream's isError).
 func toolError(res *sdk.CallToolResult) *ActionError {
-	if raw, ok := res.Meta["io.okso/error"]; ok {
+	if raw, ok := res.Meta[schemas.MetaError]; ok {
 		b, _ := json.Marshal(raw)
 		var e schemas.Error
 		if json.Unmarshal(b, &e) == nil && schemas.KnownCode(e.Code) {
@@ -261,7 +261,7 @@ func toolError(res *sdk.CallToolResult) *ActionError {
 
 // descriptorOf is a listed tool as a seed-002 descriptor.
 func descriptorOf(t *sdk.Tool, url string) Descriptor {
-	class, _ := t.Meta["io.okso/safety_class"].(string)
+	class, _ := t.Meta[schemas.MetaSafetyClass].(string)
 	d := Descriptor{
 		Name:        t.Name,
 		Description: t.Description,

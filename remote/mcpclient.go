@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // StdioOptions configure [DialStdio].
@@ -403,8 +404,8 @@ type callInfoKey struct{}
 // withCallInfo gives ctx a callInfo with the correlation of meta.
 func withCallInfo(ctx context.Context, meta map[string]any) (context.Context, *callInfo) {
 	info := &callInfo{}
-	info.requestID, _ = meta[metaRequestID].(string)
-	info.traceparent, _ = meta[metaTraceparent].(string)
+	info.requestID, _ = meta[schemas.MetaRequestID].(string)
+	info.traceparent, _ = meta[schemas.MetaTraceparent].(string)
 	return context.WithValue(ctx, callInfoKey{}, info), info
 }
 

@@ -81,9 +81,9 @@ func (s *upstream) serve(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	meta := func() map[string]any { // a fresh map per attempt: a client may write into it
-		meta := map[string]any{"io.okso/request_id": ev.RequestID}
+		meta := map[string]any{schemas.MetaRequestID: ev.RequestID}
 		if tp := m.Header.Get(bus.HeaderTraceparent); tp != "" {
-			meta["traceparent"] = tp
+			meta[schemas.MetaTraceparent] = tp
 		}
 		return meta
 	}
