@@ -77,6 +77,8 @@ type entry struct {
 	// nodeID is the node of a device tool: its results and frames must
 	// name it.
 	nodeID string
+	// upstream is the federated upstream of an upstream's tool.
+	upstream string
 	// subject is the NATS subject that serves a call.
 	subject string
 	// budget bounds a call (0: the gateway's).

@@ -169,14 +169,15 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		return nil, fmt.Errorf("tool %s: input %w", name, err)
 	}
 	e := &entry{
-		name:    name,
-		source:  sourceUpstream,
-		class:   t.Safety,
-		scope:   auth.ScopeFor(t.Safety),
-		input:   foreign{in},
-		shape:   shapeToolResult,
-		subject: bus.RemoteCall(upstream),
-		budget:  budget,
+		name:     name,
+		source:   sourceUpstream,
+		class:    t.Safety,
+		scope:    auth.ScopeFor(t.Safety),
+		input:    foreign{in},
+		shape:    shapeToolResult,
+		subject:  bus.RemoteCall(upstream),
+		budget:   budget,
+		upstream: upstream,
 	}
 	st := &sdk.Tool{
 		Name:        name,
@@ -214,7 +215,23 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		st.Annotations.DestructiveHint = &no
 	}
 	e.desc = st
+	if err := sdkAccepts(st); err != nil {
+		return nil, fmt.Errorf("tool %s: %w", name, err)
+	}
 	return e, nil
+}
+
+// sdkAccepts reports whether the SDK's server takes the tool: AddTool
+// panics on what it refuses, and an upstream's tool must never take a
+// gateway down. Tried on a server of its own, once per listing.
+func sdkAccepts(t *sdk.Tool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the MCP SDK refuses it: %v", r)
+		}
+	}()
+	sdk.NewServer(&sdk.Implementation{Name: "okso-check"}, nil).AddTool(t, unreachable)
+	return nil
 }
 
 // trimDescription bounds an upstream's description of a tool.

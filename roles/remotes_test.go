@@ -126,6 +126,9 @@ func TestRemoteTools(t *testing.T) {
 					{Name: "liar", InputSchema: obj, OutputSchema: json.RawMessage(echoOutput), Safety: schemas.SafetyReadOnly},
 					{Name: "poke", InputSchema: obj, Safety: schemas.SafetyMutating},
 					{Name: "array", InputSchema: json.RawMessage(`{"type":"array"}`), Safety: schemas.SafetyReadOnly},
+					// The SDK's AddTool panics on it: it must not take the gateway down.
+					{Name: "header", InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"array","x-mcp-header":"X"}}}`),
+						Safety: schemas.SafetyReadOnly},
 					{Name: "unclassed", InputSchema: obj},
 					{Name: strings.Repeat("x", 62), InputSchema: obj, Safety: schemas.SafetyReadOnly},
 				}}

@@ -78,7 +78,9 @@ func ParseRemoteToolName(name string) (upstream, tool string, ok bool) {
 
 // ValidToolSchema checks that raw can be a listed tool's input schema: a
 // JSON object whose "type" is "object" (MCP requires it, and the SDK's
-// server refuses any other).
+// server refuses any other), with no "x-mcp-header" anywhere (a request
+// header the SDK would route an argument into, and whose malformed uses
+// make its server panic: okso federates no such tool).
 func ValidToolSchema(raw json.RawMessage) error {
 	v, err := Decode(raw)
 	m, ok := v.(map[string]any)
@@ -88,5 +90,27 @@ func ValidToolSchema(raw json.RawMessage) error {
 	if m["type"] != "object" {
 		return errors.New(`input schema's type is not "object"`)
 	}
+	if hasKey(v, "x-mcp-header") {
+		return errors.New("input schema routes an argument into a request header (x-mcp-header)")
+	}
 	return nil
+}
+
+// hasKey reports whether key is a member name anywhere in v.
+func hasKey(v any, key string) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, m := range v {
+			if k == key || hasKey(m, key) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if hasKey(e, key) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -168,3 +168,18 @@ func TestForeign(t *testing.T) {
 		t.Error("a local $ref was not followed")
 	}
 }
+
+// TestValidToolSchemaRefusesHeaderRouting: a schema that would make the
+// SDK route an argument into a request header (and, malformed, panic in
+// AddTool) is refused wherever it hides.
+func TestValidToolSchemaRefusesHeaderRouting(t *testing.T) {
+	for _, raw := range []string{
+		`{"type":"object","properties":{"a":{"type":"array","x-mcp-header":"X"}}}`,
+		`{"type":"object","properties":{"a":{"type":"string","x-mcp-header":"X-A"}}}`,
+		`{"type":"object","$defs":{"d":{"anyOf":[{"x-mcp-header":"Y"}]}}}`,
+	} {
+		if err := schemas.ValidToolSchema(json.RawMessage(raw)); err == nil {
+			t.Errorf("ValidToolSchema(%s) accepted", raw)
+		}
+	}
+}
