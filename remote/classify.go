@@ -96,3 +96,25 @@ func resetBeforeAnswer(err error) bool {
 	var u *url.Error
 	return errors.As(err, &u) && (errors.Is(u.Err, io.EOF) || errors.Is(u.Err, io.ErrUnexpectedEOF))
 }
+
+// redactURL is an upstream's URL as okso logs it: scheme, host and path,
+// never the credentials a userinfo or a query may hold.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment = nil, "", false, ""
+	return u.String()
+}
+
+// scrub is err as okso logs it: the URL of every *url.Error in it
+// redacted.
+func scrub(err error) string {
+	msg := err.Error()
+	var ue *url.Error
+	for e := err; errors.As(e, &ue); e = ue.Err {
+		msg = strings.ReplaceAll(msg, ue.URL, redactURL(ue.URL))
+	}
+	return msg
+}

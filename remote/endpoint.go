@@ -133,7 +133,7 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 		return nil, rpcError(err)
 	}
 	if res.IsError {
-		return nil, toolError(res)
+		return nil, toolError(req.Tool, res)
 	}
 	var result any = res.StructuredContent
 	if result == nil {
@@ -240,9 +240,10 @@ func rpcError(err error) *ActionError {
 	return fromEnvelope(schemas.NewError(schemas.CodeInternal, "the gateway failed the request"))
 }
 
-// toolError is a failed call: okso's envelope when okso failed it, the
-// tool's own words when the tool did (a federated upstream's isError).
-func toolError(res *sdk.CallToolResult) *ActionError {
+// toolError is a failed call: okso's envelope when okso failed it; when
+// the tool did (a federated upstream's isError), the tool's own words,
+// bounded, under the tool's name, never as okso's.
+func toolError(tool string, res *sdk.CallToolResult) *ActionError {
 	if raw, ok := res.Meta[schemas.MetaError]; ok {
 		b, _ := json.Marshal(raw)
 		var e schemas.Error
@@ -256,7 +257,11 @@ func toolError(res *sdk.CallToolResult) *ActionError {
 			text.WriteString(t.Text)
 		}
 	}
-	return &ActionError{Name: "okso", Category: schemas.Category(schemas.CodeNodeOffline), Message: text.String()}
+	msg := text.String()
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	return &ActionError{Name: tool, Category: schemas.Category(schemas.CodeNodeOffline), Message: msg}
 }
 
 // descriptorOf is a listed tool as a seed-002 descriptor.

@@ -211,7 +211,7 @@ func DialHTTP(ctx context.Context, o HTTPOptions) (Client, error) {
 		if c.closeIdle != nil {
 			c.closeIdle()
 		}
-		return nil, fmt.Errorf("connect to %s: %w", o.URL, info.wrap(err))
+		return nil, fmt.Errorf("connect to %s: %w", redactURL(o.URL), info.wrap(err))
 	}
 	c.cs = cs
 	go func() {

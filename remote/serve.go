@@ -26,7 +26,18 @@ func (s *upstream) onCall(m *nats.Msg) {
 		s.answer(m, s.event(m, time.Now()), schemas.CodeRateLimited, "the upstream has too many calls in flight")
 		return
 	}
+	// Admitted only while the session serves: its end waits for the
+	// calls admitted, and a callback that runs as it unsubscribes must
+	// not add one while it waits.
+	s.admitMu.Lock()
+	if !s.admitting {
+		s.admitMu.Unlock()
+		<-s.sem
+		s.answer(m, s.event(m, time.Now()), schemas.CodeNodeOffline, "the upstream is not connected")
+		return
+	}
 	s.calls.Add(1)
+	s.admitMu.Unlock()
 	go func() {
 		defer s.calls.Done()
 		defer func() { <-s.sem }()
@@ -91,9 +102,15 @@ func (s *upstream) serve(m *nats.Msg) {
 	for attempt := 1; ; attempt++ {
 		res, err := sv.client.Call(ctx, tool, call.Arguments, meta())
 		if err == nil {
+			reply := bus.OKReply(res)
+			if max := s.t.o.NC.MaxPayload(); int64(len(reply)) > max {
+				s.log.Warn("upstream result too large for NATS", "tool", call.Tool, "bytes", len(reply), "max", max)
+				s.answer(m, ev, schemas.CodeInternal, "the upstream's result is larger than okso carries")
+				return
+			}
 			ev.Decision, ev.Duration = bus.DecisionAllowed, time.Since(start)
 			s.t.o.Auditor.Record(ev)
-			if err := m.Respond(bus.OKReply(res)); err != nil {
+			if err := m.Respond(reply); err != nil {
 				s.log.Warn("answer call", "err", err)
 			}
 			return
@@ -107,7 +124,7 @@ func (s *upstream) serve(m *nats.Msg) {
 		}
 		left := time.Until(deadlineOf(ctx))
 		if !rt.Idempotent || !transient || attempt >= maxAttempts || left <= wait {
-			s.log.Debug("upstream call failed", "tool", call.Tool, "attempt", attempt, "err", err)
+			s.log.Debug("upstream call failed", "tool", call.Tool, "attempt", attempt, "err", scrub(err))
 			s.answer(m, ev, code, message(code))
 			return
 		}

@@ -151,6 +151,11 @@ type upstream struct {
 	// of the current session; nil between sessions.
 	served atomic.Pointer[served]
 	calls  sync.WaitGroup // calls in flight
+	// admitting says whether onCall admits calls; admitMu orders it
+	// with calls.Add, so that no call is added once the end of a
+	// session waits for them.
+	admitMu   sync.Mutex
+	admitting bool
 	// refused holds the tools already reported as unlistable, so a
 	// re-list does not report them again; only the session uses it.
 	refused map[string]bool
@@ -175,7 +180,7 @@ func (s *upstream) session(ctx context.Context) bool {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("upstream unreachable; trying again", "err", err)
+			s.log.Warn("upstream unreachable; trying again", "err", scrub(err))
 		}
 		return false
 	}
@@ -187,13 +192,15 @@ func (s *upstream) session(ctx context.Context) bool {
 	rec, tools, err := s.list(ctx, client)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("upstream cannot be listed; trying again", "err", err)
+			s.log.Warn("upstream cannot be listed; trying again", "err", scrub(err))
 		}
 		return false
 	}
 	s.served.Store(&served{client: client, tools: tools})
 	defer s.served.Store(nil)
 
+	s.setAdmitting(true)
+	defer s.setAdmitting(false) // after the calls are waited for, below
 	// Served before it is listed: a gateway that sees the record finds a
 	// responder (as the device tier flushes its subscription first).
 	sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
@@ -222,6 +229,7 @@ func (s *upstream) session(ctx context.Context) bool {
 		if err := sub.Unsubscribe(); err != nil {
 			s.log.Warn("unsubscribe upstream subject", "err", err)
 		}
+		s.setAdmitting(false)
 		s.calls.Wait()
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -256,7 +264,7 @@ func (s *upstream) session(ctx context.Context) bool {
 			next, tools, err := s.list(ctx, client)
 			if err != nil {
 				if ctx.Err() == nil {
-					s.log.Warn("upstream cannot be listed; its tools leave every list until it lists again", "err", err)
+					s.log.Warn("upstream cannot be listed; its tools leave every list until it lists again", "err", scrub(err))
 				}
 				return true
 			}
@@ -272,6 +280,12 @@ func (s *upstream) session(ctx context.Context) bool {
 			rev = r
 		}
 	}
+}
+
+func (s *upstream) setAdmitting(on bool) {
+	s.admitMu.Lock()
+	s.admitting = on
+	s.admitMu.Unlock()
 }
 
 // list lists the upstream's tools and keeps those the config allows and
