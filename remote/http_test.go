@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,3 +195,55 @@ func TestHTTPSessionLost(t *testing.T) {
 		t.Errorf("count called %d times in a lost session", n)
 	}
 }
+
+// TestHTTPOneCallRefused: a 4xx to one call (a proxy's 413 for large
+// arguments, a 403 for one tool) fails that call, with its code, and the
+// session lives on for the others.
+func TestHTTPOneCallRefused(t *testing.T) {
+	u := testupstream.New(testupstream.Options{})
+	inner := u.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("X-Refuse") {
+		case "413":
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		case "403":
+			http.Error(w, "forbidden", http.StatusForbidden)
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var refuse atomic.Value // the status the next POSTs get
+	refuse.Store("")
+	var hc http.Client
+	hc.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if s := refuse.Load().(string); s != "" && r.Method == http.MethodPost {
+			r = r.Clone(r.Context())
+			r.Header.Set("X-Refuse", s)
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	c, err := remote.DialHTTP(bounded(t), remote.HTTPOptions{URL: srv.URL, Client: &hc, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for status, code := range map[string]string{"413": schemas.CodeInternal, "403": schemas.CodeSafetyDenied} {
+		refuse.Store(status)
+		_, err := c.Call(bounded(t), "count", nil, nil)
+		wantCode(t, err, code, false)
+		refuse.Store("")
+		select {
+		case <-c.Done():
+			t.Fatalf("a %s to one call ended the session", status)
+		default:
+		}
+		if _, err := c.Call(bounded(t), "count", nil, nil); err != nil {
+			t.Fatalf("the call after a %s: %v", status, err)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

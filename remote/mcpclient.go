@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -442,6 +443,52 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if info != nil && resp != nil && resp.StatusCode >= 400 {
 		info.status.Store(int32(resp.StatusCode))
+		if refusesOneCall(req, resp) {
+			return callRefused(req, resp), nil
+		}
 	}
 	return resp, err
+}
+
+// refusesOneCall reports whether resp refuses one call rather than the
+// session: a 4xx to a POST, but for a lost session (404) and a rate
+// limit (429). The SDK fails the whole session on such a status (in
+// v1.8.0), which would take the upstream's tools off every list for one
+// caller's oversized arguments or one refused token.
+func refusesOneCall(req *http.Request, resp *http.Response) bool {
+	return req.Method == http.MethodPost && resp.StatusCode >= 400 && resp.StatusCode < 500 &&
+		resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusTooManyRequests
+}
+
+// callRefused answers the call's request with a JSON-RPC error in place
+// of resp, so that the call fails and the session lives on; the status
+// is kept in the call's callInfo for [Classify]. Without the request's
+// id, resp is returned as it is.
+func callRefused(req *http.Request, resp *http.Response) *http.Response {
+	if req.GetBody == nil {
+		return resp
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return resp
+	}
+	var msg struct {
+		ID json.RawMessage `json:"id"`
+	}
+	err = json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&msg)
+	body.Close()
+	if err != nil || len(msg.ID) == 0 {
+		return resp
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	out := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32000,"message":"upstream answered HTTP %d"}}`,
+		msg.ID, resp.StatusCode)
+	h := resp.Header.Clone()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/json")
+	return &http.Response{
+		Status: "200 OK", StatusCode: http.StatusOK, Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
+		Header: h, Body: io.NopCloser(strings.NewReader(out)), ContentLength: int64(len(out)), Request: req,
+	}
 }
