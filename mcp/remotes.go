@@ -21,9 +21,6 @@ import (
 // upstream's subject, where any replica of the remote tier answers it;
 // the gateway never reaches an upstream itself.
 
-// maxRemoteDescription bounds the description an upstream gives a tool.
-const maxRemoteDescription = 4096
-
 // listedRemote is an upstream as the gateway lists it.
 type listedRemote struct {
 	rec  *bus.Remote
@@ -182,7 +179,7 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 	st := &sdk.Tool{
 		Name:        name,
 		Title:       t.Title,
-		Description: trimDescription(t.Description),
+		Description: schemas.TrimDescription(t.Description),
 		InputSchema: t.InputSchema,
 		Annotations: &sdk.ToolAnnotations{
 			Title:          t.Title,
@@ -232,18 +229,6 @@ func sdkAccepts(t *sdk.Tool) (err error) {
 	}()
 	sdk.NewServer(&sdk.Implementation{Name: "okso-check"}, nil).AddTool(t, unreachable)
 	return nil
-}
-
-// trimDescription bounds an upstream's description of a tool.
-func trimDescription(s string) string {
-	if len(s) <= maxRemoteDescription {
-		return s
-	}
-	cut := maxRemoteDescription
-	for cut > 0 && s[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // checkToolResult checks an upstream's CallToolResult: a JSON object

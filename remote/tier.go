@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -322,6 +323,12 @@ func (s *upstream) list(ctx context.Context, client Client) (*bus.Remote, map[st
 	if err := rec.Seal(); err != nil {
 		return nil, nil, err
 	}
+	// The record travels as one NATS message.
+	if b, err := json.Marshal(rec); err != nil {
+		return nil, nil, err
+	} else if max := s.t.o.NC.MaxPayload(); int64(len(b)) > max {
+		return nil, nil, fmt.Errorf("the allowed tools make a record of %d bytes, over the %d NATS carries: allow fewer", len(b), max)
+	}
 	return rec, tools, nil
 }
 
@@ -347,8 +354,8 @@ func (s *upstream) project(tl Tool) (bus.RemoteTool, error) {
 	}
 	return bus.RemoteTool{
 		Name:         tl.Name,
-		Title:        tl.Title,
-		Description:  tl.Description,
+		Title:        schemas.TrimDescription(tl.Title),
+		Description:  schemas.TrimDescription(tl.Description),
 		InputSchema:  tl.InputSchema,
 		OutputSchema: tl.OutputSchema,
 		Safety:       safety,

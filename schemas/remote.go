@@ -114,3 +114,19 @@ func hasKey(v any, key string) bool {
 	}
 	return false
 }
+
+// MaxDescription bounds the description of a tool okso did not write.
+const MaxDescription = 4096
+
+// TrimDescription bounds an upstream's description of a tool to
+// MaxDescription bytes, cut at a character's start.
+func TrimDescription(s string) string {
+	if len(s) <= MaxDescription {
+		return s
+	}
+	cut := MaxDescription
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/okso-io/okso/schemas"
 )
@@ -181,5 +182,17 @@ func TestValidToolSchemaRefusesHeaderRouting(t *testing.T) {
 		if err := schemas.ValidToolSchema(json.RawMessage(raw)); err == nil {
 			t.Errorf("ValidToolSchema(%s) accepted", raw)
 		}
+	}
+}
+
+func TestTrimDescription(t *testing.T) {
+	short := "Echoes."
+	if got := schemas.TrimDescription(short); got != short {
+		t.Errorf("TrimDescription(%q) = %q", short, got)
+	}
+	long := strings.Repeat("é", schemas.MaxDescription) // 2 bytes each
+	got := schemas.TrimDescription(long)
+	if len(got) > schemas.MaxDescription+len("…") || !strings.HasSuffix(got, "…") || !utf8.ValidString(got) {
+		t.Errorf("TrimDescription of %d bytes = %d bytes, valid UTF-8 %v", len(long), len(got), utf8.ValidString(got))
 	}
 }
