@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"time"
 
@@ -20,6 +21,13 @@ const retryWait = 50 * time.Millisecond
 // onCall takes one request of the upstream's subject. It runs on the
 // subscription's goroutine, so it only admits the call and hands it on.
 func (s *upstream) onCall(m *nats.Msg) {
+	if m.Header.Get(bus.HeaderProbe) != "" {
+		// Another replica asks whether this one serves the upstream.
+		if err := m.Respond(bus.OKReply(json.RawMessage(`{}`))); err != nil {
+			s.log.Debug("answer probe", "err", err)
+		}
+		return
+	}
 	select {
 	case s.sem <- struct{}{}:
 	default:

@@ -234,7 +234,11 @@ func (s *upstream) session(ctx context.Context) bool {
 		s.calls.Wait()
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if rev != 0 && ctx.Err() == nil {
+		switch {
+		case rev == 0 || ctx.Err() != nil:
+		case s.servedElsewhere(rctx):
+			s.log.Info("another replica serves the upstream: its record stays")
+		default:
 			if err := t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
 				s.log.Warn("remove upstream record", "err", err)
 			}
@@ -281,6 +285,18 @@ func (s *upstream) session(ctx context.Context) bool {
 			rev = r
 		}
 	}
+}
+
+// servedElsewhere reports whether another replica answers the
+// upstream's subject (this one has left it): then the record is theirs
+// to keep, and removing it would take the tools off every list for up to
+// a third of the lease.
+func (s *upstream) servedElsewhere(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	probe := &nats.Msg{Subject: bus.RemoteCall(s.cfg.Name), Header: nats.Header{bus.HeaderProbe: {"1"}}}
+	_, err := s.t.o.NC.RequestMsgWithContext(pctx, probe)
+	return err == nil
 }
 
 func (s *upstream) setAdmitting(on bool) {

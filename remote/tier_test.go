@@ -3,10 +3,14 @@ package remote_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -427,6 +431,62 @@ func TestTierReplicaDiesUnderLoad(t *testing.T) {
 	for i := range 20 {
 		if rep := call(t, b.nc, "up", "echo", `{"message":"after"}`, 2*time.Second); !rep.OK {
 			t.Fatalf("call %d after the replica died: %+v", i, rep)
+		}
+	}
+}
+
+// TestTierReplicaLosesUpstream: when one replica can no longer reach the
+// upstream but another still serves it, the record stays (the first asks
+// before it removes), and the tools never leave the list.
+func TestTierReplicaLosesUpstream(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	// The first replica's session cannot be ended over its broken route:
+	// the upstream ends it, once the tiers stopped.
+	t.Cleanup(u.EndSessions)
+	target, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var broken atomic.Bool // the first replica's route to the upstream
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	route := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if broken.Load() {
+			http.Error(w, "route down", http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(route.Close)
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"count"}, "count")}})
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+	// The replica that will lose its route writes the record last, so a
+	// release of its revision would remove it.
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", route.URL, []string{"count"}, "count")}})
+	if b.next(t, "up") == nil {
+		t.Fatal("no record from the second replica")
+	}
+	broken.Store(true)
+	// Calls reach both replicas; those on the first fail over its broken
+	// route, until it gives the upstream up.
+	deadline := time.Now().Add(2 * b.remotes.TTL())
+	for time.Now().Before(deadline) {
+		_ = call(t, b.nc, "up", "count", `{}`, time.Second)
+		select {
+		case e := <-b.records:
+			if e.Upstream == "up" && e.Remote == nil {
+				t.Fatal("the record went away while a replica still serves the upstream")
+			}
+		default:
+		}
+	}
+	for i := range 10 {
+		if rep := call(t, b.nc, "up", "count", `{}`, 2*time.Second); !rep.OK {
+			t.Fatalf("call %d, once the first replica gave up: %+v", i, rep)
 		}
 	}
 }
