@@ -241,6 +241,11 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 	}
 	defer p.stdout.Close()
 	wrote := make(chan struct{})
+	// A process that leaves its stdin unread (one it started may hold it)
+	// must not keep the write, and so the call, past its deadline.
+	if d, ok := ctx.Deadline(); ok {
+		_ = p.stdin.SetWriteDeadline(d)
+	}
 	go func() {
 		defer close(wrote)
 		_, _ = p.stdin.Write(append(body, '\n')) // EPIPE if it reads nothing: its business

@@ -285,3 +285,20 @@ func TestActionClose(t *testing.T) {
 		t.Errorf("Changed, Done = %v, %v; want nil channels", c.Changed(), c.Done())
 	}
 }
+
+// TestActionUnreadStdin: a process that leaves its stdin unread, held by
+// a process of its own outside its group, does not keep a large request's
+// write, and so the call, past the timeout.
+func TestActionUnreadStdin(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	script := writeScript(t, `setsid sleep 3 <&0 >/dev/null 2>&1 & exec sleep 600`)
+	c := remote.NewAction(remote.ActionOptions{Command: []string{script}, Timeout: timeout, Log: testLog(t)})
+	defer c.Close()
+	args := json.RawMessage(`{"x":"` + strings.Repeat("a", 512<<10) + `"}`) // far more than a pipe holds
+	start := time.Now()
+	_, err := c.Call(bounded(t), "t", args, nil)
+	if took := time.Since(start); took > timeout+time.Second {
+		t.Errorf("took %v, timeout %v", took, timeout)
+	}
+	wantCode(t, err, schemas.CodeDeadlineExceeded, false)
+}

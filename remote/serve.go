@@ -99,6 +99,15 @@ func (s *upstream) serve(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() { // a stopping tier ends the call after its grace
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ended:
+		}
+	}()
 	meta := func() map[string]any { // a fresh map per attempt: a client may write into it
 		meta := map[string]any{schemas.MetaRequestID: ev.RequestID}
 		if tp := m.Header.Get(bus.HeaderTraceparent); tp != "" {
@@ -124,7 +133,11 @@ func (s *upstream) serve(m *nats.Msg) {
 			return
 		}
 		code, transient := Classify(err)
-		if ctx.Err() != nil {
+		switch {
+		case isClosed(s.stopping):
+			s.answer(m, ev, schemas.CodeNodeOffline, "the remote tier is stopping")
+			return
+		case ctx.Err() != nil:
 			code, transient = schemas.CodeDeadlineExceeded, false
 		}
 		if transient {
@@ -146,6 +159,15 @@ func (s *upstream) serve(m *nats.Msg) {
 		if next := s.served.Load(); next != nil {
 			sv = next // the session may have connected again meanwhile
 		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -36,6 +36,9 @@ type Options struct {
 	// could not be reached or listed is tried again (1 s and 30 s; each
 	// wait is jittered).
 	MinBackoff, MaxBackoff time.Duration
+	// StopGrace is how long a stopping tier lets the calls in flight
+	// finish before it ends them, answered E_NODE_OFFLINE (5 s).
+	StopGrace time.Duration
 	// Dial connects to an upstream; nil: by its transport ([DialStdio],
 	// [DialHTTP], [NewAction]).
 	Dial func(ctx context.Context, u *Upstream, log *slog.Logger) (Client, error)
@@ -70,6 +73,9 @@ func New(o Options) (*Tier, error) {
 	}
 	if o.Dial == nil {
 		o.Dial = dial
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 5 * time.Second
 	}
 	if o.Auditor == nil {
 		o.Auditor = &bus.Auditor{}
@@ -121,6 +127,9 @@ func (t *Tier) Run(ctx context.Context) error {
 func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
 		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
+	stopping := make(chan struct{})
+	s.stopping, s.endCalls = stopping, sync.OnceFunc(func() { close(stopping) })
+	defer s.endCalls()
 	defer s.calls.Wait()
 	backoff := t.o.MinBackoff
 	for {
@@ -152,6 +161,10 @@ type upstream struct {
 	// of the current session; nil between sessions.
 	served atomic.Pointer[served]
 	calls  sync.WaitGroup // calls in flight
+	// stopping is closed by endCalls, which ends the calls still in
+	// flight StopGrace after the tier began to stop.
+	stopping <-chan struct{}
+	endCalls func()
 	// admitting says whether onCall admits calls; admitMu orders it
 	// with calls.Add, so that no call is added once the end of a
 	// session waits for them.
@@ -231,6 +244,10 @@ func (s *upstream) session(ctx context.Context) bool {
 			s.log.Warn("unsubscribe upstream subject", "err", err)
 		}
 		s.setAdmitting(false)
+		if ctx.Err() != nil { // the tier stops: a grace, then the calls end
+			grace := time.AfterFunc(t.o.StopGrace, s.endCalls)
+			defer grace.Stop()
+		}
 		s.calls.Wait()
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

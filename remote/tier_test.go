@@ -490,3 +490,48 @@ func TestTierReplicaLosesUpstream(t *testing.T) {
 		}
 	}
 }
+
+// TestTierStopBoundsCalls: a stopping tier lets a call in flight finish
+// for its grace, then ends it, answered E_NODE_OFFLINE, however long the
+// call's own budget.
+func TestTierStopBoundsCalls(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(u.Release)
+	cfg := &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"hang"})}}
+	tier, err := remote.New(remote.Options{NC: b.nc, Remotes: b.remotes, Config: cfg, Logger: testLog(t),
+		StopGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = tier.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+	answered := make(chan bus.Reply, 1)
+	go func() { answered <- call(t, b.nc, "up", "hang", `{}`, 20*time.Second) }()
+	eventually(t, "the upstream runs the call", func() bool { return u.Calls("hang") == 1 })
+	start := time.Now()
+	cancel()
+	select {
+	case rep := <-answered:
+		if code(rep) != schemas.CodeNodeOffline {
+			t.Errorf("a call ended by the stop = %+v, want E_NODE_OFFLINE", rep)
+		}
+		if d := time.Since(start); d > 200*time.Millisecond+2*time.Second {
+			t.Errorf("answered %v after the stop, grace 200ms", d)
+		}
+	case <-time.After(waitLong):
+		t.Fatal("the call was not answered after the stop")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(waitLong):
+		t.Fatal("the tier did not stop")
+	}
+}
