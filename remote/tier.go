@@ -150,6 +150,9 @@ func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	}
 }
 
+// minRelist is the least time between two listings of an upstream.
+const minRelist = time.Second
+
 // upstream is one configured upstream as the tier serves it.
 type upstream struct {
 	t   *Tier
@@ -266,8 +269,16 @@ func (s *upstream) session(ctx context.Context) bool {
 	defer lease.Stop()
 	relist := time.NewTicker(s.cfg.Refresh)
 	defer relist.Stop()
+	// A re-list asked for within minRelist of the last waits for its end:
+	// an upstream that says list_changed in bursts is listed once a
+	// second at most.
+	lastList := time.Now()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	defer due.Stop()
+	var pending bool
 	for {
-		var changed bool
+		var changed, put bool
 		select {
 		case <-ctx.Done():
 			return true
@@ -275,15 +286,26 @@ func (s *upstream) session(ctx context.Context) bool {
 			s.log.Warn("upstream connection ended; connecting again")
 			return true
 		case <-lease.C:
+			put = true
 		case <-client.Changed():
 			changed = true
 		case <-relist.C:
 			changed = true
 		case <-s.kick:
 			changed = true
+		case <-due.C:
+			pending, changed = false, true
+		}
+		if changed && time.Since(lastList) < minRelist {
+			if !pending {
+				pending = true
+				due.Reset(minRelist - time.Since(lastList))
+			}
+			changed = false
 		}
 		if changed {
 			next, tools, err := s.list(ctx, client)
+			lastList = time.Now()
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("upstream cannot be listed; its tools leave every list until it lists again", "err", scrub(err))
@@ -292,9 +314,13 @@ func (s *upstream) session(ctx context.Context) bool {
 			}
 			if next.Digest != rec.Digest {
 				s.log.Info("upstream's tools changed", "tools", len(next.Tools))
+				put = true
 			}
 			rec = next
 			s.served.Store(&served{client: client, tools: tools})
+		}
+		if !put {
+			continue // the record is as written, and its lease not yet due
 		}
 		if r, err := t.o.Remotes.Put(ctx, rec); err != nil {
 			s.log.Warn("refresh upstream record", "err", err)

@@ -1,8 +1,10 @@
 package remote_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -533,5 +535,55 @@ func TestTierStopBoundsCalls(t *testing.T) {
 	case <-stopped:
 	case <-time.After(waitLong):
 		t.Fatal("the tier did not stop")
+	}
+}
+
+// minRelistForTest is the tier's least time between two listings.
+const minRelistForTest = time.Second
+
+// TestTierCoalescesRelists: an upstream that says list_changed every few
+// milliseconds is listed once a second at most, and the record ends with
+// every tool.
+func TestTierCoalescesRelists(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	inner := u.Handler()
+	var lists atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"method":"tools/list"`)) {
+				lists.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "extra_*"})}})
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+	before := lists.Load()
+	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for ; time.Since(start) < 1500*time.Millisecond; n++ { // a chatty upstream: a change every 20 ms
+		u.AddTool("extra_" + strconv.Itoa(n))
+		<-tick.C
+	}
+	for {
+		rec := b.next(t, "up")
+		if rec != nil && len(rec.Tools) == n+1 {
+			break
+		}
+	}
+	listings, took := lists.Load()-before, time.Since(start)
+	t.Logf("%d listings for %d list_changed in %v", listings, n, took)
+	// At most one listing per second, plus the one the first change may
+	// have caught at once.
+	if most := int64(took/minRelistForTest) + 2; listings > most {
+		t.Errorf("%d listings for %d list_changed in %v, want at most %d", listings, n, took, most)
 	}
 }
