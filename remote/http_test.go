@@ -112,8 +112,34 @@ func TestHTTPListChanged(t *testing.T) {
 
 // TestHTTPErrors: each failure of an HTTP upstream, classified.
 func TestHTTPErrors(t *testing.T) {
+	for _, path := range callPaths {
+		t.Run(path.name, func(t *testing.T) { testHTTPErrors(t, path.listed) })
+	}
+}
+
+// callPaths are the two ways an HTTP call goes: through the SDK's session
+// until the tier has listed the upstream, as one POST of its own after.
+var callPaths = []struct {
+	name   string
+	listed bool
+}{{"before a list", false}, {"after a list", true}}
+
+// list lists c's tools when listed is set, so that its calls go the way
+// they go once the tier serves them.
+func list(t *testing.T, c remote.Client, listed bool) {
+	t.Helper()
+	if !listed {
+		return
+	}
+	if _, err := c.List(bounded(t)); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+}
+
+func testHTTPErrors(t *testing.T, listed bool) {
 	u, srv := serveHTTP(t, testupstream.Options{Token: "s3cret", Flaky: 1})
 	c := dialHTTP(t, srv.URL, auth)
+	list(t, c, listed)
 
 	t.Run("503 is transient, and the session survives it", func(t *testing.T) {
 		_, err := c.Call(bounded(t), "flaky", nil, nil)
@@ -180,8 +206,15 @@ func TestHTTPErrors(t *testing.T) {
 // answers 404; the call fails with E_NODE_OFFLINE, Done is closed, and
 // so the tier dials again at once.
 func TestHTTPSessionLost(t *testing.T) {
+	for _, path := range callPaths {
+		t.Run(path.name, func(t *testing.T) { testHTTPSessionLost(t, path.listed) })
+	}
+}
+
+func testHTTPSessionLost(t *testing.T, listed bool) {
 	u, srv := serveHTTP(t, testupstream.Options{})
 	c := dialHTTP(t, srv.URL, nil)
+	list(t, c, listed)
 	u.EndSessions()
 	_, err := c.Call(bounded(t), "count", nil, nil)
 	if !errors.Is(err, mcp.ErrSessionMissing) {
@@ -200,6 +233,12 @@ func TestHTTPSessionLost(t *testing.T) {
 // arguments, a 403 for one tool) fails that call, with its code, and the
 // session lives on for the others.
 func TestHTTPOneCallRefused(t *testing.T) {
+	for _, path := range callPaths {
+		t.Run(path.name, func(t *testing.T) { testHTTPOneCallRefused(t, path.listed) })
+	}
+}
+
+func testHTTPOneCallRefused(t *testing.T, listed bool) {
 	u := testupstream.New(testupstream.Options{})
 	inner := u.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -228,6 +267,7 @@ func TestHTTPOneCallRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	list(t, c, listed)
 	for status, code := range map[string]string{"413": schemas.CodeInternal, "403": schemas.CodeSafetyDenied} {
 		refuse.Store(status)
 		_, err := c.Call(bounded(t), "count", nil, nil)

@@ -58,7 +58,8 @@ const sessionExit = time.Second
 // mcpClient is a [Client] over an MCP session, stdio or HTTP.
 type mcpClient struct {
 	cs      *mcp.ClientSession
-	proc    *proc // stdio only
+	proc    *proc       // stdio only
+	http    *httpCaller // http only
 	changed chan struct{}
 	// done is closed once the session has ended and, for stdio, the
 	// process with it.
@@ -203,7 +204,8 @@ func DialHTTP(ctx context.Context, o HTTPOptions) (Client, error) {
 		own.MaxIdleConnsPerHost = maxIdleConnsPerUpstream
 		base, c.closeIdle = own, own.CloseIdleConnections
 	}
-	hc.Transport = &headerTransport{base: base, headers: o.Headers}
+	c.http = &httpCaller{url: o.URL, hc: hc, lost: func() { go c.cs.Close() }}
+	hc.Transport = &headerTransport{base: base, headers: o.Headers, learn: c.http.learn}
 	sdk := newSDKClient(c.changed, log)
 	info := &callInfo{}
 	cs, err := sdk.Connect(context.WithValue(ctx, callInfoKey{}, info),
@@ -290,12 +292,21 @@ func (c *mcpClient) Call(ctx context.Context, tool string, args json.RawMessage,
 		return nil, fmt.Errorf("call %s: %w", tool, err)
 	}
 	defer end()
+	ctx, info := withCallInfo(ctx, meta)
+	if c.http != nil {
+		res, ok, err := c.http.call(ctx, tool, args, meta)
+		if ok {
+			if err != nil {
+				return nil, fmt.Errorf("call %s: %w", tool, c.callErr(parent, info.wrap(err)))
+			}
+			return res, nil
+		}
+	}
 	// A map of this call's own: the SDK may write into it.
 	m := make(mcp.Meta, len(meta))
 	for k, v := range meta {
 		m[k] = v
 	}
-	ctx, info := withCallInfo(ctx, meta)
 	res, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, Meta: m})
 	if err != nil {
 		return nil, fmt.Errorf("call %s: %w", tool, c.callErr(parent, info.wrap(err)))
@@ -424,6 +435,9 @@ func (i *callInfo) wrap(err error) error {
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	// learn sees every request the upstream answered 200, until the
+	// session's shape is known ([httpCaller.learn]).
+	learn func(*http.Request)
 }
 
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -441,6 +455,9 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	resp, err := t.base.RoundTrip(req)
+	if t.learn != nil && resp != nil && resp.StatusCode == http.StatusOK {
+		t.learn(req)
+	}
 	if info != nil && resp != nil && resp.StatusCode >= 400 {
 		info.status.Store(int32(resp.StatusCode))
 		if refusesOneCall(req, resp) {

@@ -97,17 +97,8 @@ func (s *upstream) serve(m *nats.Msg) {
 		s.answer(m, ev, schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the remote tier")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(s.stopCtx, d) // a stopping tier ends the call after its grace
 	defer cancel()
-	ended := make(chan struct{})
-	defer close(ended)
-	go func() { // a stopping tier ends the call after its grace
-		select {
-		case <-s.stopping:
-			cancel()
-		case <-ended:
-		}
-	}()
 	meta := func() map[string]any { // a fresh map per attempt: a client may write into it
 		meta := map[string]any{schemas.MetaRequestID: ev.RequestID}
 		if tp := m.Header.Get(bus.HeaderTraceparent); tp != "" {

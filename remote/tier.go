@@ -127,8 +127,8 @@ func (t *Tier) Run(ctx context.Context) error {
 func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
 		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
-	stopping := make(chan struct{})
-	s.stopping, s.endCalls = stopping, sync.OnceFunc(func() { close(stopping) })
+	s.stopCtx, s.endCalls = context.WithCancel(context.Background())
+	s.stopping = s.stopCtx.Done()
 	defer s.endCalls()
 	defer s.calls.Wait()
 	backoff := t.o.MinBackoff
@@ -164,10 +164,11 @@ type upstream struct {
 	// of the current session; nil between sessions.
 	served atomic.Pointer[served]
 	calls  sync.WaitGroup // calls in flight
-	// stopping is closed by endCalls, which ends the calls still in
-	// flight StopGrace after the tier began to stop.
+	// stopCtx ends with endCalls, which ends the calls still in flight
+	// StopGrace after the tier began to stop; stopping is its Done.
+	stopCtx  context.Context
 	stopping <-chan struct{}
-	endCalls func()
+	endCalls context.CancelFunc
 	// admitting says whether onCall admits calls; admitMu orders it
 	// with calls.Add, so that no call is added once the end of a
 	// session waits for them.

@@ -1,0 +1,376 @@
+package remote
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/internal/jsonscan"
+)
+
+// A call to a Streamable HTTP upstream does not go through the SDK's
+// session: the tier passes the upstream's result on as bytes, and the
+// SDK would decode it into a CallToolResult (and its content into Go
+// values) only for the tier to encode it again, with two goroutines
+// between the request and its answer. The call is one POST on the
+// session's connections, shaped exactly as the SDK shapes its own
+// requests of the session: the same headers and per-request _meta, which
+// httpCaller takes from the SDK's tools/list request (the tier always
+// lists before it serves a call). Until it has seen one, a call goes
+// through the SDK.
+
+// maxResultBytes bounds what a call reads of an upstream's answer: far
+// more than NATS carries (the tier refuses a larger result anyway), and
+// far less than would hurt.
+const maxResultBytes = 8 << 20
+
+// streamEndWait bounds how long a call waits for an event stream to end
+// after its answer, so that the connection can carry the next call.
+const streamEndWait = 100 * time.Millisecond
+
+// callShape is how the SDK's session shapes a request to the upstream.
+type callShape struct {
+	header   http.Header                // Mcp-Protocol-Version, Mcp-Session-Id
+	meta     map[string]json.RawMessage // the per-request _meta of 2026-07-28 and later
+	standard bool                       // Mcp-Method and Mcp-Name headers
+}
+
+// httpCaller makes the calls of one HTTP session.
+type httpCaller struct {
+	url   string
+	hc    *http.Client
+	shape atomic.Pointer[callShape]
+	next  atomic.Uint64
+	// lost ends the SDK's session when the upstream says it lost it
+	// (404), so that the tier connects again.
+	lost func()
+}
+
+// learn keeps the shape of req, the SDK's tools/list request of the
+// session, which the upstream answered 200.
+func (h *httpCaller) learn(req *http.Request) {
+	if h.shape.Load() != nil || req.Method != http.MethodPost || req.GetBody == nil {
+		return
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	err = json.NewDecoder(io.LimitReader(body, 1<<20)).Decode(&msg)
+	body.Close()
+	if err != nil || msg.Method != "tools/list" {
+		return
+	}
+	s := &callShape{header: http.Header{}, meta: map[string]json.RawMessage{}, standard: req.Header.Get("Mcp-Method") != ""}
+	for _, k := range []string{"Mcp-Protocol-Version", "Mcp-Session-Id"} {
+		if v := req.Header.Get(k); v != "" {
+			s.header.Set(k, v)
+		}
+	}
+	for k, v := range msg.Params.Meta {
+		if k != "progressToken" {
+			s.meta[k] = v
+		}
+	}
+	h.shape.CompareAndSwap(nil, s)
+}
+
+// call calls tool; ok is false when the session's shape is not known
+// yet, and the SDK must make the call.
+func (h *httpCaller) call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (_ json.RawMessage, ok bool, _ error) {
+	s := h.shape.Load()
+	if s == nil {
+		return nil, false, nil
+	}
+	id := "okso-" + strconv.FormatUint(h.next.Add(1), 10)
+	body, err := s.request(id, tool, args, meta)
+	if err != nil {
+		return nil, true, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, true, err
+	}
+	s.setHeaders(req.Header)
+	if s.standard {
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			h.cancel(s, id)
+		}
+		return nil, true, err
+	}
+	res, err := h.answer(ctx, s, id, resp)
+	if err != nil && ctx.Err() != nil {
+		h.cancel(s, id)
+	}
+	return res, true, err
+}
+
+// request is the JSON-RPC request of a call.
+func (s *callShape) request(id, tool string, args json.RawMessage, meta map[string]any) ([]byte, error) {
+	buf := make([]byte, 0, 256+len(args))
+	buf = append(buf, `{"jsonrpc":"2.0","id":"`...)
+	buf = append(buf, id...)
+	buf = append(buf, `","method":"tools/call","params":{"name":`...)
+	buf = jsonscan.AppendString(buf, tool)
+	buf = append(buf, `,"arguments":`...)
+	buf = append(buf, args...)
+	buf = append(buf, `,"_meta":{`...)
+	first := true
+	member := func(k string, v []byte) {
+		if !first {
+			buf = append(buf, ',')
+		}
+		first = false
+		buf = jsonscan.AppendString(buf, k)
+		buf = append(buf, ':')
+		buf = append(buf, v...)
+	}
+	for k, v := range s.meta {
+		if _, ours := meta[k]; !ours {
+			member(k, v)
+		}
+	}
+	for k, v := range meta {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encode _meta %s: %w", k, err)
+		}
+		member(k, b)
+	}
+	return append(buf, "}}}"...), nil
+}
+
+func (s *callShape) setHeaders(h http.Header) {
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	for k, v := range s.header {
+		h[k] = v
+	}
+}
+
+// answer reads the answer to request id from resp, a JSON body or an
+// event stream, and closes resp's body.
+func (h *httpCaller) answer(ctx context.Context, s *callShape, id string, resp *http.Response) (json.RawMessage, error) {
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		err := fmt.Errorf("%s", http.StatusText(resp.StatusCode))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if msg, derr := jsonrpc.DecodeMessage(body); derr == nil {
+			if r, ok := msg.(*jsonrpc.Response); ok && r.Error != nil {
+				err = r.Error
+			}
+		}
+		if resp.StatusCode == http.StatusNotFound && s.header.Get("Mcp-Session-Id") != "" {
+			h.lost()
+			err = fmt.Errorf("%w: %w", mcp.ErrSessionMissing, err)
+		}
+		return nil, &HTTPStatusError{Status: resp.StatusCode, Err: err}
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBytes+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(body) > maxResultBytes {
+			return nil, errors.New("answer larger than okso reads")
+		}
+		res, mine, err := h.message(ctx, s, id, body)
+		if err == nil && !mine {
+			err = errors.New("the upstream answered another request")
+		}
+		return res, err
+	case "text/event-stream":
+		return h.stream(ctx, s, id, resp.Body)
+	}
+	return nil, fmt.Errorf("the upstream answered %s to a call", strconv.Quote(ct))
+}
+
+// stream reads an event stream until the answer to request id, then to
+// its end (briefly: so that the connection carries the next call).
+func (h *httpCaller) stream(ctx context.Context, s *callShape, id string, body io.ReadCloser) (json.RawMessage, error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 4096), maxResultBytes)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) > 0 {
+			if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				if len(data) > 0 {
+					data = append(data, '\n')
+				}
+				data = append(data, bytes.TrimPrefix(rest, []byte(" "))...)
+			}
+			continue
+		}
+		if len(data) == 0 {
+			continue // an event without data: a priming event, say
+		}
+		res, mine, err := h.message(ctx, s, id, data)
+		data = data[:0]
+		if !mine && err == nil {
+			continue
+		}
+		t := time.AfterFunc(streamEndWait, func() { body.Close() })
+		_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+		t.Stop()
+		return res, err
+	}
+	// The stream ended, or broke, before the answer: as a connection
+	// reset before the answer, the upstream went away.
+	err := sc.Err()
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return nil, &url.Error{Op: "read answer", URL: h.url, Err: err}
+}
+
+// message handles one JSON-RPC message of the answer: mine is true when
+// it is the answer to request id, with its result or error. A request of
+// the upstream is answered as the SDK's client would answer it; a
+// notification is dropped.
+func (h *httpCaller) message(ctx context.Context, s *callShape, id string, data []byte) (_ json.RawMessage, mine bool, _ error) {
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Result json.RawMessage `json:"result"`
+		Error  *jsonrpc.Error  `json:"error"`
+	}
+	if err := json.Unmarshal(data, &msg); err != nil {
+		return nil, true, fmt.Errorf("malformed answer: %w", err)
+	}
+	if msg.Method != "" {
+		if len(msg.ID) > 0 {
+			go h.reply(s, msg.ID, msg.Method)
+		}
+		return nil, false, nil
+	}
+	if string(msg.ID) != `"`+id+`"` {
+		return nil, false, nil
+	}
+	if msg.Error != nil {
+		return nil, true, msg.Error
+	}
+	res, err := toolResultOf(msg.Result)
+	return res, true, err
+}
+
+// toolResultOf is an upstream's CallToolResult as the tier passes it on:
+// content, structuredContent and isError, without the _meta; content
+// must be a list of content blocks of the kinds MCP defines.
+func toolResultOf(raw json.RawMessage) (json.RawMessage, error) {
+	var r struct {
+		Content           []json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage   `json:"structuredContent"`
+		IsError           bool              `json:"isError"`
+		ResultType        string            `json:"resultType"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("malformed result: %w", err)
+	}
+	if r.ResultType != "" && r.ResultType != "complete" {
+		// input_required: the upstream asks the client for an
+		// elicitation or a sampling, which okso does not relay.
+		return nil, fmt.Errorf("result of type %s", strconv.Quote(r.ResultType))
+	}
+	size := len(`{"content":[],"structuredContent":,"isError":true}`) + len(r.StructuredContent)
+	for _, c := range r.Content {
+		var block struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(c, &block); err != nil {
+			return nil, fmt.Errorf("malformed result content: %w", err)
+		}
+		switch block.Type {
+		case "text", "image", "audio", "resource_link", "resource":
+		default:
+			return nil, fmt.Errorf("result content of type %s", strconv.Quote(block.Type))
+		}
+		size += len(c) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, `{"content":[`...)
+	for i, c := range r.Content {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, c...)
+	}
+	out = append(out, ']')
+	if len(r.StructuredContent) > 0 && string(r.StructuredContent) != "null" {
+		out = append(out, `,"structuredContent":`...)
+		out = append(out, r.StructuredContent...)
+	}
+	if r.IsError {
+		out = append(out, `,"isError":true`...)
+	}
+	return append(out, '}'), nil
+}
+
+// reply answers a request the upstream made during a call: the tier's
+// client has no roots and serves nothing else, as the SDK's client
+// without handlers would say.
+func (h *httpCaller) reply(s *callShape, id json.RawMessage, method string) {
+	var body []byte
+	switch method {
+	case "ping":
+		body = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
+	case "roots/list":
+		body = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":{"roots":[]}}`, id)
+	default:
+		body = fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":"method not found"}}`, id, jsonrpc.CodeMethodNotFound)
+	}
+	h.post(s, "", body)
+}
+
+// cancel tells the upstream that request id is no longer awaited.
+func (h *httpCaller) cancel(s *callShape, id string) {
+	go h.post(s, "notifications/cancelled", fmt.Appendf(nil,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"%s","reason":"the call's deadline passed"}}`, id))
+}
+
+// post sends one message the upstream does not answer (a notification
+// of method, or a response when method is ""), bounded in time.
+func (h *httpCaller) post(s *callShape, method string, body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	s.setHeaders(req.Header)
+	if s.standard && method != "" {
+		req.Header.Set("Mcp-Method", method)
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
