@@ -17,8 +17,11 @@ import (
 // socket, and only device/e2e (and the composition root) runs two of them
 // together. internal/ is machinery anyone may use; device/internal is the
 // device packages', remote/internal the remote tier's (its test
-// upstream). A new package must be added here, which is the moment to
-// decide what it may import.
+// upstream). A package there with a row here is checked like the others;
+// a test harness there (harnessOf) may be imported only by the tests it
+// names: device/internal/tiertest starts a tier, so device/agent's tests
+// may not use it. A new package must be added here, which is the moment
+// to decide what it may import.
 func TestLayout(t *testing.T) {
 	const mod = "github.com/okso-io/okso/"
 	allowed := map[string][]string{
@@ -31,11 +34,17 @@ func TestLayout(t *testing.T) {
 		"bus":          {"schemas"},
 		"schemas":      {},
 		"auth":         {},
+
+		"device/internal/tiertest": {"device/wire", "device/tier", "bus", "schemas", "auth"},
 	}
 	// What a package's tests may import besides: the contract a copy of a
 	// rule is proved against.
 	testOnly := map[string][]string{
 		"auth": {"schemas"},
+	}
+	// Harnesses for tests: which packages' tests may import them.
+	harnessOf := map[string][]string{
+		"device/internal/tiertest": {"device/tier", "device/e2e"},
 	}
 	// The composition root and the tools around it import what they need.
 	unchecked := []string{".", "roles", "bench", "interop", "deploy", "scripts"}
@@ -53,12 +62,12 @@ func TestLayout(t *testing.T) {
 		}
 		pkg := filepath.ToSlash(filepath.Dir(path))
 		top, _, _ := strings.Cut(pkg, "/")
-		if slices.Contains(unchecked, pkg) || slices.Contains(unchecked, top) ||
+		ok, known := allowed[pkg]
+		if !known && (slices.Contains(unchecked, pkg) || slices.Contains(unchecked, top) ||
 			strings.HasPrefix(pkg, "internal/") || strings.HasPrefix(pkg, "device/internal/") ||
-			strings.HasPrefix(pkg, "remote/internal/") {
+			strings.HasPrefix(pkg, "remote/internal/")) {
 			return nil
 		}
-		ok, known := allowed[pkg]
 		if !known {
 			if !seen[pkg] {
 				t.Errorf("package %s is not in DESIGN.md §10's table here: say what it may import", pkg)
@@ -75,6 +84,10 @@ func TestLayout(t *testing.T) {
 			imp, _ := strconv.Unquote(im.Path.Value)
 			p, ours := strings.CutPrefix(imp, mod)
 			switch {
+			case ours && harnessOf[p] != nil:
+				if !strings.HasSuffix(path, "_test.go") || !slices.Contains(harnessOf[p], pkg) {
+					t.Errorf("%s imports %s: only the tests of %v may", path, imp, harnessOf[p])
+				}
 			case !ours, p == pkg, strings.HasPrefix(p, "internal/"), slices.Contains(ok, p):
 			case strings.HasPrefix(p, "device/internal/") && strings.HasPrefix(pkg, "device/"):
 			case strings.HasPrefix(p, "remote/internal/") && (pkg == "remote" || strings.HasPrefix(pkg, "remote/")):

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 )
@@ -14,15 +15,15 @@ import (
 // It is the part of a call's latency okso adds on top of an MCP server.
 func BenchmarkDeviceRoundTrip(b *testing.B) {
 	tt := newTestTier(b, tier.Options{})
-	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
+	o := agent.MockOptions(wire.NewNodeID(), tt.Schemas, 1)
 	for i := range o.Capabilities {
 		o.Capabilities[i].Constraints.RateLimitRPS = 1e5 // the echo's own 10/s would be the figure
 	}
 	rd := tt.runDevice(b, o)
-	name := echoTool(rd.node)
+	name := tiertest.EchoTool(rd.node)
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := tt.call(b.Context(), rd.node, tenant, name, `{"message":"ping"}`); r.err != nil || !r.reply.OK {
+		if r := tt.Call(b.Context(), rd.node, tiertest.Tenant, name, `{"message":"ping"}`); r.Err != nil || !r.Reply.OK {
 			b.Fatalf("call: %v", r)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 )
@@ -25,19 +26,19 @@ func TestDeviceRefused(t *testing.T) {
 		want  int
 	}{
 		{"bad token", "not.a.jwt", wire.CloseAuthFailed},
-		{"token lacking device:connect", tt.mint(t, auth.MintOptions{Subject: node, Tenant: tenant,
+		{"token lacking device:connect", tt.Mint(t, auth.MintOptions{Subject: node, Tenant: tiertest.Tenant,
 			Scopes: []string{auth.ScopeReadOnly}, Audience: auth.AudienceDevice}), wire.CloseForbidden},
-		{"token of another node", tt.token(t, wire.NewNodeID()), wire.CloseForbidden},
+		{"token of another node", tt.Token(t, wire.NewNodeID()), wire.CloseForbidden},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := agent.MockOptions(node, tt.set, 1)
-			o.URLs, o.Token = []string{tt.url}, tc.token
+			o := agent.MockOptions(node, tt.Schemas, 1)
+			o.URLs, o.Token = []string{tt.URL}, tc.token
 			d, err := agent.New(o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+			ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 			defer cancel()
 			err = d.Run(ctx)
 			var ce *agent.CloseError
@@ -53,24 +54,24 @@ func TestDeviceRefused(t *testing.T) {
 // served from there. Stopping the device is no loss.
 func TestFailover(t *testing.T) {
 	tt := newTestTier(t, tier.Options{Name: "tier-a"})
-	tierB, urlB := tt.startReplica(t, tier.Options{Name: "tier-b"})
-	o := agent.MockOptions(wire.NewNodeID(), tt.set, 1)
-	o.URLs = []string{tt.url, urlB}
+	tierB, urlB := tt.StartReplica(t, tier.Options{Name: "tier-b"})
+	o := agent.MockOptions(wire.NewNodeID(), tt.Schemas, 1)
+	o.URLs = []string{tt.URL, urlB}
 	o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
 	lost := make(chan error, 8)
 	o.OnLost = func(err error) { lost <- err }
 	d := tt.runDevice(t, o)
 	// The device starts at a random tier of its list; shut that one down.
-	r := tt.record(t, d.node)
+	r := tt.Record(t, d.node)
 	if r == nil || (r.Tier != "tier-a" && r.Tier != "tier-b") {
 		t.Fatalf("registry record %+v, want one from tier-a or tier-b", r)
 	}
-	from, to, toTier := tt.tier, tierB, "tier-b"
+	from, to, toTier := tt.Tier, tierB, "tier-b"
 	if r.Tier == "tier-b" {
-		from, to, toTier = tierB, tt.tier, "tier-a"
+		from, to, toTier = tierB, tt.Tier, "tier-a"
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer cancel()
 	if err := from.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -80,13 +81,13 @@ func TestFailover(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("device did not reconnect")
 	}
-	if r := tt.record(t, d.node); r == nil || r.Tier != toTier {
+	if r := tt.Record(t, d.node); r == nil || r.Tier != toTier {
 		t.Fatalf("registry record %+v, want one from %s", r, toTier)
 	}
 	if n := to.Sessions(); n != 1 {
 		t.Errorf("%s has %d sessions, want 1", toTier, n)
 	}
-	tt.echo(t, d.node)
+	tt.Echo(t, d.node)
 	if err := d.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,15 +111,15 @@ func TestDeviceOfAnotherTenantGivesUp(t *testing.T) {
 	if err := owner.stop(); err != nil { // the node id stays bound to its tenant
 		t.Fatal(err)
 	}
-	o := agent.MockOptions(owner.node, tt.set, 1)
-	o.URLs = []string{tt.url}
-	o.Token = tt.mint(t, auth.MintOptions{Subject: owner.node, Tenant: "evil",
+	o := agent.MockOptions(owner.node, tt.Schemas, 1)
+	o.URLs = []string{tt.URL}
+	o.Token = tt.Mint(t, auth.MintOptions{Subject: owner.node, Tenant: "evil",
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 	d, err := agent.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer cancel()
 	var ce *agent.CloseError
 	if err := d.Run(ctx); !errors.As(err, &ce) || ce.Code != wire.CloseForbidden {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -21,17 +22,17 @@ func TestCmdDeadlineAt(t *testing.T) {
 		rc := tt.dial(t, nil)
 		rc.recv(t, wire.TypeHello, nil)
 		authAt := time.Now() // before the tier can read its clock for auth_ok
-		rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, node)})
+		rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.Token(t, node)})
 		var ok wire.AuthOK
 		rc.recv(t, wire.TypeAuthOK, &ok)
 		if d := time.Duration(authAt.UnixMilli()-ok.ServerTimeMs) * time.Millisecond; d < -time.Second || d > time.Second {
 			t.Fatalf("auth_ok server_time_ms %d, %v from this host's clock", ok.ServerTimeMs, d)
 		}
-		m := manifest(node, echoCap("slow", schemas.Constraints{DeadlineMsDefault: 1500}))
+		m := manifest(node, tiertest.EchoCap("slow", schemas.Constraints{DeadlineMsDefault: 1500}))
 		m["features"] = []string{wire.FeatureDeadlineAt, "not_yet_invented"}
 		rc.send(t, wire.TypeAnnounce, "", m)
 		rc.recv(t, wire.TypeAnnounceOK, nil)
-		res := tt.goCall(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
+		res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.Tool(node, "slow"), `{"message":"hi"}`)
 		var cmd wire.Cmd
 		rc.recv(t, wire.TypeCmd, &cmd)
 		elapsed := time.Since(authAt).Milliseconds()
@@ -39,12 +40,12 @@ func TestCmdDeadlineAt(t *testing.T) {
 			t.Errorf("deadline_at_ms is server_time_ms + %d, want the 1500 ms deadline after at most %d ms", got, elapsed)
 		}
 		rc.recv(t, wire.TypeCancel, nil)
-		wantCode(t, <-res, schemas.CodeDeadlineExceeded)
+		tiertest.WantCode(t, <-res, schemas.CodeDeadlineExceeded)
 	})
 	t.Run("not announced", func(t *testing.T) {
 		node := wire.NewNodeID()
 		rc, _ := tt.connectRaw(t, node)
-		res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+		res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 		e := rc.recv(t, wire.TypeCmd, nil)
 		var old struct { // the cmd of okso.v1 before deadline_at_ms
 			Tool       string          `json:"tool"`
@@ -59,6 +60,6 @@ func TestCmdDeadlineAt(t *testing.T) {
 		}
 		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true,
 			Result: json.RawMessage(`{"message":"hi","received_at_ms":1,"node_id":"` + node + `"}`)})
-		wantOK(t, <-res)
+		tiertest.WantOK(t, <-res)
 	})
 }

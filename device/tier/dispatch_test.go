@@ -16,6 +16,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -27,22 +28,22 @@ func TestCallsInOrder(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
-	rc.authenticate(t, tt.token(t, node))
-	rc.announce(t, node, echoCap("echo", schemas.Constraints{})) // no rate or concurrency limit
+	rc.authenticate(t, tt.Token(t, node))
+	rc.announce(t, node, tiertest.EchoCap("echo", schemas.Constraints{})) // no rate or concurrency limit
 	inbox := nats.NewInbox()
-	sub, err := tt.nc.SubscribeSync(inbox)
+	sub, err := tt.NC.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
 	const n = 40
 	for i := range n {
-		b, _ := json.Marshal(bus.Call{Tool: echoTool(node), Arguments: json.RawMessage(`{"message":"x"}`)})
+		b, _ := json.Marshal(bus.Call{Tool: tiertest.EchoTool(node), Arguments: json.RawMessage(`{"message":"x"}`)})
 		m := nats.NewMsg(bus.NodeCmd(node))
 		m.Reply, m.Data = inbox, b
-		m.Header.Set(bus.HeaderTenant, tenant)
+		m.Header.Set(bus.HeaderTenant, tiertest.Tenant)
 		m.Header.Set(bus.HeaderRequestID, strconv.Itoa(i))
-		if err := tt.nc.PublishMsg(m); err != nil {
+		if err := tt.NC.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,7 +69,7 @@ func TestOfflineWhenCloseBegins(t *testing.T) {
 	_, _ = tt.connectRaw(t, node) // never reads again: the handshake stalls
 	events := tt.watch(t)
 	start := time.Now()
-	go func() { _ = tt.tier.Shutdown(context.Background()) }()
+	go func() { _ = tt.Tier.Shutdown(context.Background()) }()
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
 	// The handshake gives a silent peer 2 s; the record goes in
 	// milliseconds. Half that bound separates the two by far.
@@ -86,13 +87,13 @@ func TestCallDuringExpiredShutdown(t *testing.T) {
 	_, _ = tt.connectRaw(t, node) // never reads again: its close handshake stalls
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := tt.tier.Shutdown(ctx); err == nil {
+	if err := tt.Tier.Shutdown(ctx); err == nil {
 		t.Fatal("Shutdown with a cancelled context reported every session ended")
 	}
-	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"x"}`)
+	r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"x"}`)
 	switch {
-	case errors.Is(r.err, nats.ErrNoResponders):
-	case r.err == nil && r.reply.Error != nil && r.reply.Error.Code == schemas.CodeNodeOffline:
+	case errors.Is(r.Err, nats.ErrNoResponders):
+	case r.Err == nil && r.Reply.Error != nil && r.Reply.Error.Code == schemas.CodeNodeOffline:
 	default:
 		t.Fatalf("call during an expired shutdown: %v; want no responders or E_NODE_OFFLINE", r)
 	}
@@ -106,11 +107,11 @@ func TestCallDuringExpiredShutdown(t *testing.T) {
 // by the time Shutdown returns.
 func TestShutdownWaitsForItsGoroutines(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
-	if err := tt.tier.Shutdown(t.Context()); err != nil { // only the tier below runs
+	if err := tt.Tier.Shutdown(t.Context()); err != nil { // only the tier below runs
 		t.Fatal(err)
 	}
-	nc := connect(t, tt.server, "okso-device-tier-b")
-	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: registryTTL})
+	nc := tiertest.Connect(t, tt.Server, "okso-device-tier-b")
+	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: tiertest.RegistryTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +119,9 @@ func TestShutdownWaitsForItsGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.set,
-		Verifier: auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice),
-		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}})
+	b, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.Schemas,
+		Verifier: auth.NewVerifier(tt.Signer.Public(), auth.AudienceDevice),
+		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.Audit, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,27 +130,27 @@ func TestShutdownWaitsForItsGoroutines(t *testing.T) {
 
 	silent := wire.NewNodeID()
 	rc := tt.dialURL(t, url, nil)
-	rc.authenticate(t, tt.token(t, silent))
-	rc.announce(t, silent, echoCap("echo", schemas.Constraints{DeadlineMsDefault: 100})) // and never reads again
+	rc.authenticate(t, tt.Token(t, silent))
+	rc.announce(t, silent, tiertest.EchoCap("echo", schemas.Constraints{DeadlineMsDefault: 100})) // and never reads again
 	d := tt.runEchoAt(t, url)
-	tt.echo(t, d.node)
+	tt.Echo(t, d.node)
 	// A call that expires on the silent device: the tier's cancel goes out
 	// from a goroutine of its own.
-	wantCode(t, tt.call(t.Context(), silent, tenant, echoTool(silent), `{"message":"hi"}`), schemas.CodeDeadlineExceeded)
+	tiertest.WantCode(t, tt.Call(t.Context(), silent, tiertest.Tenant, tiertest.EchoTool(silent), `{"message":"hi"}`), schemas.CodeDeadlineExceeded)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := b.Shutdown(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Shutdown with a cancelled context: %v, want context.Canceled", err)
 	}
-	disconnected := func(node string) func(auditEntry) bool {
-		return func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node }
+	disconnected := func(node string) func(tiertest.AuditEntry) bool {
+		return func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node }
 	}
 	if gs := tierGoroutines(); len(gs) > 0 {
 		t.Errorf("goroutines of the tier running after Shutdown returned:\n\n%s", strings.Join(gs, "\n\n"))
 	}
 	for _, node := range []string{silent, d.node} {
-		if n := tt.audit.count(disconnected(node)); n != 1 {
+		if n := tt.Audit.Count(disconnected(node)); n != 1 {
 			t.Errorf("node %s: %d disconnect events when Shutdown returned, want its session ended", node, n)
 		}
 	}

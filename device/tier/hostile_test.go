@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -41,49 +42,36 @@ func hostile(t *testing.T, input, format string, args ...any) {
 	t.Logf("HOSTILE | %s | %s", input, fmt.Sprintf(format, args...))
 }
 
-// count returns how many audit entries match, now.
-func (a *auditLog) count(match func(auditEntry) bool) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n := 0
-	for _, e := range a.lines {
-		if match(e) {
-			n++
-		}
-	}
-	return n
-}
-
 // pollUntil waits until cond holds, checking it on a short tick, or fails
-// after waitFor. It is only for states with no event to wait on (a count
-// going back to its baseline).
+// after tiertest.WaitFor. It is only for states with no event to wait on
+// (a count going back to its baseline).
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.After(waitFor)
+	deadline := time.After(tiertest.WaitFor)
 	for !cond() {
 		select {
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("%s: still not true after %v", what, waitFor)
+			t.Fatalf("%s: still not true after %v", what, tiertest.WaitFor)
 		}
 	}
 }
 
 // echoOK reports whether node answered an echo call correctly; it is
-// tt.echo for goroutines other than the test's.
+// tt.Echo for goroutines other than the test's.
 func (tt *testTier) echoOK(ctx context.Context, node string) error {
-	r := tt.call(ctx, node, tenant, echoTool(node), `{"message":"hi"}`)
-	if r.err != nil {
-		return r.err
+	r := tt.Call(ctx, node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
+	if r.Err != nil {
+		return r.Err
 	}
-	if !r.reply.OK {
+	if !r.Reply.OK {
 		return fmt.Errorf("reply %v", r)
 	}
-	var res echoResult
-	if err := json.Unmarshal(r.reply.Result, &res); err != nil || res.Message != "hi" || res.NodeID != node {
-		return fmt.Errorf("echo result %s", r.reply.Result)
+	var res tiertest.EchoResult
+	if err := json.Unmarshal(r.Reply.Result, &res); err != nil || res.Message != "hi" || res.NodeID != node {
+		return fmt.Errorf("echo result %s", r.Reply.Result)
 	}
 	return nil
 }
@@ -125,13 +113,13 @@ func TestHostileMalformedFlood(t *testing.T) {
 				node = wire.NewNodeID()
 				rc, _ = tt.connectRaw(t, node)
 			}
-			protocol := func(e auditEntry) bool { return e.Decision == bus.DecisionProtocol }
+			protocol := func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionProtocol }
 			duringClose := ""
 
 			start := time.Now()
 			written := make(chan int, 1)
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+				ctx, cancel := context.WithTimeout(context.Background(), tiertest.WaitFor)
 				defer cancel()
 				n := 0
 				for i := range flood {
@@ -147,18 +135,18 @@ func TestHostileMalformedFlood(t *testing.T) {
 				// The tier cannot count on the flooder for the close
 				// handshake: the session must end on its own, within the
 				// close grace (2 s), and only then does the flooder read.
-				tt.audit.wait(t, func(e auditEntry) bool { return protocol(e) && e.NodeID == node })
+				tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return protocol(e) && e.NodeID == node })
 				// While the tier waits out the close grace, the node is
 				// already offline: a call fails at once, it does not wait
 				// for the grace or its deadline.
-				r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-				offline := errors.Is(r.err, nats.ErrNoResponders) ||
-					(r.err == nil && r.reply.Error != nil && r.reply.Error.Code == schemas.CodeNodeOffline)
-				if !offline || r.elapsed > time.Second {
+				r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
+				offline := errors.Is(r.Err, nats.ErrNoResponders) ||
+					(r.Err == nil && r.Reply.Error != nil && r.Reply.Error.Code == schemas.CodeNodeOffline)
+				if !offline || r.Elapsed > time.Second {
 					t.Errorf("call to the node while its session closes: %v; want no responders or E_NODE_OFFLINE at once", r)
 				}
 				duringClose = r.String()
-				tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
+				tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
 			}
 			code, frames := rc.waitClose(t)
 			elapsed := time.Since(start)
@@ -170,24 +158,24 @@ func TestHostileMalformedFlood(t *testing.T) {
 			if len(frames) != 1 || frames[0].Code != schemas.CodeBadRequest {
 				t.Errorf("error frames %+v, want exactly one E_BAD_REQUEST", frames)
 			}
-			tt.audit.wait(t, func(e auditEntry) bool { return protocol(e) && e.Code == "4400" && e.NodeID == node })
+			tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return protocol(e) && e.Code == "4400" && e.NodeID == node })
 			if node != "" {
 				// The session has ended once its disconnect is audited: no
 				// later frame can be processed after that.
-				tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
-				if r := tt.record(t, node); r != nil {
+				tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
+				if r := tt.Record(t, node); r != nil {
 					t.Errorf("registry record %+v left behind by the flooded session", r)
 				}
-				if r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`); !errors.Is(r.err, nats.ErrNoResponders) {
+				if r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`); !errors.Is(r.Err, nats.ErrNoResponders) {
 					t.Errorf("call to the flooded node: %v, want no responders", r)
 				}
 			}
 			// The tier's cleanup stops the tier: every session has ended,
 			// so a second violation would have been audited by now.
-			ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+			ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 			defer cancel()
-			pollUntil(t, "flooded session gone", func() bool { return tt.tier.Sessions() == 1 })
-			if got := tt.audit.count(protocol); got != 1 {
+			pollUntil(t, "flooded session gone", func() bool { return tt.Tier.Sessions() == 1 })
+			if got := tt.Audit.Count(protocol); got != 1 {
 				t.Errorf("%d protocol violations audited, want exactly 1 (the first frame)", got)
 			}
 			if err := tt.echoOK(ctx, bystander.node); err != nil {
@@ -195,7 +183,7 @@ func TestHostileMalformedFlood(t *testing.T) {
 			}
 			hostile(t, "1,000 malformed frames "+phase,
 				"close %d after %v with %d error frame(s) %v; %d of %d frames accepted by the socket before it closed; %d protocol_violation audited; bystander echo ok",
-				code, elapsed.Round(time.Millisecond), len(frames), frameCodes(frames), n, flood, tt.audit.count(protocol))
+				code, elapsed.Round(time.Millisecond), len(frames), frameCodes(frames), n, flood, tt.Audit.Count(protocol))
 			if duringClose != "" {
 				hostile(t, "1,000 malformed frames "+phase+": a call to the node during the close grace", "%s", duringClose)
 			}
@@ -223,7 +211,7 @@ type unauthOutcome struct {
 // neverAuthenticate dials the tier and says nothing until it is closed.
 func neverAuthenticate(ctx context.Context, set *schemas.Set, url string) unauthOutcome {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, waitFor)
+	ctx, cancel := context.WithTimeout(ctx, tiertest.WaitFor)
 	defer cancel()
 	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
 	if err != nil {
@@ -282,7 +270,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 	)
 	tt := newTestTier(t, tier.Options{AuthTimeout: authTimeout})
 	bystander := tt.runEcho(t)
-	tt.echo(t, bystander.node)
+	tt.Echo(t, bystander.node)
 	baseline := runtime.NumGoroutine()
 
 	// The bystander is called every 150 ms (its echo allows 10 calls a
@@ -316,7 +304,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 	for range parallel {
 		wg.Go(func() {
 			for i := range next {
-				outcomes[i] = neverAuthenticate(t.Context(), tt.set, tt.url)
+				outcomes[i] = neverAuthenticate(t.Context(), tt.Schemas, tt.URL)
 			}
 		})
 	}
@@ -365,8 +353,8 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 	if f := failed.Load(); f != 0 {
 		t.Errorf("bystander failed %d of %d echo calls during the flood; first: %v", f, calls.Load(), firstErr.Load())
 	}
-	tt.echo(t, bystander.node)
-	if n := tt.tier.Sessions(); n != 1 {
+	tt.Echo(t, bystander.node)
+	if n := tt.Tier.Sessions(); n != 1 {
 		t.Errorf("tier has %d node sessions, want 1 (the bystander)", n)
 	}
 	// Every session of the 500 has ended: the goroutines are back to what
@@ -392,7 +380,7 @@ func refusal(t *testing.T, rc *rawClient, payload any) (websocket.StatusCode, []
 	start := time.Now()
 	werr := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		ctx, cancel := context.WithTimeout(context.Background(), tiertest.WaitFor)
 		defer cancel()
 		werr <- rc.c.Write(ctx, websocket.MessageText, b)
 	}()
@@ -413,12 +401,12 @@ func TestHostileHugeManifest(t *testing.T) {
 	caps := func(n int) []schemas.Capability {
 		cs := make([]schemas.Capability, n)
 		for i := range cs {
-			cs[i] = echoCap("c"+strconv.Itoa(i), schemas.Constraints{})
+			cs[i] = tiertest.EchoCap("c"+strconv.Itoa(i), schemas.Constraints{})
 		}
 		return cs
 	}
 	one := func(capID string) []schemas.Capability {
-		return []schemas.Capability{echoCap(capID, schemas.Constraints{})}
+		return []schemas.Capability{tiertest.EchoCap(capID, schemas.Constraints{})}
 	}
 	tests := []struct {
 		name      string
@@ -445,7 +433,7 @@ func TestHostileHugeManifest(t *testing.T) {
 				t.Errorf("hello max_frame_bytes %d, want %d", hello.MaxFrameBytes, want)
 			}
 			node := wire.NewNodeID()
-			rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, node)})
+			rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.Token(t, node)})
 			rc.recv(t, wire.TypeAuthOK, nil)
 
 			if tc.wantClose == 0 {
@@ -453,13 +441,13 @@ func TestHostileHugeManifest(t *testing.T) {
 				if len(ok.Tools) != len(tc.caps) {
 					t.Fatalf("announce_ok with %d tools, want %d", len(ok.Tools), len(tc.caps))
 				}
-				last := tool(node, tc.caps[len(tc.caps)-1].CapID)
-				res := tt.goCall(t.Context(), node, tenant, last, `{"message":"hi"}`)
+				last := tiertest.Tool(node, tc.caps[len(tc.caps)-1].CapID)
+				res := tt.GoCall(t.Context(), node, tiertest.Tenant, last, `{"message":"hi"}`)
 				e := rc.recv(t, wire.TypeCmd, nil)
-				out, _ := json.Marshal(echoResult{Message: "hi", NodeID: node})
+				out, _ := json.Marshal(tiertest.EchoResult{Message: "hi", NodeID: node})
 				rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: out})
-				wantOK(t, <-res)
-				tt.echo(t, bystander.node)
+				tiertest.WantOK(t, <-res)
+				tt.Echo(t, bystander.node)
 				hostile(t, "announce "+tc.name, "accepted: %d tools, the 64th answers; bystander echo ok", len(ok.Tools))
 				return
 			}
@@ -470,13 +458,13 @@ func TestHostileHugeManifest(t *testing.T) {
 			if len(frames) != 1 || frames[0].Code != tc.wantError {
 				t.Errorf("error frames %+v, want one %s", frames, tc.wantError)
 			}
-			tt.audit.wait(t, func(e auditEntry) bool {
+			tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 				return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(int(tc.wantClose))
 			})
-			if r := tt.record(t, node); r != nil {
+			if r := tt.Record(t, node); r != nil {
 				t.Errorf("refused node has a registry record %+v", r)
 			}
-			tt.echo(t, bystander.node)
+			tt.Echo(t, bystander.node)
 			hostile(t, "announce "+tc.name, "close %d with error frame(s) %v after %v (frame %d bytes); no registry record; bystander echo ok",
 				code, frameCodes(frames), elapsed.Round(time.Millisecond), size)
 		})
@@ -514,7 +502,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 		manifest func(node string) map[string]any
 	}{
 		{"schema_ref http://", func(node string) map[string]any {
-			return manifest(node, echoCap("echo", schemas.Constraints{}), withRef(httpRef))
+			return manifest(node, tiertest.EchoCap("echo", schemas.Constraints{}), withRef(httpRef))
 		}},
 		{"schema_ref file://", func(node string) map[string]any {
 			return manifest(node, withRef(fileRef))
@@ -544,7 +532,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := tt.dial(t, nil)
 			node := wire.NewNodeID()
-			rc.authenticate(t, tt.token(t, node))
+			rc.authenticate(t, tt.Token(t, node))
 			code, frames, _, _ := refusal(t, rc, tc.manifest(node))
 			if code != wire.CloseMalformed {
 				t.Errorf("close code %d, want 4400", code)
@@ -552,13 +540,13 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 			if len(frames) != 1 || frames[0].Code != schemas.CodeManifestInvalid {
 				t.Errorf("error frames %+v, want one E_MANIFEST_INVALID", frames)
 			}
-			tt.audit.wait(t, func(e auditEntry) bool {
+			tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 				return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == "4400"
 			})
-			if r := tt.record(t, node); r != nil {
+			if r := tt.Record(t, node); r != nil {
 				t.Errorf("refused node has a registry record %+v", r)
 			}
-			tt.echo(t, bystander.node)
+			tt.Echo(t, bystander.node)
 			if n := hits.Load(); n != 0 {
 				t.Errorf("the referenced HTTP server received %d request(s)", n)
 			}
@@ -567,10 +555,10 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 		})
 	}
 	// The gateway-facing schema set resolves nothing outside itself either.
-	if tt.set.Has(httpRef) || tt.set.Has(fileRef) {
+	if tt.Schemas.Has(httpRef) || tt.Schemas.Has(fileRef) {
 		t.Error("the schema set knows an external reference")
 	}
-	if err := tt.set.ValidateJSON(httpRef, []byte(`{}`)); !errors.Is(err, schemas.ErrUnknownSchema) {
+	if err := tt.Schemas.ValidateJSON(httpRef, []byte(`{}`)); !errors.Is(err, schemas.ErrUnknownSchema) {
 		t.Errorf("validating against %s: %v, want ErrUnknownSchema", httpRef, err)
 	}
 	if n := hits.Load(); n != 0 {
@@ -581,7 +569,7 @@ func TestHostileSchemaRefEscape(t *testing.T) {
 // withRef is the echo capability with another schema_ref (its cap_id made
 // unique by the ref's length, so it can sit beside a plain echo).
 func withRef(ref string) schemas.Capability {
-	c := echoCap("ref"+strconv.Itoa(len(ref)%1000), schemas.Constraints{})
+	c := tiertest.EchoCap("ref"+strconv.Itoa(len(ref)%1000), schemas.Constraints{})
 	c.SchemaRef = ref
 	return c
 }
@@ -595,23 +583,23 @@ func TestHostileReplayedAck(t *testing.T) {
 	bystander := tt.runEcho(t)
 	node := wire.NewNodeID()
 	rc, ok := tt.connectRaw(t, node)
-	lateAck := func(id string) func(auditEntry) bool {
-		return func(e auditEntry) bool {
+	lateAck := func(id string) func(tiertest.AuditEntry) bool {
+		return func(e tiertest.AuditEntry) bool {
 			return e.Decision == bus.DecisionLateAck && e.NodeID == node && e.RequestID == id
 		}
 	}
 	result := func(msg string) json.RawMessage {
-		b, _ := json.Marshal(echoResult{Message: msg, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		b, _ := json.Marshal(tiertest.EchoResult{Message: msg, NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 		return b
 	}
-	message := func(r callResult) string {
-		var res echoResult
-		_ = json.Unmarshal(r.reply.Result, &res)
+	message := func(r tiertest.CallResult) string {
+		var res tiertest.EchoResult
+		_ = json.Unmarshal(r.Reply.Result, &res)
 		return res.Message
 	}
 
 	// Call 1, answered once.
-	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"first"}`)
+	res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"first"}`)
 	cmd1 := rc.recv(t, wire.TypeCmd, nil)
 	ack1, err := wire.Encode(wire.TypeCmdAck, cmd1.MsgID, wire.CmdAck{OK: true, Result: result("first")})
 	if err != nil {
@@ -619,27 +607,27 @@ func TestHostileReplayedAck(t *testing.T) {
 	}
 	rc.sendRaw(t, websocket.MessageText, ack1)
 	r1 := <-res
-	wantOK(t, r1)
+	tiertest.WantOK(t, r1)
 	if got := message(r1); got != "first" {
 		t.Fatalf("call 1 got %q, want first", got)
 	}
 
 	// The same frame again, byte for byte.
 	rc.sendRaw(t, websocket.MessageText, ack1)
-	tt.audit.wait(t, lateAck(cmd1.MsgID))
+	tt.Audit.Wait(t, lateAck(cmd1.MsgID))
 
 	// An ack for a msg_id the tier never sent.
 	random := wire.NewMsgID()
 	rc.send(t, wire.TypeCmdAck, random, wire.CmdAck{OK: true, Result: result("forged")})
-	tt.audit.wait(t, lateAck(random))
+	tt.Audit.Wait(t, lateAck(random))
 
 	// Call 2 is pending when the old ack comes a third time (now as a
 	// failure): it must not complete call 2.
-	res = tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"second"}`)
+	res = tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"second"}`)
 	cmd2 := rc.recv(t, wire.TypeCmd, nil)
 	rc.send(t, wire.TypeCmdAck, cmd1.MsgID, wire.CmdAck{Error: &wire.AckError{Code: schemas.CodeInternal}})
 	seen := 0
-	tt.audit.wait(t, func(e auditEntry) bool {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 		if lateAck(cmd1.MsgID)(e) {
 			seen++
 		}
@@ -652,23 +640,23 @@ func TestHostileReplayedAck(t *testing.T) {
 	}
 	rc.send(t, wire.TypeCmdAck, cmd2.MsgID, wire.CmdAck{OK: true, Result: result("second")})
 	r2 := <-res
-	wantOK(t, r2)
+	tiertest.WantOK(t, r2)
 	if got := message(r2); got != "second" {
 		t.Fatalf("call 2 got %q, want second", got)
 	}
 
 	// And a third call still works: the session is up, holds the node.
-	res = tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	res = tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 	rc.answerEcho(t, node)
-	wantOK(t, <-res)
-	if r := tt.record(t, node); r == nil || r.SessionID != ok.SessionID {
+	tiertest.WantOK(t, <-res)
+	if r := tt.Record(t, node); r == nil || r.SessionID != ok.SessionID {
 		t.Errorf("registry record %+v, want session %s", r, ok.SessionID)
 	}
-	if n := tt.audit.count(func(e auditEntry) bool { return e.Decision == bus.DecisionProtocol }); n != 0 {
+	if n := tt.Audit.Count(func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionProtocol }); n != 0 {
 		t.Errorf("%d protocol violations audited, want none", n)
 	}
-	tt.echo(t, bystander.node)
+	tt.Echo(t, bystander.node)
 	hostile(t, "replayed cmd_ack (same frame twice, again as a failure while another cmd is pending) and cmd_ack for an unknown ULID",
 		"each dropped and audited late_ack_dropped (%d events for the node); the pending call got its own answer; session and registry record kept; next call ok; bystander echo ok",
-		tt.audit.count(func(e auditEntry) bool { return e.Decision == bus.DecisionLateAck && e.NodeID == node }))
+		tt.Audit.Count(func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionLateAck && e.NodeID == node }))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -23,7 +24,7 @@ import (
 // instead of closing its device with 4409.
 func TestLeaseReclaimed(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
-	nc := connect(t, tt.server, "short-lease-tier")
+	nc := tiertest.Connect(t, tt.Server, "short-lease-tier")
 	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -32,15 +33,15 @@ func TestLeaseReclaimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.set,
-		Verifier: auth.NewVerifier(tt.signer.Public(), auth.AudienceDevice),
-		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.audit, nil))}})
+	short, err := tier.New(tier.Options{NC: nc, Registry: reg, Bindings: bindings, Schemas: tt.Schemas,
+		Verifier: auth.NewVerifier(tt.Signer.Public(), auth.AudienceDevice),
+		Auditor:  &bus.Auditor{Log: slog.New(slog.NewJSONHandler(tt.Audit, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(short.Handler())
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		ctx, cancel := context.WithTimeout(context.Background(), tiertest.WaitFor)
 		defer cancel()
 		if err := short.Shutdown(ctx); err != nil {
 			t.Errorf("tier shutdown: %v", err)
@@ -51,7 +52,7 @@ func TestLeaseReclaimed(t *testing.T) {
 	d := tt.runEchoAt(t, "ws"+strings.TrimPrefix(hs.URL, "http")+wire.Path)
 	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
 
-	if err := tt.kv.Purge(t.Context(), d.node); err != nil {
+	if err := tt.KV.Purge(t.Context(), d.node); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
@@ -61,7 +62,7 @@ func TestLeaseReclaimed(t *testing.T) {
 	}
 	// The device, written by hand, cannot reconnect: its echo through the
 	// one connection it has shows the session lived on.
-	tt.echo(t, d.node)
+	tt.Echo(t, d.node)
 }
 
 // TestCloseHandshakeBounded: a client that sends part of an oversize frame
@@ -70,7 +71,7 @@ func TestLeaseReclaimed(t *testing.T) {
 func TestCloseHandshakeBounded(t *testing.T) {
 	tt := newTestTier(t, tier.Options{MaxFrameBytes: 1024})
 	rc := tt.dial(t, nil)
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer cancel()
 	w, err := rc.c.Writer(ctx, websocket.MessageText)
 	if err != nil {
@@ -82,10 +83,10 @@ func TestCloseHandshakeBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionProtocol && e.Code == "4413" })
-	sctx, scancel := context.WithTimeout(t.Context(), waitFor)
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionProtocol && e.Code == "4413" })
+	sctx, scancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer scancel()
-	if err := tt.tier.Shutdown(sctx); err != nil {
+	if err := tt.Tier.Shutdown(sctx); err != nil {
 		t.Fatalf("a stalled peer held the tier: %v", err)
 	}
 }
@@ -96,12 +97,12 @@ func TestCloseHandshakeBounded(t *testing.T) {
 // call gets exactly one reply, from the new session.
 func TestTakeoverAcrossTiers(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
-	_, urlB := tt.startReplica(t, tier.Options{})
+	_, urlB := tt.StartReplica(t, tier.Options{})
 	node := wire.NewNodeID()
 	events := tt.watch(t)
 
 	first, _ := tt.connectRaw(t, node)
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer cancel()
 	c, resp, err := websocket.Dial(ctx, urlB, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
 	if err != nil {
@@ -111,21 +112,21 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 		resp.Body.Close()
 	}
 	t.Cleanup(func() { _ = c.CloseNow() })
-	second := &rawClient{c: c, set: tt.set}
-	ok := second.authenticate(t, tt.token(t, node))
+	second := &rawClient{c: c, set: tt.Schemas}
+	ok := second.authenticate(t, tt.Token(t, node))
 	second.announce(t, node, echoCapability())
 
 	if code, _ := first.waitClose(t); code != wire.CloseReplaced {
 		t.Fatalf("older session closed with %d, want 4409", code)
 	}
-	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
-	if r := tt.record(t, node); r == nil || r.SessionID != ok.SessionID {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == node })
+	if r := tt.Record(t, node); r == nil || r.SessionID != ok.SessionID {
 		t.Fatalf("registry record %+v, want the newer session %s", r, ok.SessionID)
 	}
 	for range 3 {
-		res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+		res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 		second.answerEcho(t, node)
-		wantOK(t, <-res)
+		tiertest.WantOK(t, <-res)
 	}
 	select {
 	case e := <-events:
@@ -163,18 +164,18 @@ func TestConnectionGuards(t *testing.T) {
 		if code, _ := extra.waitClose(t); code != wire.CloseTooMany {
 			t.Fatalf("connection past the limit: %d, want 4429", code)
 		}
-		tt.echo(t, d.node)
+		tt.Echo(t, d.node)
 	})
 	t.Run("pending per node", func(t *testing.T) {
 		tt := newTestTier(t, tier.Options{MaxPendingPerNode: 1})
 		node := wire.NewNodeID()
 		rc, _ := tt.connectRaw(t, node)
-		first := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"1"}`)
+		first := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"1"}`)
 		var cmd wire.Cmd
 		e := rc.recv(t, wire.TypeCmd, &cmd) // in flight, unanswered
-		wantCode(t, tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"2"}`), schemas.CodeRateLimited)
-		res, _ := json.Marshal(echoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		tiertest.WantCode(t, tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"2"}`), schemas.CodeRateLimited)
+		res, _ := json.Marshal(tiertest.EchoResult{Message: "1", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
 		rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
-		wantOK(t, <-first)
+		tiertest.WantOK(t, <-first)
 	})
 }

@@ -15,22 +15,11 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
-
-// echoCap is a system.echo capability with its own cap_id and constraints.
-func echoCap(capID string, c schemas.Constraints) schemas.Capability {
-	return schemas.Capability{
-		CapID:       capID,
-		Kind:        schemas.KindEcho,
-		SchemaRef:   schemas.EchoInput,
-		Verbs:       []string{"invoke"},
-		SafetyClass: schemas.SafetyReadOnly,
-		Constraints: c,
-	}
-}
 
 // TestProtocolFailures breaks the protocol in one way per case, from a raw
 // client, and checks the close code, the error frame before it, the audit
@@ -51,7 +40,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				node := wire.NewNodeID()
-				rc.authenticate(t, tt.token(t, node))
+				rc.authenticate(t, tt.Token(t, node))
 				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"announce",`))
 				return rc
 			},
@@ -93,7 +82,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc := tt.dial(t, nil)
 				rc.recv(t, wire.TypeHello, nil)
 				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"auth","msg_id":"`+wire.NewMsgID()+
-					`","payload":{},"Payload":{"token":"`+tt.token(t, wire.NewNodeID())+`"}}`))
+					`","payload":{},"Payload":{"token":"`+tt.Token(t, wire.NewNodeID())+`"}}`))
 				return rc
 			},
 			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
@@ -123,7 +112,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				rc.recv(t, wire.TypeHello, nil)
-				rc.send(t, wire.TypeAuth, "", map[string]string{"Token": tt.token(t, wire.NewNodeID())})
+				rc.send(t, wire.TypeAuth, "", map[string]string{"Token": tt.Token(t, wire.NewNodeID())})
 				return rc
 			},
 			wantClose: wire.CloseMalformed, wantError: schemas.CodeBadRequest,
@@ -133,7 +122,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				node := wire.NewNodeID()
 				rc, _ := tt.connectRaw(t, node)
-				res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+				res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 				e := rc.recv(t, wire.TypeCmd, nil)
 				rc.sendRaw(t, websocket.MessageText, []byte(`{"type":"cmd_ack","msg_id":"`+wire.NewMsgID()+
 					`","in_reply_to":"`+e.MsgID+`","payload":{"ok":false,"OK":true,"result":{}}}`))
@@ -146,7 +135,7 @@ func TestProtocolFailures(t *testing.T) {
 			name: "unknown envelope type after auth",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 				rc.send(t, "bogus", "", struct{}{})
 				return rc
 			},
@@ -184,7 +173,7 @@ func TestProtocolFailures(t *testing.T) {
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
 				rc.recv(t, wire.TypeHello, nil)
-				b, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: tt.token(t, wire.NewNodeID())})
+				b, _ := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: tt.Token(t, wire.NewNodeID())})
 				rc.sendRaw(t, websocket.MessageBinary, b)
 				return rc
 			},
@@ -219,7 +208,7 @@ func TestProtocolFailures(t *testing.T) {
 				if hello.MaxFrameBytes != small {
 					t.Errorf("hello max_frame_bytes %d, want %d", hello.MaxFrameBytes, small)
 				}
-				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.token(t, wire.NewNodeID())})
+				rc.send(t, wire.TypeAuth, "", wire.Auth{Token: tt.Token(t, wire.NewNodeID())})
 				rc.recv(t, wire.TypeAuthOK, nil)
 				rc.send(t, wire.TypeAnnounce, "", map[string]string{"pad": strings.Repeat("x", 2*small)})
 				return rc
@@ -266,7 +255,7 @@ func TestProtocolFailures(t *testing.T) {
 			opts: tier.Options{AuthTimeout: 300 * time.Millisecond},
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 				return rc
 			},
 			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
@@ -281,8 +270,8 @@ func TestProtocolFailures(t *testing.T) {
 		{
 			name: "expired token",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+				return authWith(t, tt, tt.Mint(t, auth.MintOptions{
+					Subject: wire.NewNodeID(), Tenant: tiertest.Tenant, Scopes: []string{auth.ScopeDeviceConnect},
 					Audience: auth.AudienceDevice, Now: time.Now().Add(-2 * time.Hour), TTL: time.Hour,
 				}))
 			},
@@ -291,8 +280,8 @@ func TestProtocolFailures(t *testing.T) {
 		{
 			name: "agent token (gateway audience)",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+				return authWith(t, tt, tt.Mint(t, auth.MintOptions{
+					Subject: wire.NewNodeID(), Tenant: tiertest.Tenant, Scopes: []string{auth.ScopeDeviceConnect},
 					Audience: auth.AudienceGateway,
 				}))
 			},
@@ -305,7 +294,7 @@ func TestProtocolFailures(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tok, err := other.Mint(auth.MintOptions{Subject: wire.NewNodeID(), Tenant: tenant,
+				tok, err := other.Mint(auth.MintOptions{Subject: wire.NewNodeID(), Tenant: tiertest.Tenant,
 					Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 				if err != nil {
 					t.Fatal(err)
@@ -317,8 +306,8 @@ func TestProtocolFailures(t *testing.T) {
 		{
 			name: "token lacking device:connect",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: wire.NewNodeID(), Tenant: tenant, Scopes: []string{auth.ScopeReadOnly},
+				return authWith(t, tt, tt.Mint(t, auth.MintOptions{
+					Subject: wire.NewNodeID(), Tenant: tiertest.Tenant, Scopes: []string{auth.ScopeReadOnly},
 					Audience: auth.AudienceDevice,
 				}))
 			},
@@ -327,8 +316,8 @@ func TestProtocolFailures(t *testing.T) {
 		{
 			name: "token subject not a node id",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
-				return authWith(t, tt, tt.mint(t, auth.MintOptions{
-					Subject: "alice", Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
+				return authWith(t, tt, tt.Mint(t, auth.MintOptions{
+					Subject: "alice", Tenant: tiertest.Tenant, Scopes: []string{auth.ScopeDeviceConnect},
 					Audience: auth.AudienceDevice,
 				}))
 			},
@@ -338,7 +327,7 @@ func TestProtocolFailures(t *testing.T) {
 			name: "announce for another node",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 				rc.send(t, wire.TypeAnnounce, "", manifest(wire.NewNodeID(), echoCapability()))
 				return rc
 			},
@@ -370,7 +359,7 @@ func TestProtocolFailures(t *testing.T) {
 			name: "manifest with a duplicate cap_id",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				ok := rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, echoCapability(), echoCapability()))
 				return rc
 			},
@@ -380,7 +369,7 @@ func TestProtocolFailures(t *testing.T) {
 			name: "manifest without capabilities",
 			misbehave: func(t *testing.T, tt *testTier) *rawClient {
 				rc := tt.dial(t, nil)
-				ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+				ok := rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 				rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID))
 				return rc
 			},
@@ -400,11 +389,11 @@ func TestProtocolFailures(t *testing.T) {
 			if len(frames) != 1 || frames[0].Code != tc.wantError {
 				t.Errorf("error frames %+v, want one with code %s", frames, tc.wantError)
 			}
-			tt.audit.wait(t, func(e auditEntry) bool {
+			tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 				return e.Decision == bus.DecisionProtocol && e.Code == strconv.Itoa(int(tc.wantClose))
 			})
 
-			tt.echo(t, bystander.node)
+			tt.Echo(t, bystander.node)
 		})
 	}
 }
@@ -424,7 +413,7 @@ func announceWith(edit func(*schemas.Capability)) func(*testing.T, *testTier) *r
 	return func(t *testing.T, tt *testTier) *rawClient {
 		t.Helper()
 		rc := tt.dial(t, nil)
-		ok := rc.authenticate(t, tt.token(t, wire.NewNodeID()))
+		ok := rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 		c := echoCapability()
 		edit(&c)
 		rc.send(t, wire.TypeAnnounce, "", manifest(ok.NodeID, c))
@@ -440,7 +429,7 @@ func TestReplacedSession(t *testing.T) {
 	node := wire.NewNodeID()
 
 	first, firstOK := tt.connectRaw(t, node)
-	if r := tt.record(t, node); r == nil || r.SessionID != firstOK.SessionID {
+	if r := tt.Record(t, node); r == nil || r.SessionID != firstOK.SessionID {
 		t.Fatalf("registry record %+v, want session %s", r, firstOK.SessionID)
 	}
 
@@ -456,25 +445,25 @@ func TestReplacedSession(t *testing.T) {
 		t.Errorf("error frames %+v before a 4409, want none", frames)
 	}
 	// The first session has ended, lease released, once it says so.
-	tt.audit.wait(t, func(e auditEntry) bool {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 		return e.Decision == bus.DecisionDisconnect && e.NodeID == node
 	})
 
-	r := tt.record(t, node)
+	r := tt.Record(t, node)
 	if r == nil {
 		t.Fatal("registry record deleted when the replaced session ended")
 	}
 	if r.SessionID != secondOK.SessionID {
 		t.Errorf("registry record of session %s, want the second, %s", r.SessionID, secondOK.SessionID)
 	}
-	if n := tt.tier.Sessions(); n != 2 {
+	if n := tt.Tier.Sessions(); n != 2 {
 		t.Errorf("tier has %d sessions, want 2 (bystander and second)", n)
 	}
 
-	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 	second.answerEcho(t, node)
-	wantOK(t, <-res)
-	tt.echo(t, bystander.node)
+	tiertest.WantOK(t, <-res)
+	tt.Echo(t, bystander.node)
 }
 
 // TestBearerHeader authenticates with the upgrade request's Authorization
@@ -484,21 +473,21 @@ func TestBearerHeader(t *testing.T) {
 	node := wire.NewNodeID()
 	rc := tt.dial(t, &websocket.DialOptions{
 		Subprotocols: []string{wire.Subprotocol},
-		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tt.token(t, node)}},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + tt.Token(t, node)}},
 	})
 	rc.recv(t, wire.TypeHello, nil)
 	var ok wire.AuthOK
 	rc.recv(t, wire.TypeAuthOK, &ok)
-	if ok.NodeID != node || ok.Tenant != tenant || ok.SessionID == "" {
-		t.Fatalf("auth_ok %+v, want node %s of %s", ok, node, tenant)
+	if ok.NodeID != node || ok.Tenant != tiertest.Tenant || ok.SessionID == "" {
+		t.Fatalf("auth_ok %+v, want node %s of %s", ok, node, tiertest.Tenant)
 	}
 	announced := rc.announce(t, node, echoCapability())
-	if len(announced.Tools) != 1 || announced.Tools[0] != echoTool(node) {
-		t.Fatalf("announce_ok tools %v, want [%s]", announced.Tools, echoTool(node))
+	if len(announced.Tools) != 1 || announced.Tools[0] != tiertest.EchoTool(node) {
+		t.Fatalf("announce_ok tools %v, want [%s]", announced.Tools, tiertest.EchoTool(node))
 	}
-	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 	rc.answerEcho(t, node)
-	wantOK(t, <-res)
+	tiertest.WantOK(t, <-res)
 }
 
 // TestBadBearerHeader refuses a bad bearer header as it refuses a bad auth
@@ -523,15 +512,15 @@ func TestLargeFrameWithinLimit(t *testing.T) {
 	rc, _ := tt.connectRaw(t, node)
 	message := strings.Repeat("x", wire.DefaultMaxFrameBytes-1024)
 
-	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 	e := rc.recv(t, wire.TypeCmd, nil)
-	result, _ := json.Marshal(echoResult{Message: message, NodeID: node})
+	result, _ := json.Marshal(tiertest.EchoResult{Message: message, NodeID: node})
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: result})
 	r := <-res
-	wantOK(t, r)
-	var got echoResult
-	if err := json.Unmarshal(r.reply.Result, &got); err != nil || got.Message != message {
-		t.Fatalf("result of %d bytes (%v), want the %d-character message back", len(r.reply.Result), err, len(message))
+	tiertest.WantOK(t, r)
+	var got tiertest.EchoResult
+	if err := json.Unmarshal(r.Reply.Result, &got); err != nil || got.Message != message {
+		t.Fatalf("result of %d bytes (%v), want the %d-character message back", len(r.Reply.Result), err, len(message))
 	}
 }
 
@@ -542,10 +531,10 @@ func TestDeadlineCancel(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	node := wire.NewNodeID()
 	rc := tt.dial(t, nil)
-	rc.authenticate(t, tt.token(t, node))
-	rc.announce(t, node, echoCap("slow", schemas.Constraints{DeadlineMsDefault: 100}))
+	rc.authenticate(t, tt.Token(t, node))
+	rc.announce(t, node, tiertest.EchoCap("slow", schemas.Constraints{DeadlineMsDefault: 100}))
 
-	res := tt.goCall(t.Context(), node, tenant, tool(node, "slow"), `{"message":"hi"}`)
+	res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.Tool(node, "slow"), `{"message":"hi"}`)
 	var cmd wire.Cmd
 	e := rc.recv(t, wire.TypeCmd, &cmd)
 	if cmd.DeadlineMs != 100 || string(cmd.Arguments) != `{"message":"hi"}` {
@@ -554,10 +543,10 @@ func TestDeadlineCancel(t *testing.T) {
 	if cancel := rc.recv(t, wire.TypeCancel, nil); cancel.InReplyTo != e.MsgID {
 		t.Errorf("cancel in reply to %s, want the cmd %s", cancel.InReplyTo, e.MsgID)
 	}
-	wantCode(t, <-res, schemas.CodeDeadlineExceeded)
+	tiertest.WantCode(t, <-res, schemas.CodeDeadlineExceeded)
 
 	rc.send(t, wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
-	tt.audit.wait(t, func(a auditEntry) bool {
+	tt.Audit.Wait(t, func(a tiertest.AuditEntry) bool {
 		return a.Decision == bus.DecisionLateAck && a.NodeID == node && a.RequestID == e.MsgID
 	})
 }
@@ -569,11 +558,11 @@ func TestConnectionDroppedDuringCall(t *testing.T) {
 	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node)
 
-	res := tt.goCall(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
+	res := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 	rc.recv(t, wire.TypeCmd, nil)
 	_ = rc.c.CloseNow()
-	wantCode(t, <-res, schemas.CodeNodeOffline)
-	tt.audit.wait(t, func(e auditEntry) bool {
+	tiertest.WantCode(t, <-res, schemas.CodeNodeOffline)
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 		return e.Decision == bus.DecisionOffline && e.NodeID == node
 	})
 }
@@ -584,19 +573,19 @@ func TestDisconnectRemovesNode(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	d := tt.runEcho(t)
 	events := tt.watch(t)
-	if r := tt.record(t, d.node); r == nil || r.Tenant != tenant || len(r.Capabilities) != 1 {
+	if r := tt.Record(t, d.node); r == nil || r.Tenant != tiertest.Tenant || len(r.Capabilities) != 1 {
 		t.Fatalf("registry record %+v, want the echo device's", r)
 	}
 
 	d.leave(t)
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
-	tt.audit.wait(t, func(e auditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == d.node })
-	if n := tt.tier.Sessions(); n != 0 {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == d.node })
+	if n := tt.Tier.Sessions(); n != 0 {
 		t.Errorf("tier has %d sessions after the device left, want 0", n)
 	}
 
-	r := tt.call(t.Context(), d.node, tenant, echoTool(d.node), `{"message":"hi"}`)
-	if !errors.Is(r.err, nats.ErrNoResponders) {
+	r := tt.Call(t.Context(), d.node, tiertest.Tenant, tiertest.EchoTool(d.node), `{"message":"hi"}`)
+	if !errors.Is(r.Err, nats.ErrNoResponders) {
 		t.Fatalf("call after disconnect: %v, want nats.ErrNoResponders", r)
 	}
 }
@@ -610,7 +599,7 @@ func TestShutdown(t *testing.T) {
 	events := tt.watch(t)
 
 	done := make(chan error, 1)
-	go func() { done <- tt.tier.Shutdown(t.Context()) }()
+	go func() { done <- tt.Tier.Shutdown(t.Context()) }()
 	code, frames := rc.waitClose(t)
 	if code != wire.CloseGoingAway || len(frames) != 0 {
 		t.Errorf("close %d with error frames %+v, want 1001 and none", code, frames)
@@ -618,14 +607,14 @@ func TestShutdown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if n := tt.tier.Sessions(); n != 0 {
+	if n := tt.Tier.Sessions(); n != 0 {
 		t.Errorf("tier has %d sessions after Shutdown, want 0", n)
 	}
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
 
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	_, resp, err := websocket.Dial(t.Context(), tt.url, &websocket.DialOptions{
+	_, resp, err := websocket.Dial(t.Context(), tt.URL, &websocket.DialOptions{
 		Subprotocols: []string{wire.Subprotocol},
 		HTTPClient:   &http.Client{Transport: tr},
 	})
@@ -645,7 +634,7 @@ func TestAuthAtTheDeadline(t *testing.T) {
 	for _, timeout := range []time.Duration{500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond} {
 		t.Run(timeout.String(), func(t *testing.T) {
 			tt := newTestTier(t, tier.Options{AuthTimeout: timeout})
-			token := tt.token(t, wire.NewNodeID())
+			token := tt.Token(t, wire.NewNodeID())
 			for range 20 {
 				rc := tt.dial(t, nil)
 				if got := authRace(t, rc, token); got != wire.TypeAuthOK && got != "4401" {
@@ -661,7 +650,7 @@ func TestAuthAtTheDeadline(t *testing.T) {
 // "auth_ok", or the close code.
 func authRace(t *testing.T, rc *rawClient, token string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer cancel()
 	for {
 		_, b, err := rc.c.Read(ctx)
@@ -695,13 +684,13 @@ func TestMissedPings(t *testing.T) {
 	node := wire.NewNodeID()
 	rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
 
-	tt.audit.wait(t, func(e auditEntry) bool {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
 	})
 	_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
 	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
-	r := tt.call(t.Context(), node, tenant, echoTool(node), `{"message":"hi"}`)
-	if !errors.Is(r.err, nats.ErrNoResponders) {
+	r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
+	if !errors.Is(r.Err, nats.ErrNoResponders) {
 		t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
 	}
 }

@@ -12,18 +12,20 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
 
-// intruder is the tenant that presents node ids of [tenant] in these tests.
+// intruder is the tenant that presents node ids of [tiertest.Tenant] in
+// these tests.
 const intruder = "evil"
 
 // tokenOf mints a device token for node in tenant ten.
 func (tt *testTier) tokenOf(t testing.TB, node, ten string) string {
 	t.Helper()
-	return tt.mint(t, auth.MintOptions{Subject: node, Tenant: ten,
+	return tt.Mint(t, auth.MintOptions{Subject: node, Tenant: ten,
 		Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice})
 }
 
@@ -42,7 +44,7 @@ func wantOtherTenantRefused(t *testing.T, tt *testTier, url, token string) {
 	if len(frames) != 1 || frames[0].Code != schemas.CodeSafetyDenied {
 		t.Fatalf("error frames %+v, want one %s", frames, schemas.CodeSafetyDenied)
 	}
-	if strings.Contains(frames[0].Message, tenant) {
+	if strings.Contains(frames[0].Message, tiertest.Tenant) {
 		t.Fatalf("error message %q names the owner's tenant", frames[0].Message)
 	}
 }
@@ -54,20 +56,18 @@ func wantOtherTenantRefused(t *testing.T, tt *testTier, url, token string) {
 // operator who deletes the binding frees the node id.
 func TestNodeIDOfAnotherTenant(t *testing.T) {
 	tt := newTestTier(t, tier.Options{Name: "tier-a"})
-	tt.audit.mu.Lock()
-	tt.audit.keepRaw = true
-	tt.audit.mu.Unlock()
-	_, urlB := tt.startReplica(t, tier.Options{Name: "tier-b"})
+	tt.Audit.KeepRaw()
+	_, urlB := tt.StartReplica(t, tier.Options{Name: "tier-b"})
 	owner := tt.runEcho(t)
 	node := owner.node
-	before := tt.record(t, node)
+	before := tt.Record(t, node)
 	events := tt.watch(t)
 	token := tt.tokenOf(t, node, intruder)
 
-	for _, url := range []string{tt.url, urlB} {
+	for _, url := range []string{tt.URL, urlB} {
 		wantOtherTenantRefused(t, tt, url, token)
 	}
-	if r := tt.record(t, node); r == nil || r.SessionID != before.SessionID || r.Tenant != tenant {
+	if r := tt.Record(t, node); r == nil || r.SessionID != before.SessionID || r.Tenant != tiertest.Tenant {
 		t.Fatalf("registry record %+v, want the owner's session %s untouched", r, before.SessionID)
 	}
 	select {
@@ -75,24 +75,22 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 		t.Fatalf("registry changed: %+v", e)
 	default:
 	}
-	tt.echo(t, node) // through the owner's one connection: its session lived on
+	tt.Echo(t, node) // through the owner's one connection: its session lived on
 
-	tt.audit.wait(t, func(e auditEntry) bool {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 		return e.Decision == bus.DecisionDenied && e.Tenant == intruder && e.NodeID == node && e.Code == schemas.CodeSafetyDenied
 	})
-	tt.audit.wait(t, func(e auditEntry) bool {
-		return e.Decision == bus.DecisionDenied && e.Tenant == tenant && e.NodeID == node && e.Subject == ""
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
+		return e.Decision == bus.DecisionDenied && e.Tenant == tiertest.Tenant && e.NodeID == node && e.Subject == ""
 	})
-	tt.audit.mu.Lock()
-	for _, e := range tt.audit.lines {
-		if e.Tenant == intruder && strings.Contains(e.raw, tenant) {
-			t.Errorf("the intruder's audit names the owner: %s", e.raw)
+	for _, e := range tt.Audit.Entries() {
+		if e.Tenant == intruder && strings.Contains(e.Raw, tiertest.Tenant) {
+			t.Errorf("the intruder's audit names the owner: %s", e.Raw)
 		}
-		if e.Tenant == tenant && strings.Contains(e.raw, intruder) {
-			t.Errorf("the owner's audit names the intruder: %s", e.raw)
+		if e.Tenant == tiertest.Tenant && strings.Contains(e.Raw, intruder) {
+			t.Errorf("the owner's audit names the intruder: %s", e.Raw)
 		}
 	}
-	tt.audit.mu.Unlock()
 
 	// The owner leaves; its node id stays its tenant's.
 	owner.leave(t)
@@ -101,7 +99,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 
 	// The operator frees the node id (nats kv del okso_node_tenants <id>):
 	// the first tenant to come now owns it.
-	js, err := jetstream.New(tt.nc)
+	js, err := jetstream.New(tt.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +115,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 		t.Fatalf("auth_ok %+v, want tenant %s", ok, intruder)
 	}
 	rc.announce(t, node, echoCapability())
-	wantOtherTenantRefused(t, tt, urlB, tt.token(t, node))
+	wantOtherTenantRefused(t, tt, urlB, tt.Token(t, node))
 }
 
 // TestNodeIDRaceBetweenTenants: two tenants present one fresh node id on
@@ -125,11 +123,11 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 // 4403, every time.
 func TestNodeIDRaceBetweenTenants(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
-	_, urlB := tt.startReplica(t, tier.Options{})
+	_, urlB := tt.StartReplica(t, tier.Options{})
 	for round := range 10 {
 		node := wire.NewNodeID()
-		clients := []*rawClient{tt.dialURL(t, tt.url, nil), tt.dialURL(t, urlB, nil)}
-		tokens := []string{tt.token(t, node), tt.tokenOf(t, node, intruder)}
+		clients := []*rawClient{tt.dialURL(t, tt.URL, nil), tt.dialURL(t, urlB, nil)}
+		tokens := []string{tt.Token(t, node), tt.tokenOf(t, node, intruder)}
 		for _, rc := range clients {
 			rc.recv(t, wire.TypeHello, nil)
 		}
@@ -161,7 +159,7 @@ func TestNodeIDRaceBetweenTenants(t *testing.T) {
 // returns "auth_ok", the close code, or what else went wrong. It does not
 // fail the test, so that goroutines may call it.
 func authOutcome(ctx context.Context, rc *rawClient, token string) string {
-	ctx, cancel := context.WithTimeout(ctx, waitFor)
+	ctx, cancel := context.WithTimeout(ctx, tiertest.WaitFor)
 	defer cancel()
 	b, err := wire.Encode(wire.TypeAuth, "", wire.Auth{Token: token})
 	if err != nil {

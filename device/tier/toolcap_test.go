@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/internal/tiertest"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -20,7 +21,7 @@ import (
 func echoCaps(n int) []schemas.Capability {
 	caps := make([]schemas.Capability, n)
 	for i := range caps {
-		caps[i] = echoCap("e"+strconv.Itoa(i), schemas.Constraints{})
+		caps[i] = tiertest.EchoCap("e"+strconv.Itoa(i), schemas.Constraints{})
 	}
 	return caps
 }
@@ -29,7 +30,7 @@ func echoCaps(n int) []schemas.Capability {
 // returns "announce_ok", or the close code and the error frame's message.
 // It does not fail the test, so that goroutines may call it.
 func announceOutcome(ctx context.Context, rc *rawClient, node string, caps []schemas.Capability) string {
-	ctx, cancel := context.WithTimeout(ctx, waitFor)
+	ctx, cancel := context.WithTimeout(ctx, tiertest.WaitFor)
 	defer cancel()
 	b, err := wire.Encode(wire.TypeAnnounce, "", manifest(node, caps...))
 	if err != nil {
@@ -85,29 +86,29 @@ func wantCapRefused(t *testing.T, outcome string) {
 func TestToolCap(t *testing.T) {
 	tt := newTestTier(t, tier.Options{MaxToolsPerTenant: 3})
 	a, b := wire.NewNodeID(), wire.NewNodeID()
-	oldA, got := tt.connectTools(t, tt.url, a, tenant, 2)
+	oldA, got := tt.connectTools(t, tt.URL, a, tiertest.Tenant, 2)
 	if got != wire.TypeAnnounceOK {
 		t.Fatalf("node a, 2 tools: %s", got)
 	}
-	rcB, got := tt.connectTools(t, tt.url, b, tenant, 1)
+	rcB, got := tt.connectTools(t, tt.URL, b, tiertest.Tenant, 1)
 	if got != wire.TypeAnnounceOK {
 		t.Fatalf("node b, 1 tool, reaching the cap: %s", got)
 	}
 	c := wire.NewNodeID()
-	_, got = tt.connectTools(t, tt.url, c, tenant, 1)
+	_, got = tt.connectTools(t, tt.URL, c, tiertest.Tenant, 1)
 	wantCapRefused(t, got)
-	tt.audit.wait(t, func(e auditEntry) bool {
+	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
 		return e.Decision == bus.DecisionDenied && e.NodeID == c && e.Code == schemas.CodeSafetyDenied
 	})
-	if r := tt.record(t, c); r != nil {
+	if r := tt.Record(t, c); r != nil {
 		t.Fatalf("refused node has a registry record %+v", r)
 	}
-	if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), intruder, 3); got != wire.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, tt.URL, wire.NewNodeID(), intruder, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("another tenant's node, 3 tools: %s", got)
 	}
 
 	// Node a again, with its 2 tools: they replace its own.
-	if _, got := tt.connectTools(t, tt.url, a, tenant, 2); got != wire.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, tt.URL, a, tiertest.Tenant, 2); got != wire.TypeAnnounceOK {
 		t.Fatalf("node a reconnecting: %s", got)
 	}
 	if code, _ := oldA.waitClose(t); code != wire.CloseReplaced {
@@ -118,9 +119,9 @@ func TestToolCap(t *testing.T) {
 	_ = rcB.c.Close(websocket.StatusNormalClosure, "")
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	deadline := time.After(waitFor)
+	deadline := time.After(tiertest.WaitFor)
 	for {
-		rc, got := tt.connectTools(t, tt.url, c, tenant, 1)
+		rc, got := tt.connectTools(t, tt.URL, c, tiertest.Tenant, 1)
 		if got == wire.TypeAnnounceOK {
 			break
 		}
@@ -136,7 +137,7 @@ func TestToolCap(t *testing.T) {
 	t.Run("no cap", func(t *testing.T) {
 		tt := newTestTier(t, tier.Options{MaxToolsPerTenant: -1})
 		for range 3 {
-			if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), tenant, 64); got != wire.TypeAnnounceOK {
+			if _, got := tt.connectTools(t, tt.URL, wire.NewNodeID(), tiertest.Tenant, 64); got != wire.TypeAnnounceOK {
 				t.Fatalf("announce of 64 tools without a cap: %s", got)
 			}
 		}
@@ -154,7 +155,7 @@ func TestToolCapConcurrent(t *testing.T) {
 	for i := range clients {
 		ids[i] = wire.NewNodeID()
 		clients[i] = tt.dial(t, nil)
-		clients[i].authenticate(t, tt.token(t, ids[i]))
+		clients[i].authenticate(t, tt.Token(t, ids[i]))
 	}
 	outcomes := make([]string, nodes)
 	var wg sync.WaitGroup
@@ -180,11 +181,11 @@ func TestToolCapConcurrent(t *testing.T) {
 // it started.
 func TestToolCapAcrossTiers(t *testing.T) {
 	tt := newTestTier(t, tier.Options{MaxToolsPerTenant: 3})
-	if _, got := tt.connectTools(t, tt.url, wire.NewNodeID(), tenant, 3); got != wire.TypeAnnounceOK {
+	if _, got := tt.connectTools(t, tt.URL, wire.NewNodeID(), tiertest.Tenant, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("3 tools on tier a: %s", got)
 	}
-	_, urlB := tt.startReplica(t, tier.Options{MaxToolsPerTenant: 3})
-	_, got := tt.connectTools(t, urlB, wire.NewNodeID(), tenant, 1)
+	_, urlB := tt.StartReplica(t, tier.Options{MaxToolsPerTenant: 3})
+	_, got := tt.connectTools(t, urlB, wire.NewNodeID(), tiertest.Tenant, 1)
 	wantCapRefused(t, got)
 	if _, got := tt.connectTools(t, urlB, wire.NewNodeID(), intruder, 3); got != wire.TypeAnnounceOK {
 		t.Fatalf("another tenant on tier b: %s", got)
