@@ -260,6 +260,30 @@ func (c *mcpClient) List(ctx context.Context) ([]Tool, error) {
 	return nil, fmt.Errorf("list tools: more than %d pages", maxListPages)
 }
 
+// Ping asks an HTTP upstream whether it is there. An upstream that
+// answers that it does not know ping is there; any other error, a
+// transport's refusal included, says it may not be. A stdio upstream is
+// not asked: its process's exit ends the session at once, and one that
+// serves its requests in turn must not be taken for dead while busy.
+func (c *mcpClient) Ping(ctx context.Context) error {
+	if c.proc != nil {
+		return nil
+	}
+	if err := c.gone(); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	defer end()
+	var rpc *jsonrpc.Error
+	if err := c.cs.Ping(ctx, nil); err != nil && !(errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound) {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
 // toolOf is t as the tier keeps it, its schemas as JSON.
 func toolOf(t *mcp.Tool) (Tool, error) {
 	out := Tool{Name: t.Name, Title: t.Title, Description: t.Description}

@@ -287,7 +287,14 @@ func (s *upstream) session(ctx context.Context) bool {
 			s.log.Warn("upstream connection ended; connecting again")
 			return true
 		case <-lease.C:
-			put = true
+			// The lease says the upstream is served: it is refreshed
+			// only while the upstream answers. An HTTP upstream that
+			// died while nothing called it is found out here, not when
+			// the MCP client gives its event stream up, tens of seconds
+			// later; a re-list decides.
+			if put = s.answers(ctx, client); !put {
+				changed = true
+			}
 		case <-client.Changed():
 			changed = true
 		case <-relist.C:
@@ -329,6 +336,28 @@ func (s *upstream) session(ctx context.Context) bool {
 			rev = r
 		}
 	}
+}
+
+// pinger is a [Client] that can ask its upstream whether it is there.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// answers reports whether the upstream answers a ping within a third of
+// the lease, or its client needs none (an action endpoint has no
+// connection to lose).
+func (s *upstream) answers(ctx context.Context, client Client) bool {
+	p, ok := client.(pinger)
+	if !ok {
+		return true
+	}
+	pctx, cancel := context.WithTimeout(ctx, min(s.t.o.Remotes.TTL()/3, s.cfg.Timeout))
+	defer cancel()
+	err := p.Ping(pctx)
+	if err != nil && ctx.Err() == nil {
+		s.log.Debug("upstream does not answer a ping", "err", scrub(err))
+	}
+	return err == nil
 }
 
 // servedElsewhere reports whether another replica answers the

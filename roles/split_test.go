@@ -44,14 +44,16 @@ func oksoBinary(t *testing.T) string {
 }
 
 // proc is a running okso process whose JSON log lines the test can wait on.
+// At the end of the test it is killed, unless it has exited, and reaped.
 type proc struct {
-	t     *testing.T
-	name  string
-	cmd   *exec.Cmd
-	lines chan map[string]any
-	out   strings.Builder
-	mu    sync.Mutex
-	done  chan error
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	lines  chan map[string]any
+	out    strings.Builder
+	mu     sync.Mutex
+	exited chan struct{} // closed once the process is reaped
+	err    error         // of its Wait; read after exited
 }
 
 func startProc(t *testing.T, bin, name string, args ...string) *proc {
@@ -63,7 +65,7 @@ func startProc(t *testing.T, bin, name string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	cmd.Stdout = io.Discard
-	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan map[string]any, 1024), done: make(chan error, 1)}
+	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan map[string]any, 1024), exited: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +84,20 @@ func startProc(t *testing.T, bin, name string, args ...string) *proc {
 				}
 			}
 		}
-		p.done <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		_ = p.cmd.Process.Kill()
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s not reaped within 10 s of SIGKILL", p.name)
 		}
 	})
 	return p
@@ -102,8 +113,18 @@ func (p *proc) wait(match func(map[string]any) bool) map[string]any {
 			if match(m) {
 				return m
 			}
-		case err := <-p.done:
-			p.t.Fatalf("%s exited (%v) before the expected log line:\n%s", p.name, err, p.log())
+		case <-p.exited:
+			for { // its last lines are all in p.lines by now
+				select {
+				case m := <-p.lines:
+					if match(m) {
+						return m
+					}
+					continue
+				default:
+				}
+				p.t.Fatalf("%s exited (%v) before the expected log line:\n%s", p.name, p.err, p.log())
+			}
 		case <-timeout:
 			p.t.Fatalf("%s: expected log line not seen:\n%s", p.name, p.log())
 		}
@@ -121,9 +142,9 @@ func (p *proc) stop() {
 	p.t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-p.done:
-		if err != nil {
-			p.t.Errorf("%s exited with %v:\n%s", p.name, err, p.log())
+	case <-p.exited:
+		if p.err != nil {
+			p.t.Errorf("%s exited with %v:\n%s", p.name, p.err, p.log())
 		}
 	case <-time.After(20 * time.Second):
 		p.t.Errorf("%s did not stop on SIGTERM", p.name)
