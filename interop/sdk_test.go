@@ -11,6 +11,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/mcp"
 )
 
 // The tools of a simulated device (README, Capabilities).
@@ -258,6 +259,9 @@ func TestTypeScriptSDK(t *testing.T) {
 				if c.mutates {
 					want = append(want, pinWriteTool(n))
 				}
+			}
+			if c.mutates { // the caller-tool relay's own tools
+				want = append(want, mcp.ToolCallerListen, mcp.ToolCallerResponse)
 			}
 			slices.Sort(want)
 			got := slices.Sorted(slices.Values(l.names()))

@@ -176,8 +176,16 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 	if !c.g.o.NC.IsConnected() {
 		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
+	if e.listenID != "" {
+		var done func()
+		cctx, done = c.g.waitRelayed(cctx, e.listenID)
+		defer done()
+	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
 	switch {
+	case err != nil && errors.Is(context.Cause(cctx), errListenEnded),
+		errors.Is(err, nats.ErrNoResponders) && e.source == sourceCaller:
+		return nil, c.fail(schemas.CodeNodeOffline, "the caller's listen ended")
 	case errors.Is(err, nats.ErrNoResponders) && e.source == sourceUpstream:
 		return nil, c.fail(schemas.CodeNodeOffline, "upstream is offline: no remote tier serves it")
 	case errors.Is(err, nats.ErrNoResponders):
@@ -285,6 +293,9 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	}
 	if c.entry.stream {
 		return g.subscribeMCP(ctx, req, c, args)
+	}
+	if c.entry.local != nil {
+		return c.entry.local(ctx, req, c, args), nil
 	}
 	result, e := c.unary(ctx, args)
 	if e != nil {

@@ -83,6 +83,11 @@ type entry struct {
 	subject string
 	// budget bounds a call (0: the gateway's).
 	budget time.Duration
+	// listenID is the listen serving a caller's tool (callers.go).
+	listenID string
+	// local serves a tool of okso's own on the gateway itself, through
+	// the SDK's door only.
+	local localCall
 	// desc is the tool as tools/list shows it.
 	desc *sdk.Tool
 }

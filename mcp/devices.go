@@ -31,15 +31,21 @@ import (
 func (g *Gateway) Run(ctx context.Context) error {
 	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
 	defer g.o.NC.RemoveStatusListener(status)
-	nodes, remotes := make(chan struct{}, 1), make(chan struct{}, 1)
+	nodes, remotes, callers := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { g.followLink(ctx, status, nodes, remotes) })
+	wg.Go(func() { g.followLink(ctx, status, nodes, remotes, callers) })
 	defer g.probeWG.Wait()
 	if g.o.Remotes != nil {
 		var once sync.Once
 		wg.Go(func() {
 			g.keepWatching(ctx, "upstream registry", g.watchRemotes, remotes, func() { once.Do(func() { close(g.remotesSynced) }) })
+		})
+	}
+	if g.o.Callers != nil {
+		var once sync.Once
+		wg.Go(func() {
+			g.keepWatching(ctx, "caller registry", g.watchCallers, callers, func() { once.Do(func() { close(g.callersSynced) }) })
 		})
 	}
 	var once sync.Once
@@ -122,11 +128,14 @@ func (g *Gateway) markReady(ctx context.Context) {
 		case <-done:
 		case <-time.After(5 * time.Second):
 		}
-		select {
-		case <-g.remotesSynced:
-			close(g.ready)
-		case <-ctx.Done():
+		for _, synced := range []chan struct{}{g.remotesSynced, g.callersSynced} {
+			select {
+			case <-synced:
+			case <-ctx.Done():
+				return
+			}
 		}
+		close(g.ready)
 	}()
 }
 

@@ -44,11 +44,17 @@ type Options struct {
 	Registry *bus.Registry
 	// Remotes, when set, is the registry of federated upstreams, whose
 	// tools the gateway lists for the tenants each is configured for.
-	Remotes  *bus.Remotes
-	Schemas  *schemas.Set
-	Verifier *auth.Verifier // for agent tokens
-	Auditor  *bus.Auditor
-	Logger   *slog.Logger
+	Remotes *bus.Remotes
+	// Callers, when set, is the registry of the callers' own tools: the
+	// gateway serves caller_tools_listen and caller_tool_response and
+	// lists every live declaration for its tenant (DESIGN.md §9.3).
+	Callers *bus.Callers
+	// CallerTimeout bounds a relayed call to a caller's tool (60 s).
+	CallerTimeout time.Duration
+	Schemas       *schemas.Set
+	Verifier      *auth.Verifier // for agent tokens
+	Auditor       *bus.Auditor
+	Logger        *slog.Logger
 
 	// Budget is the end-to-end deadline of one call (5 s).
 	Budget time.Duration
@@ -103,8 +109,19 @@ type Gateway struct {
 	remotesMu     sync.Mutex
 	remotes       map[string]*listedRemote // by upstream
 	remotesSynced chan struct{}            // closed once the first state of okso_remotes is in
-	busDown       atomic.Bool              // the NATS connection is down (see followLink)
-	draining      atomic.Bool              // see Drain
+
+	// The caller source (callers.go): the declarations it knows, and
+	// the synchronisation of the first state of okso_callers.
+	callersMu     sync.Mutex
+	callers       map[string]*listedCaller // by listen id
+	callersSynced chan struct{}
+	// relayMu guards the listens this gateway holds and the relayed
+	// calls waiting on it, by listen id.
+	relayMu    sync.Mutex
+	listens    map[string]*listen
+	relayWaits map[string]map[*relayWait]struct{}
+	busDown    atomic.Bool // the NATS connection is down (see followLink)
+	draining   atomic.Bool // see Drain
 
 	schemaMu    sync.Mutex
 	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
@@ -140,6 +157,9 @@ func New(o Options) (*Gateway, error) {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
+	if o.CallerTimeout <= 0 {
+		o.CallerTimeout = DefaultCallerTimeout
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -154,6 +174,10 @@ func New(o Options) (*Gateway, error) {
 
 		remotes:       map[string]*listedRemote{},
 		remotesSynced: make(chan struct{}),
+		callers:       map[string]*listedCaller{},
+		callersSynced: make(chan struct{}),
+		listens:       map[string]*listen{},
+		relayWaits:    map[string]map[*relayWait]struct{}{},
 
 		toolSchemas:   map[string]*jsonschema.Schema{},
 		listedSchemas: map[*jsonschema.Schema]json.RawMessage{},
@@ -166,6 +190,11 @@ func New(o Options) (*Gateway, error) {
 		close(g.remotesSynced)
 	}
 	g.cat = newCatalog(g.newServer)
+	if o.Callers == nil {
+		close(g.callersSynced)
+	} else {
+		g.cat.put("okso/caller", anyTenant, g.relayEntries())
+	}
 	g.serverInfo, _ = json.Marshal(g.implementation())
 	g.handler = g.drainable(g.routes())
 	return g, nil

@@ -124,6 +124,10 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, httpStatus(e.Code), e)
 		return
 	}
+	if c.entry.local != nil {
+		writeError(w, http.StatusBadRequest, c.fail(schemas.CodeBadRequest, "this tool is served over MCP tools/call only"))
+		return
+	}
 	if !c.entry.stream {
 		if !accepts(r, "application/json", true) {
 			writeError(w, http.StatusNotAcceptable, c.fail(schemas.CodeBadRequest, "unary tools answer with Accept: application/json"))

@@ -481,6 +481,11 @@ type gatewayConfig struct {
 	StreamIdle          time.Duration
 	PublicURL           string
 	MaxConnections      int // held by the MCP listener at once (0: no bound)
+	// CallerTimeout bounds a relayed call to a caller's tool (0: 60 s);
+	// CallerLeaseTTL is the lease of a declaration in okso_callers (0:
+	// 15 s), how long its tools outlive a replica that died holding it.
+	CallerTimeout  time.Duration
+	CallerLeaseTTL time.Duration
 	// ShutdownDrain is how long a stopping gateway stays unready but
 	// serving, before it stops accepting (0: it stops at once).
 	ShutdownDrain time.Duration
@@ -524,6 +529,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		return nil, err
 	}
+	callers, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Callers, error) {
+		return bus.OpenCallers(ctx, nc, bus.CallersOptions{TTL: cfg.CallerLeaseTTL, Replicas: np.replicas})
+	})
+	if err != nil {
+		return nil, err
+	}
 	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
 	if err != nil {
 		return nil, err
@@ -544,6 +555,8 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		NC:             nc,
 		Registry:       reg,
 		Remotes:        remotes,
+		Callers:        callers,
+		CallerTimeout:  cfg.CallerTimeout,
 		Schemas:        c.schemas,
 		Verifier:       c.verifier(aud),
 		Auditor:        audit,
@@ -610,6 +623,7 @@ func (p *gatewayPart) actors(g *run.Group) {
 			time.Sleep(p.drain)
 		}
 		p.gw.CloseStreams()
+		p.gw.EndListens()
 		sctx, scancel := shutdownCtx()
 		defer scancel()
 		p.http.stop(sctx)

@@ -1,0 +1,786 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/schemas"
+)
+
+// The caller-tool relay (DESIGN.md §9.3): an agent declares tools it
+// implements itself with caller_tools_listen, a call that stays open as
+// the push channel; the other agents of its tenant, on any replica, list
+// them as {caller_id}_{tool} and call them like any tool. The replica
+// holding the listen writes the declaration to KV okso_callers and
+// serves okso.v1.caller.<listen_id>.req: each relayed call is pushed to
+// the listener, which answers with caller_tool_response on any replica
+// (forwarded on okso.v1.caller.<listen_id>.resp to the holder).
+
+// The relay's own tools.
+const (
+	ToolCallerListen   = "caller_tools_listen"
+	ToolCallerResponse = "caller_tool_response"
+)
+
+// DefaultCallerTimeout bounds a relayed call (--caller-timeout).
+const DefaultCallerTimeout = 60 * time.Second
+
+// callerLogger is the logger of the relay's notifications/message.
+const callerLogger = "okso.caller"
+
+// maxWaiting bounds the relayed calls one listen holds unanswered; a call
+// beyond it is E_RATE_LIMITED at once.
+const maxWaiting = 256
+
+var (
+	callerIDPattern   = regexp.MustCompile(`^[a-z][a-z0-9]{0,15}$`)
+	callerToolPattern = regexp.MustCompile(`^[a-z0-9_]{1,40}$`)
+)
+
+const listenSchema = `{
+  "type": "object",
+  "properties": {
+    "caller_id": {"type": "string", "pattern": "^[a-z][a-z0-9]{0,15}$", "description": "names your tools for the others: {caller_id}_{tool}"},
+    "tools": {
+      "type": "array", "minItems": 1, "maxItems": 64,
+      "items": {
+        "type": "object",
+        "properties": {
+          "name": {"type": "string", "pattern": "^[a-z0-9_]{1,40}$"},
+          "title": {"type": "string", "maxLength": 200},
+          "description": {"type": "string", "maxLength": 4096},
+          "inputSchema": {"type": "object"},
+          "annotations": {"type": "object", "properties": {"readOnlyHint": {"type": "boolean"}}}
+        },
+        "required": ["name", "inputSchema"],
+        "additionalProperties": false
+      }
+    }
+  },
+  "required": ["caller_id", "tools"],
+  "additionalProperties": false
+}`
+
+const responseSchema = `{
+  "type": "object",
+  "properties": {
+    "listen_id": {"type": "string", "minLength": 1, "maxLength": 64},
+    "request_id": {"type": "string", "minLength": 1, "maxLength": 64},
+    "result": {"description": "the tool's result: becomes the caller's structuredContent (an object) and text"},
+    "error": {"type": "string", "maxLength": 4096, "description": "the tool failed: becomes an isError result with this text"}
+  },
+  "required": ["listen_id", "request_id"],
+  "additionalProperties": false,
+  "oneOf": [{"required": ["result"]}, {"required": ["error"]}]
+}`
+
+// relayEntries are the relay's two tools, which every tenant lists.
+func (g *Gateway) relayEntries() []*entry {
+	mk := func(name, title, desc, schema string, local localCall) *entry {
+		f, err := schemas.CompileForeign(json.RawMessage(schema))
+		if err != nil {
+			panic(fmt.Sprintf("relay tool %s: %v", name, err))
+		}
+		no := false
+		return &entry{
+			name:   name,
+			source: sourceOkso,
+			class:  schemas.SafetyMutating,
+			scope:  auth.ScopeMutating,
+			input:  foreign{f},
+			local:  local,
+			desc: &sdk.Tool{
+				Name: name, Title: title, Description: desc, InputSchema: json.RawMessage(schema),
+				Annotations: &sdk.ToolAnnotations{Title: title, DestructiveHint: &no},
+			},
+		}
+	}
+	return []*entry{
+		mk(ToolCallerListen, "Offer your own tools to your tenant's agents",
+			"Declares tools you implement yourself; the other agents of your tenant see them as {caller_id}_{tool}. "+
+				"The call stays open: each call of one of your tools reaches you on it as a caller_tool_request "+
+				"(a notifications/message of logger okso.caller, and a progress notification when you send a progressToken), "+
+				"which you answer with caller_tool_response. Your tools leave every list when this call ends.",
+			listenSchema, g.listen),
+		mk(ToolCallerResponse, "Answer a call of one of your tools",
+			"Answers one caller_tool_request of your open caller_tools_listen call with its result or an error. "+
+				"Each request is answered once.",
+			responseSchema, g.respond),
+	}
+}
+
+// localCall serves a tool of okso's own on the gateway, after the call's
+// checks (scope, arguments).
+type localCall func(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult
+
+// callerKey is the catalog key of one listen's tools.
+func callerKey(listenID string) string { return "caller/" + listenID }
+
+// listedCaller is a declaration as the gateway lists it.
+type listedCaller struct {
+	rec    *bus.Caller
+	listed bool // its tools are in the catalog (it is the latest of its caller id)
+}
+
+// watchCallers runs one watch of okso_callers; when its initial state is
+// in, declarations the gateway listed but the bucket no longer has are
+// removed.
+func (g *Gateway) watchCallers(ctx context.Context, ready func()) error {
+	seen := map[string]bool{}
+	return g.o.Callers.Watch(ctx, func(ev bus.CallerEvent) {
+		if ev.Initial {
+			seen[ev.ListenID] = true
+		}
+		g.applyCaller(ev)
+	}, func() {
+		g.callersMu.Lock()
+		var ghosts []string
+		for id := range g.callers {
+			if !seen[id] {
+				ghosts = append(ghosts, id)
+			}
+		}
+		g.callersMu.Unlock()
+		for _, id := range ghosts {
+			g.applyCaller(bus.CallerEvent{ListenID: id})
+		}
+		ready()
+	})
+}
+
+// applyCaller folds one change of okso_callers into the catalog. Of two
+// live declarations of one caller id in one tenant (a listen replacing
+// another, before the older is gone), only the later is listed.
+func (g *Gateway) applyCaller(ev bus.CallerEvent) {
+	g.callersMu.Lock()
+	defer g.callersMu.Unlock()
+	old := g.callers[ev.ListenID]
+	rec := ev.Caller
+	if rec != nil && (!schemas.ValidTenant(rec.Tenant) || !callerIDPattern.MatchString(rec.CallerID)) {
+		g.log.Warn("caller declaration not listed", "listen_id", ev.ListenID)
+		rec = nil
+	}
+	if rec != nil && old != nil && old.rec.Since.Equal(rec.Since) {
+		return // a lease refresh
+	}
+	changed := false
+	if old != nil && old.listed {
+		g.cat.drop(callerKey(ev.ListenID))
+		changed = true
+	}
+	if rec == nil {
+		delete(g.callers, ev.ListenID)
+		g.endRelayed(ev.ListenID)
+		// An older declaration of the same caller id may be listed again.
+		if old != nil {
+			if next := g.latestCaller(old.rec.Tenant, old.rec.CallerID); next != nil && !next.listed {
+				g.listCaller(next)
+			}
+		}
+		if changed {
+			g.changed()
+		}
+		return
+	}
+	lc := &listedCaller{rec: rec}
+	g.callers[ev.ListenID] = lc
+	if latest := g.latestCaller(rec.Tenant, rec.CallerID); latest == lc {
+		for id, other := range g.callers {
+			if other != lc && other.listed && other.rec.Tenant == rec.Tenant && other.rec.CallerID == rec.CallerID {
+				g.cat.drop(callerKey(id))
+				other.listed = false
+			}
+		}
+		g.listCaller(lc)
+		changed = true
+	}
+	if changed {
+		g.changed()
+	}
+}
+
+// ListenOf returns the listen whose tools the gateway lists for a caller
+// id in a tenant; "" when none.
+func (g *Gateway) ListenOf(tenant, callerID string) string {
+	g.callersMu.Lock()
+	defer g.callersMu.Unlock()
+	if lc := g.latestCaller(tenant, callerID); lc != nil && lc.listed {
+		return lc.rec.ListenID
+	}
+	return ""
+}
+
+// latestCaller returns the latest live declaration of a caller id in a
+// tenant; callersMu is held.
+func (g *Gateway) latestCaller(tenant, callerID string) *listedCaller {
+	var latest *listedCaller
+	for _, lc := range g.callers {
+		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && (latest == nil || lc.rec.Since.After(latest.rec.Since)) {
+			latest = lc
+		}
+	}
+	return latest
+}
+
+// listCaller puts a declaration's tools in the catalog; callersMu is held.
+func (g *Gateway) listCaller(lc *listedCaller) {
+	var entries []*entry
+	for _, t := range lc.rec.Tools {
+		e, err := g.callerEntry(lc.rec, t)
+		if err != nil {
+			g.log.Warn("caller tool not listed", "listen_id", lc.rec.ListenID, "err", err)
+			continue
+		}
+		entries = append(entries, e)
+	}
+	g.cat.put(callerKey(lc.rec.ListenID), lc.rec.Tenant, entries)
+	lc.listed = true
+}
+
+// callerEntry is one declared tool as the catalog holds it.
+func (g *Gateway) callerEntry(rec *bus.Caller, t bus.CallerTool) (*entry, error) {
+	if !callerToolPattern.MatchString(t.Name) {
+		return nil, fmt.Errorf("tool name %q", t.Name)
+	}
+	name := rec.CallerID + "_" + t.Name
+	if err := schemas.ValidToolSchema(t.InputSchema); err != nil {
+		return nil, fmt.Errorf("tool %s: %w", name, err)
+	}
+	in, err := schemas.CompileForeign(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: input %w", name, err)
+	}
+	class := schemas.SafetyMutating
+	if t.ReadOnly {
+		class = schemas.SafetyReadOnly
+	}
+	no := false
+	st := &sdk.Tool{
+		Name:        name,
+		Description: schemas.TrimDescription(t.Description),
+		InputSchema: t.InputSchema,
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: t.ReadOnly},
+		Meta:        sdk.Meta{schemas.MetaSafetyClass: class, metaCaller: rec.CallerID},
+	}
+	if !t.ReadOnly {
+		st.Annotations.DestructiveHint = &no
+	}
+	if err := sdkAccepts(st); err != nil {
+		return nil, fmt.Errorf("tool %s: %w", name, err)
+	}
+	return &entry{
+		name:     name,
+		source:   sourceCaller,
+		class:    class,
+		scope:    auth.ScopeFor(class),
+		input:    foreign{in},
+		shape:    shapeToolResult,
+		subject:  bus.CallerReq(rec.ListenID),
+		budget:   g.o.CallerTimeout,
+		listenID: rec.ListenID,
+		desc:     st,
+	}, nil
+}
+
+// metaCaller names, in a relayed tool's _meta, the caller that serves it.
+const metaCaller = "io.okso/caller"
+
+// relayWait is one relayed call waiting on this gateway for its answer.
+type relayWait struct{ cancel context.CancelCauseFunc }
+
+// errListenEnded ends a relayed call whose listen ended.
+var errListenEnded = errors.New("the caller's listen ended")
+
+// waitRelayed registers a relayed call to listenID; its context ends with
+// errListenEnded if the listen's declaration goes away first.
+func (g *Gateway) waitRelayed(ctx context.Context, listenID string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &relayWait{cancel: cancel}
+	g.relayMu.Lock()
+	set := g.relayWaits[listenID]
+	if set == nil {
+		set = map[*relayWait]struct{}{}
+		g.relayWaits[listenID] = set
+	}
+	set[w] = struct{}{}
+	g.relayMu.Unlock()
+	return ctx, func() {
+		g.relayMu.Lock()
+		delete(set, w)
+		if len(set) == 0 && g.relayWaits[listenID] != nil && len(g.relayWaits[listenID]) == 0 {
+			delete(g.relayWaits, listenID)
+		}
+		g.relayMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// endRelayed ends every relayed call to listenID waiting on this gateway.
+func (g *Gateway) endRelayed(listenID string) {
+	g.relayMu.Lock()
+	var ws []*relayWait
+	for w := range g.relayWaits[listenID] {
+		ws = append(ws, w)
+	}
+	g.relayMu.Unlock()
+	for _, w := range ws {
+		w.cancel(errListenEnded)
+	}
+}
+
+// listen is one open caller_tools_listen held by this gateway.
+type listen struct {
+	g        *Gateway
+	id       string
+	tenant   string
+	subject  string
+	callerID string
+	tools    map[string]bool // declared names
+
+	events chan []byte // pushed to the listener, in order
+	done   chan struct{}
+	reason string // why it ended, set before done closes
+	once   sync.Once
+
+	mu       sync.Mutex
+	waiting  map[string]*nats.Msg // request id → the relayed call's request
+	answered map[string]bool      // recently answered request ids (a replay is refused)
+	order    []string             // answered ids, oldest first
+	requests int
+}
+
+// maxAnswered bounds the answered ids a listen remembers.
+const maxAnswered = 4096
+
+func (l *listen) end(reason string) {
+	l.once.Do(func() {
+		l.reason = reason
+		close(l.done)
+	})
+}
+
+// listen serves caller_tools_listen: it checks the declaration, holds the
+// listen until its call ends, and relays the calls of its tools.
+func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult {
+	var decl struct {
+		CallerID string `json:"caller_id"`
+		Tools    []struct {
+			Name        string          `json:"name"`
+			Title       string          `json:"title"`
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"inputSchema"`
+			Annotations *struct {
+				ReadOnlyHint bool `json:"readOnlyHint"`
+			} `json:"annotations"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(args, &decl); err != nil {
+		return errorResult(c.fail(schemas.CodeManifestInvalid, "the declaration does not decode"), c.requestID)
+	}
+	l := &listen{
+		g: g, id: strings.ToLower(ulid.Make().String()),
+		tenant: c.claims.Tenant, subject: c.claims.Subject, callerID: decl.CallerID,
+		tools:   map[string]bool{},
+		events:  make(chan []byte, maxWaiting+1),
+		done:    make(chan struct{}),
+		waiting: map[string]*nats.Msg{}, answered: map[string]bool{},
+	}
+	rec := &bus.Caller{ListenID: l.id, Tenant: l.tenant, Subject: l.subject, CallerID: decl.CallerID, Since: time.Now().UTC()}
+	var names []string
+	for i, t := range decl.Tools {
+		if l.tools[t.Name] {
+			return errorResult(c.fail(schemas.CodeManifestInvalid, fmt.Sprintf("tools[%d]: the name %s is declared twice", i, t.Name)), c.requestID)
+		}
+		ct := bus.CallerTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, ReadOnly: t.Annotations != nil && t.Annotations.ReadOnlyHint}
+		if t.Description == "" {
+			ct.Description = t.Title
+		}
+		if _, err := g.callerEntry(rec, ct); err != nil {
+			return errorResult(c.fail(schemas.CodeManifestInvalid, fmt.Sprintf("tools[%d] (%s): its inputSchema is no JSON Schema object okso can check", i, t.Name)), c.requestID)
+		}
+		l.tools[t.Name] = true
+		rec.Tools = append(rec.Tools, ct)
+		names = append(names, decl.CallerID+"_"+t.Name)
+	}
+	if !g.takeStreamSlot(l.tenant) {
+		return errorResult(c.fail(schemas.CodeRateLimited, "the tenant holds as many open streams as it may"), c.requestID)
+	}
+	defer g.releaseStreamSlot(l.tenant)
+	// The listen ends when its client cancels it or hangs up.
+	ctx, stop := g.cancellable(ctx, c.claims)
+	defer stop()
+	reqSub, err := g.o.NC.Subscribe(bus.CallerReq(l.id), l.onRequest)
+	if err != nil {
+		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
+	}
+	defer reqSub.Unsubscribe()
+	respSub, err := g.o.NC.Subscribe(bus.CallerResp(l.id), l.onResponse)
+	if err == nil {
+		err = g.o.NC.FlushTimeout(5 * time.Second)
+	}
+	if err != nil {
+		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
+	}
+	defer respSub.Unsubscribe()
+	g.replaceListens(ctx, l.tenant, l.callerID)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = g.o.Callers.Put(pctx, rec)
+	cancel()
+	if err != nil {
+		g.log.Error("caller declaration", "err", err)
+		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
+	}
+	g.holdListen(l, true)
+	defer g.holdListen(l, false)
+	defer func() { // the tools leave every list now, not at the lease's end
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := g.o.Callers.Delete(dctx, l.id); err != nil {
+			g.log.Warn("caller declaration not removed; it expires with its lease", "listen_id", l.id, "err", err)
+		}
+	}()
+	defer l.failWaiting()
+	c.audit(bus.DecisionAllowed, "")
+
+	out := &pusher{ctx: ctx, session: req.Session, token: req.Params.GetProgressToken()}
+	ready, _ := json.Marshal(map[string]any{"type": "caller_tools_ready", "listen_id": l.id, "tools": names})
+	if err := out.push(ready); err != nil {
+		l.end("the client went away")
+	}
+	lease := time.NewTicker(g.o.Callers.TTL() / 3)
+	defer lease.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.end("the listen call ended")
+		case <-l.done:
+		case ev := <-l.events:
+			if err := out.push(ev); err != nil {
+				l.end("the client went away")
+			}
+			continue
+		case <-lease.C:
+			pctx, cancel := context.WithTimeout(ctx, g.o.Callers.TTL()/3)
+			if err := g.o.Callers.Put(pctx, rec); err != nil {
+				g.log.Warn("caller declaration not refreshed", "listen_id", l.id, "err", err)
+			}
+			cancel()
+			continue
+		}
+		break
+	}
+	l.mu.Lock()
+	n := l.requests
+	l.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"listen_id": l.id, "reason": l.reason, "requests": n})
+	return &sdk.CallToolResult{
+		Meta:              sdk.Meta{MetaRequestID: c.requestID},
+		Content:           []sdk.Content{&sdk.TextContent{Text: string(b)}},
+		StructuredContent: json.RawMessage(b),
+	}
+}
+
+// replaceListens ends every other listen of a caller id in a tenant:
+// the new one replaces them (their waiting calls fail E_NODE_OFFLINE).
+func (g *Gateway) replaceListens(ctx context.Context, tenant, callerID string) {
+	g.callersMu.Lock()
+	var old []string
+	for id, lc := range g.callers {
+		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID {
+			old = append(old, id)
+		}
+	}
+	g.callersMu.Unlock()
+	for _, id := range old {
+		msg := &nats.Msg{Subject: bus.CallerResp(id), Header: nats.Header{bus.HeaderControl: {bus.ControlReplaced}, bus.HeaderTenant: {tenant}}}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := g.o.NC.RequestMsgWithContext(rctx, msg); err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			g.log.Debug("replace listen", "listen_id", id, "err", err)
+		}
+		cancel()
+	}
+}
+
+// holdListen adds or removes a listen this gateway holds.
+func (g *Gateway) holdListen(l *listen, add bool) {
+	g.relayMu.Lock()
+	defer g.relayMu.Unlock()
+	if add {
+		g.listens[l.id] = l
+	} else {
+		delete(g.listens, l.id)
+	}
+}
+
+// EndListens ends every listen this gateway holds (it is stopping): their
+// waiting calls fail E_NODE_OFFLINE at once.
+func (g *Gateway) EndListens() {
+	g.relayMu.Lock()
+	var ls []*listen
+	for _, l := range g.listens {
+		ls = append(ls, l)
+	}
+	g.relayMu.Unlock()
+	for _, l := range ls {
+		l.end("the gateway is stopping")
+	}
+}
+
+// onRequest takes one relayed call of the listen's tools.
+func (l *listen) onRequest(m *nats.Msg) {
+	if m.Header.Get(bus.HeaderTenant) != l.tenant {
+		l.reply(m, bus.ErrorReply(schemas.CodeSafetyDenied, "tool belongs to another tenant"))
+		return
+	}
+	call, err := bus.DecodeCall(m.Data)
+	if err != nil {
+		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "malformed call"))
+		return
+	}
+	tool, ok := strings.CutPrefix(call.Tool, l.callerID+"_")
+	if !ok || !l.tools[tool] {
+		l.reply(m, bus.ErrorReply(schemas.CodeToolNotFound, "the caller does not declare this tool"))
+		return
+	}
+	id := strings.ToLower(ulid.Make().String())
+	ev, err := json.Marshal(map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": call.Arguments})
+	if err != nil {
+		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "arguments do not encode"))
+		return
+	}
+	l.mu.Lock()
+	if len(l.waiting) >= maxWaiting {
+		l.mu.Unlock()
+		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
+		return
+	}
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
+		return
+	default:
+	}
+	l.waiting[id] = m
+	l.requests++
+	l.mu.Unlock()
+	budget := l.g.o.CallerTimeout
+	if ms, err := strconv.ParseInt(m.Header.Get(bus.HeaderBudgetMs), 10, 64); err == nil && ms > 0 && time.Duration(ms)*time.Millisecond < budget {
+		budget = time.Duration(ms) * time.Millisecond
+	}
+	time.AfterFunc(budget, func() { l.forget(id) }) // its caller gave up
+	l.events <- ev                                  // room for every waiting call, and one more
+}
+
+// forget drops a waiting call whose caller gave up.
+func (l *listen) forget(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.waiting, id)
+}
+
+func (l *listen) reply(m *nats.Msg, data []byte) {
+	if err := m.Respond(data); err != nil {
+		l.g.log.Debug("answer relayed call", "err", err)
+	}
+}
+
+// failWaiting ends every waiting call: the listen is over.
+func (l *listen) failWaiting() {
+	l.mu.Lock()
+	waiting := l.waiting
+	l.waiting = map[string]*nats.Msg{}
+	l.mu.Unlock()
+	for _, m := range waiting {
+		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
+	}
+}
+
+// answer is a caller_tool_response.
+type answer struct {
+	RequestID string          `json:"request_id"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *string         `json:"error,omitempty"`
+}
+
+// take answers a waiting call, for the token (tenant, subject) that sent
+// the response; a non-nil error says why not.
+func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
+	if tenant != l.tenant || subject != l.subject {
+		return schemas.NewError(schemas.CodeSafetyDenied, "only the listener may answer its requests")
+	}
+	l.mu.Lock()
+	m, ok := l.waiting[a.RequestID]
+	if ok {
+		delete(l.waiting, a.RequestID)
+		l.answered[a.RequestID] = true
+		l.order = append(l.order, a.RequestID)
+		if len(l.order) > maxAnswered {
+			delete(l.answered, l.order[0])
+			l.order = l.order[1:]
+		}
+	}
+	replay := l.answered[a.RequestID] && !ok
+	l.mu.Unlock()
+	switch {
+	case replay:
+		return schemas.NewError(schemas.CodeBadRequest, "this request was answered already")
+	case !ok:
+		return schemas.NewError(schemas.CodeBadRequest, "no such request is waiting: unknown, or its caller gave up")
+	}
+	l.reply(m, bus.OKReply(relayedResult(a)))
+	return nil
+}
+
+// relayedResult is the CallToolResult of an answered relayed call: the
+// result as structuredContent (an object) and text, or the error as an
+// isError result.
+func relayedResult(a answer) json.RawMessage {
+	var res map[string]any
+	if a.Error != nil {
+		res = map[string]any{"content": []any{map[string]any{"type": "text", "text": *a.Error}}, "isError": true}
+	} else {
+		res = map[string]any{"content": []any{map[string]any{"type": "text", "text": string(a.Result)}}}
+		if t := strings.TrimSpace(string(a.Result)); strings.HasPrefix(t, "{") {
+			res["structuredContent"] = a.Result
+		}
+	}
+	b, _ := json.Marshal(res)
+	return b
+}
+
+// onResponse takes a response forwarded by another replica, or a newer
+// listen's notice that it replaces this one.
+func (l *listen) onResponse(m *nats.Msg) {
+	if m.Header.Get(bus.HeaderControl) == bus.ControlReplaced {
+		if m.Header.Get(bus.HeaderTenant) == l.tenant {
+			l.end("a newer listen of the same caller_id replaced it")
+		}
+		l.reply(m, bus.OKReply(json.RawMessage(`{}`)))
+		return
+	}
+	var a answer
+	if err := json.Unmarshal(m.Data, &a); err != nil || (a.Error == nil && len(a.Result) == 0) {
+		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "malformed response"))
+		return
+	}
+	if e := l.take(m.Header.Get(bus.HeaderTenant), m.Header.Get(bus.HeaderSubject), a); e != nil {
+		l.reply(m, bus.ErrorReply(e.Code, e.Message))
+		return
+	}
+	l.reply(m, bus.OKReply(json.RawMessage(`{}`)))
+}
+
+// respond serves caller_tool_response: to the listen when this gateway
+// holds it, forwarded to the replica that does otherwise.
+func (g *Gateway) respond(ctx context.Context, _ *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult {
+	var in struct {
+		ListenID string `json:"listen_id"`
+		answer
+	}
+	if err := json.Unmarshal(args, &in); err != nil {
+		return errorResult(c.fail(schemas.CodeManifestInvalid, "the response does not decode"), c.requestID)
+	}
+	g.relayMu.Lock()
+	l := g.listens[in.ListenID]
+	g.relayMu.Unlock()
+	var e *schemas.Error
+	if l != nil {
+		e = l.take(c.claims.Tenant, c.claims.Subject, in.answer)
+	} else {
+		e = g.forwardResponse(ctx, c, in.ListenID, in.answer)
+	}
+	if e != nil {
+		return errorResult(c.fail(e.Code, e.Message), c.requestID)
+	}
+	c.audit(bus.DecisionAllowed, "")
+	b, _ := json.Marshal(map[string]any{"accepted": true, "request_id": in.RequestID})
+	return &sdk.CallToolResult{
+		Meta:              sdk.Meta{MetaRequestID: c.requestID},
+		Content:           []sdk.Content{&sdk.TextContent{Text: string(b)}},
+		StructuredContent: json.RawMessage(b),
+	}
+}
+
+// forwardResponse sends a response to the replica holding its listen.
+func (g *Gateway) forwardResponse(ctx context.Context, c *callCtx, listenID string, a answer) *schemas.Error {
+	if !validListenID(listenID) {
+		return schemas.NewError(schemas.CodeBadRequest, "no such listen is open")
+	}
+	body, err := json.Marshal(a)
+	if err != nil {
+		return schemas.NewError(schemas.CodeBadRequest, "the response does not encode")
+	}
+	msg := &nats.Msg{Subject: bus.CallerResp(listenID), Data: body, Header: nats.Header{}}
+	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)
+	msg.Header.Set(bus.HeaderSubject, c.claims.Subject)
+	msg.Header.Set(bus.HeaderRequestID, c.requestID)
+	rctx, cancel := context.WithTimeout(ctx, g.o.Budget)
+	defer cancel()
+	resp, err := g.o.NC.RequestMsgWithContext(rctx, msg)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return schemas.NewError(schemas.CodeNodeOffline, "no such listen is open")
+	case err != nil:
+		return schemas.NewError(schemas.CodeInternal, "message bus unavailable")
+	}
+	rep, err := bus.DecodeReply(resp.Data)
+	if err != nil {
+		return schemas.NewError(schemas.CodeInternal, "malformed reply from the replica holding the listen")
+	}
+	if !rep.OK && rep.Error != nil {
+		return schemas.NewError(rep.Error.Code, trimASCII(rep.Error.Message, 200))
+	}
+	return nil
+}
+
+// validListenID reports whether s can be a listen id (a subject token).
+func validListenID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// pusher sends the relay's events on the listen call: as a
+// notifications/message of logger okso.caller (which the SDK sends only
+// to a client that set a log level) and, when the call carried a
+// progressToken, as a progress notification.
+type pusher struct {
+	ctx     context.Context
+	session *sdk.ServerSession
+	token   any
+	n       float64
+}
+
+func (p *pusher) push(ev []byte) error {
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	//lint:ignore SA1019 deprecated from 2026-07-28; DESIGN.md §9.3 names notifications/message, and 2025 clients read it
+	if err := p.session.Log(ctx, &sdk.LoggingMessageParams{Logger: callerLogger, Level: "info", Data: json.RawMessage(ev)}); err != nil {
+		return err
+	}
+	if p.token == nil {
+		return nil
+	}
+	p.n++
+	return p.session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: string(ev)})
+}
