@@ -123,26 +123,36 @@ func (t *Tier) Run(ctx context.Context) error {
 }
 
 // keep connects to one upstream, serves it while it lists, and connects
-// again, with jittered backoff, each time it fails.
+// again each time it fails: at once when the connection ended after it
+// served a while (a stdio process died, an HTTP session was lost), so
+// that calls wait for the next session rather than fail; with jittered
+// backoff when the upstream could not be reached or listed, or keeps
+// ending as soon as it is listed.
 func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
 		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
+	s.state.Store(&serving{down: true, changed: make(chan struct{})})
 	stopping := make(chan struct{})
 	s.stopping, s.endCalls = stopping, sync.OnceFunc(func() { close(stopping) })
 	defer s.endCalls()
-	defer s.calls.Wait()
+	defer s.retiring.Wait()
 	backoff := t.o.MinBackoff
 	for {
+		began := time.Now()
 		served := s.session(ctx)
 		if ctx.Err() != nil {
+			s.leave(ctx)
 			return
 		}
-		if served {
+		if served && time.Since(began) >= backoff {
 			backoff = t.o.MinBackoff
+			continue
 		}
+		s.leave(ctx)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
+			s.leave(ctx)
 			return
 		case <-time.After(wait):
 		}
@@ -160,19 +170,27 @@ type upstream struct {
 	log *slog.Logger
 	sem chan struct{} // one per call in flight
 
-	// served is what the calls see: the connection and the allowed tools
-	// of the current session; nil between sessions.
-	served atomic.Pointer[served]
-	calls  sync.WaitGroup // calls in flight
+	// state is what the calls see: the session serving the upstream, if
+	// any, and whether one is coming. Only keep's goroutine changes it.
+	state atomic.Pointer[serving]
+	calls sync.WaitGroup // calls in flight
+	// retiring counts the connections of ended sessions still open: each
+	// is closed once the calls using it have ended.
+	retiring sync.WaitGroup
 	// stopping is closed by endCalls, which ends the calls still in
 	// flight StopGrace after the tier began to stop.
 	stopping <-chan struct{}
 	endCalls func()
 	// admitting says whether onCall admits calls; admitMu orders it
-	// with calls.Add, so that no call is added once the end of a
-	// session waits for them.
+	// with calls.Add, so that no call is added once a stopping tier
+	// waits for them.
 	admitMu   sync.Mutex
 	admitting bool
+	// sub is the subscription to the upstream's subject and rev the
+	// revision of its record last written, kept from one session to the
+	// next while the upstream is served; only keep's goroutine uses them.
+	sub *nats.Subscription
+	rev uint64
 	// refused holds the tools already reported as unlistable, so a
 	// re-list does not report them again; only the session uses it.
 	refused map[string]bool
@@ -181,15 +199,105 @@ type upstream struct {
 	kick chan struct{}
 }
 
+// serving is the upstream as the calls see it at one moment: served by a
+// session, between two sessions (a call waits for the next), or down (no
+// session is coming). changed is closed when it is replaced.
+type serving struct {
+	sv      *served // nil between sessions and when down
+	down    bool
+	changed chan struct{}
+}
+
 // served is one session's connection and allowed tools.
 type served struct {
+	conn  *conn
+	tools map[string]bus.RemoteTool // by the upstream's own name
+}
+
+// setState replaces what the calls see and wakes those waiting for it.
+func (s *upstream) setState(sv *served, down bool) {
+	old := s.state.Swap(&serving{sv: sv, down: down, changed: make(chan struct{})})
+	close(old.changed)
+}
+
+// acquire returns the session to call the upstream on, its connection
+// held for the call: the current one, unless it is last's and that
+// connection has ended (a call to try again waits for the next session).
+// It waits while the upstream is between sessions, and returns nil when
+// the upstream is down or ctx ends first.
+func (s *upstream) acquire(ctx context.Context, last *served) *served {
+	for {
+		st := s.state.Load()
+		if sv := st.sv; sv != nil && (last == nil || sv.conn != last.conn || !sv.conn.dead()) && sv.conn.acquire() {
+			return sv
+		}
+		if st.down {
+			return nil
+		}
+		select {
+		case <-st.changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// conn is one session's connection and the calls using it. Once retired
+// (its session ended) it is held by no new call, and idle is closed when
+// the last call using it releases it.
+type conn struct {
 	client Client
-	tools  map[string]bus.RemoteTool // by the upstream's own name
+	// use counts the calls holding the connection, plus retiredBit once
+	// it is retired: two atomic adds per call, no lock.
+	use      atomic.Int64
+	idle     chan struct{}
+	idleOnce sync.Once
+}
+
+const retiredBit = 1 << 40
+
+func newConn(c Client) *conn { return &conn{client: c, idle: make(chan struct{})} }
+
+func (c *conn) acquire() bool {
+	if c.use.Add(1)&retiredBit != 0 {
+		c.release()
+		return false
+	}
+	return true
+}
+
+func (c *conn) release() {
+	if c.use.Add(-1) == retiredBit {
+		c.idleOnce.Do(func() { close(c.idle) })
+	}
+}
+
+func (c *conn) retire() {
+	if c.use.Add(retiredBit) == retiredBit {
+		c.idleOnce.Do(func() { close(c.idle) })
+	}
+}
+
+// dead reports whether the connection is retired or has ended.
+func (c *conn) dead() bool { return c.use.Load()&retiredBit != 0 || isClosed(c.client.Done()) }
+
+// retire ends a session's connection: calls no longer take it, and it is
+// closed (a stdio process reaped) once those using it have ended, while
+// the next session starts.
+func (s *upstream) retire(c *conn) {
+	c.retire()
+	s.retiring.Go(func() {
+		<-c.idle
+		if err := c.client.Close(); err != nil {
+			s.log.Debug("close upstream", "err", err)
+		}
+	})
 }
 
 // session dials the upstream, lists it, and serves it until the
 // connection ends, a re-list fails or ctx ends. It reports whether the
-// upstream was served at all.
+// upstream was served at all. The subscription and the record outlive
+// it: keep ends them with leave when no session follows at once.
 func (s *upstream) session(ctx context.Context) bool {
 	t := s.t
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -201,69 +309,46 @@ func (s *upstream) session(ctx context.Context) bool {
 		}
 		return false
 	}
-	defer func() {
-		if err := client.Close(); err != nil {
-			s.log.Debug("close upstream", "err", err)
-		}
-	}()
 	rec, tools, err := s.list(ctx, client)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("upstream cannot be listed; trying again", "err", scrub(err))
 		}
-		return false
-	}
-	s.served.Store(&served{client: client, tools: tools})
-	defer s.served.Store(nil)
-
-	s.setAdmitting(true)
-	defer s.setAdmitting(false) // after the calls are waited for, below
-	// Served before it is listed: a gateway that sees the record finds a
-	// responder (as the device tier flushes its subscription first).
-	sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
-	if err == nil {
-		err = t.o.NC.FlushTimeout(5 * time.Second)
-	}
-	if err != nil {
-		s.log.Error("subscribe upstream subject", "err", err)
-		if sub != nil {
-			_ = sub.Unsubscribe()
+		if err := client.Close(); err != nil {
+			s.log.Debug("close upstream", "err", err)
 		}
 		return false
 	}
-	rev, err := t.o.Remotes.Put(ctx, rec)
-	if err != nil {
+	c := newConn(client)
+	defer s.retire(c) // after the calls see the session end, below
+	s.setState(&served{conn: c, tools: tools}, false)
+	defer s.setState(nil, false) // the calls wait for the next session
+
+	if s.sub == nil {
+		// Served before it is listed: a gateway that sees the record
+		// finds a responder (as the device tier flushes its
+		// subscription first).
+		s.setAdmitting(true)
+		sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
+		if err == nil {
+			err = t.o.NC.FlushTimeout(5 * time.Second)
+		}
+		if err != nil {
+			s.log.Error("subscribe upstream subject", "err", err)
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			s.setAdmitting(false)
+			return false
+		}
+		s.sub = sub
+	}
+	if rev, err := t.o.Remotes.Put(ctx, rec); err != nil {
 		s.log.Error("write upstream record", "err", err)
 	} else {
+		s.rev = rev
 		s.log.Info("upstream listed", "tools", len(rec.Tools), "tenants", rec.Tenants)
 	}
-	defer func() {
-		// Calls go to the other replicas from now; those in flight here
-		// end by their deadlines. An upstream this replica can no longer
-		// list is removed, unless another replica wrote its record since.
-		// A replica that stops leaves the record to expire: another
-		// replica that serves the upstream keeps it, with no gap.
-		if err := sub.Unsubscribe(); err != nil {
-			s.log.Warn("unsubscribe upstream subject", "err", err)
-		}
-		s.setAdmitting(false)
-		if ctx.Err() != nil { // the tier stops: a grace, then the calls end
-			grace := time.AfterFunc(t.o.StopGrace, s.endCalls)
-			defer grace.Stop()
-		}
-		s.calls.Wait()
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		switch {
-		case rev == 0 || ctx.Err() != nil:
-		case s.servedElsewhere(rctx):
-			s.log.Info("another replica serves the upstream: its record stays")
-		default:
-			if err := t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
-				s.log.Warn("remove upstream record", "err", err)
-			}
-		}
-	}()
 
 	lease := time.NewTicker(t.o.Remotes.TTL() / 3)
 	defer lease.Stop()
@@ -317,7 +402,7 @@ func (s *upstream) session(ctx context.Context) bool {
 				put = true
 			}
 			rec = next
-			s.served.Store(&served{client: client, tools: tools})
+			s.setState(&served{conn: c, tools: tools}, false)
 		}
 		if !put {
 			continue // the record is as written, and its lease not yet due
@@ -325,8 +410,45 @@ func (s *upstream) session(ctx context.Context) bool {
 		if r, err := t.o.Remotes.Put(ctx, rec); err != nil {
 			s.log.Warn("refresh upstream record", "err", err)
 		} else {
-			rev = r
+			s.rev = r
 		}
+	}
+}
+
+// leave stops serving the upstream: the calls waiting for a session are
+// answered, calls go to the other replicas from now, and an upstream
+// this replica can no longer list is removed, unless another replica
+// serves it. A replica that stops leaves the record to expire: another
+// replica that serves the upstream keeps it, with no gap; its calls in
+// flight have StopGrace to end.
+func (s *upstream) leave(ctx context.Context) {
+	s.setState(nil, true)
+	if s.sub != nil {
+		if err := s.sub.Unsubscribe(); err != nil {
+			s.log.Warn("unsubscribe upstream subject", "err", err)
+		}
+		s.sub = nil
+		s.setAdmitting(false)
+	}
+	rev := s.rev
+	s.rev = 0
+	if ctx.Err() != nil { // the tier stops: a grace, then the calls end
+		grace := time.AfterFunc(s.t.o.StopGrace, s.endCalls)
+		defer grace.Stop()
+		s.calls.Wait()
+		return
+	}
+	if rev == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s.servedElsewhere(rctx) {
+		s.log.Info("another replica serves the upstream: its record stays")
+		return
+	}
+	if err := s.t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
+		s.log.Warn("remove upstream record", "err", err)
 	}
 }
 

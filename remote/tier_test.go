@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -120,9 +122,18 @@ func httpUpstream(name, url string, allow []string, idempotent ...string) remote
 // call requests a tool of an upstream as a gateway does, with a budget.
 func call(t *testing.T, nc *nats.Conn, upstream, tool, args string, budget time.Duration, hdr ...string) bus.Reply {
 	t.Helper()
+	rep, err := request(nc, upstream, tool, args, budget, hdr...)
+	if err != nil {
+		t.Fatalf("request %s.%s: %v", upstream, tool, err)
+	}
+	return rep
+}
+
+// request is call, for any goroutine.
+func request(nc *nats.Conn, upstream, tool, args string, budget time.Duration, hdr ...string) (bus.Reply, error) {
 	body, err := bus.Call{Tool: upstream + "." + tool, Arguments: json.RawMessage(args)}.Encode()
 	if err != nil {
-		t.Fatal(err)
+		return bus.Reply{}, err
 	}
 	m := &nats.Msg{Subject: bus.RemoteCall(upstream), Data: body, Header: nats.Header{}}
 	m.Header.Set(bus.HeaderRequestID, "req-1")
@@ -133,17 +144,13 @@ func call(t *testing.T, nc *nats.Conn, upstream, tool, args string, budget time.
 	for i := 0; i+1 < len(hdr); i += 2 {
 		m.Header.Set(hdr[i], hdr[i+1])
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), budget+2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), budget+2*time.Second)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		t.Fatalf("request %s.%s: %v", upstream, tool, err)
+		return bus.Reply{}, err
 	}
-	rep, err := bus.DecodeReply(resp.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
+	return bus.DecodeReply(resp.Data)
 }
 
 func code(rep bus.Reply) string {
@@ -285,19 +292,20 @@ func TestTierFollowsListChanged(t *testing.T) {
 	}
 }
 
-// TestTierRestartsStdio: a stdio upstream that dies leaves the list and is
-// started again; its tools come back and answer.
-func TestTierRestartsStdio(t *testing.T) {
-	b := startTierBus(t)
-	state := t.TempDir()
+// stdioUpstream is the test upstream as a stdio child that will not
+// start while the file "down" exists in state.
+func stdioUpstream(state string, idempotent ...string) remote.Upstream {
 	argv, env := testupstream.Command(testupstream.Options{State: state})
-	cfg := &remote.Config{Upstreams: []remote.Upstream{{Name: "kid", Transport: "stdio", Command: argv, Env: env,
-		Tenants: []string{"demo"}, Allow: []string{"echo"}, Safety: map[string]string{"*": schemas.SafetyReadOnly},
-		Timeout: 5 * time.Second, Refresh: time.Minute}}}
-	runTier(t, b, cfg)
-	if b.next(t, "kid") == nil {
-		t.Fatal("no record")
-	}
+	return remote.Upstream{Name: "kid", Transport: "stdio", Env: env,
+		Command: []string{"sh", "-c", `test -e "$OKSO_TESTUPSTREAM_STATE/down" && exit 1; exec "$0"`, argv[0]},
+		Tenants: []string{"demo"}, Allow: []string{"echo", "hang"}, Idempotent: idempotent,
+		Safety: map[string]string{"*": schemas.SafetyReadOnly}, Timeout: 5 * time.Second, Refresh: time.Minute}
+}
+
+// killChild kills the stdio child started last with state, and returns
+// its process id.
+func killChild(t *testing.T, state string) int {
+	t.Helper()
 	pid, err := testupstream.PID(state)
 	if err != nil {
 		t.Fatal(err)
@@ -305,8 +313,35 @@ func TestTierRestartsStdio(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	return pid
+}
+
+// reaped waits until the process pid is gone, not even a zombie.
+func reaped(t *testing.T, pid int) {
+	t.Helper()
+	eventually(t, "process "+strconv.Itoa(pid)+" reaped", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
+}
+
+// TestTierRestartsStdio: a stdio upstream that dies and cannot be started
+// again leaves the list; once it can, it is started again, and its tools
+// come back and answer.
+func TestTierRestartsStdio(t *testing.T) {
+	b := startTierBus(t)
+	state := t.TempDir()
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{stdioUpstream(state)}})
+	if b.next(t, "kid") == nil {
+		t.Fatal("no record")
+	}
+	down := filepath.Join(state, "down")
+	if err := os.WriteFile(down, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid := killChild(t, state)
 	if rec := b.next(t, "kid"); rec != nil {
-		t.Fatalf("after the child died the record is %+v, want it gone", rec)
+		t.Fatalf("after the child died for good the record is %+v, want it gone", rec)
+	}
+	if err := os.Remove(down); err != nil {
+		t.Fatal(err)
 	}
 	if b.next(t, "kid") == nil {
 		t.Fatal("the record did not come back")
@@ -317,6 +352,81 @@ func TestTierRestartsStdio(t *testing.T) {
 	if !call(t, b.nc, "kid", "echo", `{"message":"back"}`, 3*time.Second).OK {
 		t.Error("the restarted upstream does not answer")
 	}
+	reaped(t, pid)
+}
+
+// TestTierRedialsStdioAtOnce: a stdio upstream whose process dies is
+// started again at once, while the calls in flight on the dead one end:
+// an idempotent call in flight when the child is killed, and one sent
+// just after, are answered by the next child within their budget; the
+// record stays all along, and every dead child is reaped.
+func TestTierRedialsStdioAtOnce(t *testing.T) {
+	b := startTierBus(t)
+	state := t.TempDir()
+	stop := runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{stdioUpstream(state, "echo", "hang")}})
+	if b.next(t, "kid") == nil {
+		t.Fatal("no record")
+	}
+	const budget = 3 * time.Second
+
+	// In flight: the child dies under the call, which is tried again on
+	// the next one.
+	answered := make(chan bus.Reply, 1)
+	start := time.Now()
+	go func() {
+		rep, err := request(b.nc, "kid", "hang", `{"ms":200}`, budget)
+		if err != nil {
+			rep = bus.Reply{Error: &schemas.Error{Code: "no reply: " + err.Error()}}
+		}
+		answered <- rep
+	}()
+	eventually(t, "the first child runs the call", func() bool { return testupstream.Calls(state, "hang") == 1 })
+	first := killChild(t, state)
+	select {
+	case rep := <-answered:
+		if !rep.OK {
+			t.Errorf("a call in flight when its child died = %+v, want it answered by the next child", rep.Error)
+		}
+		if took := time.Since(start); took > budget {
+			t.Errorf("answered after %v, budget %v", took, budget)
+		}
+	case <-time.After(budget + waitLong):
+		t.Fatal("the call in flight was not answered")
+	}
+	if n := testupstream.Calls(state, "hang"); n != 2 {
+		t.Errorf("hang called %d times, want 2 (the dead child, then the next)", n)
+	}
+
+	// Just after: the call is sent as the child dies.
+	second := killChild(t, state)
+	if second == first {
+		t.Fatalf("the child was not started again (pid %d)", second)
+	}
+	start = time.Now()
+	if rep := call(t, b.nc, "kid", "echo", `{"message":"next"}`, budget); !rep.OK {
+		t.Errorf("a call sent as the child died = %+v, want it answered by the next child", rep.Error)
+	} else if took := time.Since(start); took > budget {
+		t.Errorf("answered after %v, budget %v", took, budget)
+	}
+	third, err := testupstream.PID(state)
+	if err != nil || third == second {
+		t.Errorf("child pid %d after the second death (was %d, %v)", third, second, err)
+	}
+	reaped(t, first)
+	reaped(t, second)
+drain:
+	for {
+		select {
+		case e := <-b.records:
+			if e.Upstream == "kid" && e.Remote == nil {
+				t.Error("the record went away while the child was started again at once")
+			}
+		default:
+			break drain
+		}
+	}
+	stop()
+	reaped(t, third)
 }
 
 // TestTierReplicas: two replicas serve one upstream; when one stops, the
