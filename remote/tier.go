@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ type Options struct {
 	// Dial connects to an upstream; nil: by its transport ([DialStdio],
 	// [DialHTTP], [NewAction]).
 	Dial func(ctx context.Context, u *Upstream, log *slog.Logger) (Client, error)
+	// Replica names this replica in the records it writes and in its
+	// logs; empty: the host name and a random suffix.
+	Replica string
 }
 
 // Tier is the remote tier: for each configured upstream it keeps a
@@ -50,8 +54,9 @@ type Options struct {
 // upstream that cannot be listed has its record removed and is tried
 // again with backoff; one broken upstream never affects the others.
 type Tier struct {
-	o   Options
-	log *slog.Logger
+	o       Options
+	log     *slog.Logger
+	started time.Time // when New built it: of two replicas that list an upstream differently, the newer's record stays
 }
 
 // New checks o and builds a tier.
@@ -80,11 +85,15 @@ func New(o Options) (*Tier, error) {
 	if o.Auditor == nil {
 		o.Auditor = &bus.Auditor{}
 	}
+	if o.Replica == "" {
+		host, _ := os.Hostname()
+		o.Replica = fmt.Sprintf("%s-%08x", host, rand.Uint32())
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tier{o: o, log: log}, nil
+	return &Tier{o: o, log: log, started: time.Now()}, nil
 }
 
 // Upstreams returns the names of the configured upstreams.
@@ -191,6 +200,13 @@ type upstream struct {
 	// next while the upstream is served; only keep's goroutine uses them.
 	sub *nats.Subscription
 	rev uint64
+	// yielding says that a newer replica's record, listing the upstream
+	// otherwise, is left alone (see put); vacated then delivers when that
+	// record is gone, from a watch of it that stopWatch ends. Only keep's
+	// goroutine uses them.
+	yielding  bool
+	vacated   chan struct{}
+	stopWatch func()
 	// refused holds the tools already reported as unlistable, so a
 	// re-list does not report them again; only the session uses it.
 	refused map[string]bool
@@ -343,10 +359,8 @@ func (s *upstream) session(ctx context.Context) bool {
 		}
 		s.sub = sub
 	}
-	if rev, err := t.o.Remotes.Put(ctx, rec); err != nil {
-		s.log.Error("write upstream record", "err", err)
-	} else {
-		s.rev = rev
+	defer s.unwatch()
+	if s.put(ctx, rec) {
 		s.log.Info("upstream listed", "tools", len(rec.Tools), "tenants", rec.Tenants)
 	}
 
@@ -380,6 +394,8 @@ func (s *upstream) session(ctx context.Context) bool {
 			changed = true
 		case <-due.C:
 			pending, changed = false, true
+		case <-s.vacated:
+			put = true
 		}
 		if changed && time.Since(lastList) < minRelist {
 			if !pending {
@@ -407,11 +423,83 @@ func (s *upstream) session(ctx context.Context) bool {
 		if !put {
 			continue // the record is as written, and its lease not yet due
 		}
-		if r, err := t.o.Remotes.Put(ctx, rec); err != nil {
-			s.log.Warn("refresh upstream record", "err", err)
-		} else {
-			s.rev = r
+		s.put(ctx, rec)
+	}
+}
+
+// put writes the upstream's record and reports whether it did. Where a
+// replica started after this one lists the upstream otherwise (a config
+// being rolled out), its record is left alone, so that the two do not
+// replace each other's on every refresh and send every gateway's
+// sessions tools/list_changed each time: the newer config wins, as the
+// rollout means it to. This replica says so once, keeps serving calls,
+// and writes again as soon as that record is gone (its replica stopped,
+// or could no longer list the upstream), or lists it as this one does.
+func (s *upstream) put(ctx context.Context, rec *bus.Remote) bool {
+	rev, err := s.t.o.Remotes.Put(ctx, rec)
+	switch {
+	case errors.Is(err, bus.ErrNewerReplica):
+		if !s.yielding {
+			s.yielding = true
+			s.log.Warn("a newer replica's list is served; this replica's config differs", "err", err)
 		}
+		s.watch(ctx)
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("write upstream record", "err", err)
+		}
+		return false
+	}
+	s.rev = rev
+	s.unwatch()
+	if s.yielding {
+		s.yielding = false
+		s.log.Info("this replica's list is served again")
+	}
+	return true
+}
+
+// watch watches the newer replica's record, if it does not yet, until
+// unwatch: vacated delivers when the record is gone.
+func (s *upstream) watch(ctx context.Context) {
+	if s.stopWatch != nil {
+		return
+	}
+	vacated := make(chan struct{}, 1)
+	gone := func() {
+		select {
+		case vacated <- struct{}{}:
+		default:
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var live bool
+		err := s.t.o.Remotes.WatchUpstream(wctx, s.cfg.Name, func(ev bus.RemoteEvent) {
+			live = ev.Remote != nil
+			if !live {
+				gone()
+			}
+		}, func() {
+			if !live { // gone already
+				gone()
+			}
+		})
+		if wctx.Err() == nil {
+			// The lease's refresh checks the record still.
+			s.log.Warn("watch upstream record", "err", err)
+		}
+	}()
+	s.vacated, s.stopWatch = vacated, func() { cancel(); <-done }
+}
+
+func (s *upstream) unwatch() {
+	if s.stopWatch != nil {
+		s.stopWatch()
+		s.vacated, s.stopWatch = nil, nil
 	}
 }
 
@@ -480,10 +568,12 @@ func (s *upstream) list(ctx context.Context, client Client) (*bus.Remote, map[st
 		return nil, nil, err
 	}
 	rec := &bus.Remote{
-		Upstream:  s.cfg.Name,
-		Transport: s.cfg.Transport,
-		Tenants:   s.cfg.Tenants,
-		TimeoutMs: s.cfg.Timeout.Milliseconds(),
+		Upstream:      s.cfg.Name,
+		Transport:     s.cfg.Transport,
+		Tenants:       s.cfg.Tenants,
+		TimeoutMs:     s.cfg.Timeout.Milliseconds(),
+		Writer:        s.t.o.Replica,
+		WriterStarted: s.t.started,
 	}
 	tools := map[string]bus.RemoteTool{}
 	for _, tl := range listed {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -93,11 +94,23 @@ func runTier(t *testing.T, b *tierBus, cfg *remote.Config) (stop func()) {
 // runTierOn runs a remote tier of cfg on its own connection nc.
 func runTierOn(t *testing.T, nc *nats.Conn, remotes *bus.Remotes, cfg *remote.Config) (stop func()) {
 	t.Helper()
-	tier, err := remote.New(remote.Options{NC: nc, Remotes: remotes, Config: cfg, Logger: testLog(t),
+	return runBuilt(t, newTier(t, nc, remotes, cfg, testLog(t)))
+}
+
+// newTier builds a remote tier of cfg that logs to log.
+func newTier(t *testing.T, nc *nats.Conn, remotes *bus.Remotes, cfg *remote.Config, log *slog.Logger) *remote.Tier {
+	t.Helper()
+	tier, err := remote.New(remote.Options{NC: nc, Remotes: remotes, Config: cfg, Logger: log,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tier
+}
+
+// runBuilt runs tier until the test ends.
+func runBuilt(t *testing.T, tier *remote.Tier) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = tier.Run(ctx) }()
@@ -695,5 +708,136 @@ func TestTierCoalescesRelists(t *testing.T) {
 	// have caught at once.
 	if most := int64(took/minRelistForTest) + 2; listings > most {
 		t.Errorf("%d listings for %d list_changed in %v, want at most %d", listings, n, took, most)
+	}
+}
+
+// countingLog is a test logger that also counts the records whose
+// message is msg.
+func countingLog(t *testing.T, msg string) (*slog.Logger, *atomic.Int64) {
+	n := &atomic.Int64{}
+	return slog.New(countingHandler{testLog(t).Handler(), msg, n}), n
+}
+
+type countingHandler struct {
+	slog.Handler
+	msg string
+	n   *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return countingHandler{h.Handler.WithAttrs(as), h.msg, h.n}
+}
+
+func (h countingHandler) WithGroup(name string) slog.Handler {
+	return countingHandler{h.Handler.WithGroup(name), h.msg, h.n}
+}
+
+// yieldMsg is what a replica logs when a newer one lists an upstream
+// otherwise.
+const yieldMsg = "a newer replica's list is served; this replica's config differs"
+
+func toolsOf(rec *bus.Remote) []string {
+	var names []string
+	for _, tl := range rec.Tools {
+		names = append(names, tl.Name)
+	}
+	return names
+}
+
+// nextListing waits for upstream's record to list exactly tools.
+func (b *tierBus) nextListing(t *testing.T, upstream string, tools ...string) *bus.Remote {
+	t.Helper()
+	for {
+		rec := b.next(t, upstream)
+		if rec != nil && slices.Equal(toolsOf(rec), tools) {
+			return rec
+		}
+	}
+}
+
+// TestTierReplicasDifferentConfigs: two replicas allow different tools
+// of one upstream (a config being rolled out). The record is the newer
+// replica's and stays so over many lease refreshes: it changes once,
+// from the older replica's to the newer's, and the older says so once
+// and keeps serving calls.
+func TestTierReplicasDifferentConfigs(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	log, yields := countingLog(t, yieldMsg)
+	runBuilt(t, newTier(t, b.nc, b.remotes,
+		&remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo"})}}, log))
+	first := b.nextListing(t, "up", "echo")
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "count"})}})
+	second := b.nextListing(t, "up", "count", "echo")
+	if first.Writer == "" || second.Writer == "" || first.Writer == second.Writer || !second.WriterStarted.After(first.WriterStarted) {
+		t.Errorf("writers %q (%v) then %q (%v), want two replicas, the second started later",
+			first.Writer, first.WriterStarted, second.Writer, second.WriterStarted)
+	}
+
+	// Nine refreshes of each replica (a third of the 1 s lease).
+	deadline := time.Now().Add(3 * b.remotes.TTL())
+	var changes int
+	for time.Now().Before(deadline) {
+		select {
+		case e := <-b.records:
+			switch {
+			case e.Upstream != "up":
+			case e.Remote == nil:
+				t.Fatal("the record went away while both replicas serve the upstream")
+			case e.Remote.Digest != second.Digest:
+				changes++
+			}
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	if changes > 0 {
+		t.Errorf("the record changed %d more times after the newer replica wrote it, want none", changes)
+	}
+	if n := yields.Load(); n != 1 {
+		t.Errorf("the older replica said %d times that it leaves the record, want once", n)
+	}
+	for i := range 10 {
+		if rep := call(t, b.nc, "up", "echo", `{"message":"x"}`, 2*time.Second); !rep.OK {
+			t.Fatalf("call %d with two replicas: %+v", i, rep)
+		}
+	}
+}
+
+// TestTierReplicaTakesRecordBack: a replica that leaves a newer
+// replica's record alone writes its own as soon as that record expires,
+// not at its own next refresh.
+func TestTierReplicaTakesRecordBack(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	// The older replica refreshes every 10 s: only the watch of the
+	// newer's record can make it write within the test.
+	slow, err := bus.OpenRemotes(bounded(t), b.nc, bus.RemotesOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, yields := countingLog(t, yieldMsg)
+	older := newTier(t, b.nc, slow, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo"})}}, log)
+	newer := newTier(t, b.nc, b.remotes, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "count"})}}, testLog(t))
+	stopNewer := runBuilt(t, newer)
+	b.nextListing(t, "up", "count", "echo")
+	runBuilt(t, older)
+	eventually(t, "the older replica leaves the record alone", func() bool { return yields.Load() == 1 })
+
+	stopNewer() // its record is left to expire, within the 1 s lease
+	stopped := time.Now()
+	b.nextListing(t, "up", "echo")
+	if took := time.Since(stopped); took > b.remotes.TTL()+2*time.Second {
+		t.Errorf("the older replica wrote its record %v after the newer stopped, lease %v", took, b.remotes.TTL())
 	}
 }
