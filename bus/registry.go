@@ -218,7 +218,18 @@ func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []
 // then calls fn for every change (a nil value: the key went away), until
 // ctx is done. It returns ctx's error, or the watch's if it fails.
 func watchKV(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte, initial bool), ready func()) error {
-	w, err := kv.WatchAll(ctx)
+	return watchKey(ctx, kv, "", fn, ready)
+}
+
+// watchKey is watchKV of one key; "" is every key.
+func watchKey(ctx context.Context, kv jetstream.KeyValue, key string, fn func(key string, value []byte, initial bool), ready func()) error {
+	var w jetstream.KeyWatcher
+	var err error
+	if key == "" {
+		w, err = kv.WatchAll(ctx)
+	} else {
+		w, err = kv.Watch(ctx, key)
+	}
 	if err != nil {
 		return fmt.Errorf("watch kv %s: %w", kv.Bucket(), err)
 	}

@@ -39,6 +39,30 @@ type Remote struct {
 	// a refresh as no change.
 	Digest string       `json:"digest"`
 	Tools  []RemoteTool `json:"tools"` // sorted by Name
+	// Writer names the replica of the remote tier that wrote the record
+	// (the one started last, of the replicas that wrote it alike), and
+	// WriterStarted when that replica started: of two replicas that list
+	// the upstream differently, the one started last keeps the record
+	// (see [Remotes.Put]). Both are empty in a record written by another
+	// process, which any replica may replace.
+	Writer        string    `json:"writer,omitempty"`
+	WriterStarted time.Time `json:"writer_started,omitzero"`
+}
+
+// SameListing reports whether r and o list the same tools to the same
+// tenants the same way: a gateway sees no change from one to the other.
+func (r *Remote) SameListing(o *Remote) bool {
+	return r.Digest != "" && r.Digest == o.Digest && r.TimeoutMs == o.TimeoutMs &&
+		r.Transport == o.Transport && slices.Equal(r.Tenants, o.Tenants)
+}
+
+// startedAfter reports whether r's writer started after o's (the
+// writers' names break a tie).
+func (r *Remote) startedAfter(o *Remote) bool {
+	if c := r.WriterStarted.Compare(o.WriterStarted); c != 0 {
+		return c > 0
+	}
+	return r.Writer > o.Writer
 }
 
 // RemoteTool is one allowed tool of an upstream, as the upstream lists it
@@ -79,14 +103,17 @@ type RemotesOptions struct {
 // concurrent use.
 //
 // Every replica of the remote tier that can list an upstream writes its
-// record, so a key has several writers: [Remotes.Put] is unconditional
-// (the records are alike; the last one refreshes the lease for all), and
-// [Remotes.Release] removes the record only if no replica wrote it since
-// the revision the releasing one wrote.
+// record, so a key has several writers. Replicas that list it alike take
+// turns ([Remotes.Put]: the last one refreshes the lease for all); when
+// they differ (a config being rolled out), the record is the one of the
+// replica started last, and the others leave it alone. [Remotes.Release]
+// removes the record only if no replica wrote it since the revision the
+// releasing one wrote.
 type Remotes struct {
-	kv  jetstream.KeyValue
-	js  jetstream.JetStream
-	ttl time.Duration
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	stream jetstream.Stream // the bucket's, for a key's last message
+	ttl    time.Duration
 }
 
 // OpenRemotes creates the bucket, or binds to it when it exists.
@@ -111,8 +138,15 @@ func OpenRemotes(ctx context.Context, nc *nats.Conn, opts RemotesOptions) (*Remo
 	if err != nil {
 		return nil, err
 	}
-	return &Remotes{kv: kv, js: js, ttl: opts.TTL}, nil
+	stream, err := js.Stream(ctx, kvStream(BucketRemotes))
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", BucketRemotes, err)
+	}
+	return &Remotes{kv: kv, js: js, stream: stream, ttl: opts.TTL}, nil
 }
+
+// kvStream is the name of the stream that holds a KV bucket.
+func kvStream(bucket string) string { return "KV_" + bucket }
 
 // openKV binds to a bucket when it exists, so that one process's options
 // never rewrite another's; the first process creates it.
@@ -136,18 +170,80 @@ func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 // TTL returns the lease duration; a writer puts again well within it.
 func (r *Remotes) TTL() time.Duration { return r.ttl }
 
-// Put writes an upstream's record with the lease's TTL, whoever wrote it
-// last, and returns its revision.
+// ErrNewerReplica is returned, wrapped, by [Remotes.Put] when the
+// upstream's record lists it otherwise than the record to write, and was
+// written by a replica started after the writer of the one to write.
+var ErrNewerReplica = errors.New("a newer replica's record lists the upstream differently")
+
+// putTries bounds the writes of one Put that lose a race with another
+// replica's.
+const putTries = 3
+
+// Put writes an upstream's record with the lease's TTL and returns its
+// revision, unless the live record lists the upstream differently and
+// its writer started after rec's: then it writes nothing and returns an
+// error wrapping [ErrNewerReplica], so that two replicas with different
+// configs do not replace each other's record on every refresh. Records
+// that list the upstream alike replace each other, whoever wrote them,
+// and keep the name of the newest writer. The write is conditional on
+// the record read, so a record written meanwhile is judged in turn.
 func (r *Remotes) Put(ctx context.Context, rec *Remote) (uint64, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, err
 	}
-	ack, err := r.js.Publish(ctx, "$KV."+BucketRemotes+"."+rec.Upstream, data, jetstream.WithMsgTTL(r.ttl))
-	if err != nil {
-		return 0, fmt.Errorf("put upstream %s: %w", rec.Upstream, err)
+	subject := "$KV." + BucketRemotes + "." + rec.Upstream
+	for try := 1; ; try++ {
+		live, last, err := r.last(ctx, subject, rec.Upstream)
+		if err != nil {
+			return 0, fmt.Errorf("put upstream %s: %w", rec.Upstream, err)
+		}
+		out := data
+		if live != nil && live.startedAfter(rec) {
+			if !live.SameListing(rec) {
+				return 0, fmt.Errorf("put upstream %s: %w (replica %s)", rec.Upstream, ErrNewerReplica, live.Writer)
+			}
+			// Alike: the record keeps naming the newer replica, so that
+			// one started between the two that lists the upstream
+			// otherwise still leaves it alone.
+			alike := *rec
+			alike.Writer, alike.WriterStarted = live.Writer, live.WriterStarted
+			if out, err = json.Marshal(&alike); err != nil {
+				return 0, err
+			}
+		}
+		ack, err := r.js.Publish(ctx, subject, out, jetstream.WithMsgTTL(r.ttl), jetstream.WithExpectLastSequencePerSubject(last))
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if !wrongSequence(err) || try == putTries {
+			return 0, fmt.Errorf("put upstream %s: %w", rec.Upstream, err)
+		}
 	}
-	return ack.Sequence, nil
+}
+
+// kvOperation is the header of a KV removal marker.
+const kvOperation = "KV-Operation"
+
+// last returns the live record of upstream, if any, and the sequence of
+// the last message of its key (0: none; a removal or expiry marker
+// counts). A value that is no record of upstream is none.
+func (r *Remotes) last(ctx context.Context, subject, upstream string) (*Remote, uint64, error) {
+	m, err := r.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if m.Header.Get(kvOperation) != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+		return nil, m.Sequence, nil
+	}
+	var rec Remote
+	if json.Unmarshal(m.Data, &rec) != nil || rec.Upstream != upstream {
+		return nil, m.Sequence, nil
+	}
+	return &rec, m.Sequence, nil
 }
 
 // Release removes an upstream's record, only if it is still the one
@@ -176,7 +272,16 @@ type RemoteEvent struct {
 // does not decode, or names another upstream) is reported as gone. fn and
 // ready run on Watch's goroutine.
 func (r *Remotes) Watch(ctx context.Context, fn func(RemoteEvent), ready func()) error {
-	return watchKV(ctx, r.kv, func(key string, value []byte, initial bool) {
+	return r.watch(ctx, "", fn, ready)
+}
+
+// WatchUpstream is [Remotes.Watch] of one upstream's record.
+func (r *Remotes) WatchUpstream(ctx context.Context, upstream string, fn func(RemoteEvent), ready func()) error {
+	return r.watch(ctx, upstream, fn, ready)
+}
+
+func (r *Remotes) watch(ctx context.Context, key string, fn func(RemoteEvent), ready func()) error {
+	return watchKey(ctx, r.kv, key, func(key string, value []byte, initial bool) {
 		ev := RemoteEvent{Upstream: key, Initial: initial}
 		if value != nil {
 			var rec Remote

@@ -233,3 +233,93 @@ func TestOpenRemotesRefusesSubSecondTTL(t *testing.T) {
 		t.Error("a 500ms TTL was accepted")
 	}
 }
+
+// TestRemotesNewerReplicaKeeps: of two replicas that list an upstream
+// differently, the one started last keeps the record: the other's Put
+// writes nothing until that record is gone. Records that list it alike
+// replace each other whoever wrote them, and one written by another
+// process (no writer) is anyone's.
+func TestRemotesNewerReplicaKeeps(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRemotes(t, nc, bus.RemotesOptions{})
+	started := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	record := func(writer string, at time.Duration, tools ...string) *bus.Remote {
+		rec := remoteRecord("up", tools...)
+		rec.Writer, rec.WriterStarted = writer, started.Add(at)
+		if err := rec.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	put := func(rec *bus.Remote) uint64 {
+		t.Helper()
+		rev, err := r.Put(ctx(t), rec)
+		if err != nil {
+			t.Fatalf("put by %q: %v", rec.Writer, err)
+		}
+		return rev
+	}
+	older := record("older", 0, "echo")
+	newer := record("newer", time.Second, "echo", "count")
+	put(record("", 0, "other"))
+	put(older)
+	rev := put(newer)
+	if _, err := r.Put(ctx(t), older); !errors.Is(err, bus.ErrNewerReplica) {
+		t.Fatalf("the older replica's put over the newer's record: %v, want ErrNewerReplica", err)
+	}
+	if next := put(newer); next != rev+1 {
+		t.Errorf("the newer replica's next revision is %d after %d: the older one wrote", next, rev)
+	}
+	// Alike: the older replica refreshes the newer's listing, which still
+	// names the newer replica: one started between the two that lists the
+	// upstream otherwise leaves it alone.
+	put(record("older", 0, "echo", "count"))
+	if _, err := r.Put(ctx(t), record("middle", time.Second/2, "echo")); !errors.Is(err, bus.ErrNewerReplica) {
+		t.Errorf("a put by a replica started between two that list alike: %v, want ErrNewerReplica", err)
+	}
+	if _, err := r.Put(ctx(t), record("", 0, "other")); !errors.Is(err, bus.ErrNewerReplica) {
+		t.Errorf("a writer-less put over a replica's record: %v, want ErrNewerReplica", err)
+	}
+	// Gone: the older replica writes again.
+	if err := r.Release(ctx(t), "up", put(newer)); err != nil {
+		t.Fatal(err)
+	}
+	put(older)
+	// A tie of start times is broken by the writers' names.
+	if _, err := r.Put(ctx(t), record("alder", 0, "x")); !errors.Is(err, bus.ErrNewerReplica) {
+		t.Errorf("a put by %q over %q's record, started together: %v, want ErrNewerReplica", "alder", "older", err)
+	}
+}
+
+// TestRemotesNewerReplicaExpires: a newer replica's record that is no
+// longer refreshed expires by its lease, and the older replica's Put then
+// writes.
+func TestRemotesNewerReplicaExpires(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRemotes(t, nc, bus.RemotesOptions{TTL: time.Second})
+	w := watchRemotes(t, r)
+	older, newer := remoteRecord("up", "echo"), remoteRecord("up", "echo", "count")
+	older.Writer, newer.Writer = "older", "newer"
+	older.WriterStarted = time.Now()
+	newer.WriterStarted = older.WriterStarted.Add(time.Second)
+	for _, rec := range []*bus.Remote{older, newer} {
+		if err := rec.Seal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Put(ctx(t), newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Put(ctx(t), older); !errors.Is(err, bus.ErrNewerReplica) {
+		t.Fatalf("put over the newer's record: %v, want ErrNewerReplica", err)
+	}
+	if e := w.next(t); e.Remote == nil || e.Remote.Writer != "newer" {
+		t.Fatalf("event %+v, want the newer replica's record", e)
+	}
+	if e := w.next(t); e.Remote != nil {
+		t.Fatalf("event %+v, want the record expired", e)
+	}
+	if _, err := r.Put(ctx(t), older); err != nil {
+		t.Errorf("put once the newer record expired: %v", err)
+	}
+}

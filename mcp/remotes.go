@@ -67,7 +67,7 @@ func (g *Gateway) applyRemote(ev bus.RemoteEvent) {
 	g.remotesMu.Lock()
 	defer g.remotesMu.Unlock()
 	old := g.remotes[ev.Upstream]
-	if ev.Remote != nil && old != nil && sameRemote(old.rec, ev.Remote) {
+	if ev.Remote != nil && old != nil && old.rec.SameListing(ev.Remote) {
 		return // a refresh, or another replica's identical record
 	}
 	var keys []string
@@ -96,13 +96,6 @@ func (g *Gateway) applyRemote(ev bus.RemoteEvent) {
 	if old != nil || len(keys) > 0 {
 		g.changed()
 	}
-}
-
-// sameRemote reports whether two records of an upstream list the same
-// tools the same way.
-func sameRemote(a, b *bus.Remote) bool {
-	return a.Digest != "" && a.Digest == b.Digest && a.TimeoutMs == b.TimeoutMs &&
-		a.Transport == b.Transport && slices.Equal(a.Tenants, b.Tenants)
 }
 
 // remoteTenants returns the tenants an upstream's tools are listed for:

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/okso-io/okso/remote"
 	"github.com/okso-io/okso/remote/internal/testupstream"
 )
 
@@ -16,6 +17,8 @@ import (
 // processes an upstream started are reaped.
 func TestMain(m *testing.M) {
 	testupstream.Main()
-	becomeSubreaper()
+	if err := remote.BecomeSubreaper(); err != nil {
+		panic(err)
+	}
 	goleak.VerifyTestMain(m)
 }

@@ -49,6 +49,9 @@ type proc struct {
 	// read to its end.
 	done chan struct{}
 	err  error // how the process ended (Wait's error); set before exited is closed
+	// pipes are the inodes of its stdin, stdout and stderr pipes, by
+	// which an orphan it left is known (endEscaped).
+	pipes []uint64
 }
 
 // startProc starts argv in dir with env and nothing else of ours but
@@ -74,6 +77,11 @@ func startProc(argv []string, env map[string]string, dir string, log *slog.Logge
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0], pipes[3], pipes[5]
 	p := &proc{cmd: cmd, stdin: pipes[1], stdout: pipes[2], exited: make(chan struct{}), done: make(chan struct{})}
+	for _, f := range []*os.File{pipes[1], pipes[2], pipes[4]} {
+		if ino := pipeInode(f); ino != 0 {
+			p.pipes = append(p.pipes, ino)
+		}
+	}
 	started := make(chan error, 1)
 	go p.run(started, pipes[4], log)
 	if err := <-started; err != nil {
@@ -110,7 +118,7 @@ func environ(env map[string]string) []string {
 // waits for it, ends its group, and reads its stderr to the end.
 func (p *proc) run(started chan<- error, stderr *os.File, log *slog.Logger) {
 	unlock := lockThread()
-	err := p.cmd.Start()
+	err := startTracked(p.cmd)
 	// The child's ends are the child's now.
 	p.cmd.Stdin.(*os.File).Close()
 	p.cmd.Stdout.(*os.File).Close()
@@ -127,10 +135,13 @@ func (p *proc) run(started chan<- error, stderr *os.File, log *slog.Logger) {
 		logStderr(stderr, log)
 	}()
 	p.err = p.cmd.Wait()
+	untrack(p.cmd.Process.Pid)
 	unlock()
 	endGroup(p.cmd.Process.Pid)
+	endEscaped(p.pipes)
 	// Nothing of the group is left to write: what the pipes hold comes at
-	// once, then EOF, unless a process that left the group holds them.
+	// once, then EOF, unless a process that left the group holds them
+	// and okso is not its reaper (endEscaped ended it otherwise).
 	deadline := time.Now().Add(drainWait)
 	_ = p.stdout.SetReadDeadline(deadline)
 	_ = stderr.SetReadDeadline(deadline)

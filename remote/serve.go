@@ -82,16 +82,6 @@ func (s *upstream) serve(m *nats.Msg) {
 		return
 	}
 	ev.Tool = call.Tool
-	sv := s.served.Load()
-	if sv == nil {
-		s.answer(m, ev, schemas.CodeNodeOffline, "the upstream is not connected")
-		return
-	}
-	rt, ok := sv.tools[tool]
-	if !ok {
-		s.answer(m, ev, schemas.CodeToolNotFound, "the upstream does not list this tool now")
-		return
-	}
 	d, ok := bus.CallDeadline(start, s.cfg.Timeout, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline), s.t.o.MaxClockSkew)
 	if !ok {
 		s.answer(m, ev, schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the remote tier")
@@ -107,8 +97,29 @@ func (s *upstream) serve(m *nats.Msg) {
 		return meta
 	}
 	wait := retryWait
+	var sv *served
 	for attempt := 1; ; attempt++ {
-		res, err := sv.client.Call(ctx, tool, call.Arguments, meta())
+		// Between two sessions (a stdio process died and is being
+		// started again) the call waits for the next, within its budget.
+		if sv = s.acquire(ctx, sv); sv == nil {
+			switch {
+			case isClosed(s.stopping):
+				s.answer(m, ev, schemas.CodeNodeOffline, "the remote tier is stopping")
+			case ctx.Err() != nil:
+				s.answer(m, ev, schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
+			default:
+				s.answer(m, ev, schemas.CodeNodeOffline, "the upstream is not connected")
+			}
+			return
+		}
+		rt, ok := sv.tools[tool]
+		if !ok {
+			sv.conn.release()
+			s.answer(m, ev, schemas.CodeToolNotFound, "the upstream does not list this tool now")
+			return
+		}
+		res, err := sv.conn.client.Call(ctx, tool, call.Arguments, meta())
+		sv.conn.release()
 		if err == nil {
 			reply := bus.OKReply(res)
 			if max := s.t.o.NC.MaxPayload(); int64(len(reply)) > max {
@@ -147,9 +158,6 @@ func (s *upstream) serve(m *nats.Msg) {
 		case <-time.After(wait/2 + rand.N(wait/2+1)):
 		}
 		wait *= 2
-		if next := s.served.Load(); next != nil {
-			sv = next // the session may have connected again meanwhile
-		}
 	}
 }
 

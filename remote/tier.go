@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ type Options struct {
 	// Dial connects to an upstream; nil: by its transport ([DialStdio],
 	// [DialHTTP], [NewAction]).
 	Dial func(ctx context.Context, u *Upstream, log *slog.Logger) (Client, error)
+	// Replica names this replica in the records it writes and in its
+	// logs; empty: the host name and a random suffix.
+	Replica string
 }
 
 // Tier is the remote tier: for each configured upstream it keeps a
@@ -50,8 +54,9 @@ type Options struct {
 // upstream that cannot be listed has its record removed and is tried
 // again with backoff; one broken upstream never affects the others.
 type Tier struct {
-	o   Options
-	log *slog.Logger
+	o       Options
+	log     *slog.Logger
+	started time.Time // when New built it: of two replicas that list an upstream differently, the newer's record stays
 }
 
 // New checks o and builds a tier.
@@ -80,11 +85,15 @@ func New(o Options) (*Tier, error) {
 	if o.Auditor == nil {
 		o.Auditor = &bus.Auditor{}
 	}
+	if o.Replica == "" {
+		host, _ := os.Hostname()
+		o.Replica = fmt.Sprintf("%s-%08x", host, rand.Uint32())
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tier{o: o, log: log}, nil
+	return &Tier{o: o, log: log, started: time.Now()}, nil
 }
 
 // Upstreams returns the names of the configured upstreams.
@@ -123,26 +132,44 @@ func (t *Tier) Run(ctx context.Context) error {
 }
 
 // keep connects to one upstream, serves it while it lists, and connects
-// again, with jittered backoff, each time it fails.
+// again each time it fails: at once when the connection ended after it
+// served a while (a stdio process died, an HTTP session was lost), so
+// that calls wait for the next session rather than fail; with jittered
+// backoff when the upstream could not be reached or listed, or keeps
+// ending as soon as it is listed.
 func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
 		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
+	s.state.Store(&serving{down: true, changed: make(chan struct{})})
 	s.stopCtx, s.endCalls = context.WithCancel(context.Background())
 	s.stopping = s.stopCtx.Done()
 	defer s.endCalls()
-	defer s.calls.Wait()
+	defer s.retiring.Wait()
 	backoff := t.o.MinBackoff
+	quick := false // the last session that served ended sooner than the backoff
 	for {
+		began := time.Now()
 		served := s.session(ctx)
 		if ctx.Err() != nil {
+			s.leave(ctx)
 			return
 		}
-		if served {
-			backoff = t.o.MinBackoff
+		if served && time.Since(began) >= backoff {
+			backoff, quick = t.o.MinBackoff, false
+			continue
 		}
+		if served && !quick {
+			// One session that ended soon after it was listed is
+			// connected again at once too; the next in a row backs off
+			// (an upstream that keeps dying).
+			quick = true
+			continue
+		}
+		s.leave(ctx)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
+			s.leave(ctx)
 			return
 		case <-time.After(wait):
 		}
@@ -160,20 +187,35 @@ type upstream struct {
 	log *slog.Logger
 	sem chan struct{} // one per call in flight
 
-	// served is what the calls see: the connection and the allowed tools
-	// of the current session; nil between sessions.
-	served atomic.Pointer[served]
-	calls  sync.WaitGroup // calls in flight
+	// state is what the calls see: the session serving the upstream, if
+	// any, and whether one is coming. Only keep's goroutine changes it.
+	state atomic.Pointer[serving]
+	calls sync.WaitGroup // calls in flight
+	// retiring counts the connections of ended sessions still open: each
+	// is closed once the calls using it have ended.
+	retiring sync.WaitGroup
 	// stopCtx ends with endCalls, which ends the calls still in flight
 	// StopGrace after the tier began to stop; stopping is its Done.
 	stopCtx  context.Context
 	stopping <-chan struct{}
 	endCalls context.CancelFunc
 	// admitting says whether onCall admits calls; admitMu orders it
-	// with calls.Add, so that no call is added once the end of a
-	// session waits for them.
+	// with calls.Add, so that no call is added once a stopping tier
+	// waits for them.
 	admitMu   sync.Mutex
 	admitting bool
+	// sub is the subscription to the upstream's subject and rev the
+	// revision of its record last written, kept from one session to the
+	// next while the upstream is served; only keep's goroutine uses them.
+	sub *nats.Subscription
+	rev uint64
+	// yielding says that a newer replica's record, listing the upstream
+	// otherwise, is left alone (see put); vacated then delivers when that
+	// record is gone, from a watch of it that stopWatch ends. Only keep's
+	// goroutine uses them.
+	yielding  bool
+	vacated   chan struct{}
+	stopWatch func()
 	// refused holds the tools already reported as unlistable, so a
 	// re-list does not report them again; only the session uses it.
 	refused map[string]bool
@@ -182,15 +224,105 @@ type upstream struct {
 	kick chan struct{}
 }
 
+// serving is the upstream as the calls see it at one moment: served by a
+// session, between two sessions (a call waits for the next), or down (no
+// session is coming). changed is closed when it is replaced.
+type serving struct {
+	sv      *served // nil between sessions and when down
+	down    bool
+	changed chan struct{}
+}
+
 // served is one session's connection and allowed tools.
 type served struct {
+	conn  *conn
+	tools map[string]bus.RemoteTool // by the upstream's own name
+}
+
+// setState replaces what the calls see and wakes those waiting for it.
+func (s *upstream) setState(sv *served, down bool) {
+	old := s.state.Swap(&serving{sv: sv, down: down, changed: make(chan struct{})})
+	close(old.changed)
+}
+
+// acquire returns the session to call the upstream on, its connection
+// held for the call: the current one, unless it is last's and that
+// connection has ended (a call to try again waits for the next session).
+// It waits while the upstream is between sessions, and returns nil when
+// the upstream is down or ctx ends first.
+func (s *upstream) acquire(ctx context.Context, last *served) *served {
+	for {
+		st := s.state.Load()
+		if sv := st.sv; sv != nil && (last == nil || sv.conn != last.conn || !sv.conn.dead()) && sv.conn.acquire() {
+			return sv
+		}
+		if st.down {
+			return nil
+		}
+		select {
+		case <-st.changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// conn is one session's connection and the calls using it. Once retired
+// (its session ended) it is held by no new call, and idle is closed when
+// the last call using it releases it.
+type conn struct {
 	client Client
-	tools  map[string]bus.RemoteTool // by the upstream's own name
+	// use counts the calls holding the connection, plus retiredBit once
+	// it is retired: two atomic adds per call, no lock.
+	use      atomic.Int64
+	idle     chan struct{}
+	idleOnce sync.Once
+}
+
+const retiredBit = 1 << 40
+
+func newConn(c Client) *conn { return &conn{client: c, idle: make(chan struct{})} }
+
+func (c *conn) acquire() bool {
+	if c.use.Add(1)&retiredBit != 0 {
+		c.release()
+		return false
+	}
+	return true
+}
+
+func (c *conn) release() {
+	if c.use.Add(-1) == retiredBit {
+		c.idleOnce.Do(func() { close(c.idle) })
+	}
+}
+
+func (c *conn) retire() {
+	if c.use.Add(retiredBit) == retiredBit {
+		c.idleOnce.Do(func() { close(c.idle) })
+	}
+}
+
+// dead reports whether the connection is retired or has ended.
+func (c *conn) dead() bool { return c.use.Load()&retiredBit != 0 || isClosed(c.client.Done()) }
+
+// retire ends a session's connection: calls no longer take it, and it is
+// closed (a stdio process reaped) once those using it have ended, while
+// the next session starts.
+func (s *upstream) retire(c *conn) {
+	c.retire()
+	s.retiring.Go(func() {
+		<-c.idle
+		if err := c.client.Close(); err != nil {
+			s.log.Debug("close upstream", "err", err)
+		}
+	})
 }
 
 // session dials the upstream, lists it, and serves it until the
 // connection ends, a re-list fails or ctx ends. It reports whether the
-// upstream was served at all.
+// upstream was served at all. The subscription and the record outlive
+// it: keep ends them with leave when no session follows at once.
 func (s *upstream) session(ctx context.Context) bool {
 	t := s.t
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -202,69 +334,44 @@ func (s *upstream) session(ctx context.Context) bool {
 		}
 		return false
 	}
-	defer func() {
-		if err := client.Close(); err != nil {
-			s.log.Debug("close upstream", "err", err)
-		}
-	}()
 	rec, tools, err := s.list(ctx, client)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("upstream cannot be listed; trying again", "err", scrub(err))
 		}
-		return false
-	}
-	s.served.Store(&served{client: client, tools: tools})
-	defer s.served.Store(nil)
-
-	s.setAdmitting(true)
-	defer s.setAdmitting(false) // after the calls are waited for, below
-	// Served before it is listed: a gateway that sees the record finds a
-	// responder (as the device tier flushes its subscription first).
-	sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
-	if err == nil {
-		err = t.o.NC.FlushTimeout(5 * time.Second)
-	}
-	if err != nil {
-		s.log.Error("subscribe upstream subject", "err", err)
-		if sub != nil {
-			_ = sub.Unsubscribe()
+		if err := client.Close(); err != nil {
+			s.log.Debug("close upstream", "err", err)
 		}
 		return false
 	}
-	rev, err := t.o.Remotes.Put(ctx, rec)
-	if err != nil {
-		s.log.Error("write upstream record", "err", err)
-	} else {
+	c := newConn(client)
+	defer s.retire(c) // after the calls see the session end, below
+	s.setState(&served{conn: c, tools: tools}, false)
+	defer s.setState(nil, false) // the calls wait for the next session
+
+	if s.sub == nil {
+		// Served before it is listed: a gateway that sees the record
+		// finds a responder (as the device tier flushes its
+		// subscription first).
+		s.setAdmitting(true)
+		sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
+		if err == nil {
+			err = t.o.NC.FlushTimeout(5 * time.Second)
+		}
+		if err != nil {
+			s.log.Error("subscribe upstream subject", "err", err)
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			s.setAdmitting(false)
+			return false
+		}
+		s.sub = sub
+	}
+	defer s.unwatch()
+	if s.put(ctx, rec) {
 		s.log.Info("upstream listed", "tools", len(rec.Tools), "tenants", rec.Tenants)
 	}
-	defer func() {
-		// Calls go to the other replicas from now; those in flight here
-		// end by their deadlines. An upstream this replica can no longer
-		// list is removed, unless another replica wrote its record since.
-		// A replica that stops leaves the record to expire: another
-		// replica that serves the upstream keeps it, with no gap.
-		if err := sub.Unsubscribe(); err != nil {
-			s.log.Warn("unsubscribe upstream subject", "err", err)
-		}
-		s.setAdmitting(false)
-		if ctx.Err() != nil { // the tier stops: a grace, then the calls end
-			grace := time.AfterFunc(t.o.StopGrace, s.endCalls)
-			defer grace.Stop()
-		}
-		s.calls.Wait()
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		switch {
-		case rev == 0 || ctx.Err() != nil:
-		case s.servedElsewhere(rctx):
-			s.log.Info("another replica serves the upstream: its record stays")
-		default:
-			if err := t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
-				s.log.Warn("remove upstream record", "err", err)
-			}
-		}
-	}()
 
 	lease := time.NewTicker(t.o.Remotes.TTL() / 3)
 	defer lease.Stop()
@@ -303,6 +410,8 @@ func (s *upstream) session(ctx context.Context) bool {
 			changed = true
 		case <-due.C:
 			pending, changed = false, true
+		case <-s.vacated:
+			put = true
 		}
 		if changed && time.Since(lastList) < minRelist {
 			if !pending {
@@ -325,16 +434,125 @@ func (s *upstream) session(ctx context.Context) bool {
 				put = true
 			}
 			rec = next
-			s.served.Store(&served{client: client, tools: tools})
+			s.setState(&served{conn: c, tools: tools}, false)
 		}
 		if !put {
 			continue // the record is as written, and its lease not yet due
 		}
-		if r, err := t.o.Remotes.Put(ctx, rec); err != nil {
-			s.log.Warn("refresh upstream record", "err", err)
-		} else {
-			rev = r
+		s.put(ctx, rec)
+	}
+}
+
+// put writes the upstream's record and reports whether it did. Where a
+// replica started after this one lists the upstream otherwise (a config
+// being rolled out), its record is left alone, so that the two do not
+// replace each other's on every refresh and send every gateway's
+// sessions tools/list_changed each time: the newer config wins, as the
+// rollout means it to. This replica says so once, keeps serving calls,
+// and writes again as soon as that record is gone (its replica stopped,
+// or could no longer list the upstream), or lists it as this one does.
+func (s *upstream) put(ctx context.Context, rec *bus.Remote) bool {
+	rev, err := s.t.o.Remotes.Put(ctx, rec)
+	switch {
+	case errors.Is(err, bus.ErrNewerReplica):
+		if !s.yielding {
+			s.yielding = true
+			s.log.Warn("a newer replica's list is served; this replica's config differs", "err", err)
 		}
+		s.watch(ctx)
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("write upstream record", "err", err)
+		}
+		return false
+	}
+	s.rev = rev
+	s.unwatch()
+	if s.yielding {
+		s.yielding = false
+		s.log.Info("this replica's list is served again")
+	}
+	return true
+}
+
+// watch watches the newer replica's record, if it does not yet, until
+// unwatch: vacated delivers when the record is gone.
+func (s *upstream) watch(ctx context.Context) {
+	if s.stopWatch != nil {
+		return
+	}
+	vacated := make(chan struct{}, 1)
+	gone := func() {
+		select {
+		case vacated <- struct{}{}:
+		default:
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var live bool
+		err := s.t.o.Remotes.WatchUpstream(wctx, s.cfg.Name, func(ev bus.RemoteEvent) {
+			live = ev.Remote != nil
+			if !live {
+				gone()
+			}
+		}, func() {
+			if !live { // gone already
+				gone()
+			}
+		})
+		if wctx.Err() == nil {
+			// The lease's refresh checks the record still.
+			s.log.Warn("watch upstream record", "err", err)
+		}
+	}()
+	s.vacated, s.stopWatch = vacated, func() { cancel(); <-done }
+}
+
+func (s *upstream) unwatch() {
+	if s.stopWatch != nil {
+		s.stopWatch()
+		s.vacated, s.stopWatch = nil, nil
+	}
+}
+
+// leave stops serving the upstream: the calls waiting for a session are
+// answered, calls go to the other replicas from now, and an upstream
+// this replica can no longer list is removed, unless another replica
+// serves it. A replica that stops leaves the record to expire: another
+// replica that serves the upstream keeps it, with no gap; its calls in
+// flight have StopGrace to end.
+func (s *upstream) leave(ctx context.Context) {
+	s.setState(nil, true)
+	if s.sub != nil {
+		if err := s.sub.Unsubscribe(); err != nil {
+			s.log.Warn("unsubscribe upstream subject", "err", err)
+		}
+		s.sub = nil
+		s.setAdmitting(false)
+	}
+	rev := s.rev
+	s.rev = 0
+	if ctx.Err() != nil { // the tier stops: a grace, then the calls end
+		grace := time.AfterFunc(s.t.o.StopGrace, s.endCalls)
+		defer grace.Stop()
+		s.calls.Wait()
+		return
+	}
+	if rev == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s.servedElsewhere(rctx) {
+		s.log.Info("another replica serves the upstream: its record stays")
+		return
+	}
+	if err := s.t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
+		s.log.Warn("remove upstream record", "err", err)
 	}
 }
 
@@ -388,10 +606,12 @@ func (s *upstream) list(ctx context.Context, client Client) (*bus.Remote, map[st
 		return nil, nil, err
 	}
 	rec := &bus.Remote{
-		Upstream:  s.cfg.Name,
-		Transport: s.cfg.Transport,
-		Tenants:   s.cfg.Tenants,
-		TimeoutMs: s.cfg.Timeout.Milliseconds(),
+		Upstream:      s.cfg.Name,
+		Transport:     s.cfg.Transport,
+		Tenants:       s.cfg.Tenants,
+		TimeoutMs:     s.cfg.Timeout.Milliseconds(),
+		Writer:        s.t.o.Replica,
+		WriterStarted: s.t.started,
 	}
 	tools := map[string]bus.RemoteTool{}
 	for _, tl := range listed {

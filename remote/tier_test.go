@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -91,11 +94,23 @@ func runTier(t *testing.T, b *tierBus, cfg *remote.Config) (stop func()) {
 // runTierOn runs a remote tier of cfg on its own connection nc.
 func runTierOn(t *testing.T, nc *nats.Conn, remotes *bus.Remotes, cfg *remote.Config) (stop func()) {
 	t.Helper()
-	tier, err := remote.New(remote.Options{NC: nc, Remotes: remotes, Config: cfg, Logger: testLog(t),
+	return runBuilt(t, newTier(t, nc, remotes, cfg, testLog(t)))
+}
+
+// newTier builds a remote tier of cfg that logs to log.
+func newTier(t *testing.T, nc *nats.Conn, remotes *bus.Remotes, cfg *remote.Config, log *slog.Logger) *remote.Tier {
+	t.Helper()
+	tier, err := remote.New(remote.Options{NC: nc, Remotes: remotes, Config: cfg, Logger: log,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tier
+}
+
+// runBuilt runs tier until the test ends.
+func runBuilt(t *testing.T, tier *remote.Tier) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = tier.Run(ctx) }()
@@ -120,9 +135,18 @@ func httpUpstream(name, url string, allow []string, idempotent ...string) remote
 // call requests a tool of an upstream as a gateway does, with a budget.
 func call(t *testing.T, nc *nats.Conn, upstream, tool, args string, budget time.Duration, hdr ...string) bus.Reply {
 	t.Helper()
+	rep, err := request(nc, upstream, tool, args, budget, hdr...)
+	if err != nil {
+		t.Fatalf("request %s.%s: %v", upstream, tool, err)
+	}
+	return rep
+}
+
+// request is call, for any goroutine.
+func request(nc *nats.Conn, upstream, tool, args string, budget time.Duration, hdr ...string) (bus.Reply, error) {
 	body, err := bus.Call{Tool: upstream + "." + tool, Arguments: json.RawMessage(args)}.Encode()
 	if err != nil {
-		t.Fatal(err)
+		return bus.Reply{}, err
 	}
 	m := &nats.Msg{Subject: bus.RemoteCall(upstream), Data: body, Header: nats.Header{}}
 	m.Header.Set(bus.HeaderRequestID, "req-1")
@@ -133,17 +157,13 @@ func call(t *testing.T, nc *nats.Conn, upstream, tool, args string, budget time.
 	for i := 0; i+1 < len(hdr); i += 2 {
 		m.Header.Set(hdr[i], hdr[i+1])
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), budget+2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), budget+2*time.Second)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		t.Fatalf("request %s.%s: %v", upstream, tool, err)
+		return bus.Reply{}, err
 	}
-	rep, err := bus.DecodeReply(resp.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
+	return bus.DecodeReply(resp.Data)
 }
 
 func code(rep bus.Reply) string {
@@ -285,19 +305,20 @@ func TestTierFollowsListChanged(t *testing.T) {
 	}
 }
 
-// TestTierRestartsStdio: a stdio upstream that dies leaves the list and is
-// started again; its tools come back and answer.
-func TestTierRestartsStdio(t *testing.T) {
-	b := startTierBus(t)
-	state := t.TempDir()
+// stdioUpstream is the test upstream as a stdio child that will not
+// start while the file "down" exists in state.
+func stdioUpstream(state string, idempotent ...string) remote.Upstream {
 	argv, env := testupstream.Command(testupstream.Options{State: state})
-	cfg := &remote.Config{Upstreams: []remote.Upstream{{Name: "kid", Transport: "stdio", Command: argv, Env: env,
-		Tenants: []string{"demo"}, Allow: []string{"echo"}, Safety: map[string]string{"*": schemas.SafetyReadOnly},
-		Timeout: 5 * time.Second, Refresh: time.Minute}}}
-	runTier(t, b, cfg)
-	if b.next(t, "kid") == nil {
-		t.Fatal("no record")
-	}
+	return remote.Upstream{Name: "kid", Transport: "stdio", Env: env,
+		Command: []string{"sh", "-c", `test -e "$OKSO_TESTUPSTREAM_STATE/down" && exit 1; exec "$0"`, argv[0]},
+		Tenants: []string{"demo"}, Allow: []string{"echo", "hang"}, Idempotent: idempotent,
+		Safety: map[string]string{"*": schemas.SafetyReadOnly}, Timeout: 5 * time.Second, Refresh: time.Minute}
+}
+
+// killChild kills the stdio child started last with state, and returns
+// its process id.
+func killChild(t *testing.T, state string) int {
+	t.Helper()
 	pid, err := testupstream.PID(state)
 	if err != nil {
 		t.Fatal(err)
@@ -305,8 +326,35 @@ func TestTierRestartsStdio(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	return pid
+}
+
+// reaped waits until the process pid is gone, not even a zombie.
+func reaped(t *testing.T, pid int) {
+	t.Helper()
+	eventually(t, "process "+strconv.Itoa(pid)+" reaped", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
+}
+
+// TestTierRestartsStdio: a stdio upstream that dies and cannot be started
+// again leaves the list; once it can, it is started again, and its tools
+// come back and answer.
+func TestTierRestartsStdio(t *testing.T) {
+	b := startTierBus(t)
+	state := t.TempDir()
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{stdioUpstream(state)}})
+	if b.next(t, "kid") == nil {
+		t.Fatal("no record")
+	}
+	down := filepath.Join(state, "down")
+	if err := os.WriteFile(down, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid := killChild(t, state)
 	if rec := b.next(t, "kid"); rec != nil {
-		t.Fatalf("after the child died the record is %+v, want it gone", rec)
+		t.Fatalf("after the child died for good the record is %+v, want it gone", rec)
+	}
+	if err := os.Remove(down); err != nil {
+		t.Fatal(err)
 	}
 	if b.next(t, "kid") == nil {
 		t.Fatal("the record did not come back")
@@ -317,6 +365,81 @@ func TestTierRestartsStdio(t *testing.T) {
 	if !call(t, b.nc, "kid", "echo", `{"message":"back"}`, 3*time.Second).OK {
 		t.Error("the restarted upstream does not answer")
 	}
+	reaped(t, pid)
+}
+
+// TestTierRedialsStdioAtOnce: a stdio upstream whose process dies is
+// started again at once, while the calls in flight on the dead one end:
+// an idempotent call in flight when the child is killed, and one sent
+// just after, are answered by the next child within their budget; the
+// record stays all along, and every dead child is reaped.
+func TestTierRedialsStdioAtOnce(t *testing.T) {
+	b := startTierBus(t)
+	state := t.TempDir()
+	stop := runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{stdioUpstream(state, "echo", "hang")}})
+	if b.next(t, "kid") == nil {
+		t.Fatal("no record")
+	}
+	const budget = 3 * time.Second
+
+	// In flight: the child dies under the call, which is tried again on
+	// the next one.
+	answered := make(chan bus.Reply, 1)
+	start := time.Now()
+	go func() {
+		rep, err := request(b.nc, "kid", "hang", `{"ms":200}`, budget)
+		if err != nil {
+			rep = bus.Reply{Error: &schemas.Error{Code: "no reply: " + err.Error()}}
+		}
+		answered <- rep
+	}()
+	eventually(t, "the first child runs the call", func() bool { return testupstream.Calls(state, "hang") == 1 })
+	first := killChild(t, state)
+	select {
+	case rep := <-answered:
+		if !rep.OK {
+			t.Errorf("a call in flight when its child died = %+v, want it answered by the next child", rep.Error)
+		}
+		if took := time.Since(start); took > budget {
+			t.Errorf("answered after %v, budget %v", took, budget)
+		}
+	case <-time.After(budget + waitLong):
+		t.Fatal("the call in flight was not answered")
+	}
+	if n := testupstream.Calls(state, "hang"); n != 2 {
+		t.Errorf("hang called %d times, want 2 (the dead child, then the next)", n)
+	}
+
+	// Just after: the call is sent as the child dies.
+	second := killChild(t, state)
+	if second == first {
+		t.Fatalf("the child was not started again (pid %d)", second)
+	}
+	start = time.Now()
+	if rep := call(t, b.nc, "kid", "echo", `{"message":"next"}`, budget); !rep.OK {
+		t.Errorf("a call sent as the child died = %+v, want it answered by the next child", rep.Error)
+	} else if took := time.Since(start); took > budget {
+		t.Errorf("answered after %v, budget %v", took, budget)
+	}
+	third, err := testupstream.PID(state)
+	if err != nil || third == second {
+		t.Errorf("child pid %d after the second death (was %d, %v)", third, second, err)
+	}
+	reaped(t, first)
+	reaped(t, second)
+drain:
+	for {
+		select {
+		case e := <-b.records:
+			if e.Upstream == "kid" && e.Remote == nil {
+				t.Error("the record went away while the child was started again at once")
+			}
+		default:
+			break drain
+		}
+	}
+	stop()
+	reaped(t, third)
 }
 
 // TestTierReplicas: two replicas serve one upstream; when one stops, the
@@ -585,5 +708,136 @@ func TestTierCoalescesRelists(t *testing.T) {
 	// have caught at once.
 	if most := int64(took/minRelistForTest) + 2; listings > most {
 		t.Errorf("%d listings for %d list_changed in %v, want at most %d", listings, n, took, most)
+	}
+}
+
+// countingLog is a test logger that also counts the records whose
+// message is msg.
+func countingLog(t *testing.T, msg string) (*slog.Logger, *atomic.Int64) {
+	n := &atomic.Int64{}
+	return slog.New(countingHandler{testLog(t).Handler(), msg, n}), n
+}
+
+type countingHandler struct {
+	slog.Handler
+	msg string
+	n   *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return countingHandler{h.Handler.WithAttrs(as), h.msg, h.n}
+}
+
+func (h countingHandler) WithGroup(name string) slog.Handler {
+	return countingHandler{h.Handler.WithGroup(name), h.msg, h.n}
+}
+
+// yieldMsg is what a replica logs when a newer one lists an upstream
+// otherwise.
+const yieldMsg = "a newer replica's list is served; this replica's config differs"
+
+func toolsOf(rec *bus.Remote) []string {
+	var names []string
+	for _, tl := range rec.Tools {
+		names = append(names, tl.Name)
+	}
+	return names
+}
+
+// nextListing waits for upstream's record to list exactly tools.
+func (b *tierBus) nextListing(t *testing.T, upstream string, tools ...string) *bus.Remote {
+	t.Helper()
+	for {
+		rec := b.next(t, upstream)
+		if rec != nil && slices.Equal(toolsOf(rec), tools) {
+			return rec
+		}
+	}
+}
+
+// TestTierReplicasDifferentConfigs: two replicas allow different tools
+// of one upstream (a config being rolled out). The record is the newer
+// replica's and stays so over many lease refreshes: it changes once,
+// from the older replica's to the newer's, and the older says so once
+// and keeps serving calls.
+func TestTierReplicasDifferentConfigs(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	log, yields := countingLog(t, yieldMsg)
+	runBuilt(t, newTier(t, b.nc, b.remotes,
+		&remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo"})}}, log))
+	first := b.nextListing(t, "up", "echo")
+	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "count"})}})
+	second := b.nextListing(t, "up", "count", "echo")
+	if first.Writer == "" || second.Writer == "" || first.Writer == second.Writer || !second.WriterStarted.After(first.WriterStarted) {
+		t.Errorf("writers %q (%v) then %q (%v), want two replicas, the second started later",
+			first.Writer, first.WriterStarted, second.Writer, second.WriterStarted)
+	}
+
+	// Nine refreshes of each replica (a third of the 1 s lease).
+	deadline := time.Now().Add(3 * b.remotes.TTL())
+	var changes int
+	for time.Now().Before(deadline) {
+		select {
+		case e := <-b.records:
+			switch {
+			case e.Upstream != "up":
+			case e.Remote == nil:
+				t.Fatal("the record went away while both replicas serve the upstream")
+			case e.Remote.Digest != second.Digest:
+				changes++
+			}
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	if changes > 0 {
+		t.Errorf("the record changed %d more times after the newer replica wrote it, want none", changes)
+	}
+	if n := yields.Load(); n != 1 {
+		t.Errorf("the older replica said %d times that it leaves the record, want once", n)
+	}
+	for i := range 10 {
+		if rep := call(t, b.nc, "up", "echo", `{"message":"x"}`, 2*time.Second); !rep.OK {
+			t.Fatalf("call %d with two replicas: %+v", i, rep)
+		}
+	}
+}
+
+// TestTierReplicaTakesRecordBack: a replica that leaves a newer
+// replica's record alone writes its own as soon as that record expires,
+// not at its own next refresh.
+func TestTierReplicaTakesRecordBack(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	// The older replica refreshes every 10 s: only the watch of the
+	// newer's record can make it write within the test.
+	slow, err := bus.OpenRemotes(bounded(t), b.nc, bus.RemotesOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, yields := countingLog(t, yieldMsg)
+	older := newTier(t, b.nc, slow, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo"})}}, log)
+	newer := newTier(t, b.nc, b.remotes, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "count"})}}, testLog(t))
+	stopNewer := runBuilt(t, newer)
+	b.nextListing(t, "up", "count", "echo")
+	runBuilt(t, older)
+	eventually(t, "the older replica leaves the record alone", func() bool { return yields.Load() == 1 })
+
+	stopNewer() // its record is left to expire, within the 1 s lease
+	stopped := time.Now()
+	b.nextListing(t, "up", "echo")
+	if took := time.Since(stopped); took > b.remotes.TTL()+2*time.Second {
+		t.Errorf("the older replica wrote its record %v after the newer stopped, lease %v", took, b.remotes.TTL())
 	}
 }

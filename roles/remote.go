@@ -60,6 +60,12 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	if cfg.LeaseTTL != 0 && cfg.LeaseTTL < time.Second {
 		return nil, fmt.Errorf("--remote-lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.LeaseTTL)
 	}
+	// Before any upstream starts: the processes its helpers leave behind,
+	// out of its process group, come to okso (Linux), to be reaped and
+	// ended with it, not to init.
+	if err := remote.BecomeSubreaper(); err != nil {
+		c.log.Warn("the upstreams' orphans go to init, not to okso", "err", err)
+	}
 	nc, err := np.connect("okso-remote")
 	if err != nil {
 		return nil, err
@@ -93,12 +99,23 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	return &remotePart{nc: nc, audit: audit, tier: tier}, nil
 }
 
-// actors adds the tier to g; p may be nil.
+// actors adds the tier to g, with the reaper of its upstreams' orphans,
+// which ends those left once the tier has stopped its upstreams; p may be
+// nil.
 func (p *remotePart) actors(g *run.Group) {
 	if p == nil {
 		return
 	}
-	contextActor(g, p.tier.Run)
+	contextActor(g, func(ctx context.Context) error {
+		rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		reaped := make(chan struct{})
+		go func() {
+			defer close(reaped)
+			_ = remote.ReapOrphans(rctx)
+		}()
+		defer func() { stop(); <-reaped }()
+		return p.tier.Run(ctx)
+	})
 }
 
 func (p *remotePart) close() {

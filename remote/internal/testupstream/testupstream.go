@@ -31,8 +31,9 @@
 //     {attempt};
 //   - reset {}: counts the call and answers nothing (HTTP: the connection
 //     is reset; stdio: the process exits with status 4);
-//   - hang {}: answers only when the call is cancelled, or
-//     [Upstream.Release] is called;
+//   - hang {ms}: answers only when the call is cancelled, or
+//     [Upstream.Release] is called, or, when ms is given, after ms
+//     milliseconds with {slept: ms};
 //   - add_tool {name}: adds an echo tool named name, which sends
 //     notifications/tools/list_changed to every session ([Upstream.AddTool]
 //     does the same from the test).
@@ -56,6 +57,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -128,11 +130,19 @@ func New(o Options) *Upstream {
 	})
 	u.add("hang", "Answers only when cancelled.", `{"type":"object"}`, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		u.count("hang")
+		var args struct{ MS int }
+		_ = json.Unmarshal(req.Params.Arguments, &args)
+		var slept <-chan time.Time
+		if args.MS > 0 {
+			slept = time.After(time.Duration(args.MS) * time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-u.released:
 			return nil, errors.New("hang: released")
+		case <-slept:
+			return structured(map[string]any{"slept": args.MS})
 		}
 	})
 	u.add("add_tool", "Adds an echo tool of the given name.",

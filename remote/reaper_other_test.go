@@ -1,5 +1,0 @@
-//go:build !linux
-
-package remote_test
-
-func becomeSubreaper() {}
