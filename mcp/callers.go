@@ -169,7 +169,7 @@ func (g *Gateway) applyCaller(ev bus.CallerEvent) {
 	defer g.callersMu.Unlock()
 	old := g.callers[ev.ListenID]
 	rec := ev.Caller
-	if rec != nil && (!schemas.ValidTenant(rec.Tenant) || !callerIDPattern.MatchString(rec.CallerID)) {
+	if rec != nil && (!schemas.ValidTenant(rec.Tenant) || !validCallerID(rec.CallerID)) {
 		g.log.Warn("caller declaration not listed", "listen_id", ev.ListenID)
 		rec = nil
 	}
@@ -222,6 +222,10 @@ func (g *Gateway) ListenOf(tenant, callerID string) string {
 	}
 	return ""
 }
+
+// validCallerID reports whether id can name a caller: okso's own
+// namespaces (caller_tools_listen…) cannot be taken.
+func validCallerID(id string) bool { return callerIDPattern.MatchString(id) && !schemas.IsReserved(id) }
 
 // latestCaller returns the latest live declaration of a caller id in a
 // tenant; callersMu is held.
@@ -397,6 +401,9 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		events:  make(chan []byte, maxWaiting+1),
 		done:    make(chan struct{}),
 		waiting: map[string]*nats.Msg{}, answered: map[string]bool{},
+	}
+	if !validCallerID(decl.CallerID) {
+		return errorResult(c.fail(schemas.CodeManifestInvalid, "caller_id "+decl.CallerID+" is one of okso's own namespaces"), c.requestID)
 	}
 	rec := &bus.Caller{ListenID: l.id, Tenant: l.tenant, Subject: l.subject, CallerID: decl.CallerID, Since: time.Now().UTC()}
 	var names []string
@@ -574,6 +581,13 @@ func (l *listen) onRequest(m *nats.Msg) {
 		return
 	default:
 	}
+	select {
+	case l.events <- ev:
+	default: // the listener reads too slowly (calls given up still queued)
+		l.mu.Unlock()
+		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
+		return
+	}
 	l.waiting[id] = m
 	l.requests++
 	l.mu.Unlock()
@@ -582,7 +596,6 @@ func (l *listen) onRequest(m *nats.Msg) {
 		budget = time.Duration(ms) * time.Millisecond
 	}
 	time.AfterFunc(budget, func() { l.forget(id) }) // its caller gave up
-	l.events <- ev                                  // room for every waiting call, and one more
 }
 
 // forget drops a waiting call whose caller gave up.

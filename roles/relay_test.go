@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,6 +235,31 @@ func TestRelay(t *testing.T) {
 		respond(t, answerer, a.id, ev.RequestID, `"result":{"sent":true}`)
 		if got := wait(res); got.IsError {
 			t.Errorf("after a forged answer: %v", got.Content)
+		}
+	})
+	t.Run("a bad declaration registers nothing", func(t *testing.T) {
+		s := f.relayClient(second.url(), tokA, nil)
+		for name, decl := range map[string]string{
+			"okso's own namespace": `{"caller_id":"caller","tools":[{"name":"tools_listen","inputSchema":{"type":"object"}}]}`,
+			"a bad caller id":      `{"caller_id":"A-1","tools":[{"name":"x","inputSchema":{"type":"object"}}]}`,
+			"no tools":             `{"caller_id":"c","tools":[]}`,
+			"a name twice":         `{"caller_id":"c","tools":[{"name":"x","inputSchema":{"type":"object"}},{"name":"x","inputSchema":{"type":"object"}}]}`,
+			"a schema not object":  `{"caller_id":"c","tools":[{"name":"x","inputSchema":{"type":"string"}}]}`,
+			"a schema that breaks": `{"caller_id":"c","tools":[{"name":"x","inputSchema":{"type":"object","properties":{"a":{"type":"nope"}}}}]}`,
+			"65 tools":             `{"caller_id":"c","tools":[` + strings.Repeat(`{"name":"x","inputSchema":{"type":"object"}},`, 64) + `{"name":"y","inputSchema":{"type":"object"}}]}`,
+		} {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // an accepted one would stay open
+			res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: mcp.ToolCallerListen, Arguments: json.RawMessage(decl)})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: %v (accepted?)", name, err)
+			}
+			if e := envelope(t, res); e.Code != schemas.CodeManifestInvalid {
+				t.Errorf("%s: %s, want E_MANIFEST_INVALID", name, e.JSON())
+			}
+		}
+		if second.gw.ListenOf(DefaultTenant, "c") != "" || second.gw.ListenOf(DefaultTenant, "caller") != "" {
+			t.Error("a refused declaration was registered")
 		}
 	})
 	t.Run("another tenant neither lists nor calls", func(t *testing.T) {
