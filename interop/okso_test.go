@@ -149,8 +149,18 @@ func labelled(line, label, prefix string) string {
 // from `okso token mint` with all-in-one's signing key.
 func (o *okso) mint(t *testing.T, scopes ...string) string {
 	t.Helper()
-	out, err := exec.Command(binary, "token", "mint", "--data-dir", o.dataDir, "--tenant", tenant,
-		"--scope", strings.Join(scopes, " ")).Output()
+	return o.mintAs(t, "", scopes...)
+}
+
+// mintAs is mint for a subject of its own ("": the default of `okso token
+// mint`).
+func (o *okso) mintAs(t *testing.T, subject string, scopes ...string) string {
+	t.Helper()
+	args := []string{"token", "mint", "--data-dir", o.dataDir, "--tenant", tenant, "--scope", strings.Join(scopes, " ")}
+	if subject != "" {
+		args = append(args, "--subject", subject)
+	}
+	out, err := exec.Command(binary, args...).Output()
 	if err != nil {
 		t.Fatalf("okso token mint --scope %q: %v %s", scopes, err, stderrOf(err))
 	}
