@@ -79,6 +79,11 @@ bench-compare:
 federation-bench:
 	./scripts/federation-bench.sh
 
+## relay-bench: the caller-tool relay across two gateway replicas on one NATS (a Go SDK listener on one answering at once, a Go SDK caller on the other): calls/s at 64 in flight, p50/p99 at 1, goroutines and heap before and after RELAY_CALLS (100000) relayed calls, CPU profile tops (BENCH_DURATION=10s RELAY_ANSWER=1|2)
+.PHONY: relay-bench
+relay-bench:
+	./scripts/relay-bench.sh
+
 ## subscribe-load: CPU of okso all-in-one holding N metric streams (default 1000, one per mock device in another process) at INTERVAL_MS (1000) for DURATION (30s), driven by okso bench --mode subscribe; PASS under half a core
 .PHONY: subscribe-load
 subscribe-load:
