@@ -89,7 +89,7 @@ const responseSchema = `{
 
 // relayEntries are the relay's two tools, which every tenant lists.
 func (g *Gateway) relayEntries() []*entry {
-	mk := func(name, title, desc, schema string, local localCall) *entry {
+	mk := func(name, title, desc, schema string, local localCall, serve unaryCall) *entry {
 		f, err := schemas.CompileForeign(json.RawMessage(schema))
 		if err != nil {
 			panic(fmt.Sprintf("relay tool %s: %v", name, err))
@@ -102,6 +102,7 @@ func (g *Gateway) relayEntries() []*entry {
 			scope:  auth.ScopeMutating,
 			input:  foreign{f},
 			local:  local,
+			serve:  serve,
 			desc: &sdk.Tool{
 				Name: name, Title: title, Description: desc, InputSchema: json.RawMessage(schema),
 				Annotations: &sdk.ToolAnnotations{Title: title, DestructiveHint: &no},
@@ -114,17 +115,21 @@ func (g *Gateway) relayEntries() []*entry {
 				"The call stays open: each call of one of your tools reaches you on it as a caller_tool_request "+
 				"(a notifications/message of logger okso.caller, and a progress notification when you send a progressToken), "+
 				"which you answer with caller_tool_response. Your tools leave every list when this call ends.",
-			listenSchema, g.listen),
+			listenSchema, g.listen, nil),
 		mk(ToolCallerResponse, "Answer a call of one of your tools",
 			"Answers one caller_tool_request of your open caller_tools_listen call with its result or an error. "+
 				"Each request is answered once.",
-			responseSchema, g.respond),
+			responseSchema, nil, g.respond),
 	}
 }
 
 // localCall serves a tool of okso's own on the gateway, after the call's
-// checks (scope, arguments).
+// checks (scope, arguments), through the SDK's door: it may stream.
 type localCall func(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult
+
+// unaryCall serves a tool of okso's own that answers once, after the
+// call's checks; the door audits and answers its result or error.
+type unaryCall func(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error)
 
 // callerKey is the catalog key of one listen's tools.
 func callerKey(listenID string) string { return "caller/" + listenID }
@@ -360,10 +365,16 @@ type listen struct {
 	once   sync.Once
 
 	mu       sync.Mutex
-	waiting  map[string]*nats.Msg // request id → the relayed call's request
-	answered map[string]bool      // recently answered request ids (a replay is refused)
-	order    []string             // answered ids, oldest first
+	waiting  map[string]waiting // by request id
+	answered map[string]bool    // recently answered request ids (a replay is refused)
+	order    []string           // answered ids, oldest first
 	requests int
+}
+
+// waiting is a relayed call the listener has not answered yet.
+type waiting struct {
+	msg   *nats.Msg   // its request, to answer
+	timer *time.Timer // forgets it once its caller gave up
 }
 
 // maxAnswered bounds the answered ids a listen remembers.
@@ -400,7 +411,7 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		tools:   map[string]bool{},
 		events:  make(chan []byte, maxWaiting+1),
 		done:    make(chan struct{}),
-		waiting: map[string]*nats.Msg{}, answered: map[string]bool{},
+		waiting: map[string]waiting{}, answered: map[string]bool{},
 	}
 	if !validCallerID(decl.CallerID) {
 		return errorResult(c.fail(schemas.CodeManifestInvalid, "caller_id "+decl.CallerID+" is one of okso's own namespaces"), c.requestID)
@@ -588,14 +599,13 @@ func (l *listen) onRequest(m *nats.Msg) {
 		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
 		return
 	}
-	l.waiting[id] = m
-	l.requests++
-	l.mu.Unlock()
 	budget := l.g.o.CallerTimeout
 	if ms, err := strconv.ParseInt(m.Header.Get(bus.HeaderBudgetMs), 10, 64); err == nil && ms > 0 && time.Duration(ms)*time.Millisecond < budget {
 		budget = time.Duration(ms) * time.Millisecond
 	}
-	time.AfterFunc(budget, func() { l.forget(id) }) // its caller gave up
+	l.waiting[id] = waiting{msg: m, timer: time.AfterFunc(budget, func() { l.forget(id) })}
+	l.requests++
+	l.mu.Unlock()
 }
 
 // forget drops a waiting call whose caller gave up.
@@ -614,11 +624,12 @@ func (l *listen) reply(m *nats.Msg, data []byte) {
 // failWaiting ends every waiting call: the listen is over.
 func (l *listen) failWaiting() {
 	l.mu.Lock()
-	waiting := l.waiting
-	l.waiting = map[string]*nats.Msg{}
+	all := l.waiting
+	l.waiting = map[string]waiting{}
 	l.mu.Unlock()
-	for _, m := range waiting {
-		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
+	for _, w := range all {
+		w.timer.Stop()
+		l.reply(w.msg, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
 	}
 }
 
@@ -636,8 +647,9 @@ func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
 		return schemas.NewError(schemas.CodeSafetyDenied, "only the listener may answer its requests")
 	}
 	l.mu.Lock()
-	m, ok := l.waiting[a.RequestID]
+	w, ok := l.waiting[a.RequestID]
 	if ok {
+		w.timer.Stop()
 		delete(l.waiting, a.RequestID)
 		l.answered[a.RequestID] = true
 		l.order = append(l.order, a.RequestID)
@@ -654,7 +666,7 @@ func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
 	case !ok:
 		return schemas.NewError(schemas.CodeBadRequest, "no such request is waiting: unknown, or its caller gave up")
 	}
-	l.reply(m, bus.OKReply(relayedResult(a)))
+	l.reply(w.msg, bus.OKReply(relayedResult(a)))
 	return nil
 }
 
@@ -699,13 +711,13 @@ func (l *listen) onResponse(m *nats.Msg) {
 
 // respond serves caller_tool_response: to the listen when this gateway
 // holds it, forwarded to the replica that does otherwise.
-func (g *Gateway) respond(ctx context.Context, _ *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult {
+func (g *Gateway) respond(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
 	var in struct {
 		ListenID string `json:"listen_id"`
 		answer
 	}
 	if err := json.Unmarshal(args, &in); err != nil {
-		return errorResult(c.fail(schemas.CodeManifestInvalid, "the response does not decode"), c.requestID)
+		return nil, schemas.NewError(schemas.CodeManifestInvalid, "the response does not decode")
 	}
 	g.relayMu.Lock()
 	l := g.listens[in.ListenID]
@@ -717,15 +729,10 @@ func (g *Gateway) respond(ctx context.Context, _ *sdk.CallToolRequest, c *callCt
 		e = g.forwardResponse(ctx, c, in.ListenID, in.answer)
 	}
 	if e != nil {
-		return errorResult(c.fail(e.Code, e.Message), c.requestID)
+		return nil, e
 	}
-	c.audit(bus.DecisionAllowed, "")
 	b, _ := json.Marshal(map[string]any{"accepted": true, "request_id": in.RequestID})
-	return &sdk.CallToolResult{
-		Meta:              sdk.Meta{MetaRequestID: c.requestID},
-		Content:           []sdk.Content{&sdk.TextContent{Text: string(b)}},
-		StructuredContent: json.RawMessage(b),
-	}
+	return b, nil
 }
 
 // forwardResponse sends a response to the replica holding its listen.

@@ -85,9 +85,11 @@ type entry struct {
 	budget time.Duration
 	// listenID is the listen serving a caller's tool (callers.go).
 	listenID string
-	// local serves a tool of okso's own on the gateway itself, through
-	// the SDK's door only.
+	// local serves a tool of okso's own on the gateway itself that
+	// streams, through the SDK's door only; serve one that answers once,
+	// through every door (its result a document, as a device's).
 	local localCall
+	serve unaryCall
 	// desc is the tool as tools/list shows it.
 	desc *sdk.Tool
 }
