@@ -434,3 +434,55 @@ func TestRelayLifetimes(t *testing.T) {
 		waitTool(t, f.a.gw.gw, DefaultTenant, "a_send", false)
 	})
 }
+
+// TestRelayQuotaAndListChanged: a listen is a stream of its tenant's
+// quota, and other clients are told when a caller's tools come and go.
+func TestRelayQuotaAndListChanged(t *testing.T) {
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.MaxStreamsPerTenant = 1 })
+	mutating := []string{auth.ScopeMutating}
+	tokA := f.token(auth.MintOptions{Subject: "agent-a", Scopes: mutating})
+	tokB := f.token(auth.MintOptions{Subject: "agent-b", Scopes: mutating})
+	second := f.secondGateway(gatewayConfig{Stateful: true})
+	watcher, changed := f.listChangedClient(second.url(), tokB, "2025-11-25")
+	listed := func(name string) bool {
+		lt, err := watcher.ListTools(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tl := range lt.Tools {
+			if tl.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	expect := func(what string, want bool) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for listed("a_send") != want {
+			select {
+			case <-changed:
+			case <-deadline:
+				t.Fatalf("no tools/list_changed that %s", what)
+			}
+		}
+	}
+	a := f.listen(f.a.MCPURL(), tokA, twoTools)
+	expect("lists a_send", true)
+
+	t.Run("a second stream of the tenant is over the quota", func(t *testing.T) {
+		s := f.relayClient(f.a.MCPURL(), tokB, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: mcp.ToolCallerListen,
+			Arguments: json.RawMessage(`{"caller_id":"b","tools":[{"name":"x","inputSchema":{"type":"object"}}]}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := envelope(t, res); e.Code != schemas.CodeRateLimited {
+			t.Errorf("a listen over the quota: %s, want E_RATE_LIMITED", e.JSON())
+		}
+	})
+	a.stop()
+	expect("a_send went", false)
+}
