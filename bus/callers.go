@@ -68,27 +68,11 @@ type Callers struct {
 
 // OpenCallers creates the bucket, or binds to it when it exists.
 func OpenCallers(ctx context.Context, nc *nats.Conn, opts CallersOptions) (*Callers, error) {
-	if opts.TTL == 0 {
-		opts.TTL = 15 * time.Second
-	}
-	if opts.TTL < time.Second {
-		return nil, fmt.Errorf("callers lease %v: NATS message TTLs count whole seconds, use at least 1s", opts.TTL)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("open jetstream: %w", err)
-	}
-	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         BucketCallers,
-		Description:    "okso caller-tool declarations",
-		History:        1,
-		Replicas:       max(opts.Replicas, 1),
-		LimitMarkerTTL: opts.TTL,
-	}, opts.File)
+	js, kv, ttl, err := openLeased(ctx, nc, BucketCallers, "okso caller-tool declarations", opts.TTL, opts.Replicas, opts.File)
 	if err != nil {
 		return nil, err
 	}
-	return &Callers{kv: kv, js: js, ttl: opts.TTL}, nil
+	return &Callers{kv: kv, js: js, ttl: ttl}, nil
 }
 
 // TTL returns the lease duration; the holder puts again well within it.

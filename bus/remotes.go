@@ -118,31 +118,43 @@ type Remotes struct {
 
 // OpenRemotes creates the bucket, or binds to it when it exists.
 func OpenRemotes(ctx context.Context, nc *nats.Conn, opts RemotesOptions) (*Remotes, error) {
-	if opts.TTL == 0 {
-		opts.TTL = 15 * time.Second
-	}
-	if opts.TTL < time.Second {
-		return nil, fmt.Errorf("remotes lease %v: NATS message TTLs count whole seconds, use at least 1s", opts.TTL)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("open jetstream: %w", err)
-	}
-	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         BucketRemotes,
-		Description:    "okso federated upstreams",
-		History:        1,
-		Replicas:       max(opts.Replicas, 1),
-		LimitMarkerTTL: opts.TTL,
-	}, opts.File)
+	js, kv, ttl, err := openLeased(ctx, nc, BucketRemotes, "okso federated upstreams", opts.TTL, opts.Replicas, opts.File)
 	if err != nil {
 		return nil, err
 	}
+	opts.TTL = ttl
 	stream, err := js.Stream(ctx, kvStream(BucketRemotes))
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", BucketRemotes, err)
 	}
 	return &Remotes{kv: kv, js: js, stream: stream, ttl: opts.TTL}, nil
+}
+
+// openLeased opens a bucket of leased records: one History, a
+// LimitMarkerTTL (for per-key TTLs and for watchers to see expiries) of
+// ttl, 15 s when 0. NATS message TTLs count whole seconds.
+func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl time.Duration, replicas int, file bool) (jetstream.JetStream, jetstream.KeyValue, time.Duration, error) {
+	if ttl == 0 {
+		ttl = 15 * time.Second
+	}
+	if ttl < time.Second {
+		return nil, nil, 0, fmt.Errorf("%s lease %v: NATS message TTLs count whole seconds, use at least 1s", bucket, ttl)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("open jetstream: %w", err)
+	}
+	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         bucket,
+		Description:    desc,
+		History:        1,
+		Replicas:       max(replicas, 1),
+		LimitMarkerTTL: ttl,
+	}, file)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return js, kv, ttl, nil
 }
 
 // kvStream is the name of the stream that holds a KV bucket.

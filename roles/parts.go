@@ -500,6 +500,12 @@ type gatewayConfig struct {
 // newGatewayPart binds the MCP listener, then connects to np, opens the
 // registry and the revocations and builds the gateway.
 func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayConfig) (_ *gatewayPart, err error) {
+	if cfg.CallerLeaseTTL != 0 && cfg.CallerLeaseTTL < time.Second {
+		return nil, fmt.Errorf("--caller-lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.CallerLeaseTTL)
+	}
+	if cfg.CallerTimeout < 0 {
+		return nil, fmt.Errorf("--caller-timeout %v: must be positive", cfg.CallerTimeout)
+	}
 	hp, err := listen("--mcp-addr", cfg.Addr, cfg.MaxConnections)
 	if err != nil {
 		return nil, err

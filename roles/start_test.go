@@ -102,6 +102,7 @@ func TestStartFailsLoudly(t *testing.T) {
 		{"external and embedded NATS", with(gateway, "--nats-url", noJetStream, "--nats-listen", "127.0.0.1:0"),
 			[]string{"--nats-url excludes --nats-listen"}},
 		{"lease under a second", with(tier, "--lease-ttl", "500ms"), []string{"--lease-ttl 500ms"}},
+		{"caller lease under a second", with(gateway, "--caller-lease-ttl", "500ms"), []string{"--caller-lease-ttl 500ms"}},
 		{"bad log level", with(gateway, "--log-level", "loud"), []string{"--log-level"}},
 		{"agent with a malformed token", []string{"agent", "--connect", "ws://" + closedAddr(t) + "/v1/device/ws",
 			"--token", "garbage"}, []string{"--token"}},
