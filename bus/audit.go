@@ -70,6 +70,7 @@ type AuditEvent struct {
 	Tool      string        `json:"tool,omitempty"`
 	NodeID    string        `json:"node_id,omitempty"`
 	Upstream  string        `json:"upstream,omitempty"` // of a federated tool (DESIGN.md §9.1)
+	Caller    string        `json:"caller,omitempty"`   // the caller_id of a relayed call or answer (§9.3)
 	Decision  string        `json:"decision"`
 	Code      string        `json:"code,omitempty"`
 	Duration  time.Duration `json:"duration_ns"`
@@ -130,7 +131,7 @@ const maxAuditKinds = 64
 
 // auditKind is what makes two audit events alike in the log.
 type auditKind struct {
-	actor, tenant, subject, nodeID, upstream, decision, code string
+	actor, tenant, subject, nodeID, upstream, caller, decision, code string
 }
 
 // auditRepeats counts, for each kind logged in this period, the events
@@ -146,7 +147,7 @@ func (r *auditRepeats) logs(e AuditEvent) bool {
 	if r == nil {
 		return true
 	}
-	k := auditKind{e.Actor, e.Tenant, e.Subject, e.NodeID, e.Upstream, e.Decision, e.Code}
+	k := auditKind{e.Actor, e.Tenant, e.Subject, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code}
 	n, ok := r.more[k]
 	if !ok && len(r.more) >= maxAuditKinds {
 		k = auditKind{actor: e.Actor, decision: e.Decision, code: e.Code}
@@ -277,10 +278,12 @@ func (a *Auditor) Record(e AuditEvent) {
 // write logs e (unless rep counts it), then observes and publishes it.
 func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 	if a.Log != nil && rep.logs(e) {
-		// A call reaches a node or an upstream, never both.
+		// A call reaches a node, an upstream or a caller, never two.
 		where, at := "node_id", e.NodeID
 		if e.Upstream != "" {
 			where, at = "upstream", e.Upstream
+		} else if e.Caller != "" {
+			where, at = "caller", e.Caller
 		}
 		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
 			slog.String("actor", e.Actor),
@@ -317,7 +320,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 {
 		return json.Marshal(e)
 	}
-	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Decision, e.Code, e.RequestID}
+	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code, e.RequestID}
 	n := 160
 	for _, s := range strs {
 		if !jsonscan.HTMLSafe(s) {
@@ -337,6 +340,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	b = appendMember(b, "tool", e.Tool, true)
 	b = appendMember(b, "node_id", e.NodeID, true)
 	b = appendMember(b, "upstream", e.Upstream, true)
+	b = appendMember(b, "caller", e.Caller, true)
 	b = appendMember(b, "decision", e.Decision, false)
 	b = appendMember(b, "code", e.Code, true)
 	b = append(b, `,"duration_ns":`...)

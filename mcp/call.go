@@ -127,7 +127,7 @@ func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *schemas.Error) 
 		c.ev.Tool = trimASCII(c.name, schemas.MaxToolName) // what the caller asked for, bounded
 		return nil, c.fail(schemas.CodeToolNotFound, "no such tool for this caller")
 	}
-	c.ev.Tool, c.ev.NodeID, c.ev.Upstream = e.name, e.nodeID, e.upstream
+	c.ev.Tool, c.ev.NodeID, c.ev.Upstream, c.ev.Caller = e.name, e.nodeID, e.upstream, e.callerID
 	if !c.claims.HasScope(e.scope) {
 		return nil, c.fail(schemas.CodeSafetyDenied, "token lacks scope "+e.scope)
 	}

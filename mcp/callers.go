@@ -300,6 +300,7 @@ func (g *Gateway) callerEntry(rec *bus.Caller, t bus.CallerTool) (*entry, error)
 		subject:  bus.CallerReq(rec.ListenID),
 		budget:   g.o.CallerTimeout,
 		listenID: rec.ListenID,
+		callerID: rec.CallerID,
 		desc:     st,
 	}, nil
 }
@@ -722,6 +723,11 @@ func (g *Gateway) respond(ctx context.Context, c *callCtx, args json.RawMessage)
 	g.relayMu.Lock()
 	l := g.listens[in.ListenID]
 	g.relayMu.Unlock()
+	g.callersMu.Lock()
+	if lc := g.callers[in.ListenID]; lc != nil && lc.rec.Tenant == c.claims.Tenant {
+		c.ev.Caller = lc.rec.CallerID // the answer's audit names the caller it answers for
+	}
+	g.callersMu.Unlock()
 	var e *schemas.Error
 	if l != nil {
 		e = l.take(c.claims.Tenant, c.claims.Subject, in.answer)

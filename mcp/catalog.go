@@ -83,8 +83,9 @@ type entry struct {
 	subject string
 	// budget bounds a call (0: the gateway's).
 	budget time.Duration
-	// listenID is the listen serving a caller's tool (callers.go).
-	listenID string
+	// listenID is the listen serving a caller's tool, callerID its
+	// caller (callers.go).
+	listenID, callerID string
 	// local serves a tool of okso's own on the gateway itself that
 	// streams, through the SDK's door only; serve one that answers once,
 	// through every door (its result a document, as a device's).

@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -182,6 +183,11 @@ func TestRelay(t *testing.T) {
 		}
 	})
 	t.Run("a call relayed and answered on another replica", func(t *testing.T) {
+		audit, err := f.nc.SubscribeSync(bus.Audit(DefaultTenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer audit.Unsubscribe()
 		res := call("a_send", `{"text":"hi"}`)
 		ev := a.next(t)
 		if ev.Type != "caller_tool_request" || ev.Tool != "send" || string(ev.Arguments) != `{"text":"hi"}` {
@@ -196,6 +202,28 @@ func TestRelay(t *testing.T) {
 		}
 		if b, _ := json.Marshal(got.StructuredContent); string(b) != `{"sent":true}` {
 			t.Errorf("B got %s, want A's result", b)
+		}
+		// Both the call and the answer are audited, naming the caller,
+		// never with the arguments or the result.
+		want := map[string]string{"a_send": "agent-b", mcp.ToolCallerResponse: "agent-a"}
+		for len(want) > 0 {
+			m, err := audit.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatalf("audit events still missing: %v", want)
+			}
+			var ev bus.AuditEvent
+			if err := json.Unmarshal(m.Data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if subject, ok := want[ev.Tool]; ok && ev.Subject == subject && ev.Decision == bus.DecisionAllowed {
+				if ev.Caller != "a" {
+					t.Errorf("audit of %s names caller %q, want a", ev.Tool, ev.Caller)
+				}
+				if strings.Contains(string(m.Data), `"hi"`) || strings.Contains(string(m.Data), `"sent"`) {
+					t.Errorf("audit event carries arguments or results: %s", m.Data)
+				}
+				delete(want, ev.Tool)
+			}
 		}
 		t.Run("a replayed answer is refused", func(t *testing.T) {
 			ack := respond(t, answerer, a.id, ev.RequestID, `"result":{"sent":true}`)
