@@ -31,6 +31,13 @@ const HeaderControl = "Okso-Control"
 // ControlReplaced is the [HeaderControl] value that ends a listen.
 const ControlReplaced = "replaced"
 
+// ControlCancelled is the [HeaderControl] value that withdraws one
+// relayed call, named by its [HeaderRelayID]: its caller gave up.
+const ControlCancelled = "cancelled"
+
+// HeaderRelayID names one relayed call on the listen's subjects.
+const HeaderRelayID = "Okso-Relay-Id"
+
 // Caller is one live declaration of a caller's tools, written by the
 // gateway replica holding its listen call.
 type Caller struct {

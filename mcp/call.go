@@ -180,6 +180,13 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 		var done func()
 		cctx, done = c.g.waitRelayed(cctx, e.listenID)
 		defer done()
+		relayID := strings.ToLower(ulid.Make().String())
+		msg.Header.Set(bus.HeaderRelayID, relayID)
+		defer func() {
+			if cctx.Err() != nil { // given up: the listener need not answer
+				c.g.withdrawRelayed(e.listenID, relayID, c.claims.Tenant)
+			}
+		}()
 	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
 	switch {
@@ -304,6 +311,11 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	}
 	if c.entry.local != nil {
 		return c.entry.local(ctx, req, c, args), nil
+	}
+	if c.entry.listenID != "" { // a relayed call may wait long: the client's cancel ends it
+		var stop func()
+		ctx, stop = g.cancellable(ctx, claims)
+		defer stop()
 	}
 	result, e := c.unary(ctx, args)
 	if e != nil {

@@ -355,6 +355,7 @@ func (g *Gateway) endRelayed(listenID string) {
 type listen struct {
 	g        *Gateway
 	id       string
+	claims   *auth.Claims // the listener's token: revoked or expired, the listen ends
 	tenant   string
 	subject  string
 	callerID string
@@ -375,17 +376,30 @@ type listen struct {
 // waiting is a relayed call the listener has not answered yet.
 type waiting struct {
 	msg   *nats.Msg   // its request, to answer
+	relay string      // its relay id, by which its caller withdraws it
 	timer *time.Timer // forgets it once its caller gave up
 }
 
 // maxAnswered bounds the answered ids a listen remembers.
 const maxAnswered = 4096
 
+// end ends the listen: its waiting calls fail at once, even while a
+// push to a client that stopped reading holds the listen's loop.
 func (l *listen) end(reason string) {
 	l.once.Do(func() {
+		l.mu.Lock()
 		l.reason = reason
 		close(l.done)
+		l.mu.Unlock()
+		l.failWaiting()
 	})
+}
+
+// expired reports whether the listener's token may no longer be used:
+// revoked, or past its expiry.
+func (l *listen) expired() bool {
+	c := l.claims
+	return l.g.revoked(c) || (c.ExpiresAt != nil && !time.Now().Before(c.ExpiresAt.Time))
 }
 
 // listen serves caller_tools_listen: it checks the declaration, holds the
@@ -408,7 +422,7 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	}
 	l := &listen{
 		g: g, id: strings.ToLower(ulid.Make().String()),
-		tenant: c.claims.Tenant, subject: c.claims.Subject, callerID: decl.CallerID,
+		claims: c.claims, tenant: c.claims.Tenant, subject: c.claims.Subject, callerID: decl.CallerID,
 		tools:   map[string]bool{},
 		events:  make(chan []byte, maxWaiting+1),
 		done:    make(chan struct{}),
@@ -434,6 +448,15 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		rec.Tools = append(rec.Tools, ct)
 		names = append(names, decl.CallerID+"_"+t.Name)
 	}
+	if req.Params.GetProgressToken() == nil {
+		// Progress notifications reach every client on every revision;
+		// notifications/message only those that set a log level.
+		return errorResult(c.fail(schemas.CodeBadRequest, "a listen needs a progressToken in _meta: each request comes as a progress notification"), c.requestID)
+	}
+	c.ev.Caller = decl.CallerID
+	if g.heldByOther(l.tenant, l.callerID, l.subject) {
+		return errorResult(c.fail(schemas.CodeSafetyDenied, "caller_id "+l.callerID+" is held by another agent of the tenant"), c.requestID)
+	}
 	if !g.takeStreamSlot(l.tenant) {
 		return errorResult(c.fail(schemas.CodeRateLimited, "the tenant holds as many open streams as it may"), c.requestID)
 	}
@@ -454,7 +477,7 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
 	}
 	defer respSub.Unsubscribe()
-	g.replaceListens(ctx, l.tenant, l.callerID)
+	g.replaceListens(ctx, l.tenant, l.callerID, l.subject)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = g.o.Callers.Put(pctx, rec)
 	cancel()
@@ -479,27 +502,53 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	if err := out.push(ready); err != nil {
 		l.end("the client went away")
 	}
-	lease := time.NewTicker(g.o.Callers.TTL() / 3)
-	defer lease.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			l.end("the listen call ended")
-		case <-l.done:
-		case ev := <-l.events:
-			if err := out.push(ev); err != nil {
-				l.end("the client went away")
+	// The lease is refreshed on a goroutine of its own: a push to a
+	// client that stopped reading must not let the declaration expire
+	// while the listen holds calls.
+	leased := make(chan struct{})
+	go func() {
+		defer close(leased)
+		lease := time.NewTicker(g.o.Callers.TTL() / 3)
+		defer lease.Stop()
+		for {
+			select {
+			case <-l.done:
+				return
+			case <-lease.C:
 			}
-			continue
-		case <-lease.C:
+			if l.expired() {
+				l.end("the listener's token was revoked or expired")
+				return
+			}
 			pctx, cancel := context.WithTimeout(ctx, g.o.Callers.TTL()/3)
 			if err := g.o.Callers.Put(pctx, rec); err != nil {
 				g.log.Warn("caller declaration not refreshed", "listen_id", l.id, "err", err)
 			}
 			cancel()
-			continue
 		}
-		break
+	}()
+	defer func() { <-leased }() // before the declaration is deleted
+	// A ping now and then keeps proxies and clients from cutting an idle
+	// listen (and resets the timeout of clients that reset it on
+	// progress).
+	ping := time.NewTicker(g.o.PingInterval)
+	defer ping.Stop()
+	for {
+		var ev []byte
+		select {
+		case <-ctx.Done():
+			l.end("the listen call ended")
+		case <-l.done:
+		case ev = <-l.events:
+		case <-ping.C:
+			ev = []byte(`{"type":"caller_ping"}`)
+		}
+		if ev == nil {
+			break
+		}
+		if err := out.push(ev); err != nil {
+			l.end("the client went away")
+		}
 	}
 	l.mu.Lock()
 	n := l.requests
@@ -512,19 +561,34 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	}
 }
 
-// replaceListens ends every other listen of a caller id in a tenant:
-// the new one replaces them (their waiting calls fail E_NODE_OFFLINE).
-func (g *Gateway) replaceListens(ctx context.Context, tenant, callerID string) {
+// heldByOther reports whether another token subject of the tenant holds
+// a listen of callerID: an agent's tools are not another's to take.
+func (g *Gateway) heldByOther(tenant, callerID, subject string) bool {
+	g.callersMu.Lock()
+	defer g.callersMu.Unlock()
+	for _, lc := range g.callers {
+		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && lc.rec.Subject != subject {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceListens ends every other listen of a caller id in a tenant by
+// the same token subject: the new one replaces them (their waiting calls
+// fail E_NODE_OFFLINE).
+func (g *Gateway) replaceListens(ctx context.Context, tenant, callerID, subject string) {
 	g.callersMu.Lock()
 	var old []string
 	for id, lc := range g.callers {
-		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID {
+		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && lc.rec.Subject == subject {
 			old = append(old, id)
 		}
 	}
 	g.callersMu.Unlock()
 	for _, id := range old {
-		msg := &nats.Msg{Subject: bus.CallerResp(id), Header: nats.Header{bus.HeaderControl: {bus.ControlReplaced}, bus.HeaderTenant: {tenant}}}
+		msg := &nats.Msg{Subject: bus.CallerResp(id), Header: nats.Header{bus.HeaderControl: {bus.ControlReplaced},
+			bus.HeaderTenant: {tenant}, bus.HeaderSubject: {subject}}}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if _, err := g.o.NC.RequestMsgWithContext(rctx, msg); err != nil && !errors.Is(err, nats.ErrNoResponders) {
 			g.log.Debug("replace listen", "listen_id", id, "err", err)
@@ -560,6 +624,11 @@ func (g *Gateway) EndListens() {
 
 // onRequest takes one relayed call of the listen's tools.
 func (l *listen) onRequest(m *nats.Msg) {
+	if l.expired() {
+		l.end("the listener's token was revoked or expired")
+		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
+		return
+	}
 	if m.Header.Get(bus.HeaderTenant) != l.tenant {
 		l.reply(m, bus.ErrorReply(schemas.CodeSafetyDenied, "tool belongs to another tenant"))
 		return
@@ -604,7 +673,7 @@ func (l *listen) onRequest(m *nats.Msg) {
 	if ms, err := strconv.ParseInt(m.Header.Get(bus.HeaderBudgetMs), 10, 64); err == nil && ms > 0 && time.Duration(ms)*time.Millisecond < budget {
 		budget = time.Duration(ms) * time.Millisecond
 	}
-	l.waiting[id] = waiting{msg: m, timer: time.AfterFunc(budget, func() { l.forget(id) })}
+	l.waiting[id] = waiting{msg: m, relay: m.Header.Get(bus.HeaderRelayID), timer: time.AfterFunc(budget, func() { l.forget(id) })}
 	l.requests++
 	l.mu.Unlock()
 }
@@ -619,6 +688,42 @@ func (l *listen) forget(id string) {
 func (l *listen) reply(m *nats.Msg, data []byte) {
 	if err := m.Respond(data); err != nil {
 		l.g.log.Debug("answer relayed call", "err", err)
+	}
+}
+
+// withdraw drops the waiting call of a relay id, whose caller gave up,
+// and tells the listener so (caller_tool_cancelled): an answer to it is
+// refused as unknown.
+func (l *listen) withdraw(relay string) {
+	if relay == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, w := range l.waiting {
+		if w.relay != relay {
+			continue
+		}
+		w.timer.Stop()
+		delete(l.waiting, id)
+		ev, _ := json.Marshal(map[string]string{"type": "caller_tool_cancelled", "request_id": id})
+		select {
+		case l.events <- ev:
+		default: // the listener reads too slowly; its answer will be refused
+		}
+		return
+	}
+}
+
+// withdrawRelayed tells the replica holding a listen that a relayed call
+// was given up (its caller cancelled, left or ran out of budget).
+func (g *Gateway) withdrawRelayed(listenID, relayID, tenant string) {
+	msg := &nats.Msg{Subject: bus.CallerResp(listenID), Header: nats.Header{}}
+	msg.Header.Set(bus.HeaderControl, bus.ControlCancelled)
+	msg.Header.Set(bus.HeaderRelayID, relayID)
+	msg.Header.Set(bus.HeaderTenant, tenant)
+	if err := g.o.NC.PublishMsg(msg); err != nil {
+		g.log.Debug("withdraw relayed call", "listen_id", listenID, "err", err)
 	}
 }
 
@@ -647,6 +752,12 @@ func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
 	if tenant != l.tenant || subject != l.subject {
 		return schemas.NewError(schemas.CodeSafetyDenied, "only the listener may answer its requests")
 	}
+	reply := bus.OKReply(relayedResult(a))
+	if max := l.g.o.NC.MaxPayload(); int64(len(reply)) > max {
+		// Refused before it is taken: the call still waits for an answer
+		// okso can carry.
+		return schemas.NewError(schemas.CodeBadRequest, fmt.Sprintf("the answer takes %d bytes relayed, more than the %d okso carries", len(reply), max))
+	}
 	l.mu.Lock()
 	w, ok := l.waiting[a.RequestID]
 	if ok {
@@ -667,7 +778,7 @@ func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
 	case !ok:
 		return schemas.NewError(schemas.CodeBadRequest, "no such request is waiting: unknown, or its caller gave up")
 	}
-	l.reply(w.msg, bus.OKReply(relayedResult(a)))
+	l.reply(w.msg, reply)
 	return nil
 }
 
@@ -691,8 +802,14 @@ func relayedResult(a answer) json.RawMessage {
 // onResponse takes a response forwarded by another replica, or a newer
 // listen's notice that it replaces this one.
 func (l *listen) onResponse(m *nats.Msg) {
-	if m.Header.Get(bus.HeaderControl) == bus.ControlReplaced {
+	if m.Header.Get(bus.HeaderControl) == bus.ControlCancelled {
 		if m.Header.Get(bus.HeaderTenant) == l.tenant {
+			l.withdraw(m.Header.Get(bus.HeaderRelayID))
+		}
+		return
+	}
+	if m.Header.Get(bus.HeaderControl) == bus.ControlReplaced {
+		if m.Header.Get(bus.HeaderTenant) == l.tenant && m.Header.Get(bus.HeaderSubject) == l.subject {
 			l.end("a newer listen of the same caller_id replaced it")
 		}
 		l.reply(m, bus.OKReply(json.RawMessage(`{}`)))
@@ -749,6 +866,9 @@ func (g *Gateway) forwardResponse(ctx context.Context, c *callCtx, listenID stri
 	body, err := json.Marshal(a)
 	if err != nil {
 		return schemas.NewError(schemas.CodeBadRequest, "the response does not encode")
+	}
+	if max := g.o.NC.MaxPayload(); int64(2*len(body)) > max { // relayed, the result is written twice
+		return schemas.NewError(schemas.CodeBadRequest, fmt.Sprintf("the answer is larger than the %d bytes okso carries", max))
 	}
 	msg := &nats.Msg{Subject: bus.CallerResp(listenID), Data: body, Header: nats.Header{}}
 	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)

@@ -466,7 +466,15 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	case e != nil:
 		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
-		result, e := c.unary(r.Context(), args)
+		ctx := r.Context()
+		if c.entry.listenID != "" {
+			// A relayed call may wait long: the client's cancel ends it,
+			// from any replica.
+			var stop func()
+			ctx, stop = g.cancellable(context.WithValue(ctx, rpcIDKey{}, req.ID), claims)
+			defer stop()
+		}
+		result, e := c.unary(ctx, args)
 		switch {
 		case e != nil:
 			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)

@@ -503,7 +503,8 @@ func TestRelayQuotaAndListChanged(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: mcp.ToolCallerListen,
-			Arguments: json.RawMessage(`{"caller_id":"b","tools":[{"name":"x","inputSchema":{"type":"object"}}]}`)})
+			Arguments: json.RawMessage(`{"caller_id":"b","tools":[{"name":"x","inputSchema":{"type":"object"}}]}`),
+			Meta:      sdk.Meta{"progressToken": "b"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -513,4 +514,107 @@ func TestRelayQuotaAndListChanged(t *testing.T) {
 	})
 	a.stop()
 	expect("a_send went", false)
+}
+
+// TestRelayGuards: what the relay refuses so that it stays a security
+// boundary: a listen with no channel to reach it, another agent taking a
+// caller id, an answer okso cannot carry, a listener whose token was
+// revoked.
+func TestRelayGuards(t *testing.T) {
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.NATSListen = "127.0.0.1:0" })
+	mutating := []string{auth.ScopeMutating}
+	tokA := f.token(auth.MintOptions{Subject: "agent-a", Scopes: mutating})
+	tokB := f.token(auth.MintOptions{Subject: "agent-b", Scopes: mutating})
+	tokX := f.token(auth.MintOptions{Subject: "agent-x", Scopes: mutating})
+	b := f.relayClient(f.a.MCPURL(), tokB, nil)
+	bounded := func(s *sdk.ClientSession, p *sdk.CallToolParams) *sdk.CallToolResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // an accepted listen would stay open
+		defer cancel()
+		res, err := s.CallTool(ctx, p)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		return res
+	}
+
+	t.Run("a listen needs a progressToken", func(t *testing.T) {
+		res := bounded(b, &sdk.CallToolParams{Name: mcp.ToolCallerListen, Arguments: json.RawMessage(twoTools)})
+		if e := envelope(t, res); e.Code != schemas.CodeBadRequest {
+			t.Errorf("a listen without a progressToken: %s, want E_BAD_REQUEST", e.JSON())
+		}
+	})
+	a := f.listen(f.a.MCPURL(), tokA, twoTools)
+	answerer := f.relayClient(f.a.MCPURL(), tokA, nil)
+	waitTool(t, f.a.gw.gw, DefaultTenant, "a_send", true)
+
+	t.Run("another agent cannot take the caller id", func(t *testing.T) {
+		x := f.relayClient(f.a.MCPURL(), tokX, nil)
+		res := bounded(x, &sdk.CallToolParams{Name: mcp.ToolCallerListen, Arguments: json.RawMessage(twoTools),
+			Meta: sdk.Meta{"progressToken": "x"}})
+		if e := envelope(t, res); e.Code != schemas.CodeSafetyDenied {
+			t.Errorf("agent-x listening as a: %s, want E_SAFETY_DENIED", e.JSON())
+		}
+		if f.a.gw.gw.ListenOf(DefaultTenant, "a") != a.id {
+			t.Error("agent-x's attempt changed whose tools a_send are")
+		}
+	})
+	t.Run("an answer too large for NATS is refused, and the call still waits", func(t *testing.T) {
+		out := make(chan *sdk.CallToolResult, 1)
+		go func() {
+			r, _ := b.CallTool(t.Context(), &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"big"}`)})
+			out <- r
+		}()
+		ev := a.next(t)
+		big := `"result":{"blob":"` + strings.Repeat("x", 700<<10) + `"}`
+		if e := envelope(t, respond(t, answerer, a.id, ev.RequestID, big)); e.Code != schemas.CodeBadRequest {
+			t.Errorf("a 700 KiB answer: %s, want E_BAD_REQUEST", e.JSON())
+		}
+		if ack := respond(t, answerer, a.id, ev.RequestID, `"result":{"small":true}`); ack.IsError {
+			t.Fatalf("the small answer after it: %v", ack.Content)
+		}
+		if r := <-out; r == nil || r.IsError {
+			t.Errorf("the call after a refused answer: %+v", r)
+		}
+	})
+	t.Run("a call its caller gave up is withdrawn from the listener", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = b.CallTool(ctx, &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"never mind"}`)})
+		}()
+		ev := a.next(t)
+		cancel()
+		<-done
+		if got := a.next(t); got.Type != "caller_tool_cancelled" || got.RequestID != ev.RequestID {
+			t.Fatalf("after the caller gave up, the listener got %+v, want caller_tool_cancelled for %s", got, ev.RequestID)
+		}
+		if e := envelope(t, respond(t, answerer, a.id, ev.RequestID, `"result":{}`)); e.Code != schemas.CodeBadRequest {
+			t.Errorf("an answer to a withdrawn call: %s, want E_BAD_REQUEST", e.JSON())
+		}
+	})
+	t.Run("a revoked listener gets no more calls", func(t *testing.T) {
+		revokeAt(t, f.a.NATSURL(), "--token", tokA)
+		eventually(t, "the gateway refuses the revoked token", func() bool { return listStatus(t, f.a.MCPURL(), tokA) == http.StatusUnauthorized })
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		// E_NODE_OFFLINE, or unknown tool (-32602) if the listen already
+		// ended on its lease tick.
+		if res, err := b.CallTool(ctx, &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"secret"}`)}); err == nil {
+			if e := envelope(t, res); e.Code != schemas.CodeNodeOffline {
+				t.Errorf("a call to a revoked listener: %s, want E_NODE_OFFLINE", e.JSON())
+			}
+		} else if ctx.Err() != nil {
+			t.Fatal("a call to a revoked listener waited")
+		}
+		select {
+		case ev := <-a.events:
+			if ev.Type == "caller_tool_request" {
+				t.Errorf("the revoked listener got %+v", ev)
+			}
+		default:
+		}
+		waitTool(t, f.a.gw.gw, DefaultTenant, "a_send", false)
+	})
 }
