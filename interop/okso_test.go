@@ -3,6 +3,8 @@ package interop
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/certfile/certtest"
 )
 
 // tenant is the tenant of all-in-one's simulated devices and of the token
@@ -32,7 +35,8 @@ type okso struct {
 	natsURL string // the exposed NATS server, as the banner prints it
 	token   string // the agent token the banner prints (tools:call:read_only)
 	dataDir string
-	nodes   []string // node ids of the simulated devices, sorted
+	roots   *x509.CertPool // trusted for https:// (nil: the system's)
+	nodes   []string       // node ids of the simulated devices, sorted
 	audit   *auditLog
 	stderr  *tailBuffer
 }
@@ -49,6 +53,29 @@ func startOkso(t *testing.T, mock int, extra ...string) *okso {
 	}
 	nodeModules(t) // every test here runs a client: fail before starting okso
 	o := &okso{dataDir: t.TempDir(), stderr: &tailBuffer{}}
+	o.start(t, mock, extra...)
+	return o
+}
+
+// startOksoTLS is startOkso serving https:// and wss:// with a
+// certificate for 127.0.0.1 of a CA made for the test, whose PEM file it
+// returns.
+func startOksoTLS(t *testing.T, mock int, extra ...string) (o *okso, caFile string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: runs okso and Node")
+	}
+	nodeModules(t)
+	dir := t.TempDir()
+	ca := certtest.NewCA(t)
+	certFile, keyFile := ca.WriteLeaf(t, dir, 1)
+	o = &okso{dataDir: t.TempDir(), stderr: &tailBuffer{}, roots: ca.Pool()}
+	o.start(t, mock, append([]string{"--tls-cert", certFile, "--tls-key", keyFile}, extra...)...)
+	return o, ca.WriteCA(t, dir)
+}
+
+func (o *okso) start(t *testing.T, mock int, extra ...string) {
+	t.Helper()
 	args := []string{"all-in-one", "--mcp-addr", "127.0.0.1:0", "--device-addr", "127.0.0.1:0",
 		"--nats-listen", "127.0.0.1:0", "--data-dir", o.dataDir, "--mock", strconv.Itoa(mock),
 		"--local-agent=false"}
@@ -91,7 +118,6 @@ func startOkso(t *testing.T, mock int, extra ...string) *okso {
 	o.readBanner(t, lines)
 	o.followAudit(t)
 	o.waitListed(t, mock)
-	return o
 }
 
 var jwtRe = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
@@ -113,7 +139,7 @@ func (o *okso) readBanner(t *testing.T, lines <-chan string) {
 					&banner, o.stderr)
 			}
 			banner.WriteString(l + "\n")
-			if v := labelled(l, "MCP endpoint", "http://"); v != "" {
+			if v := labelled(l, "MCP endpoint", "http"); v != "" { // http:// or https://
 				o.mcpURL = v
 			}
 			if v := labelled(l, "NATS", "nats://"); v != "" {
@@ -177,7 +203,7 @@ func (o *okso) waitListed(t *testing.T, mock int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	tr := &http.Transport{}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: o.roots}}
 	defer tr.CloseIdleConnections()
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-interop-wait", Version: "1"}, nil)
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{

@@ -27,6 +27,9 @@ type AllInOneConfig struct {
 	Mock       int
 	Seed       uint64
 	Tenant     string
+	// TLS, if set, is the certificate of both listeners (it overrides
+	// Gateway.TLS and Tier.TLS).
+	TLS tlsFiles
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
 	auditLog
@@ -55,6 +58,9 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 		return nil, err
 	}
 	c.audit = cfg.auditLog
+	if cfg.TLS != (tlsFiles{}) {
+		cfg.Gateway.TLS, cfg.Tier.TLS = cfg.TLS, cfg.TLS
+	}
 	a := &AllInOne{c: c}
 	defer func() {
 		if err != nil {
@@ -73,11 +79,11 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if a.remote, err = newRemotePart(ctx, c, a.nats, cfg.Remote, "--remotes"); err != nil {
 		return nil, err
 	}
-	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, cfg.Seed); err != nil {
+	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, a.tier.ownTLS(), cfg.Seed); err != nil {
 		return nil, err
 	}
 	if cfg.LocalAgent {
-		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, "", cfg.DataDir, cfg.Tenant); err != nil {
+		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant); err != nil {
 			return nil, err
 		}
 	}
@@ -147,6 +153,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg.Gateway)
 	addTierFlags(fs, &cfg.Tier)
+	addTLSFlags(fs, &cfg.TLS, "both the MCP endpoint (https://) and the device tier (wss://)")
 	fs.StringVar(&cfg.Remote.Config, "remotes", "", "federate the MCP servers and action endpoints of this config file as tools (YAML; see README, Bring your own MCP servers)")
 	addRemoteFlags(fs, &cfg.Remote)
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")

@@ -204,12 +204,12 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 	addr := tier.http.addr()
 	urls := []string{tier.url()}
 
-	fleet, err := newFleetPart(c, devices, DefaultTenant, urls, 1)
+	fleet, err := newFleetPart(c, devices, DefaultTenant, urls, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fleet.watch.window = 200 * time.Millisecond
-	agent, err := newAgentPart(c, urls, "", t.TempDir(), DefaultTenant)
+	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -29,6 +30,7 @@ import (
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/internal/certfile"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -272,9 +274,10 @@ func retryJetStream[T any](ctx context.Context, log *slog.Logger, attempt time.D
 // it with listen, set its handler with handle, then serve it in a run
 // group (actors, actor), or close it.
 type httpPart struct {
-	log *slog.Logger
-	ln  net.Listener
-	srv *http.Server
+	log  *slog.Logger
+	ln   net.Listener
+	srv  *http.Server
+	pair *certfile.Pair // nil: plain
 }
 
 // listen binds addr, the value of flag, holding at most maxConns
@@ -313,6 +316,14 @@ func (w httpErrors) Write(p []byte) (int, error) {
 }
 
 func (p *httpPart) addr() string { return p.ln.Addr().String() }
+
+// scheme is plain, or secure when p serves TLS.
+func (p *httpPart) scheme(plain, secure string) string {
+	if p.pair != nil {
+		return secure
+	}
+	return plain
+}
 
 // close closes the listener of a part that will not serve; p may be nil.
 func (p *httpPart) close() {
@@ -481,6 +492,7 @@ type gatewayConfig struct {
 	StreamIdle          time.Duration
 	PublicURL           string
 	MaxConnections      int // held by the MCP listener at once (0: no bound)
+	TLS                 tlsFiles
 	// CallerTimeout bounds a relayed call to a caller's tool (0: 60 s);
 	// CallerLeaseTTL is the lease of a declaration in okso_callers (0:
 	// 15 s), how long its tools outlive a replica that died holding it.
@@ -506,6 +518,10 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if cfg.CallerTimeout < 0 {
 		return nil, fmt.Errorf("--caller-timeout %v: must be positive", cfg.CallerTimeout)
 	}
+	pair, err := cfg.TLS.load(c.log)
+	if err != nil {
+		return nil, err
+	}
 	hp, err := listen("--mcp-addr", cfg.Addr, cfg.MaxConnections)
 	if err != nil {
 		return nil, err
@@ -515,6 +531,10 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 			hp.close()
 		}
 	}()
+	if pair != nil {
+		hp.serveTLS(pair, "h2", "http/1.1")
+	}
+	hp.warnPlain(c.log.With("role", "gateway"), "agent tokens and tool calls")
 	nc, err := np.connect("okso-gateway")
 	if err != nil {
 		return nil, err
@@ -588,7 +608,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
-func (p *gatewayPart) url() string { return "http://" + p.http.addr() + "/mcp" }
+func (p *gatewayPart) url() string {
+	return p.http.scheme("http://", "https://") + p.http.addr() + "/mcp"
+}
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
@@ -652,6 +674,7 @@ type tierPart struct {
 
 type tierConfig struct {
 	Addr              string
+	TLS               tlsFiles
 	MaxFrameBytes     int
 	AuthTimeout       time.Duration
 	PingInterval      time.Duration
@@ -681,6 +704,10 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if maxConns == 0 && cfg.MaxSessions > 0 {
 		maxConns = cfg.MaxSessions + deviceConnSlack
 	}
+	pair, err := cfg.TLS.load(c.log)
+	if err != nil {
+		return nil, err
+	}
 	hp, err := listen("--device-addr", cfg.Addr, maxConns)
 	if err != nil {
 		return nil, err
@@ -690,6 +717,11 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 			hp.close()
 		}
 	}()
+	if pair != nil {
+		// HTTP/1.1 alone: the WebSocket upgrade needs it.
+		hp.serveTLS(pair, "http/1.1")
+	}
+	hp.warnPlain(c.log.With("role", "device"), "device tokens, tool calls and their results")
 	nc, err := np.connect("okso-device-tier")
 	if err != nil {
 		return nil, err
@@ -748,7 +780,16 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
 }
 
-func (p *tierPart) url() string { return "ws://" + p.http.addr() + wire.Path }
+func (p *tierPart) url() string { return p.http.scheme("ws://", "wss://") + p.http.addr() + wire.Path }
+
+// ownTLS is the TLS config of this process's own devices dialling p:
+// they trust its certificate alone (nil when p is plain).
+func (p *tierPart) ownTLS() *tls.Config {
+	if p.http.pair == nil {
+		return nil
+	}
+	return p.http.pair.PinnedClient()
+}
 
 func (p *tierPart) actors(g *run.Group) {
 	// A revoked device token loses its live sessions too.
@@ -791,7 +832,9 @@ type fleetPart struct {
 	rate int
 }
 
-func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (*fleetPart, error) {
+// newFleetPart makes n simulated devices of tenant dialling urls, with
+// tlsConf for wss:// ones (nil: the system's roots).
+func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.Config, seed uint64) (*fleetPart, error) {
 	if !schemas.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
@@ -810,7 +853,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, seed uint64) (
 			return nil, err
 		}
 		o := agent.MockOptions(id, c.schemas, seed)
-		o.URLs, o.Token, o.Logger = urls, tok, f.log
+		o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, tok, f.log
 		var once sync.Once
 		link := f.watch.add()
 		o.OnReady = func([]string) {
@@ -898,7 +941,8 @@ type agentPart struct {
 // newAgentPart builds the agent. With a token, the node id is the token's
 // subject; without, it mints a device token with the data dir's key for a
 // node id kept in the data dir, so this host keeps its node id.
-func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*agentPart, error) {
+// tlsConf is for wss:// URLs (nil: the system's roots).
+func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant string) (*agentPart, error) {
 	var id string
 	if token != "" {
 		var err error
@@ -922,7 +966,7 @@ func newAgentPart(c *common, urls []string, token, dataDir, tenant string) (*age
 	watch := newLinkWatch(log, 0) // one device: say it at once
 	link := watch.add()
 	o := agent.HostOptions(id, c.schemas, Version)
-	o.URLs, o.Token, o.Logger = urls, token, log
+	o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, token, log
 	var once sync.Once
 	o.OnReady = func(tools []string) {
 		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })

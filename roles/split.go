@@ -118,6 +118,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg.Gateway)
+	addTLSFlags(fs, &cfg.Gateway.TLS, "the MCP endpoint (https://)")
 	addNATSFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	logs.add(fs)
@@ -175,7 +176,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 	if d.tier, err = newTierPart(ctx, c, d.nats, cfg.Tier); err != nil {
 		return nil, err
 	}
-	if d.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, cfg.Seed); err != nil {
+	if d.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, d.tier.ownTLS(), cfg.Seed); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -224,6 +225,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addTierFlags(fs, &cfg.Tier)
+	addTLSFlags(fs, &cfg.Tier.TLS, "the device tier (wss://)")
 	addNATSFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	fs.IntVar(&cfg.Mock, "mock", 0, "number of simulated devices to run against this tier")
@@ -241,6 +243,8 @@ type MockFleetConfig struct {
 	DataDir string // of the signing key that mints the devices' tokens
 	Seed    uint64
 	Rate    int // devices that start dialling per second (0: all at once)
+	// CA is a PEM bundle of roots trusted for wss:// besides the system's.
+	CA string
 }
 
 // MockFleet is okso mock-fleet: simulated devices dialling a device tier.
@@ -258,7 +262,11 @@ func NewMockFleet(log *slog.Logger, cfg MockFleetConfig) (*MockFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	fleet, err := newFleetPart(c, cfg.Count, cfg.Tenant, cfg.Connect, cfg.Seed)
+	tlsConf, err := clientTLS(cfg.CA)
+	if err != nil {
+		return nil, err
+	}
+	fleet, err := newFleetPart(c, cfg.Count, cfg.Tenant, cfg.Connect, tlsConf, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -292,14 +300,17 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.IntVarP(&cfg.Count, "count", "n", 50, "number of simulated devices")
-	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" (repeatable: tried in turn)")
+	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" or wss:// (repeatable: tried in turn)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
 	fs.IntVar(&cfg.Rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
+	fs.StringVar(&cfg.CA, "ca", "", caUsage)
 	logs.add(fs)
 	return cmd
 }
+
+const caUsage = "PEM bundle of CA certificates trusted for wss:// URLs, besides the system's roots"
 
 // checkConnect checks the --connect URLs of a device role.
 func checkConnect(urls []string) error {
@@ -322,6 +333,8 @@ type AgentConfig struct {
 	Token   string
 	Tenant  string
 	DataDir string
+	// CA is a PEM bundle of roots trusted for wss:// besides the system's.
+	CA string
 }
 
 // Agent is okso agent: the device agent of this host.
@@ -342,7 +355,11 @@ func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 			return nil, err
 		}
 	}
-	a, err := newAgentPart(c, cfg.Connect, cfg.Token, cfg.DataDir, cfg.Tenant)
+	tlsConf, err := clientTLS(cfg.CA)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -359,6 +376,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		token   string
 		tenant  string
 		dataDir string
+		ca      string
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -371,7 +389,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
-				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir})
+				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, CA: ca})
 				if err != nil {
 					return nil, err
 				}
@@ -380,10 +398,11 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" (repeatable: tried in turn)")
+	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" or wss:// (repeatable: tried in turn)")
 	fs.StringVar(&token, "token", "", "device token (its subject is the node id)")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the minted token, without --token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")
+	fs.StringVar(&ca, "ca", "", caUsage)
 	logs.add(fs)
 	return cmd
 }

@@ -24,11 +24,13 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"sync"
 	"time"
@@ -54,8 +56,11 @@ type StreamHandler func(ctx context.Context, args json.RawMessage, emit func(fra
 // Options configure a [Device]. URLs, Token, NodeID, Capabilities, Handlers
 // and Schemas are required.
 type Options struct {
-	// URLs of device tiers (ws://host:port/v1/device/ws), tried in turn.
-	URLs         []string
+	// URLs of device tiers (ws://host:port/v1/device/ws, or wss://),
+	// tried in turn.
+	URLs []string
+	// TLS is the client config of wss:// URLs (nil: the system's roots).
+	TLS          *tls.Config
 	Token        string
 	NodeID       string
 	Agent        schemas.Agent
@@ -87,8 +92,9 @@ type Options struct {
 // announces its capabilities and answers cmds until its context ends,
 // reconnecting after a loss. Make one with [New]; it is safe to Run once.
 type Device struct {
-	o   Options
-	log *slog.Logger
+	o      Options
+	log    *slog.Logger
+	client *http.Client // of the dials: nil, http.DefaultClient
 }
 
 // CloseError is returned by [Device.Run] when a tier refused the device for
@@ -123,7 +129,13 @@ func New(o Options) (*Device, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Device{o: o, log: log.With("node_id", o.NodeID)}, nil
+	d := &Device{o: o, log: log.With("node_id", o.NodeID)}
+	if o.TLS != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = o.TLS
+		d.client = &http.Client{Transport: t}
+	}
+	return d, nil
 }
 
 // NodeID returns the device's node id.
@@ -283,7 +295,7 @@ func closeErr(err error) error {
 // announce_ok.
 func (d *Device) session(ctx context.Context, url string) (ready bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}})
+	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPClient: d.client})
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("dial device tier %s: %w", url, err)
