@@ -35,6 +35,7 @@ type Pair struct {
 	stamp   stamp // of the files cert was loaded from
 	bad     stamp // of the files that last failed to load, once warned
 	checked time.Time
+	now     func() time.Time // time.Now; a test's clock
 }
 
 // stamp is what tells that a pair of files changed.
@@ -49,7 +50,7 @@ func Load(certFile, keyFile string, log *slog.Logger) (*Pair, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Pair{certFile: certFile, keyFile: keyFile, log: log}
+	p := &Pair{certFile: certFile, keyFile: keyFile, log: log, now: time.Now}
 	st, err := p.stat()
 	if err != nil {
 		return nil, err
@@ -58,7 +59,7 @@ func Load(certFile, keyFile string, log *slog.Logger) (*Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cert, p.stamp, p.checked = cert, st, time.Now()
+	p.cert, p.stamp, p.checked = cert, st, p.now()
 	return p, nil
 }
 
@@ -67,7 +68,7 @@ func Load(certFile, keyFile string, log *slog.Logger) (*Pair, error) {
 func (p *Pair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
+	now := p.now()
 	if now.Sub(p.checked) < CheckEvery {
 		return p.cert, nil
 	}

@@ -49,16 +49,32 @@ func serial(t *testing.T, addr string, ca *certtest.CA) int64 {
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 }
 
-// waitSerial polls handshakes until addr serves want, for at most 10 s.
-func waitSerial(t *testing.T, addr string, ca *certtest.CA, want int64) {
+// clock is a test's clock: it moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// tick moves the clock past CheckEvery: the next handshake looks at the
+// files again.
+func (c *clock) tick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(certfile.CheckEvery)
+}
+
+// next is the serial served by the first handshake after the clock moved
+// past CheckEvery.
+func next(t *testing.T, c *clock, addr string, ca *certtest.CA) int64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for got := serial(t, addr, ca); got != want; got = serial(t, addr, ca) {
-		if time.Now().After(deadline) {
-			t.Fatalf("serial %d, want %d after 10 s", got, want)
-		}
-		time.Sleep(50 * time.Millisecond) // a poll's pace
-	}
+	c.tick()
+	return serial(t, addr, ca)
 }
 
 // syncBuffer is a log's destination the test reads.
@@ -91,32 +107,29 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &clock{t: time.Now()}
+	certfile.SetClock(p, c.now)
 	addr := serve(t, p)
 	if got := serial(t, addr, ca); got != 100 {
 		t.Fatalf("serial %d, want 100", got)
 	}
 
 	ca.WriteLeaf(t, dir, 101)
-	waitSerial(t, addr, ca, 101)
+	if got := serial(t, addr, ca); got != 100 {
+		t.Fatalf("serial %d before CheckEvery passed, want 100 still", got)
+	}
+	if got := next(t, c, addr, ca); got != 101 {
+		t.Fatalf("serial %d after the files changed, want 101", got)
+	}
 
 	if err := os.WriteFile(certFile, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "tls certificate not reloaded") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no warning of the bad pair in 10 s:\n%s", logs.String())
-		}
-		if got := serial(t, addr, ca); got != 101 {
+	// Three checks of the same bad pair: the last good one is served, and
+	// one warning is logged.
+	for range 3 {
+		if got := next(t, c, addr, ca); got != 101 {
 			t.Fatalf("serial %d after a bad pair, want the last good one, 101", got)
-		}
-		time.Sleep(50 * time.Millisecond) // a poll's pace
-	}
-	// Two more checks of the same bad pair: no second warning.
-	for range 2 {
-		time.Sleep(certfile.CheckEvery) // the checks are at most this often
-		if got := serial(t, addr, ca); got != 101 {
-			t.Fatalf("serial %d after a bad pair, want 101", got)
 		}
 	}
 	if n := strings.Count(logs.String(), "tls certificate not reloaded"); n != 1 {
@@ -127,7 +140,9 @@ func TestReload(t *testing.T) {
 	}
 
 	ca.WriteLeaf(t, dir, 102)
-	waitSerial(t, addr, ca, 102)
+	if got := next(t, c, addr, ca); got != 102 {
+		t.Fatalf("serial %d after a good pair again, want 102", got)
+	}
 }
 
 // TestLoadErrors: a pair that does not load is an error naming the file
