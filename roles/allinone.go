@@ -3,6 +3,7 @@ package roles
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,6 +52,9 @@ type AllInOne struct {
 // NewAllInOne starts NATS and binds both listeners; [AllInOne.Run] serves.
 // It fails, saying why, when it cannot start within startTimeout (12 s).
 func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *AllInOne, err error) {
+	if cfg.Tier.ClientCA != "" && (cfg.Mock > 0 || cfg.LocalAgent) {
+		return nil, errors.New(ownDevicesMTLS + " (--mock 0 --local-agent=false): run them apart, with --client-cert")
+	}
 	ctx, cancel := startContext(ctx)
 	defer cancel()
 	c, err := loadCommon(log, cfg.DataDir)
@@ -83,7 +87,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 		return nil, err
 	}
 	if cfg.LocalAgent {
-		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant); err != nil {
+		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, ""); err != nil {
 			return nil, err
 		}
 	}
@@ -154,6 +158,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	addGatewayFlags(fs, &cfg.Gateway)
 	addTierFlags(fs, &cfg.Tier)
 	addTLSFlags(fs, &cfg.TLS, "both the MCP endpoint (https://) and the device tier (wss://)")
+	fs.StringVar(&cfg.Tier.ClientCA, "client-ca", "", clientCAUsage+"; needs --mock 0 --local-agent=false")
 	fs.StringVar(&cfg.Remote.Config, "remotes", "", "federate the MCP servers and action endpoints of this config file as tools (YAML; see README, Bring your own MCP servers)")
 	addRemoteFlags(fs, &cfg.Remote)
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")

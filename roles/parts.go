@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -532,7 +533,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		}
 	}()
 	if pair != nil {
-		hp.serveTLS(pair, "h2", "http/1.1")
+		hp.serveTLS(pair, nil, "h2", "http/1.1")
 	}
 	hp.warnPlain(c.log.With("role", "gateway"), "agent tokens and tool calls")
 	nc, err := np.connect("okso-gateway")
@@ -673,8 +674,11 @@ type tierPart struct {
 }
 
 type tierConfig struct {
-	Addr              string
-	TLS               tlsFiles
+	Addr string
+	TLS  tlsFiles
+	// ClientCA, if set, turns on device mTLS (--client-ca): a PEM bundle
+	// of the CAs that sign devices' client certificates.
+	ClientCA          string
 	MaxFrameBytes     int
 	AuthTimeout       time.Duration
 	PingInterval      time.Duration
@@ -708,6 +712,15 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if err != nil {
 		return nil, err
 	}
+	var clientCAs *x509.CertPool
+	if cfg.ClientCA != "" {
+		if pair == nil {
+			return nil, errors.New("--client-ca needs --tls-cert and --tls-key: device mTLS is TLS first")
+		}
+		if clientCAs, err = loadClientCA(cfg.ClientCA); err != nil {
+			return nil, err
+		}
+	}
 	hp, err := listen("--device-addr", cfg.Addr, maxConns)
 	if err != nil {
 		return nil, err
@@ -719,7 +732,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}()
 	if pair != nil {
 		// HTTP/1.1 alone: the WebSocket upgrade needs it.
-		hp.serveTLS(pair, "http/1.1")
+		hp.serveTLS(pair, clientCAs, "http/1.1")
 	}
 	hp.warnPlain(c.log.With("role", "device"), "device tokens, tool calls and their results")
 	nc, err := np.connect("okso-device-tier")
@@ -752,8 +765,9 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := tier.New(tier.Options{
-		Revoked:  revoked,
-		Bindings: bindings,
+		Revoked:     revoked,
+		Bindings:    bindings,
+		ClientCerts: clientCAs != nil,
 
 		MaxToolsPerTenant: cfg.MaxToolsPerTenant,
 		MaxClockSkew:      cfg.MaxClockSkew,
@@ -833,8 +847,9 @@ type fleetPart struct {
 }
 
 // newFleetPart makes n simulated devices of tenant dialling urls, with
-// tlsConf for wss:// ones (nil: the system's roots).
-func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.Config, seed uint64) (*fleetPart, error) {
+// tlsConf for wss:// ones (nil: the system's roots). The first devices
+// are the nodes ids, if given; the others get new node ids.
+func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.Config, seed uint64, ids ...string) (*fleetPart, error) {
 	if !schemas.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
@@ -843,8 +858,11 @@ func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.C
 	if n > 0 && c.signer == nil {
 		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
 	}
-	for range n {
+	for i := range n {
 		id := wire.NewNodeID()
+		if i < len(ids) {
+			id = ids[i]
+		}
 		tok, err := c.signer.Mint(auth.MintOptions{
 			Subject: id, Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 			Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour,
@@ -941,8 +959,9 @@ type agentPart struct {
 // newAgentPart builds the agent. With a token, the node id is the token's
 // subject; without, it mints a device token with the data dir's key for a
 // node id kept in the data dir, so this host keeps its node id.
-// tlsConf is for wss:// URLs (nil: the system's roots).
-func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant string) (*agentPart, error) {
+// tlsConf is for wss:// URLs (nil: the system's roots). nodeID, if set,
+// is the node id of the minted token (that of a client certificate).
+func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant, nodeID string) (*agentPart, error) {
 	var id string
 	if token != "" {
 		var err error
@@ -954,8 +973,10 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 		}
 	} else {
 		var err error
-		if id, err = hostNodeID(dataDir); err != nil {
-			return nil, err
+		if id = nodeID; id == "" {
+			if id, err = hostNodeID(dataDir); err != nil {
+				return nil, err
+			}
 		}
 		if token, err = c.signer.Mint(auth.MintOptions{Subject: id, Tenant: tenant,
 			Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour}); err != nil {

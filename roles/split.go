@@ -152,6 +152,9 @@ type DeviceTier struct {
 // then it needs the data dir's signing key. It fails, saying why, when
 // it cannot start within startTimeout (12 s).
 func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) (_ *DeviceTier, err error) {
+	if cfg.Tier.ClientCA != "" && cfg.Mock > 0 {
+		return nil, errors.New(ownDevicesMTLS + " (--mock 0): run them apart, with --client-cert")
+	}
 	ctx, cancel := startContext(ctx)
 	defer cancel()
 	load := loadVerifier
@@ -226,6 +229,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 	fs := cmd.Flags()
 	addTierFlags(fs, &cfg.Tier)
 	addTLSFlags(fs, &cfg.Tier.TLS, "the device tier (wss://)")
+	fs.StringVar(&cfg.Tier.ClientCA, "client-ca", "", clientCAUsage+"; needs --mock 0")
 	addNATSFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	fs.IntVar(&cfg.Mock, "mock", 0, "number of simulated devices to run against this tier")
@@ -243,8 +247,10 @@ type MockFleetConfig struct {
 	DataDir string // of the signing key that mints the devices' tokens
 	Seed    uint64
 	Rate    int // devices that start dialling per second (0: all at once)
-	// CA is a PEM bundle of roots trusted for wss:// besides the system's.
-	CA string
+	// TLS: --ca, and the client certificate of --client-cert, for a tier
+	// that asks for one. A certificate is one node's: with it, Count must
+	// be 1 and the device is the certificate's node.
+	TLS clientFiles
 }
 
 // MockFleet is okso mock-fleet: simulated devices dialling a device tier.
@@ -262,11 +268,26 @@ func NewMockFleet(log *slog.Logger, cfg MockFleetConfig) (*MockFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsConf, err := clientTLS(cfg.CA)
+	pair, err := cfg.TLS.loadPair(log)
 	if err != nil {
 		return nil, err
 	}
-	fleet, err := newFleetPart(c, cfg.Count, cfg.Tenant, cfg.Connect, tlsConf, cfg.Seed)
+	var ids []string
+	if pair != nil {
+		if cfg.Count != 1 {
+			return nil, fmt.Errorf("--client-cert with -n %d: a client certificate is one node's, so -n must be 1 (run one mock-fleet per certificate)", cfg.Count)
+		}
+		id, err := certNode(pair, cfg.TLS.Cert)
+		if err != nil {
+			return nil, err
+		}
+		ids = []string{id}
+	}
+	tlsConf, err := cfg.TLS.clientTLS(pair)
+	if err != nil {
+		return nil, err
+	}
+	fleet, err := newFleetPart(c, cfg.Count, cfg.Tenant, cfg.Connect, tlsConf, cfg.Seed, ids...)
 	if err != nil {
 		return nil, err
 	}
@@ -305,12 +326,10 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
 	fs.IntVar(&cfg.Rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
-	fs.StringVar(&cfg.CA, "ca", "", caUsage)
+	addClientFlags(fs, &cfg.TLS)
 	logs.add(fs)
 	return cmd
 }
-
-const caUsage = "PEM bundle of CA certificates trusted for wss:// URLs, besides the system's roots"
 
 // checkConnect checks the --connect URLs of a device role.
 func checkConnect(urls []string) error {
@@ -333,8 +352,9 @@ type AgentConfig struct {
 	Token   string
 	Tenant  string
 	DataDir string
-	// CA is a PEM bundle of roots trusted for wss:// besides the system's.
-	CA string
+	// TLS: --ca, and the client certificate of --client-cert, for a tier
+	// that asks for one. Without Token, the node id is the certificate's.
+	TLS clientFiles
 }
 
 // Agent is okso agent: the device agent of this host.
@@ -355,11 +375,25 @@ func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 			return nil, err
 		}
 	}
-	tlsConf, err := clientTLS(cfg.CA)
+	pair, err := cfg.TLS.loadPair(log)
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant)
+	nodeID := ""
+	if pair != nil {
+		if nodeID, err = certNode(pair, cfg.TLS.Cert); err != nil {
+			return nil, err
+		}
+		if sub, err := auth.UnverifiedSubject(cfg.Token); cfg.Token != "" && err == nil && sub != nodeID {
+			log.Warn("the client certificate is another node's than the token's: a tier with --client-ca refuses it (4403)",
+				"cert_node_id", nodeID, "token_node_id", sub)
+		}
+	}
+	tlsConf, err := cfg.TLS.clientTLS(pair)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +410,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		token   string
 		tenant  string
 		dataDir string
-		ca      string
+		files   clientFiles
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -385,11 +419,12 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		Long: "okso agent dials a device tier (several --connect URLs are tried in turn, with\n" +
 			"jittered exponential backoff after a loss), authenticates with --token, and serves\n" +
 			"system.echo and system.metrics with this host's real figures. Without --token it\n" +
-			"mints a device token with the signing key in --data-dir, for a node id it keeps there.",
+			"mints a device token with the signing key in --data-dir, for a node id it keeps there\n" +
+			"(or, with --client-cert, its certificate's node id).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
-				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, CA: ca})
+				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files})
 				if err != nil {
 					return nil, err
 				}
@@ -402,7 +437,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&token, "token", "", "device token (its subject is the node id)")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the minted token, without --token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")
-	fs.StringVar(&ca, "ca", "", caUsage)
+	addClientFlags(fs, &files)
 	logs.add(fs)
 	return cmd
 }

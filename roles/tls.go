@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/okso-io/okso/internal/certfile"
+	"github.com/okso-io/okso/schemas"
 )
 
 // tlsFiles are --tls-cert and --tls-key: the certificate a listener
@@ -38,14 +39,41 @@ func (f tlsFiles) load(log *slog.Logger) (*certfile.Pair, error) {
 	return certfile.Load(f.Cert, f.Key, log)
 }
 
-// serveTLS makes p serve TLS with pair, offering protos by ALPN.
-func (p *httpPart) serveTLS(pair *certfile.Pair, protos ...string) {
+// serveTLS makes p serve TLS with pair, offering protos by ALPN. With
+// clientCAs, a client must present a certificate they sign (mTLS), or
+// the handshake fails.
+func (p *httpPart) serveTLS(pair *certfile.Pair, clientCAs *x509.CertPool, protos ...string) {
 	p.pair = pair
-	p.ln = tls.NewListener(p.ln, &tls.Config{
+	conf := &tls.Config{
 		GetCertificate: pair.GetCertificate,
 		NextProtos:     protos,
 		MinVersion:     tls.VersionTLS12,
-	})
+	}
+	if clientCAs != nil {
+		conf.ClientCAs, conf.ClientAuth = clientCAs, tls.RequireAndVerifyClientCert
+	}
+	p.ln = tls.NewListener(p.ln, conf)
+}
+
+const clientCAUsage = "device mTLS: PEM bundle of the CAs that sign devices' client certificates (read at start; needs --tls-cert). " +
+	"A device must present one, whose identity, its URI SAN okso:node:<node_id> or else its CN, is its token's node id (4403 otherwise)"
+
+// ownDevicesMTLS says why a process's own devices cannot dial its tier
+// under device mTLS: they hold no certificate its --client-ca signs.
+const ownDevicesMTLS = "--client-ca: this process's own devices have no client certificate, so it runs none"
+
+// loadClientCA reads the --client-ca bundle: its CAs alone, not the
+// system's, sign devices' certificates.
+func loadClientCA(file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--client-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--client-ca %s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // warnPlain logs, once at start, that p serves what in plain text on an
@@ -61,13 +89,59 @@ func (p *httpPart) warnPlain(log *slog.Logger, what string) {
 		"(give --tls-cert and --tls-key)", "addr", p.addr())
 }
 
+// clientFiles are a device's --ca, --client-cert and --client-key.
+type clientFiles struct {
+	CA string
+	// Cert and Key are the client certificate presented when a tier asks
+	// for one (device mTLS), reloaded when the files change.
+	Cert, Key string
+}
+
+const (
+	caUsage         = "PEM bundle of CA certificates trusted for wss:// URLs, besides the system's roots"
+	clientCertUsage = "PEM client certificate presented to a device tier that asks for one (mTLS), reloaded when it changes; with --client-key"
+	clientKeyUsage  = "PEM private key of --client-cert"
+)
+
+func addClientFlags(fs *pflag.FlagSet, f *clientFiles) {
+	fs.StringVar(&f.CA, "ca", "", caUsage)
+	fs.StringVar(&f.Cert, "client-cert", "", clientCertUsage)
+	fs.StringVar(&f.Key, "client-key", "", clientKeyUsage)
+}
+
+// loadPair loads the client certificate, or returns nil when neither
+// flag is set.
+func (f clientFiles) loadPair(log *slog.Logger) (*certfile.Pair, error) {
+	switch {
+	case f.Cert == "" && f.Key == "":
+		return nil, nil
+	case f.Key == "":
+		return nil, errors.New("--client-cert needs --client-key")
+	case f.Cert == "":
+		return nil, errors.New("--client-key needs --client-cert")
+	}
+	p, err := certfile.Load(f.Cert, f.Key, log)
+	if err != nil {
+		return nil, fmt.Errorf("--client-cert: %w", err)
+	}
+	return p, nil
+}
+
 // clientTLS is the TLS config of devices that dial wss:// URLs: the
-// system's roots and the PEM bundle caFile, if set.
-func clientTLS(caFile string) (*tls.Config, error) {
-	if caFile == "" {
+// system's roots and the PEM bundle f.CA, if set, and the client
+// certificate pair, if not nil (nil: the defaults).
+func (f clientFiles) clientTLS(pair *certfile.Pair) (*tls.Config, error) {
+	if f.CA == "" && pair == nil {
 		return nil, nil
 	}
-	b, err := os.ReadFile(caFile)
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if pair != nil {
+		conf.GetClientCertificate = pair.GetClientCertificate
+	}
+	if f.CA == "" {
+		return conf, nil
+	}
+	b, err := os.ReadFile(f.CA)
 	if err != nil {
 		return nil, fmt.Errorf("--ca: %w", err)
 	}
@@ -76,7 +150,22 @@ func clientTLS(caFile string) (*tls.Config, error) {
 		pool = x509.NewCertPool() // no system roots here: the bundle's alone
 	}
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("--ca %s: no PEM certificate in it", caFile)
+		return nil, fmt.Errorf("--ca %s: no PEM certificate in it", f.CA)
 	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	conf.RootCAs = pool
+	return conf, nil
+}
+
+// certNode is the node id of the client certificate pair, loaded from
+// file: a start-up error when it names none.
+func certNode(pair *certfile.Pair, file string) (string, error) {
+	cert, err := pair.GetClientCertificate(nil)
+	if err != nil {
+		return "", err
+	}
+	id := schemas.CertNodeID(cert.Leaf)
+	if id == "" {
+		return "", fmt.Errorf("--client-cert %s: names no node (want a URI SAN %s<node_id>, or a node id as its CN)", file, schemas.NodeURIPrefix)
+	}
+	return id, nil
 }

@@ -44,6 +44,9 @@ type session struct {
 	id     string
 	remote string
 	bearer string
+	// certNode is the node id of the device's verified certificate ("":
+	// none, or one for no node), checked when Options.ClientCerts is set.
+	certNode string
 
 	// Set once by run before the session is attached; read-only after.
 	// nodeID, tenant, subject and jti are written under mu: the auth
@@ -119,6 +122,9 @@ func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
 		// The device stopped reading: its writes fail, and so its session.
 		t.log.Info("device stalled a write: connection dropped", "session", s.id, "err", c.CloseNow())
 	})
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		s.certNode = schemas.CertNodeID(r.TLS.VerifiedChains[0][0])
+	}
 	if f := strings.Fields(r.Header.Get("Authorization")); len(f) == 2 && strings.EqualFold(f[0], "bearer") {
 		s.bearer = f[1]
 	}
@@ -390,6 +396,16 @@ func (s *session) authenticate(ctx context.Context) bool {
 	s.mu.Lock()
 	s.nodeID = claims.Subject
 	s.mu.Unlock()
+	if s.t.o.ClientCerts && s.certNode != claims.Subject {
+		// Before bind: a token that is not the certificate's must not
+		// claim its node id for its tenant.
+		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
+			Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
+		s.t.log.Warn("refused a device token for another node than its certificate's", "node_id", s.nodeID,
+			"tenant", s.tenant, "cert_node_id", s.certNode, "remote", s.remote)
+		s.close(wire.CloseForbidden, "", "token node id differs from the client certificate's")
+		return false
+	}
 	return true
 }
 

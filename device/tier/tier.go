@@ -70,6 +70,11 @@ type Options struct {
 	WriteTimeout time.Duration
 	// Revoked, when set, says whether a device token id was revoked.
 	Revoked interface{ Revoked(jti string) bool }
+	// ClientCerts says the listener verifies devices' certificates
+	// (device mTLS): a session's token must then name the node id of its
+	// verified certificate ([schemas.CertNodeID]), else it is refused
+	// with 4403, and so is a session without one.
+	ClientCerts bool
 
 	// ConnRatePerIP and ConnBurstPerIP bound connection attempts from one
 	// source address (100/s, bursts of 1000); excess ones close with 4429.

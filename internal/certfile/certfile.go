@@ -2,7 +2,8 @@
 // and follows the files as they change, so a certificate renewed on disk
 // (by cert-manager, certbot, an operator's cp) is used by the next
 // connection without a restart. Start with [Load], then give
-// [Pair.GetCertificate] to a tls.Config.
+// [Pair.GetCertificate] (a server's) or [Pair.GetClientCertificate] (a
+// client's, for mTLS) to a tls.Config.
 package certfile
 
 import (
@@ -92,6 +93,13 @@ func (p *Pair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	p.bad = st
 	p.log.Warn("tls certificate not reloaded: serving the last good one", "err", err)
 	return p.cert, nil
+}
+
+// GetClientCertificate is for tls.Config.GetClientCertificate: the
+// certificate a client presents when a server asks for one (mTLS),
+// reloaded first if the files changed.
+func (p *Pair) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return p.GetCertificate(nil)
 }
 
 func (p *Pair) stat() (stamp, error) {

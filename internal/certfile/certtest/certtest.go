@@ -1,5 +1,6 @@
 // Package certtest makes the certificates of okso's TLS tests: a CA, and
-// leaves it signs for 127.0.0.1, written as PEM files.
+// leaves it signs for 127.0.0.1 and for devices (mTLS), written as PEM
+// files.
 package certtest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -102,6 +104,43 @@ func (ca *CA) WriteLeaf(t testing.TB, dir string, serial int64) (certFile, keyFi
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// WriteDevice writes a device's client certificate for nodeID (its URI
+// SAN okso:node:<nodeID>) over dir/<nodeID>.pem and dir/<nodeID>.key,
+// and returns their paths.
+func (ca *CA) WriteDevice(t testing.TB, dir, nodeID string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "okso device"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs: []*url.URL{{Scheme: "okso", Opaque: "node:" + nodeID}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, nodeID+".pem"), filepath.Join(dir, nodeID+".key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
