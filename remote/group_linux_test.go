@@ -18,22 +18,7 @@ import (
 // the tier closes it or it dies on its own, no process of its group is
 // left, and none is left a zombie.
 func TestStdioGroupReaped(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		end  func(t *testing.T, c remote.Client, leader int)
-	}{
-		{"closed", func(t *testing.T, c remote.Client, leader int) {
-			if err := c.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		}},
-		{"killed", func(t *testing.T, c remote.Client, leader int) {
-			if err := syscall.Kill(leader, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			waitClosed(t, c.Done(), "Done after the upstream was killed")
-		}},
-	} {
+	for _, tc := range upstreamEnds {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
 			argv, env := testupstream.Command(testupstream.Options{State: state})
@@ -96,4 +81,23 @@ func TestActionTimeoutEndsGroup(t *testing.T) {
 	if z := zombies(t); len(z) > 0 {
 		t.Errorf("zombies left: %v", z)
 	}
+}
+
+// upstreamEnds are the two ways a stdio upstream ends: the tier closes
+// it, or it dies (killed by a signal).
+var upstreamEnds = []struct {
+	name string
+	end  func(t *testing.T, c remote.Client, leader int)
+}{
+	{"closed", func(t *testing.T, c remote.Client, _ int) {
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}},
+	{"killed", func(t *testing.T, c remote.Client, leader int) {
+		if err := syscall.Kill(leader, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, c.Done(), "Done after the upstream was killed")
+	}},
 }

@@ -128,22 +128,7 @@ func gone(t *testing.T, pid int, what string) {
 // process, is ended and reaped with the upstream, whether it is closed or
 // dies.
 func TestStdioEscapedEnded(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		end  func(t *testing.T, c remote.Client, leader int)
-	}{
-		{"closed", func(t *testing.T, c remote.Client, _ int) {
-			if err := c.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		}},
-		{"killed", func(t *testing.T, c remote.Client, leader int) {
-			if err := syscall.Kill(leader, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			waitClosed(t, c.Done(), "Done after the upstream was killed")
-		}},
-	} {
+	for _, tc := range upstreamEnds {
 		t.Run(tc.name, func(t *testing.T) {
 			c, leader, sleeper := dialEscaping(t, "sleep 600")
 			tc.end(t, c, leader)

@@ -122,21 +122,6 @@ func TestDeviceMTLSStartErrors(t *testing.T) {
 		{"agent cert of no node", []string{"agent", "--connect", url, "--client-cert", certFile, "--client-key", keyFile}, "names no node"},
 		{"mock-fleet many nodes", []string{"mock-fleet", "--connect", url, "-n", "2", "--client-cert", devCert, "--client-key", devKey}, "-n must be 1"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			args := append(c.args, "--data-dir", t.TempDir())
-			if c.args[0] == "all-in-one" {
-				args = append(args, "--mcp-addr", "127.0.0.1:0")
-			}
-			if c.args[0] == "device" || c.args[0] == "all-in-one" {
-				args = append(args, "--device-addr", "127.0.0.1:0")
-			}
-			out := newLogSink()
-			root := NewRoot(out, out)
-			root.SetArgs(args)
-			err := root.ExecuteContext(t.Context())
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("okso %s: %v, want an error naming %s", strings.Join(args, " "), err, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { startFails(t, c.args, c.want) })
 	}
 }

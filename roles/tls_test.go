@@ -139,22 +139,7 @@ func TestTLSStartErrors(t *testing.T) {
 		{"agent bad ca", []string{"agent", "--connect", "wss://127.0.0.1:1/v1/device/ws", "--ca", bad}, bad},
 		{"mock-fleet missing ca", []string{"mock-fleet", "--connect", "wss://127.0.0.1:1/v1/device/ws", "--ca", missing}, missing},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			args := append(c.args, "--data-dir", t.TempDir())
-			if c.args[0] == "gateway" || c.args[0] == "all-in-one" {
-				args = append(args, "--mcp-addr", "127.0.0.1:0")
-			}
-			if c.args[0] == "device" || c.args[0] == "all-in-one" {
-				args = append(args, "--device-addr", "127.0.0.1:0")
-			}
-			out := newLogSink()
-			root := NewRoot(out, out)
-			root.SetArgs(args)
-			err := root.ExecuteContext(t.Context())
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("okso %s: %v, want an error naming %s", strings.Join(args, " "), err, c.want)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { startFails(t, c.args, c.want) })
 	}
 }
 
@@ -192,5 +177,25 @@ func TestPlainWarning(t *testing.T) {
 				t.Errorf("the warning does not say what is exposed:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// startFails runs okso args in-process, with a data dir of its own and
+// ephemeral listeners, and checks that it fails saying want.
+func startFails(t *testing.T, args []string, want string) {
+	t.Helper()
+	args = append(args, "--data-dir", t.TempDir())
+	if args[0] == "gateway" || args[0] == "all-in-one" {
+		args = append(args, "--mcp-addr", "127.0.0.1:0")
+	}
+	if args[0] == "device" || args[0] == "all-in-one" {
+		args = append(args, "--device-addr", "127.0.0.1:0")
+	}
+	out := newLogSink()
+	root := NewRoot(out, out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(t.Context())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("okso %s: %v, want an error naming %s", strings.Join(args, " "), err, want)
 	}
 }
