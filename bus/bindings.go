@@ -68,25 +68,16 @@ func OpenBindings(ctx context.Context, nc *nats.Conn, opts BindingsOptions) (*Bi
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
 	b := &Bindings{js: js, ttl: opts.TTL, reg: opts.Registry}
-	if b.kv, err = js.KeyValue(ctx, BucketNodeTenants); err == nil {
-		return b, nil
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("open kv %s: %w", BucketNodeTenants, err)
-	}
-	storage := jetstream.FileStorage
-	if opts.Memory {
-		storage = jetstream.MemoryStorage
-	}
-	b.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.kv, err = openKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:         BucketNodeTenants,
 		Description:    "okso node id to tenant bindings",
 		History:        1,
-		Storage:        storage,
+		Storage:        storage(!opts.Memory),
 		Replicas:       max(opts.Replicas, 1),
 		LimitMarkerTTL: time.Minute, // per-key TTLs need it
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open kv %s: %w", BucketNodeTenants, err)
+		return nil, err
 	}
 	return b, nil
 }

@@ -53,7 +53,8 @@ type Registry struct {
 	ttl time.Duration
 }
 
-// OpenRegistry creates or updates the registry bucket and opens it.
+// OpenRegistry binds to the registry bucket, creating it when it does
+// not exist.
 func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Registry, error) {
 	if opts.TTL <= 0 {
 		opts.TTL = 15 * time.Second
@@ -65,27 +66,16 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	// Bind to the bucket when it exists, so that one process's options
-	// never rewrite another's; the first process creates it.
-	if kv, err := js.KeyValue(ctx, BucketNodes); err == nil {
-		return &Registry{js: js, kv: kv, ttl: opts.TTL}, nil
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("open kv %s: %w", BucketNodes, err)
-	}
-	storage := jetstream.MemoryStorage
-	if opts.File {
-		storage = jetstream.FileStorage
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
 		Bucket:         BucketNodes,
 		Description:    "okso live nodes",
 		History:        1,
-		Storage:        storage,
+		Storage:        storage(opts.File),
 		Replicas:       max(opts.Replicas, 1),
 		LimitMarkerTTL: opts.TTL,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open kv %s: %w", BucketNodes, err)
+		return nil, err
 	}
 	return &Registry{js: js, kv: kv, ttl: opts.TTL}, nil
 }

@@ -148,9 +148,10 @@ func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl tim
 		Bucket:         bucket,
 		Description:    desc,
 		History:        1,
+		Storage:        storage(file),
 		Replicas:       max(replicas, 1),
 		LimitMarkerTTL: ttl,
-	}, file)
+	})
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -161,22 +162,29 @@ func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl tim
 func kvStream(bucket string) string { return "KV_" + bucket }
 
 // openKV binds to a bucket when it exists, so that one process's options
-// never rewrite another's; the first process creates it.
-func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, file bool) (jetstream.KeyValue, error) {
-	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
-		return kv, nil
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("open kv %s: %w", cfg.Bucket, err)
+// never rewrite another's; the first process creates it. It never
+// updates a bucket: a role's NATS credential may create the buckets it
+// uses, but not change them (DESIGN.md §6).
+func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // another process made it meanwhile
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
 	}
-	cfg.Storage = jetstream.MemoryStorage
-	if file {
-		cfg.Storage = jetstream.FileStorage
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
+}
+
+// storage is file storage, or else memory storage.
+func storage(file bool) jetstream.StorageType {
+	if file {
+		return jetstream.FileStorage
+	}
+	return jetstream.MemoryStorage
 }
 
 // TTL returns the lease duration; a writer puts again well within it.

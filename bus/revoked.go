@@ -45,6 +45,11 @@ type RevocationOptions struct {
 	// why [Revocations.Run] follows the bucket anew (default
 	// slog.Default()).
 	Log *slog.Logger
+	// ReadOnly is for a connection that may read the bucket but not
+	// write it (a role's NATS credential, DESIGN.md §6): a bucket in
+	// memory storage is left there, with a warning, for the admin's
+	// okso token revoke to move.
+	ReadOnly bool
 }
 
 // OpenRevocations binds to the bucket, creating it in file storage when
@@ -77,9 +82,9 @@ func OpenRevocations(ctx context.Context, nc *nats.Conn, o RevocationOptions) (*
 }
 
 // createRevoked creates the bucket in file storage, or binds to it when
-// it exists in file storage already (another process made it).
+// it exists already (another process made it).
 func createRevoked(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:         BucketRevoked,
 		Description:    "okso revoked token ids",
 		History:        1,
@@ -87,6 +92,9 @@ func createRevoked(ctx context.Context, js jetstream.JetStream, replicas int) (j
 		Replicas:       max(replicas, 1),
 		LimitMarkerTTL: time.Minute,
 	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, BucketRevoked)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create in file storage (revocations must outlive a restart: "+
 			"the NATS servers need JetStream file storage): %w", err)
@@ -101,6 +109,11 @@ func (r *Revocations) keepOnDisk(ctx context.Context, o RevocationOptions) error
 		return err
 	}
 	if st.Config().Storage == jetstream.FileStorage {
+		return nil
+	}
+	if o.ReadOnly {
+		r.log.Warn("revocations are kept in memory storage, made by an older okso: they do not outlive a restart of NATS "+
+			"until okso token revoke, with the admin's NATS credential, moves them to file storage", "bucket", BucketRevoked)
 		return nil
 	}
 	held, err := r.entries(ctx)

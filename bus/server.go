@@ -1,10 +1,12 @@
 package bus
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 )
 
@@ -40,6 +43,16 @@ type ServerOptions struct {
 	// error level (one while it starts is StartServer's error). The
 	// server's other log lines are dropped.
 	Log *slog.Logger
+	// Credentials, when set, are the only way in: every client, an
+	// in-process one too, authenticates as one of okso's roles and may do
+	// only what that role may ([Role.Permissions]), and cluster routes
+	// authenticate with their route secret. Nil: anyone who reaches the
+	// server may do anything (tests; okso's --nats-insecure).
+	Credentials *Credentials
+	// TLS, when set, is served on the client and route listeners, and
+	// its RootCAs (the system's when nil) verify the other members when
+	// this server dials their routes. In-process connections do without.
+	TLS *tls.Config
 }
 
 // ClusterOptions configure an embedded server's cluster membership.
@@ -51,9 +64,10 @@ type ClusterOptions struct {
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns   *server.Server
-	tmp  string   // removed on Shutdown
-	lock *os.File // of StoreDir, released on Shutdown
+	ns    *server.Server
+	creds *Credentials // nil: anyone may connect
+	tmp   string       // removed on Shutdown
+	lock  *os.File     // of StoreDir, released on Shutdown
 }
 
 // StartServer starts an embedded nats-server and waits until it accepts
@@ -72,6 +86,13 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		NoLog:      true,
 		DontListen: opts.Listen == "",
 		StoreDir:   opts.StoreDir,
+	}
+	if opts.Credentials != nil {
+		o.Nkeys = opts.Credentials.users()
+	}
+	if opts.TLS != nil {
+		o.TLSConfig = opts.TLS
+		o.TLSTimeout = tlsTimeout
 	}
 	if opts.Listen != "" {
 		host, port, err := splitHostPort(opts.Listen)
@@ -99,8 +120,21 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		if o.Cluster.Name == "" {
 			o.Cluster.Name = "okso"
 		}
-		if len(opts.Cluster.Routes) > 0 {
-			o.Routes = server.RoutesFromStr(strings.Join(opts.Cluster.Routes, ","))
+		o.Routes = server.RoutesFromStr(strings.Join(opts.Cluster.Routes, ","))
+		if len(o.Routes) == 0 {
+			return nil, fmt.Errorf("nats cluster: no route in %q", opts.Cluster.Routes)
+		}
+		if c := opts.Credentials; c != nil {
+			// Routes this server dials carry the secret in their URL;
+			// the ones it learns from the others, its own user.
+			o.Cluster.Username, o.Cluster.Password = routeUser, c.routeSecret
+			for _, u := range o.Routes {
+				u.User = url.UserPassword(routeUser, c.routeSecret)
+			}
+		}
+		if opts.TLS != nil {
+			o.Cluster.TLSConfig = opts.TLS
+			o.Cluster.TLSTimeout = tlsTimeout
 		}
 	}
 	s := &Server{}
@@ -143,7 +177,7 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		l.Fatalf("%s", msg)
 	default:
 	}
-	s.ns = ns
+	s.ns, s.creds = ns, opts.Credentials
 	return s, nil
 }
 
@@ -189,9 +223,31 @@ func (l *serverLog) Fatalf(format string, v ...any) {
 
 func (*serverLog) Noticef(string, ...any) {}
 func (*serverLog) Warnf(string, ...any)   {}
-func (*serverLog) Errorf(string, ...any)  {}
-func (*serverLog) Debugf(string, ...any)  {}
-func (*serverLog) Tracef(string, ...any)  {}
+
+// Errorf logs, as a warning, a route refused for its credential or its
+// TLS: a cluster member with another data dir's route secret, or a
+// certificate the others do not trust, would otherwise fail silently.
+// The server's other errors (a member gone, a client's error) are
+// dropped.
+func (l *serverLog) Errorf(format string, v ...any) {
+	if l.log == nil {
+		return
+	}
+	msg := fmt.Sprintf(format, v...)
+	if !strings.Contains(msg, "rid:") { // not a route's
+		return
+	}
+	for _, why := range []string{"authentication error", "Authorization Violation", "TLS", "certificate"} {
+		if strings.Contains(msg, why) {
+			l.log.Warn("nats route refused: the cluster's members need one route secret (the same <data-dir>/nats/creds) "+
+				"and certificates that --nats-ca trusts", "detail", msg)
+			return
+		}
+	}
+}
+
+func (*serverLog) Debugf(string, ...any) {}
+func (*serverLog) Tracef(string, ...any) {}
 
 // splitHostPort parses host:port; port 0 means any free port.
 func splitHostPort(addr string) (string, int, error) {
@@ -227,13 +283,25 @@ func (s *Server) ClientURL() string {
 	return s.ns.ClientURL()
 }
 
-// Connect opens an in-process connection to s. Its writes have no
-// deadline (nats.go's flusher timeout): they go to the server's own
-// reader through an in-memory pipe, which a stopping server closes, and a
-// deadline there costs a timer per flush.
+// Connect opens an in-process connection to s, as the admin when s has
+// credentials. Its writes have no deadline (nats.go's flusher timeout):
+// they go to the server's own reader through an in-memory pipe, which a
+// stopping server closes, and a deadline there costs a timer per flush.
 func (s *Server) Connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect("", nats.InProcessServer(s.ns), nats.Name(name), nats.MaxReconnects(-1),
-		nats.FlusherTimeout(0))
+	return s.ConnectAs(RoleAdmin, name)
+}
+
+// ConnectAs is [Server.Connect] for role: with its credential, when s has
+// credentials, and its own reply subjects ([Role.InboxPrefix]).
+func (s *Server) ConnectAs(role Role, name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.InProcessServer(s.ns), nats.Name(name), nats.MaxReconnects(-1), nats.FlusherTimeout(0)}
+	if s.creds != nil {
+		opts = append(opts, s.creds.Option(role))
+	}
+	if p := role.InboxPrefix(); p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect in-process nats as %s: %w", name, err)
 	}
@@ -268,14 +336,73 @@ const (
 	MaxPingsOutstanding = 2
 )
 
+// ClientOptions say how a connection to a NATS server in another process
+// authenticates, and whom it acts for. The zero value connects as
+// nobody in particular, with NATS's default reply subjects.
+type ClientOptions struct {
+	// Role names the connection's reply subjects ([Role.InboxPrefix]):
+	// its credential's permissions allow only its own.
+	Role Role
+	// NkeyFile is a seed file (--nats-nkey; what okso nats creds
+	// prints), read once: the connection keeps its key, through
+	// reconnects, until the process restarts (a rotation admits the old
+	// key meanwhile, see [RotateCredential]); CredsFile a NATS user
+	// credentials file, JWT and seed (--nats-creds), read at each
+	// connect as nats.go does. At most one of them.
+	NkeyFile, CredsFile string
+	// TLS, when set, is the client's TLS configuration (its RootCAs from
+	// --nats-ca); a server that asks for TLS gets it either way.
+	TLS *tls.Config
+}
+
+func (o ClientOptions) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	switch {
+	case o.NkeyFile != "" && o.CredsFile != "":
+		return nil, errors.New("a nats nkey and a nats credentials file: give one of them")
+	case o.NkeyFile != "":
+		b, err := os.ReadFile(o.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats nkey: %w", err)
+		}
+		kp, err := nkeys.ParseDecoratedUserNKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("nats nkey %s: %w", o.NkeyFile, err)
+		}
+		pub, _ := kp.PublicKey()
+		opts = append(opts, nats.Nkey(pub, kp.Sign))
+	case o.CredsFile != "":
+		if _, err := os.Stat(o.CredsFile); err != nil {
+			return nil, fmt.Errorf("nats credentials: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if p := o.Role.InboxPrefix(); p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	if o.TLS != nil {
+		opts = append(opts, nats.Secure(o.TLS))
+	}
+	return opts, nil
+}
+
+// tlsTimeout bounds a TLS handshake on the embedded server's listeners
+// (nats-server's default, half a second, is short for a loaded host).
+const tlsTimeout = 5 // seconds
+
 // ConnectURL connects to an external NATS server or cluster (url may list
-// several servers, comma separated); once connected it reconnects for
-// ever, with jittered waits.
-func ConnectURL(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second),
+// several servers, comma separated) as o says; once connected it
+// reconnects for ever, with jittered waits.
+func ConnectURL(url, name string, o ClientOptions) (*nats.Conn, error) {
+	auth, err := o.options()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second),
 		nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOutstanding),
-		nats.RetryOnFailedConnect(false))
+		nats.RetryOnFailedConnect(false)}, auth...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s as %s: %w", url, name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -262,10 +263,12 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // followAudit subscribes to the tenant's audit events on the NATS server
-// all-in-one exposes, as any outside observer can.
+// all-in-one exposes, as an operator's audit pipeline does: with the
+// audit role's credential.
 func (o *okso) followAudit(t *testing.T) {
 	t.Helper()
-	nc, err := nats.Connect(o.natsURL, nats.Name("okso-interop-audit"), nats.MaxReconnects(0))
+	seed := filepath.Join(bus.CredentialsDir(o.dataDir), bus.SeedFileName(bus.RoleAudit))
+	nc, err := bus.ConnectURL(o.natsURL, "okso-interop-audit", bus.ClientOptions{Role: bus.RoleAudit, NkeyFile: seed})
 	if err != nil {
 		t.Fatalf("connect to all-in-one's NATS %s: %v", o.natsURL, err)
 	}

@@ -24,10 +24,12 @@ type AllInOneConfig struct {
 	Tier       tierConfig
 	Remote     remoteConfig // --remotes: the federated upstreams
 	NATSListen string
-	DataDir    string
-	Mock       int
-	Seed       uint64
-	Tenant     string
+	// NATS secures the embedded server: --nats-insecure, --nats-tls-*.
+	NATS    natsSecurity
+	DataDir string
+	Mock    int
+	Seed    uint64
+	Tenant  string
 	// TLS, if set, is the certificate of both listeners (it overrides
 	// Gateway.TLS and Tier.TLS).
 	TLS tlsFiles
@@ -71,7 +73,8 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 			a.close()
 		}
 	}()
-	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one", Log: log}); err != nil {
+	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one", Log: log,
+		natsSecurity: cfg.NATS}); err != nil {
 		return nil, err
 	}
 	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {
@@ -161,7 +164,9 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&cfg.Tier.ClientCA, "client-ca", "", clientCAUsage+"; needs --mock 0 --local-agent=false")
 	fs.StringVar(&cfg.Remote.Config, "remotes", "", "federate the MCP servers and action endpoints of this config file as tools (YAML; see README, Bring your own MCP servers)")
 	addRemoteFlags(fs, &cfg.Remote)
-	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any)")
+	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "also expose the embedded NATS server on host:port (port 0: any); "+
+		"other processes connect with a role's credential (okso nats creds)")
+	addNATSServerFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start) and of the NATS store (nats/: revocations)")
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics")
@@ -182,7 +187,7 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 		return err
 	}
 	b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
-		natsURL: a.NATSURL(), dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
+		natsURL: a.NATSURL(), natsSecured: a.nats.secured, dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
 		token: token, ttl: ttl, logFormat: logs.format, auditLog: logs.audit}
 	if abs, err := filepath.Abs(b.dataDir); err == nil {
 		b.dataDir = abs
@@ -211,14 +216,16 @@ type banner struct {
 	mcpURL    string
 	deviceURL string
 	natsURL   string // "" unless --nats-listen
-	dataDir   string
-	mock      int
-	tenant    string
-	hostNode  string // "" without the local agent
-	token     string
-	ttl       time.Duration
-	logFormat string
-	auditLog  bool
+	// natsSecured: the NATS admits okso's roles alone (not --nats-insecure).
+	natsSecured bool
+	dataDir     string
+	mock        int
+	tenant      string
+	hostNode    string // "" without the local agent
+	token       string
+	ttl         time.Duration
+	logFormat   string
+	auditLog    bool
 }
 
 func (b banner) write(w io.Writer) error {
@@ -234,6 +241,10 @@ func (b banner) write(w io.Writer) error {
 	row("device tier", "%s", b.deviceURL)
 	if b.natsURL != "" {
 		row("NATS", "%s", b.natsURL)
+		if b.natsSecured {
+			more("(another process connects as one of okso's roles: %s nats creds --data-dir %s --role gateway|device|remote|audit|admin prints its credential, for --nats-nkey)",
+				b.self, shellQuote(b.dataDir))
+		}
 	}
 	row("data dir", "%s", b.dataDir)
 	more("(the signing key, and revocations in nats/; give the other roles and token mint the same --data-dir)")

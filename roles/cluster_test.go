@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/internal/certfile/certtest"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -103,7 +104,11 @@ func callOnce(ctx context.Context, s *sdk.ClientSession, node string, c *tally) 
 // and a mock fleet, all as real processes; then kills a tier, a gateway
 // and a NATS member (kill -9) under a steady call load through both
 // gateways. No call may hang past its budget or get another node's answer,
-// and every node must come back callable.
+// and every node must come back callable. NATS is secured as in
+// production: TLS on client and route ports, routes authenticated with
+// the route secret, every role with its own credential (the members
+// share the data dir, so its credentials, made by whichever starts
+// first).
 func TestClusterFailures(t *testing.T) {
 	bin := oksoBinary(t)
 	data := t.TempDir()
@@ -116,6 +121,10 @@ func TestClusterFailures(t *testing.T) {
 	if out, err := exec.Command(bin, "token", "mint", "--data-dir", data).CombinedOutput(); err != nil {
 		t.Fatalf("mint: %v %s", err, out)
 	}
+	certs := t.TempDir()
+	ca := certtest.NewCA(t)
+	certFile, keyFile := ca.WriteLeaf(t, certs, 1)
+	caFile := ca.WriteCA(t, certs)
 	cport := freePorts(t, 3)
 	route := func(i int) string { return fmt.Sprintf("nats-route://127.0.0.1:%d", cport[i]) }
 	var tiers []*proc
@@ -129,7 +138,8 @@ func TestClusterFailures(t *testing.T) {
 		}
 		args := append([]string{"device", "--data-dir", data, "--device-addr", "127.0.0.1:0",
 			"--nats-listen", "127.0.0.1:0", "--nats-cluster", "okso", "--nats-name", fmt.Sprintf("n%d", i+1),
-			"--nats-cluster-addr", fmt.Sprintf("127.0.0.1:%d", cport[i]), "--lease-ttl", ttl.String()}, routes...)
+			"--nats-cluster-addr", fmt.Sprintf("127.0.0.1:%d", cport[i]), "--lease-ttl", ttl.String(),
+			"--nats-tls-cert", certFile, "--nats-tls-key", keyFile, "--nats-ca", caFile}, routes...)
 		tiers = append(tiers, startProc(t, bin, fmt.Sprintf("tier%d", i+1), args...))
 	}
 	for _, p := range tiers {
@@ -142,7 +152,7 @@ func TestClusterFailures(t *testing.T) {
 	var mcpURLs []string
 	for i := range 2 {
 		p := startProc(t, bin, fmt.Sprintf("gateway%d", i+1), "gateway", "--data-dir", data, "--mcp-addr", "127.0.0.1:0",
-			"--nats-url", all, "--budget", budget.String(), "--log-level", "debug")
+			"--nats-url", all, "--nats-ca", caFile, "--budget", budget.String(), "--log-level", "debug")
 		gws = append(gws, p)
 		mcpURLs = append(mcpURLs, p.wait(msgIs("listening"))["mcp_url"].(string))
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	"unsafe"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/terminal"
@@ -68,7 +68,8 @@ func TestConsoleOnATerminal(t *testing.T) {
 				t.Fatalf("%s is no terminal to terminal.Is", tty.Name())
 			}
 
-			args := []string{"all-in-one", "--data-dir", t.TempDir(), "--mcp-addr", "127.0.0.1:0",
+			data := t.TempDir()
+			args := []string{"all-in-one", "--data-dir", data, "--mcp-addr", "127.0.0.1:0",
 				"--device-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--mock", "1", "--local-agent=false"}
 			if withAudit {
 				args = append(args, "--log-audit")
@@ -76,7 +77,8 @@ func TestConsoleOnATerminal(t *testing.T) {
 			stdout := newLogSink()
 			stop := runRoot(t, stdout, tty, args...)
 			bannerRow(t, stdout, "logs")
-			nc, err := nats.Connect(bannerRow(t, stdout, "NATS"))
+			nc, err := bus.ConnectURL(bannerRow(t, stdout, "NATS"), "test-audit", bus.ClientOptions{Role: bus.RoleAudit,
+				NkeyFile: filepath.Join(bus.CredentialsDir(data), bus.SeedFileName(bus.RoleAudit))})
 			if err != nil {
 				t.Fatal(err)
 			}

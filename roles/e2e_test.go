@@ -80,7 +80,7 @@ func startAllInOneLog(t *testing.T, mock int, edit func(*AllInOneConfig), log *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := a.nats.connect("test")
+	nc, err := a.nats.connect(bus.RoleAdmin, "test") // the test watches and forges as no role may
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,7 +247,7 @@ func TestTierSaysWhenNATSGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server, err := openNATS(natsConfig{Listen: "127.0.0.1:0"})
+	server, err := openNATS(natsConfig{Listen: "127.0.0.1:0", natsSecurity: natsSecurity{Insecure: true}}) // links, not credentials
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,14 @@ type natsPart struct {
 	store    string      // its JetStream store ("" when none is on disk)
 	url      string
 	replicas int // of the JetStream buckets okso creates
+	// client is how a connection to an external NATS authenticates
+	// (--nats-nkey, --nats-creds, --nats-ca); without a credential of
+	// its own, a role takes its seed from the data dir, if there.
+	client  bus.ClientOptions
+	dataDir string
+	// secured: the embedded server admits okso's roles alone (not
+	// --nats-insecure).
+	secured bool
 }
 
 // natsConfig selects the NATS of a role.
@@ -62,21 +70,31 @@ type natsConfig struct {
 	Routes   []string // the other members
 	Replicas int      // bucket replicas; 0: 3 in a cluster of 3 or more, else 1
 	// DataDir, when set, keeps the embedded server's JetStream store
-	// (revocations) under DataDir/nats; Role tells apart the stores of
-	// the roles that share a data dir.
+	// (revocations) under DataDir/nats, and okso's NATS credentials in
+	// DataDir/nats/creds; Role tells apart the stores of the roles that
+	// share a data dir.
 	DataDir string
 	Role    string
-	// Log, if set, gets the embedded server's fatal errors.
+	// Log, if set, gets the embedded server's fatal errors and the
+	// warnings about its security.
 	Log *slog.Logger
+	natsSecurity
 }
 
 func openNATS(c natsConfig) (*natsPart, error) {
+	if err := c.natsSecurity.check(c); err != nil {
+		return nil, err
+	}
 	replicas := c.Replicas
 	if c.URL != "" {
 		if c.Listen != "" || c.Addr != "" {
 			return nil, errors.New("--nats-url excludes --nats-listen and --nats-cluster-addr")
 		}
-		return &natsPart{url: c.URL, replicas: max(replicas, 1)}, nil
+		client, err := c.clientOptions()
+		if err != nil {
+			return nil, err
+		}
+		return &natsPart{url: c.URL, replicas: max(replicas, 1), client: client, dataDir: c.DataDir}, nil
 	}
 	if (c.Addr == "") != (c.Cluster == "") {
 		return nil, errors.New("--nats-cluster and --nats-cluster-addr go together")
@@ -100,12 +118,18 @@ func openNATS(c natsConfig) (*natsPart, error) {
 			return nil, err
 		}
 	}
-	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store, Log: c.Log,
-		Cluster: bus.ClusterOptions{Name: c.Cluster, Listen: c.Addr, Routes: c.Routes}})
+	creds, serverTLS, err := c.serverSecurity()
 	if err != nil {
 		return nil, err
 	}
-	return &natsPart{srv: srv, name: name, store: store, replicas: replicas}, nil
+	srv, err := bus.StartServer(bus.ServerOptions{Listen: c.Listen, Name: name, StoreDir: store, Log: c.Log,
+		Cluster:     bus.ClusterOptions{Name: c.Cluster, Listen: c.Addr, Routes: c.Routes},
+		Credentials: creds, TLS: serverTLS})
+	if err != nil {
+		return nil, err
+	}
+	c.warn(srv)
+	return &natsPart{srv: srv, name: name, store: store, replicas: replicas, dataDir: c.DataDir, secured: creds != nil}, nil
 }
 
 // natsName is what an embedded server's name may be: it names its store
@@ -148,13 +172,6 @@ func natsStore(dataDir, role, name string) (string, string, error) {
 		return "", "", fmt.Errorf("--nats-name %q: use up to 64 letters, digits, '.', '_' or '-' (it names the NATS store's directory too)", name)
 	}
 	return name, filepath.Join(dir, name), nil
-}
-
-func (p *natsPart) connect(name string) (*nats.Conn, error) {
-	if p.srv != nil {
-		return p.srv.Connect(name)
-	}
-	return bus.ConnectURL(p.url, name)
 }
 
 // logAsyncErrors logs what NATS reports asynchronously, a slow consumer
@@ -463,7 +480,9 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 // openRevocations opens the shared revocation set.
 func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
 	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Revocations, error) {
-		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: replicas, Log: log})
+		// A role's NATS credential may only read the revocations: okso
+		// token revoke, the admin's, writes them.
+		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: replicas, Log: log, ReadOnly: true})
 	})
 }
 
@@ -519,7 +538,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if cfg.CallerTimeout < 0 {
 		return nil, fmt.Errorf("--caller-timeout %v: must be positive", cfg.CallerTimeout)
 	}
-	pair, err := cfg.TLS.load(c.log)
+	pair, err := cfg.TLS.load(c.log, "--tls")
 	if err != nil {
 		return nil, err
 	}
@@ -536,7 +555,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		hp.serveTLS(pair, nil, "h2", "http/1.1")
 	}
 	hp.warnPlain(c.log.With("role", "gateway"), "agent tokens and tool calls")
-	nc, err := np.connect("okso-gateway")
+	nc, err := np.connect(bus.RoleGateway, "okso-gateway")
 	if err != nil {
 		return nil, err
 	}
@@ -708,7 +727,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if maxConns == 0 && cfg.MaxSessions > 0 {
 		maxConns = cfg.MaxSessions + deviceConnSlack
 	}
-	pair, err := cfg.TLS.load(c.log)
+	pair, err := cfg.TLS.load(c.log, "--tls")
 	if err != nil {
 		return nil, err
 	}
@@ -735,7 +754,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		hp.serveTLS(pair, clientCAs, "http/1.1")
 	}
 	hp.warnPlain(c.log.With("role", "device"), "device tokens, tool calls and their results")
-	nc, err := np.connect("okso-device-tier")
+	nc, err := np.connect(bus.RoleDevice, "okso-device-tier")
 	if err != nil {
 		return nil, err
 	}

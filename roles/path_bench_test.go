@@ -20,12 +20,21 @@ import (
 // process's CPUs, so ns/op is a relative figure (make latency-path splits
 // the real path over its processes); allocs/op counts every part,
 // the HTTP client's included. Logs (the audit lines among them) are off.
+// Its two halves run with each part on NATS as its role, with its
+// permissions (the default), and with --nats-insecure: what least
+// privilege costs the hot path.
 func BenchmarkCallPath(b *testing.B) {
+	b.Run("nats=roles", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{}) })
+	b.Run("nats=insecure", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{Insecure: true}) })
+}
+
+func benchmarkCallPath(b *testing.B, sec natsSecurity) {
 	a, err := NewAllInOne(b.Context(), slog.New(slog.DiscardHandler), AllInOneConfig{
 		Gateway: gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second},
 		Tier:    tierConfig{Addr: "127.0.0.1:0"},
 		DataDir: b.TempDir(),
 		Tenant:  DefaultTenant,
+		NATS:    sec,
 	})
 	if err != nil {
 		b.Fatal(err)

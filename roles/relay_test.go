@@ -595,7 +595,7 @@ func TestRelayGuards(t *testing.T) {
 		}
 	})
 	t.Run("a revoked listener gets no more calls", func(t *testing.T) {
-		revokeAt(t, f.a.NATSURL(), "--token", tokA)
+		revokeAt(t, f.a, "--token", tokA)
 		eventually(t, "the gateway refuses the revoked token", func() bool { return listStatus(t, f.a.MCPURL(), tokA) == http.StatusUnauthorized })
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()

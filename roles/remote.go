@@ -66,7 +66,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	if err := remote.BecomeSubreaper(); err != nil {
 		c.log.Warn("the upstreams' orphans go to init, not to okso", "err", err)
 	}
-	nc, err := np.connect("okso-remote")
+	nc, err := np.connect(bus.RoleRemote, "okso-remote")
 	if err != nil {
 		return nil, err
 	}

@@ -32,12 +32,13 @@ func listStatus(t *testing.T, url, tok string) int {
 	return resp.StatusCode
 }
 
-// revokeAt runs okso token revoke --nats-url natsURL with args.
-func revokeAt(t *testing.T, natsURL string, args ...string) {
+// revokeAt runs okso token revoke with args at a's NATS, with the
+// admin's credential in a's data dir.
+func revokeAt(t *testing.T, a *AllInOne, args ...string) {
 	t.Helper()
 	var out bytes.Buffer
 	root := NewRoot(&out, &out)
-	root.SetArgs(append([]string{"token", "revoke", "--nats-url", natsURL}, args...))
+	root.SetArgs(append([]string{"token", "revoke", "--nats-url", a.NATSURL(), "--data-dir", a.nats.dataDir}, args...))
 	if err := root.Execute(); err != nil {
 		t.Fatalf("revoke: %v\n%s", err, out.String())
 	}
@@ -53,7 +54,7 @@ func TestRevoke(t *testing.T) {
 	if s := status(agent); s != 200 {
 		t.Fatalf("before revocation: %d", s)
 	}
-	revoke := func(args ...string) { revokeAt(t, f.a.NATSURL(), args...) }
+	revoke := func(args ...string) { revokeAt(t, f.a, args...) }
 	revoke("--token", agent)
 	eventually(t, "the gateway refuses the revoked token", func() bool { return status(agent) == http.StatusUnauthorized })
 	if s := status(other); s != 200 {
@@ -103,8 +104,8 @@ func TestRevocationsSurviveRestart(t *testing.T) {
 	if code, _ := tierAuth(t, f.a.DeviceURL(), dev, false); code != wire.TypeAuthOK {
 		t.Fatalf("device token before revocation: %s", code)
 	}
-	revokeAt(t, f.a.NATSURL(), "--token", agent)
-	revokeAt(t, f.a.NATSURL(), "--token", dev)
+	revokeAt(t, f.a, "--token", agent)
+	revokeAt(t, f.a, "--token", dev)
 	eventually(t, "the gateway refuses the revoked token", func() bool {
 		return listStatus(t, f.a.MCPURL(), agent) == http.StatusUnauthorized
 	})

@@ -1,5 +1,6 @@
 // Package roles is okso's composition root: one cobra command per role
-// (all-in-one, gateway, device, mock-fleet, agent, token, bench), flags and OKSO_*
+// (all-in-one, gateway, device, remote, mock-fleet, agent, token, nats,
+// endpoint, bench), flags and OKSO_*
 // environment variables turned into config, and the parts wired and run
 // in one run group. Nothing else in okso reads flags.
 package roles
@@ -58,6 +59,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		mockFleetCmd(stderr),
 		agentCmd(stderr),
 		tokenCmd(stdout),
+		natsCmd(stdout),
 		endpointCmd(stdout),
 		benchCmd(stdout, stderr),
 	)
@@ -136,6 +138,7 @@ func addNATSFlags(fs *pflag.FlagSet, c *natsConfig) {
 	fs.StringVar(&c.Addr, "nats-cluster-addr", "", "host:port the embedded server takes routes on")
 	fs.StringSliceVar(&c.Routes, "nats-routes", nil, "nats-route://host:port of the other cluster members (repeatable)")
 	fs.IntVar(&c.Replicas, "registry-replicas", 0, "replicas of okso's JetStream buckets (0: 3 in a cluster of 3 or more, else 1)")
+	addNATSSecurityFlags(fs, &c.natsSecurity)
 }
 
 // gatewayFlags are the flags of the agents' door.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
@@ -536,6 +537,8 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 		natsURL string
 		token   string
 		until   time.Duration
+		sec     natsSecurity
+		dataDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "revoke [JTI]",
@@ -543,7 +546,8 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 		Long: "okso token revoke writes the token id to the shared revocation bucket (KV okso_revoked)\n" +
 			"on the NATS of your gateways and tiers (--nats-url). Within a second they refuse the token,\n" +
 			"and a device whose token it is loses its session (close 4401). The revocation lasts until\n" +
-			"the token would have expired (--token), or --until.",
+			"the token would have expired (--token), or --until. It connects with the admin's NATS\n" +
+			"credential: --nats-nkey or --nats-creds, or else the admin seed in --data-dir.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if natsURL == "" {
@@ -566,19 +570,38 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 			default:
 				return errors.New("give a token id (jti) or --token, one of them")
 			}
-			nc, err := bus.ConnectURL(natsURL, "okso-token-revoke")
+			np, err := openNATS(natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec})
+			if err != nil {
+				return err
+			}
+			nc, err := np.connect(bus.RoleAdmin, "okso-token-revoke")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			ctx, cancel := context.WithTimeout(contextOf(cmd), 10*time.Second)
 			defer cancel()
-			revs, err := bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: 1})
-			if err != nil {
+			ctx, denied := context.WithCancelCause(ctx)
+			defer denied(nil)
+			// A credential that may not write the revocations is refused
+			// asynchronously; the write would otherwise wait out ctx.
+			nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if errors.Is(err, nats.ErrPermissionViolation) {
+					denied(fmt.Errorf("%w: only the admin's NATS credential may revoke (okso nats creds --role admin)", err))
+				}
+			})
+			because := func(err error) error {
+				if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
+					return cause
+				}
 				return err
 			}
+			revs, err := bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: 1})
+			if err != nil {
+				return because(err)
+			}
 			if err := revs.Revoke(ctx, jti, expires); err != nil {
-				return err
+				return because(err)
 			}
 			fmt.Fprintf(stdout, "revoked %s until %s\n", jti, expires.UTC().Format(time.RFC3339))
 			return nil
@@ -588,5 +611,7 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 	fs.StringVar(&natsURL, "nats-url", "", "NATS of the gateways and tiers (an okso process started with --nats-listen, or your cluster)")
 	fs.StringVar(&token, "token", "", "the token to revoke (its jti and expiry are read from it)")
 	fs.DurationVar(&until, "until", 30*24*time.Hour, "how long the revocation lasts when the token's expiry is not known")
+	addNATSClientFlags(fs, &sec)
+	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
 	return cmd
 }

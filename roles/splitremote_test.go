@@ -238,6 +238,16 @@ func TestSplitFederation(t *testing.T) {
 	if !strings.HasPrefix(natsURL, "nats://") || !strings.HasPrefix(mcpURL, "http://") {
 		t.Fatalf("gateway listening line %v", l)
 	}
+	// The replicas run elsewhere, with data dirs of their own: each is
+	// given the remote role's NATS credential.
+	seed, err := exec.Command(bin, "nats", "creds", "--data-dir", data, "--role", "remote").Output()
+	if err != nil {
+		t.Fatalf("okso nats creds: %v", err)
+	}
+	seedFile := filepath.Join(t.TempDir(), "remote.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	replica := func(name string) *proc {
 		t.Helper()
 		config := filepath.Join(t.TempDir(), "remotes.yaml")
@@ -252,7 +262,7 @@ func TestSplitFederation(t *testing.T) {
 `, up.url(), name), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		p := startProc(t, bin, name, "remote", "--config", config, "--nats-url", natsURL,
+		p := startProc(t, bin, name, "remote", "--config", config, "--nats-url", natsURL, "--nats-nkey", seedFile,
 			"--remote-lease-ttl", lease.String(), "--data-dir", t.TempDir())
 		p.wait(msgIs("upstream listed"))
 		return p

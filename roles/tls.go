@@ -26,17 +26,22 @@ func addTLSFlags(fs *pflag.FlagSet, f *tlsFiles, what string) {
 	fs.StringVar(&f.Key, "tls-key", "", "PEM private key of --tls-cert")
 }
 
-// load loads the pair, or returns nil when neither flag is set.
-func (f tlsFiles) load(log *slog.Logger) (*certfile.Pair, error) {
+// load loads the pair, or returns nil when neither flag is set; flag is
+// the flags' prefix in errors ("--tls", "--nats-tls").
+func (f tlsFiles) load(log *slog.Logger, flag string) (*certfile.Pair, error) {
 	switch {
 	case f.Cert == "" && f.Key == "":
 		return nil, nil
 	case f.Key == "":
-		return nil, errors.New("--tls-cert needs --tls-key")
+		return nil, fmt.Errorf("%s-cert needs %s-key", flag, flag)
 	case f.Cert == "":
-		return nil, errors.New("--tls-key needs --tls-cert")
+		return nil, fmt.Errorf("%s-key needs %s-cert", flag, flag)
 	}
-	return certfile.Load(f.Cert, f.Key, log)
+	p, err := certfile.Load(f.Cert, f.Key, log)
+	if err != nil && flag != "--tls" {
+		return nil, fmt.Errorf("%s-cert: %w", flag, err)
+	}
+	return p, err
 }
 
 // serveTLS makes p serve TLS with pair, offering protos by ALPN. With
@@ -141,19 +146,28 @@ func (f clientFiles) clientTLS(pair *certfile.Pair) (*tls.Config, error) {
 	if f.CA == "" {
 		return conf, nil
 	}
-	b, err := os.ReadFile(f.CA)
+	var err error
+	if conf.RootCAs, err = caPool("--ca", f.CA); err != nil {
+		return nil, err
+	}
+	return conf, nil
+}
+
+// caPool is the system's roots and the CAs of the PEM bundle file, given
+// with flag.
+func caPool(flag, file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("--ca: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil {
 		pool = x509.NewCertPool() // no system roots here: the bundle's alone
 	}
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("--ca %s: no PEM certificate in it", f.CA)
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
 	}
-	conf.RootCAs = pool
-	return conf, nil
+	return pool, nil
 }
 
 // certNode is the node id of the client certificate pair, loaded from

@@ -202,7 +202,7 @@ func New(o Options) (*Tier, error) {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
 	}
 	t.cancelSub = sub
-	t.inbox = nats.NewInbox()
+	t.inbox = o.NC.NewInbox() // of the role's own reply subjects: the only ones it may read
 	if t.inboxSub, err = o.NC.Subscribe(t.inbox+".*.*", t.onNoListener); err != nil {
 		return nil, errors.Join(fmt.Errorf("device tier: subscribe to its stream inbox: %w", err), sub.Unsubscribe())
 	}

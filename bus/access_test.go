@@ -1,0 +1,468 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/certfile/certtest"
+)
+
+// TestRolesOnNATS: on a NATS server that admits okso's roles (embedded,
+// or an external one configured by okso nats server-config), a client
+// without a credential of theirs cannot connect, and each role can do
+// what its part of okso does and nothing that would let it act as
+// another: forge a registry record, delete a revocation, serve or call a
+// node as the wrong role, read the audit or another role's answers.
+func TestRolesOnNATS(t *testing.T) {
+	creds, err := bus.NewCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := t.TempDir()
+	for _, r := range bus.Roles {
+		b, err := creds.SeedFile(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(seeds, bus.SeedFileName(r)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("embedded", func(t *testing.T) {
+		srv, err := bus.StartServer(bus.ServerOptions{Listen: "127.0.0.1:0", Credentials: creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		checkRoles(t, srv.ClientURL(), seeds)
+	})
+	t.Run("server-config", func(t *testing.T) {
+		checkRoles(t, startConfigured(t, creds.ServerConfig()), seeds)
+	})
+}
+
+// startConfigured starts a nats-server from a configuration file holding
+// auth (okso nats server-config) and returns its client URL.
+func startConfigured(t *testing.T, auth string) string {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	text := "listen: 127.0.0.1:-1\njetstream: {store_dir: " + `"` + filepath.Join(dir, "js") + `"` + "}\n" + auth
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("the server configuration does not load: %v\n%s", err, text)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return ns.ClientURL()
+}
+
+// roleConn is a connection of one role, and the permission violations
+// NATS reported to it.
+type roleConn struct {
+	*nats.Conn
+	denied chan error
+}
+
+func connectRole(t *testing.T, url, seeds string, role bus.Role) *roleConn {
+	t.Helper()
+	nc, err := bus.ConnectURL(url, "test-"+string(role), bus.ClientOptions{Role: role, NkeyFile: filepath.Join(seeds, bus.SeedFileName(role))})
+	if err != nil {
+		t.Fatalf("connect as %s: %v", role, err)
+	}
+	t.Cleanup(nc.Close)
+	c := &roleConn{Conn: nc, denied: make(chan error, 64)}
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			c.denied <- err
+		}
+	})
+	return c
+}
+
+// refused runs do, which must be refused by NATS for want of permission
+// on subject.
+func (c *roleConn) refused(t *testing.T, subject string, do func() error) {
+	t.Helper()
+	if err := do(); err != nil && !errors.Is(err, nats.ErrPermissionViolation) {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	select {
+	case err := <-c.denied:
+		if !strings.Contains(err.Error(), `"`+subject+`"`) {
+			t.Fatalf("%s: refused, but for another subject: %v", subject, err)
+		}
+	case <-time.After(eventTimeout):
+		t.Fatalf("%s %s: not refused", c.Opts.Name, subject)
+	}
+}
+
+func (c *roleConn) mayNotPublish(t *testing.T, subject string, hdr nats.Header) {
+	t.Helper()
+	c.refused(t, subject, func() error { return c.PublishMsg(&nats.Msg{Subject: subject, Header: hdr, Data: []byte("{}")}) })
+}
+
+func (c *roleConn) mayNotSubscribe(t *testing.T, subject string) {
+	t.Helper()
+	c.refused(t, subject, func() error {
+		_, err := c.SubscribeSync(subject)
+		return err
+	})
+}
+
+func checkRoles(t *testing.T, url string, seeds string) {
+	ctx, cancel := context.WithTimeout(t.Context(), eventTimeout)
+	defer cancel()
+
+	for _, opts := range []bus.ClientOptions{
+		{},
+		{NkeyFile: writeSeed(t, mustUserKey(t))}, // a key nobody gave a role
+	} {
+		if nc, err := bus.ConnectURL(url, "stranger", opts); err == nil {
+			nc.Close()
+			t.Fatalf("connected with %+v", opts)
+		} else if !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+			t.Fatalf("connect with %+v: %v, want an authorization violation", opts, err)
+		}
+	}
+
+	gw := connectRole(t, url, seeds, bus.RoleGateway)
+	dev := connectRole(t, url, seeds, bus.RoleDevice)
+	rem := connectRole(t, url, seeds, bus.RoleRemote)
+	admin := connectRole(t, url, seeds, bus.RoleAdmin)
+
+	// What each role does: the gateway may start first and create the
+	// buckets it reads; the device tier writes the registry; the admin
+	// revokes.
+	if _, err := bus.OpenRegistry(ctx, gw.Conn, bus.RegistryOptions{}); err != nil {
+		t.Fatalf("gateway opens the registry: %v", err)
+	}
+	if _, err := bus.OpenRevocations(ctx, gw.Conn, bus.RevocationOptions{ReadOnly: true}); err != nil {
+		t.Fatalf("gateway opens the revocations: %v", err)
+	}
+	if _, err := bus.OpenCallers(ctx, gw.Conn, bus.CallersOptions{}); err != nil {
+		t.Fatalf("gateway opens its callers: %v", err)
+	}
+	if err := bus.KeepAudit(ctx, gw.Conn, time.Hour, 1, false); err != nil {
+		t.Fatalf("gateway keeps the audit: %v", err)
+	}
+	reg, err := bus.OpenRegistry(ctx, dev.Conn, bus.RegistryOptions{})
+	if err != nil {
+		t.Fatalf("device tier opens the registry: %v", err)
+	}
+	const node = "01hzx9k3m4p7q8r9s0t1v2w3xy"
+	if _, err := reg.Claim(ctx, bus.Node{NodeID: node, Tenant: "demo", SessionID: "s1"}); err != nil {
+		t.Fatalf("device tier claims a node: %v", err)
+	}
+	if _, err := bus.OpenBindings(ctx, dev.Conn, bus.BindingsOptions{Memory: true}); err != nil {
+		t.Fatalf("device tier opens the bindings: %v", err)
+	}
+	if _, err := bus.OpenRemotes(ctx, rem.Conn, bus.RemotesOptions{}); err != nil {
+		t.Fatalf("remote tier opens the remotes: %v", err)
+	}
+	revs, err := bus.OpenRevocations(ctx, admin.Conn, bus.RevocationOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := revs.Revoke(ctx, "jti-1", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("admin revokes: %v", err)
+	}
+
+	// A call: the gateway asks, the tier serving the node answers once.
+	var served atomic.Int32
+	if _, err := dev.QueueSubscribe(bus.NodeCmd(node), bus.QueueNode, func(m *nats.Msg) {
+		served.Add(1)
+		_ = m.Respond([]byte("ok"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rem.QueueSubscribe(bus.RemoteCall("ext"), bus.QueueRemote, func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*roleConn{dev, rem} {
+		if err := c.Flush(); err != nil { // the server has the subscription
+			t.Fatal(err)
+		}
+	}
+	for _, subject := range []string{bus.NodeCmd(node), bus.RemoteCall("ext")} {
+		if m, err := gw.RequestWithContext(ctx, subject, []byte("{}")); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("gateway calls %s: %v", subject, err)
+		}
+	}
+	if n := served.Load(); n != 1 {
+		t.Fatalf("the node served %d calls, want 1", n)
+	}
+
+	t.Run("gateway", func(t *testing.T) {
+		gw.mayNotSubscribe(t, bus.NodeCmd("*"))
+		gw.mayNotSubscribe(t, bus.RemoteCall("ext"))
+		gw.mayNotSubscribe(t, bus.Audit(">"))
+		gw.mayNotSubscribe(t, "_INBOX.device.>")
+		gw.mayNotPublish(t, "$KV."+bus.BucketNodes+"."+node, nil)
+		gw.mayNotPublish(t, bus.Stream("s1"), nil)
+	})
+	t.Run("device", func(t *testing.T) {
+		// A device tier cannot call a node as a gateway would.
+		dev.refused(t, bus.NodeCmd(node), func() error {
+			_, err := dev.Request(bus.NodeCmd(node), []byte("{}"), 200*time.Millisecond)
+			if errors.Is(err, nats.ErrTimeout) { // it went nowhere
+				return nil
+			}
+			return err
+		})
+		dev.mayNotPublish(t, bus.RemoteCall("ext"), nil)
+		dev.mayNotSubscribe(t, "okso.v1.caller.>")
+		dev.mayNotSubscribe(t, bus.Stream("*"))
+		dev.mayNotSubscribe(t, "_INBOX.gateway.>")
+		dev.mayNotPublish(t, "$KV."+bus.BucketRemotes+".ext", nil)
+	})
+	t.Run("remote", func(t *testing.T) {
+		rem.mayNotSubscribe(t, bus.NodeCmd("*"))
+		rem.mayNotPublish(t, bus.NodeCmd(node), nil)
+		rem.mayNotPublish(t, "$KV."+bus.BucketNodes+"."+node, nil)
+		rem.mayNotSubscribe(t, ">")
+	})
+	// No role but the admin may forge a revocation or take one back, by
+	// writing the key, purging or deleting the bucket's stream or one of
+	// its messages, or changing the stream's limits.
+	t.Run("revocations", func(t *testing.T) {
+		stream := "KV_" + bus.BucketRevoked
+		for _, c := range []*roleConn{gw, dev, rem} {
+			c.mayNotPublish(t, "$KV."+bus.BucketRevoked+".jti-1", nats.Header{"KV-Operation": {"DEL"}})
+			c.mayNotPublish(t, "$KV."+bus.BucketRevoked+".jti-2", nil)
+			for _, api := range []string{"STREAM.PURGE.", "STREAM.DELETE.", "STREAM.MSG.DELETE.", "STREAM.UPDATE."} {
+				c.mayNotPublish(t, "$JS.API."+api+stream, nil)
+			}
+		}
+	})
+	if n := served.Load(); n != 1 {
+		t.Fatalf("the node served %d calls, want 1: a refused request reached it", n)
+	}
+
+	// The admin sees the records as their writers left them.
+	js, err := jetstream.New(admin.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketRevoked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "jti-1"); err != nil {
+		t.Fatalf("the revocation: %v", err)
+	}
+	if _, err := kv.Get(ctx, "jti-2"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("a revocation nobody made: %v", err)
+	}
+	n, err := reg.Get(ctx, node)
+	if err != nil || n == nil || n.SessionID != "s1" {
+		t.Fatalf("the node's record: %+v, %v", n, err)
+	}
+}
+
+func mustUserKey(t *testing.T) nkeys.KeyPair {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+func writeSeed(t *testing.T, kp nkeys.KeyPair) string {
+	t.Helper()
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "stranger.nk")
+	if err := os.WriteFile(file, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// TestClusterRoutes: the embedded servers of one cluster route to each
+// other over TLS with their shared route secret; a member with another
+// secret, or one that does not trust the others' certificate, is
+// refused, and the refusal is logged, not silent.
+func TestClusterRoutes(t *testing.T) {
+	creds, err := bus.NewCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangers, err := bus.NewCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca := certtest.NewCA(t)
+	certFile, keyFile := ca.WriteLeaf(t, dir, 1)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusting := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
+	distrusting := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12} // the system's roots
+	var routes []string
+	for range 4 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, ln.Addr().String())
+		ln.Close()
+	}
+	// member i routes to member to.
+	member := func(i, to int, c *bus.Credentials, conf *tls.Config) (*bus.Server, *syncBuffer) {
+		t.Helper()
+		logs := &syncBuffer{}
+		srv, err := bus.StartServer(bus.ServerOptions{Name: fmt.Sprintf("n%d", i), Listen: "127.0.0.1:0",
+			Credentials: c, TLS: conf, Log: slog.New(slog.NewJSONHandler(logs, nil)),
+			Cluster: bus.ClusterOptions{Name: "okso", Listen: routes[i], Routes: []string{"nats-route://" + routes[to]}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		return srv, logs
+	}
+	a, aLog := member(0, 1, creds, trusting)
+	b, _ := member(1, 0, creds, trusting)
+
+	// A message published on a reaches a subscriber on b: they route.
+	sub, err := b.ConnectAs(bus.RoleGateway, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got, err := sub.SubscribeSync(bus.Stream("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := a.ConnectAs(bus.RoleDevice, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	deadline := time.Now().Add(eventTimeout)
+	for {
+		if err := pub.Publish(bus.Stream("s1"), []byte("frame")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := got.NextMsg(100 * time.Millisecond); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the two members never routed")
+		}
+	}
+
+	_, cLog := member(2, 0, strangers, trusting)
+	_, dLog := member(3, 0, creds, distrusting)
+	refused := func(logs ...*syncBuffer) bool {
+		for _, l := range logs {
+			if strings.Contains(l.String(), "nats route refused") {
+				return true
+			}
+		}
+		return false
+	}
+	for !refused(aLog, cLog) || !refused(dLog) {
+		if time.Now().After(deadline.Add(eventTimeout)) {
+			t.Fatalf("a member with another secret, or distrusting the certificate, not refused in the logs:\na: %s\nc: %s\nd: %s",
+				aLog, cLog, dLog)
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	if !strings.Contains(dLog.String(), "certificate") {
+		t.Errorf("the distrusting member's refusal does not name the certificate: %s", dLog)
+	}
+}
+
+// TestRotateCredential: after a role's credential is rotated, a server
+// that loads the credentials admits both the old seed and the new, each
+// with the role's permissions and no more; once the retired key is
+// deleted, the old seed is refused.
+func TestRotateCredential(t *testing.T) {
+	dir := t.TempDir()
+	old, err := bus.LoadCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldSeed, err := old.SeedFile(bus.RoleGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := t.TempDir()
+	if err := os.WriteFile(filepath.Join(seeds, bus.SeedFileName(bus.RoleGateway)), oldSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := bus.RotateCredential(dir, bus.RoleGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub == old.PublicKey(bus.RoleGateway) {
+		t.Fatal("the rotated key is the old one")
+	}
+	serve := func() string {
+		t.Helper()
+		c, err := bus.LoadCredentials(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.PublicKey(bus.RoleGateway) != pub || c.PublicKey(bus.RoleDevice) != old.PublicKey(bus.RoleDevice) {
+			t.Fatal("the data dir's keys are not the rotated gateway's and the same device's")
+		}
+		srv, err := bus.StartServer(bus.ServerOptions{Listen: "127.0.0.1:0", Credentials: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		return srv.ClientURL()
+	}
+	url := serve()
+	for _, seedDir := range []string{seeds, dir} {
+		c := connectRole(t, url, seedDir, bus.RoleGateway)
+		c.mayNotSubscribe(t, bus.NodeCmd("*"))
+	}
+
+	if err := os.RemoveAll(filepath.Join(dir, "retired")); err != nil {
+		t.Fatal(err)
+	}
+	url = serve()
+	connectRole(t, url, dir, bus.RoleGateway)
+	_, err = bus.ConnectURL(url, "old", bus.ClientOptions{Role: bus.RoleGateway, NkeyFile: filepath.Join(seeds, bus.SeedFileName(bus.RoleGateway))})
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		t.Fatalf("the old seed once its key is deleted: %v, want an authorization violation", err)
+	}
+}

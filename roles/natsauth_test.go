@@ -1,0 +1,183 @@
+package roles
+
+import (
+	"bytes"
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/certfile/certtest"
+)
+
+// oksoOut runs okso args in-process to its end and returns its stdout.
+func oksoOut(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	root := NewRoot(&out, &errs)
+	root.SetArgs(args)
+	err := root.ExecuteContext(t.Context())
+	return out.String(), err
+}
+
+// TestNATSAuth splits okso as an operator would on two hosts: a device
+// tier exposes its embedded NATS over TLS; a gateway with a data dir of
+// its own (the tier's public signing key, no NATS credential) joins it
+// with --nats-url. Without the gateway's credential (okso nats creds), or
+// without the CA, it cannot start, and says why; with both, it serves the
+// tier's device. Only the admin's credential may revoke a token, and a
+// client with no credential cannot connect at all.
+func TestNATSAuth(t *testing.T) {
+	tierData, gwData, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	ca := certtest.NewCA(t)
+	certFile, keyFile := ca.WriteLeaf(t, dir, 1)
+	caFile := ca.WriteCA(t, dir)
+	tierLog := newLogSink()
+	runRoot(t, tierLog, tierLog, "device", "--data-dir", tierData, "--device-addr", "127.0.0.1:0", "--mock", "1",
+		"--nats-listen", "127.0.0.1:0", "--nats-tls-cert", certFile, "--nats-tls-key", keyFile)
+	natsURL, _ := tierLog.wait(t, "the tier listening", line("listening"))["nats_url"].(string)
+	tierLog.wait(t, "the tier's device", line("mock devices connected"))
+
+	pub, err := os.ReadFile(filepath.Join(tierData, auth.PubKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(gwData, auth.PubKeyFile), pub, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seed := func(role bus.Role) string {
+		out, err := oksoOut(t, "nats", "creds", "--data-dir", tierData, "--role", string(role))
+		if err != nil {
+			t.Fatalf("okso nats creds --role %s: %v", role, err)
+		}
+		file := filepath.Join(dir, string(role)+".nk")
+		if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	gwSeed, adminSeed := seed(bus.RoleGateway), seed(bus.RoleAdmin)
+
+	t.Run("no credential", func(t *testing.T) {
+		startFails(t, []string{"gateway", "--nats-url", natsURL, "--nats-ca", caFile}, "okso nats creds --role gateway")
+	})
+	t.Run("no CA", func(t *testing.T) {
+		startFails(t, []string{"gateway", "--nats-url", natsURL, "--nats-nkey", gwSeed}, "certificate signed by unknown authority")
+	})
+	t.Run("no credential, raw client", func(t *testing.T) {
+		nc, err := nats.Connect(natsURL, nats.Secure(&tls.Config{RootCAs: ca.Pool()}), nats.MaxReconnects(0))
+		if err == nil {
+			nc.Close()
+			t.Fatal("a client with no credential connected")
+		}
+		if !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+			t.Fatalf("%v, want an authorization violation", err)
+		}
+	})
+
+	gwLog := newLogSink()
+	runRoot(t, gwLog, gwLog, "gateway", "--data-dir", gwData, "--mcp-addr", "127.0.0.1:0",
+		"--nats-url", natsURL, "--nats-nkey", gwSeed, "--nats-ca", caFile, "--log-level", "debug")
+	mcpURL, _ := gwLog.wait(t, "the gateway listening", line("listening"))["mcp_url"].(string)
+	gwLog.wait(t, "the tier's device reaches the gateway", line("node online"))
+	signer, err := auth.LoadOrCreateSigner(tierData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := signer.Mint(auth.MintOptions{Subject: "agent", Tenant: DefaultTenant, Scopes: []string{auth.ScopeReadOnly}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcpSession(t, mcpURL, token)
+	var echo string
+	for tl, err := range s.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(tl.Name, "sysecho.") {
+			echo = tl.Name
+		}
+	}
+	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo, Arguments: map[string]any{"message": "over tls"}})
+	if err != nil || res.IsError {
+		t.Fatalf("call %q through the split roles: %v %+v", echo, err, res)
+	}
+
+	claims, _ := auth.UnverifiedClaims(token)
+	if _, err := oksoOut(t, "token", "revoke", "--nats-url", natsURL, "--nats-ca", caFile, "--nats-nkey", gwSeed, claims.ID); err == nil ||
+		!strings.Contains(err.Error(), "only the admin's NATS credential may revoke") {
+		t.Errorf("revoke with the gateway's credential: %v, want a refusal naming the admin's credential", err)
+	}
+	if out, err := oksoOut(t, "token", "revoke", "--nats-url", natsURL, "--nats-ca", caFile, "--nats-nkey", adminSeed, claims.ID); err != nil ||
+		!strings.HasPrefix(out, "revoked "+claims.ID) {
+		t.Fatalf("revoke with the admin's credential: %q, %v", out, err)
+	}
+	eventually(t, "the gateway refuses the revoked token", func() bool { return listStatus(t, mcpURL, token) == 401 })
+}
+
+// TestNATSInsecure: --nats-insecure opens the embedded server to anyone,
+// and says so at every start; without it, all-in-one's exposed NATS
+// admits only okso's roles, and its banner says how to get a role's
+// credential.
+func TestNATSInsecure(t *testing.T) {
+	for _, insecure := range []bool{false, true} {
+		stdout, stderr := newLogSink(), newLogSink()
+		args := []string{"all-in-one", "--data-dir", t.TempDir(), "--mcp-addr", "127.0.0.1:0", "--device-addr", "127.0.0.1:0",
+			"--mock", "0", "--local-agent=false", "--nats-listen", "127.0.0.1:0"}
+		if insecure {
+			args = append(args, "--nats-insecure")
+		}
+		stop := runRoot(t, stdout, stderr, args...)
+		bannerRow(t, stdout, "logs")
+		nc, err := nats.Connect(bannerRow(t, stdout, "NATS"), nats.MaxReconnects(0))
+		if err == nil {
+			nc.Close()
+		}
+		warned := strings.Contains(stderr.String(), "--nats-insecure: the embedded NATS server lets anyone")
+		creds := strings.Contains(stdout.String(), "nats creds --data-dir")
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case insecure && (err != nil || !warned || creds):
+			t.Errorf("--nats-insecure: connect %v, warned %v, banner names creds %v", err, warned, creds)
+		case !insecure && (err == nil || warned || !creds):
+			t.Errorf("secured: connect %v, warned %v, banner names creds %v", err, warned, creds)
+		}
+	}
+}
+
+// TestNATSSecurityStartErrors: NATS security flags that do not go
+// together stop a role at start, naming them.
+func TestNATSSecurityStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t)
+	certFile, keyFile := ca.WriteLeaf(t, dir, 1)
+	caFile := ca.WriteCA(t, dir)
+	missing := filepath.Join(dir, "missing.nk")
+	const url = "nats://127.0.0.1:1"
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nkey without url", []string{"gateway", "--nats-nkey", caFile}, "--nats-nkey and --nats-creds go with --nats-url"},
+		{"nkey and creds", []string{"gateway", "--nats-url", url, "--nats-nkey", caFile, "--nats-creds", caFile}, "give one of them"},
+		{"insecure with url", []string{"gateway", "--nats-url", url, "--nats-insecure"}, "are the embedded server's"},
+		{"tls with url", []string{"device", "--nats-url", url, "--nats-tls-cert", certFile, "--nats-tls-key", keyFile}, "are the embedded server's"},
+		{"tls without listen", []string{"gateway", "--nats-tls-cert", certFile, "--nats-tls-key", keyFile}, "--nats-tls-cert needs --nats-listen"},
+		{"tls without key", []string{"gateway", "--nats-listen", "127.0.0.1:0", "--nats-tls-cert", certFile}, "--nats-tls-cert needs --nats-tls-key"},
+		{"tls key missing", []string{"all-in-one", "--nats-listen", "127.0.0.1:0", "--nats-tls-cert", certFile, "--nats-tls-key", missing}, missing},
+		{"ca alone", []string{"device", "--nats-ca", caFile}, "--nats-ca: nothing here dials"},
+		{"nkey missing", []string{"remote", "--config", caFile, "--nats-url", url, "--nats-nkey", missing}, missing},
+		{"creds role unknown", []string{"nats", "creds", "--role", "root"}, `--role "root": want one of gateway, device, remote, audit, admin`},
+	} {
+		t.Run(c.name, func(t *testing.T) { startFails(t, c.args, c.want) })
+	}
+}
