@@ -16,8 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/okso-io/okso/bus"
 )
 
 // Where the files are, relative to this package.
@@ -29,6 +32,12 @@ const (
 	dockerignore  = "../.dockerignore"
 	namespace     = "okso"
 	signingSecret = "okso-signing-key"
+	// NATS security (deploy/README.md): the servers' certificate, the CA
+	// that signs it, the roles' public keys, and each role's seed.
+	natsTLSSecret   = "okso-nats-tls"
+	natsCAConfigMap = "okso-nats-ca"
+	natsUsersSecret = "okso-nats-users"
+	natsSeedSecret  = "okso-nats-" // + role
 )
 
 // listenFlag is the flag each server role binds its HTTP listener with.
@@ -200,6 +209,9 @@ type podSpec struct {
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
 		} `yaml:"secret"`
+		ConfigMap *struct {
+			Name string `yaml:"name"`
+		} `yaml:"configMap"`
 	} `yaml:"volumes"`
 }
 
@@ -535,9 +547,13 @@ func TestNATSValues(t *testing.T) {
 	}
 	var v struct {
 		Config struct {
+			Nats struct {
+				TLS natsTLS `yaml:"tls"`
+			} `yaml:"nats"`
 			Cluster struct {
-				Enabled  bool `yaml:"enabled"`
-				Replicas int  `yaml:"replicas"`
+				Enabled  bool    `yaml:"enabled"`
+				Replicas int     `yaml:"replicas"`
+				TLS      natsTLS `yaml:"tls"`
 			} `yaml:"cluster"`
 			JetStream struct {
 				Enabled     bool `yaml:"enabled"`
@@ -546,12 +562,66 @@ func TestNATSValues(t *testing.T) {
 					MaxSize string `yaml:"maxSize"`
 				} `yaml:"memoryStore"`
 			} `yaml:"jetstream"`
+			Merge struct {
+				Authorization struct {
+					Users      []natsUser `yaml:"users"`
+					NoAuthUser string     `yaml:"no_auth_user"`
+				} `yaml:"authorization"`
+			} `yaml:"merge"`
 		} `yaml:"config"`
+		TLSCA struct {
+			Enabled       bool   `yaml:"enabled"`
+			ConfigMapName string `yaml:"configMapName"`
+			Key           string `yaml:"key"`
+		} `yaml:"tlsCA"`
+		Container struct {
+			Env map[string]struct {
+				ValueFrom struct {
+					SecretKeyRef struct {
+						Name string `yaml:"name"`
+						Key  string `yaml:"key"`
+					} `yaml:"secretKeyRef"`
+				} `yaml:"valueFrom"`
+			} `yaml:"env"`
+		} `yaml:"container"`
 	}
 	if err := yaml.Unmarshal(b, &v); err != nil {
 		t.Fatalf("%s: %v", natsValues, err)
 	}
 	c := v.Config
+	// Nothing reaches NATS unauthenticated: TLS on client and route
+	// ports, routes verified against the CA, and okso's roles the only
+	// users, each with its permissions and its key from the Secret.
+	if t1 := c.Nats.TLS; !t1.Enabled || t1.SecretName != natsTLSSecret {
+		t.Errorf("%s: config.nats.tls: want enabled, secretName %s, got %+v", natsValues, natsTLSSecret, t1)
+	}
+	if t2 := c.Cluster.TLS; !t2.Enabled || t2.SecretName != natsTLSSecret || !t2.Merge.Verify {
+		t.Errorf("%s: config.cluster.tls: want enabled, secretName %s, merge.verify (mTLS routes), got %+v", natsValues, natsTLSSecret, t2)
+	}
+	if !v.TLSCA.Enabled || v.TLSCA.ConfigMapName != natsCAConfigMap || v.TLSCA.Key != "ca.crt" {
+		t.Errorf("%s: tlsCA: want enabled, configMapName %s, key ca.crt, got %+v", natsValues, natsCAConfigMap, v.TLSCA)
+	}
+	if c.Merge.Authorization.NoAuthUser != "" {
+		t.Errorf("%s: no_auth_user %q lets clients in without a credential", natsValues, c.Merge.Authorization.NoAuthUser)
+	}
+	users := c.Merge.Authorization.Users
+	if len(users) != len(bus.Roles) {
+		t.Errorf("%s: %d users, want one per okso role (%v)", natsValues, len(users), bus.Roles)
+	}
+	for i, role := range bus.Roles {
+		if i >= len(users) {
+			break
+		}
+		u := users[i]
+		env := "OKSO_NATS_" + strings.ToUpper(string(role))
+		if want := "<< $" + env + " >>"; u.Nkey != want {
+			t.Errorf("%s: user %d (%s): nkey %q, want %q", natsValues, i, role, u.Nkey, want)
+		}
+		if ref := v.Container.Env[env].ValueFrom.SecretKeyRef; ref.Name != natsUsersSecret || ref.Key != string(role) {
+			t.Errorf("%s: container.env %s: want secretKeyRef %s/%s, got %+v", natsValues, env, natsUsersSecret, role, ref)
+		}
+		u.check(t, role)
+	}
 	if !c.Cluster.Enabled || c.Cluster.Replicas < 3 {
 		t.Errorf("%s: want config.cluster.enabled with at least 3 replicas, got %v, %d", natsValues, c.Cluster.Enabled, c.Cluster.Replicas)
 	}
@@ -571,8 +641,64 @@ func TestNATSValues(t *testing.T) {
 	}
 }
 
+// natsTLS is a tls block of the NATS chart's values.
+type natsTLS struct {
+	Enabled    bool   `yaml:"enabled"`
+	SecretName string `yaml:"secretName"`
+	Merge      struct {
+		Verify bool `yaml:"verify"`
+	} `yaml:"merge"`
+}
+
+// natsUser is a user of the NATS chart's authorization block.
+type natsUser struct {
+	Nkey        string `yaml:"nkey"`
+	Permissions *struct {
+		Publish struct {
+			Allow []string `yaml:"allow"`
+		} `yaml:"publish"`
+		Subscribe struct {
+			Allow []string `yaml:"allow"`
+		} `yaml:"subscribe"`
+		AllowResponses struct {
+			Max     int    `yaml:"max"`
+			Expires string `yaml:"expires"`
+		} `yaml:"allow_responses"`
+	} `yaml:"permissions"`
+}
+
+// check reports where u's permissions are not role's in okso (what okso
+// nats server-config prints, and the embedded servers enforce).
+func (u natsUser) check(t *testing.T, role bus.Role) {
+	t.Helper()
+	want := role.Permissions()
+	got := u.Permissions
+	switch {
+	case want == nil && got == nil:
+		return
+	case want == nil:
+		t.Errorf("%s: the %s user has permissions; okso's %s may do anything", natsValues, role, role)
+		return
+	case got == nil:
+		t.Errorf("%s: the %s user has no permissions: it may do anything", natsValues, role)
+		return
+	}
+	if !slices.Equal(got.Publish.Allow, want.Publish.Allow) {
+		t.Errorf("%s: the %s user may publish %q, okso's %s %q", natsValues, role, got.Publish.Allow, role, want.Publish.Allow)
+	}
+	if !slices.Equal(got.Subscribe.Allow, want.Subscribe.Allow) {
+		t.Errorf("%s: the %s user may subscribe %q, okso's %s %q", natsValues, role, got.Subscribe.Allow, role, want.Subscribe.Allow)
+	}
+	expires, err := time.ParseDuration(got.AllowResponses.Expires)
+	if got.AllowResponses.Max != want.Response.MaxMsgs || err != nil || expires != want.Response.Expires {
+		t.Errorf("%s: the %s user's allow_responses %+v, want max %d, expires %v", natsValues, role, got.AllowResponses,
+			want.Response.MaxMsgs, want.Response.Expires)
+	}
+}
+
 // TestRoleWiring: each okso container runs a server role bound where its
-// probes and Services reach it, on the shared NATS, with the signing key.
+// probes and Services reach it, on the shared NATS over TLS with its own
+// role's credential alone, with the signing key.
 func TestRoleWiring(t *testing.T) {
 	for _, nd := range deployments(t, loadManifests(t)) {
 		pod := nd.d.Spec.Template.Spec
@@ -606,6 +732,38 @@ func TestRoleWiring(t *testing.T) {
 			}
 			if u, ok := flagValue(c.Args, "nats-url"); !ok || u == "" {
 				t.Errorf("%s: no --nats-url: each pod would embed its own NATS and see no other", where)
+			}
+			mountedFrom := func(flag string) (secret, configMap string) {
+				file, ok := flagValue(c.Args, flag)
+				if !ok {
+					t.Errorf("%s: no --%s", where, flag)
+					return "", ""
+				}
+				for _, vm := range c.VolumeMounts {
+					if filepath.Dir(file) != filepath.Clean(vm.MountPath) {
+						continue
+					}
+					if !vm.ReadOnly {
+						t.Errorf("%s: --%s %s is mounted writable", where, flag, file)
+					}
+					for _, vol := range pod.Volumes {
+						switch {
+						case vol.Name != vm.Name:
+						case vol.Secret != nil:
+							return vol.Secret.SecretName, ""
+						case vol.ConfigMap != nil:
+							return "", vol.ConfigMap.Name
+						}
+					}
+				}
+				t.Errorf("%s: --%s %s is in no mounted volume", where, flag, file)
+				return "", ""
+			}
+			if secret, _ := mountedFrom("nats-nkey"); secret != "" && secret != natsSeedSecret+role {
+				t.Errorf("%s: the NATS credential of role %s comes from Secret %s, want %s%s (its own)", where, role, secret, natsSeedSecret, role)
+			}
+			if _, cm := mountedFrom("nats-ca"); cm != "" && cm != natsCAConfigMap {
+				t.Errorf("%s: --nats-ca from ConfigMap %s, want %s", where, cm, natsCAConfigMap)
 			}
 			dir, ok := flagValue(c.Args, "data-dir")
 			if !ok {
