@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	stdlog "log"
@@ -731,13 +730,13 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if err != nil {
 		return nil, err
 	}
-	var clientCAs *x509.CertPool
+	var clientCAs *certfile.Bundle
 	if cfg.ClientCA != "" {
 		if pair == nil {
 			return nil, errors.New("--client-ca needs --tls-cert and --tls-key: device mTLS is TLS first")
 		}
-		if clientCAs, err = loadClientCA(cfg.ClientCA); err != nil {
-			return nil, err
+		if clientCAs, err = certfile.LoadBundle(cfg.ClientCA, c.log); err != nil {
+			return nil, fmt.Errorf("--client-ca: %w", err)
 		}
 	}
 	hp, err := listen("--device-addr", cfg.Addr, maxConns)

@@ -46,8 +46,8 @@ func (f tlsFiles) load(log *slog.Logger, flag string) (*certfile.Pair, error) {
 
 // serveTLS makes p serve TLS with pair, offering protos by ALPN. With
 // clientCAs, a client must present a certificate they sign (mTLS), or
-// the handshake fails.
-func (p *httpPart) serveTLS(pair *certfile.Pair, clientCAs *x509.CertPool, protos ...string) {
+// the handshake fails; the bundle's file is followed like the pair's.
+func (p *httpPart) serveTLS(pair *certfile.Pair, clientCAs *certfile.Bundle, protos ...string) {
 	p.pair = pair
 	conf := &tls.Config{
 		GetCertificate: pair.GetCertificate,
@@ -55,31 +55,17 @@ func (p *httpPart) serveTLS(pair *certfile.Pair, clientCAs *x509.CertPool, proto
 		MinVersion:     tls.VersionTLS12,
 	}
 	if clientCAs != nil {
-		conf.ClientCAs, conf.ClientAuth = clientCAs, tls.RequireAndVerifyClientCert
+		conf = &tls.Config{GetConfigForClient: clientCAs.ServerConfig(conf), MinVersion: tls.VersionTLS12}
 	}
 	p.ln = tls.NewListener(p.ln, conf)
 }
 
-const clientCAUsage = "device mTLS: PEM bundle of the CAs that sign devices' client certificates (read at start; needs --tls-cert). " +
+const clientCAUsage = "device mTLS: PEM bundle of the CAs that sign devices' client certificates (reloaded when it changes; needs --tls-cert). " +
 	"A device must present one, whose identity, its URI SAN okso:node:<node_id> or else its CN, is its token's node id (4403 otherwise)"
 
 // ownDevicesMTLS says why a process's own devices cannot dial its tier
 // under device mTLS: they hold no certificate its --client-ca signs.
 const ownDevicesMTLS = "--client-ca: this process's own devices have no client certificate, so it runs none"
-
-// loadClientCA reads the --client-ca bundle: its CAs alone, not the
-// system's, sign devices' certificates.
-func loadClientCA(file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("--client-ca: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("--client-ca %s: no PEM certificate in it", file)
-	}
-	return pool, nil
-}
 
 // warnPlain logs, once at start, that p serves what in plain text on an
 // address other hosts can reach.

@@ -9,3 +9,10 @@ func SetClock(p *Pair, now func() time.Time) {
 	defer p.mu.Unlock()
 	p.now = now
 }
+
+// SetBundleClock is SetClock for a Bundle.
+func SetBundleClock(b *Bundle, now func() time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.now = now
+}
