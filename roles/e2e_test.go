@@ -54,6 +54,9 @@ type fixture struct {
 	// stop stops the all-in-one and waits for it (at the end of the test
 	// unless called before).
 	stop func()
+	// http, if set, is the HTTP client of post (default
+	// http.DefaultClient).
+	http *http.Client
 }
 
 func startAllInOne(t *testing.T, mock int, edit func(*AllInOneConfig)) *fixture {
@@ -191,7 +194,7 @@ func (f *fixture) connectDevice(tenant string, edit func(id string, o *agent.Opt
 		f.t.Fatal(err)
 	}
 	o := agent.MockOptions(id, f.a.c.schemas, 1)
-	o.URLs, o.Token = []string{f.a.DeviceURL()}, tok
+	o.URLs, o.Token, o.TLS = []string{f.a.DeviceURL()}, tok, f.a.tier.ownTLS()
 	if edit != nil {
 		edit(id, &o)
 	}

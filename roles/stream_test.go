@@ -3,6 +3,7 @@ package roles
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/internal/certfile/certtest"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -111,7 +113,11 @@ func (f *fixture) post(ctx context.Context, token, accept, body string, hdr ...s
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := http.DefaultClient
+	if f.http != nil {
+		client = f.http
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -173,13 +179,52 @@ func streamFixture(t *testing.T, edit func(*AllInOneConfig)) *fixture {
 // leaves, the gateway cancels, the device stops sampling, and nothing of
 // the stream is left on any side.
 func TestSSEStream(t *testing.T) {
-	f := streamFixture(t, nil)
+	checkSSEStream(t, streamFixture(t, nil), 1)
+}
+
+// TestSSEStreamOverHTTP2: the same over HTTPS, where clients speak
+// HTTP/2 to the gateway (ALPN h2); and when the gateway stops, the stream
+// ends with its close event (1000), not a reset.
+func TestSSEStreamOverHTTP2(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t)
+	certFile, keyFile := ca.WriteLeaf(t, dir, 1)
+	f := streamFixture(t, func(c *AllInOneConfig) { c.TLS = tlsFiles{Cert: certFile, Key: keyFile} })
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	f.http = &http.Client{Transport: tr}
+	checkSSEStream(t, f, 2)
+
+	probe := newStreamProbe()
+	node, _ := f.streamDevice(probe)
+	resp := f.post(t.Context(), f.token(auth.MintOptions{}), "text/event-stream", subscribeBody(node, `{"interval_ms":1000}`))
+	ch := events(resp)
+	if e := next(t, ch); e.name != "metric" && e.name != "ping" {
+		t.Fatalf("first event %+v", e)
+	}
+	go f.stop()
+	var last event
+	for e := range ch {
+		last = e
+	}
+	if last.name != "close" || !strings.Contains(last.data, `"code":1000`) {
+		t.Fatalf("the stream's last event when the gateway stops: %+v, want close 1000", last)
+	}
+}
+
+// checkSSEStream is TestSSEStream on f, whose gateway the client speaks
+// HTTP major proto to.
+func checkSSEStream(t *testing.T, f *fixture, proto int) {
+	t.Helper()
 	probe := newStreamProbe()
 	node, _ := f.streamDevice(probe)
 	gwSubs := f.a.gw.nc.NumSubscriptions()
 
 	ctx, cancel := context.WithCancel(t.Context())
 	resp := f.post(ctx, f.token(auth.MintOptions{}), "text/event-stream", subscribeBody(node, `{"interval_ms":1000}`))
+	if resp.ProtoMajor != proto {
+		t.Fatalf("HTTP/%d, want HTTP/%d", resp.ProtoMajor, proto)
+	}
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream; charset=utf-8" ||
 		resp.Header.Get("Cache-Control") != "no-cache" || resp.Header.Get("X-Accel-Buffering") != "no" {
 		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
