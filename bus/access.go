@@ -1,9 +1,12 @@
 package bus
 
 import (
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Role is whom a NATS connection acts for. Each role has a credential of
@@ -49,15 +52,27 @@ func (r Role) InboxPrefix() string {
 	return "_INBOX." + string(r)
 }
 
-// ResponseTTL bounds how long a role may answer a request it received
-// (each request is answered once): longer than any budget okso gives a
-// call (--fleet-budget and --caller-timeout included), so that a late
-// answer is dropped by its caller, never refused by NATS.
+// ResponseTTL bounds how long a role may answer a message it received
+// with a reply subject it may not publish to otherwise (JetStream's flow
+// control). Its answers to other roles' requests go to their reply
+// subjects ([answers]), which it may publish to whenever: an answer
+// given after a reconnect (NATS forgets what a connection received) or
+// late is dropped by its requester, never refused by NATS.
 const ResponseTTL = 10 * time.Minute
 
+// answers is what answering requests of roles takes: publishing to
+// their reply subjects. Those subjects end in a random token of each
+// request, which the answering role sees only in the requests it gets.
+func answers(roles ...Role) []string {
+	var s []string
+	for _, r := range roles {
+		s = append(s, r.InboxPrefix()+".>")
+	}
+	return s
+}
+
 // Permissions returns what r may publish and subscribe to; nil for the
-// admin, who may do anything. Every role may also answer, once, each
-// request it received (on that request's reply subject).
+// admin, who may do anything.
 func (r Role) Permissions() *server.Permissions {
 	var pub, sub []string
 	switch r {
@@ -70,12 +85,17 @@ func (r Role) Permissions() *server.Permissions {
 		pub = append(pub, kvAccess(BucketRemotes, false)...)
 		pub = append(pub, kvAccess(BucketCallers, true)...)
 		pub = append(pub, kvAccess(BucketRevoked, false)...)
-		pub = append(pub, streamAdmin(StreamAudit)...)
+		// The audit stream (--audit-retention): made if missing, never
+		// changed, so that no gateway can make it keep anything but the
+		// audit.
+		pub = append(pub, jsAPI+"STREAM.INFO."+StreamAudit, jsAPI+"STREAM.CREATE."+StreamAudit)
+		pub = append(pub, answers(RoleGateway)...) // a listen's holder answers the other replicas
 		sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>"}
 	case RoleDevice:
 		// NodeCancel: a session that takes a node over says so to the
 		// node's older session, on any tier.
 		pub = []string{NodeCancel("*"), Stream("*"), Audit("*")}
+		pub = append(pub, answers(RoleGateway)...)
 		pub = append(pub, kvAccess(BucketNodes, true)...)
 		pub = append(pub, kvAccess(BucketNodeTenants, true)...)
 		pub = append(pub, kvAccess(BucketRevoked, false)...)
@@ -85,6 +105,7 @@ func (r Role) Permissions() *server.Permissions {
 		// upstream. It holds every upstream's connection itself, so it
 		// gains nothing by calling one through NATS.
 		pub = []string{RemoteCall("*"), Audit("*")}
+		pub = append(pub, answers(RoleGateway, RoleRemote)...)
 		pub = append(pub, kvAccess(BucketRemotes, true)...)
 		sub = []string{RemoteCall("*")}
 	case RoleAudit:
@@ -142,8 +163,31 @@ func kvAccess(bucket string, write bool) []string {
 	return s
 }
 
-// streamAdmin is what keeping a stream of one's own takes: creating and
-// updating it, and reading what it is.
-func streamAdmin(stream string) []string {
-	return []string{jsAPI + "STREAM.INFO." + stream, jsAPI + "STREAM.CREATE." + stream, jsAPI + "STREAM.UPDATE." + stream}
+// JetStream publishes to a subject of a client's choosing: a consumer's
+// deliveries go to its deliver subject, a direct get's answer (the
+// stored message, headers and all) and any API answer to the request's
+// reply subject, with no check of the client's permission to publish
+// there. A client whose credential may not publish to a subject can thus
+// have JetStream publish to it. What okso's roles serve is safe from
+// that: a request must come from the role that may send it (its reply
+// subject is one of that role's, [FromRole]), and a message JetStream
+// sent carries its stream's name ([FromJetStream]).
+
+// FromRole reports whether m, a request, came from one of roles: its
+// reply subject is one of theirs ([Role.InboxPrefix]). A message
+// JetStream sent has no such reply subject.
+func FromRole(m *nats.Msg, roles ...Role) bool {
+	for _, r := range roles {
+		if p := r.InboxPrefix(); p != "" && strings.HasPrefix(m.Reply, p) && len(m.Reply) > len(p) && m.Reply[len(p)] == '.' {
+			return true
+		}
+	}
+	return false
+}
+
+// FromJetStream reports whether JetStream sent m (a direct get's answer,
+// a republished or delivered message), not a client: it carries the
+// stream's name.
+func FromJetStream(m *nats.Msg) bool {
+	return m.Header != nil && m.Header.Get(jetstream.StreamHeader) != ""
 }

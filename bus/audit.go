@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -364,28 +365,45 @@ func appendMember(b []byte, key, s string, omitEmpty bool) []byte {
 // StreamAudit is the optional JetStream stream that keeps audit events.
 const StreamAudit = "okso_audit"
 
-// KeepAudit creates (or updates) the audit stream over okso.v1.audit.>,
-// keeping events for retention.
+// KeepAudit creates the audit stream over okso.v1.audit.>, keeping events
+// for retention, unless it exists: then it checks that it keeps the
+// audit alone, and says so when its retention is another (the stream is
+// never changed here: a gateway's NATS credential may create it, not
+// change it).
 func KeepAudit(ctx context.Context, nc *nats.Conn, retention time.Duration, replicas int, file bool) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
 	}
-	storage := jetstream.MemoryStorage
-	if file {
-		storage = jetstream.FileStorage
-	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:        StreamAudit,
 		Description: "okso audit events",
 		Subjects:    []string{subjectPrefix + "audit.>"},
 		MaxAge:      retention,
-		Storage:     storage,
+		Storage:     storage(file),
 		Replicas:    max(replicas, 1),
 		Discard:     jetstream.DiscardOld,
-	})
+	}
+	st, err := js.Stream(ctx, StreamAudit)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = js.CreateStream(ctx, cfg)
+	}
 	if err != nil {
 		return fmt.Errorf("keep audit stream: %w", err)
 	}
+	got := st.CachedInfo().Config
+	if !slices.Equal(got.Subjects, cfg.Subjects) || got.RePublish != nil || got.Mirror != nil || len(got.Sources) > 0 ||
+		got.SubjectTransform != nil {
+		return fmt.Errorf("keep audit stream: %s exists, but keeps more than the audit (subjects %v): delete it with the admin's NATS credential",
+			StreamAudit, got.Subjects)
+	}
+	if got.MaxAge != retention {
+		return fmt.Errorf("%w: %s keeps events %v, not %v (change it with the admin's NATS credential)",
+			ErrOtherRetention, StreamAudit, got.MaxAge, retention)
+	}
 	return nil
 }
+
+// ErrOtherRetention is returned, wrapped, by [KeepAudit] when the audit
+// stream exists with another retention, which it keeps.
+var ErrOtherRetention = errors.New("the audit stream keeps events for another time")

@@ -198,6 +198,10 @@ func keepFile(file string, make func() ([]byte, error)) ([]byte, error) {
 		tmp.Close()
 		return nil, err
 	}
+	if err := tmp.Sync(); err != nil { // whole on disk before it has its name
+		tmp.Close()
+		return nil, err
+	}
 	if err := tmp.Close(); err != nil {
 		return nil, err
 	}

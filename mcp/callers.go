@@ -624,6 +624,9 @@ func (g *Gateway) EndListens() {
 
 // onRequest takes one relayed call of the listen's tools.
 func (l *listen) onRequest(m *nats.Msg) {
+	if r := l.g.o.Relayers; r != nil && !bus.FromRole(m, r...) {
+		return // no gateway's
+	}
 	if l.expired() {
 		l.end("the listener's token was revoked or expired")
 		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
@@ -802,11 +805,14 @@ func relayedResult(a answer) json.RawMessage {
 // onResponse takes a response forwarded by another replica, or a newer
 // listen's notice that it replaces this one.
 func (l *listen) onResponse(m *nats.Msg) {
-	if m.Header.Get(bus.HeaderControl) == bus.ControlCancelled {
-		if m.Header.Get(bus.HeaderTenant) == l.tenant {
+	if m.Header.Get(bus.HeaderControl) == bus.ControlCancelled { // published, no request
+		if m.Header.Get(bus.HeaderTenant) == l.tenant && !bus.FromJetStream(m) {
 			l.withdraw(m.Header.Get(bus.HeaderRelayID))
 		}
 		return
+	}
+	if r := l.g.o.Relayers; r != nil && !bus.FromRole(m, r...) {
+		return // no gateway's
 	}
 	if m.Header.Get(bus.HeaderControl) == bus.ControlReplaced {
 		if m.Header.Get(bus.HeaderTenant) == l.tenant && m.Header.Get(bus.HeaderSubject) == l.subject {

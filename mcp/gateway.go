@@ -51,10 +51,14 @@ type Options struct {
 	Callers *bus.Callers
 	// CallerTimeout bounds a relayed call to a caller's tool (60 s).
 	CallerTimeout time.Duration
-	Schemas       *schemas.Set
-	Verifier      *auth.Verifier // for agent tokens
-	Auditor       *bus.Auditor
-	Logger        *slog.Logger
+	// Relayers, when set, are the roles whose requests on a listen's
+	// subjects the gateway serves ([bus.FromRole]): a message that
+	// reached one any other way is dropped. Nil: any request.
+	Relayers []bus.Role
+	Schemas  *schemas.Set
+	Verifier *auth.Verifier // for agent tokens
+	Auditor  *bus.Auditor
+	Logger   *slog.Logger
 
 	// Budget is the end-to-end deadline of one call (5 s).
 	Budget time.Duration

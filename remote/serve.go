@@ -21,6 +21,10 @@ const retryWait = 50 * time.Millisecond
 // onCall takes one request of the upstream's subject. It runs on the
 // subscription's goroutine, so it only admits the call and hands it on.
 func (s *upstream) onCall(m *nats.Msg) {
+	if r := s.t.o.Requesters; r != nil && !bus.FromRole(m, r...) {
+		s.log.Warn("dropped a message on the upstream's subject that no gateway sent", "reply", m.Reply)
+		return
+	}
 	if m.Header.Get(bus.HeaderProbe) != "" {
 		// Another replica asks whether this one serves the upstream.
 		if err := m.Respond(bus.OKReply(json.RawMessage(`{}`))); err != nil {

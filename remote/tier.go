@@ -46,6 +46,11 @@ type Options struct {
 	// Replica names this replica in the records it writes and in its
 	// logs; empty: the host name and a random suffix.
 	Replica string
+	// Requesters, when set, are the roles whose requests the tier serves
+	// ([bus.FromRole]; a replica's probe comes from the remote role):
+	// a message that reached an upstream's subject any other way is
+	// dropped. Nil: any request.
+	Requesters []bus.Role
 }
 
 // Tier is the remote tier: for each configured upstream it keeps a

@@ -841,3 +841,39 @@ func TestTierReplicaTakesRecordBack(t *testing.T) {
 		t.Errorf("the older replica wrote its record %v after the newer stopped, lease %v", took, b.remotes.TTL())
 	}
 }
+
+// TestTierServesGatewaysOnly: with Requesters, the tier serves a
+// gateway's call and drops one that came any other way (another role's
+// client, or JetStream made to publish there): the upstream is not
+// called.
+func TestTierServesGatewaysOnly(t *testing.T) {
+	b := startTierBus(t)
+	u := testupstream.New(testupstream.Options{})
+	srv := httptest.NewServer(u.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(u.Release)
+	cfg := &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"count"})}}
+	tier, err := remote.New(remote.Options{NC: b.nc, Remotes: b.remotes, Config: cfg, Logger: testLog(t),
+		Requesters: []bus.Role{bus.RoleGateway, bus.RoleRemote}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runBuilt(t, tier)
+	if b.next(t, "up") == nil {
+		t.Fatal("no record")
+	}
+	gw, err := b.srv.ConnectAs(bus.RoleGateway, "gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	if rep := call(t, gw, "up", "count", `{}`, 2*time.Second); !rep.OK {
+		t.Fatalf("a gateway's call: %+v", rep)
+	}
+	if _, err := request(b.nc, "up", "count", `{}`, 300*time.Millisecond); err == nil {
+		t.Error("a call with another reply subject than a gateway's was answered")
+	}
+	if n := u.Calls("count"); n != 1 {
+		t.Errorf("the upstream was called %d times, want the gateway's once", n)
+	}
+}

@@ -137,12 +137,15 @@ func (c natsConfig) warn(srv *bus.Server) {
 	if c.TLS != (tlsFiles{}) {
 		return
 	}
-	for _, addr := range []string{c.Listen, c.Addr} {
-		if addr != "" && !loopback(addr) {
-			c.Log.Warn("the embedded NATS server listens without TLS on an address other hosts can reach: "+
-				"credentials are safe, but calls, results and registry records cross the network in plain text "+
-				"(give --nats-tls-cert and --nats-tls-key)", "addr", addr)
-		}
+	if c.Listen != "" && !loopback(c.Listen) {
+		c.Log.Warn("the embedded NATS server listens for clients without TLS on an address other hosts can reach: "+
+			"their credentials are not sent (nkeys answer a challenge), but calls, results and registry records cross "+
+			"the network in plain text (give --nats-tls-cert and --nats-tls-key)", "addr", c.Listen)
+	}
+	if c.Addr != "" && !loopback(c.Addr) {
+		c.Log.Warn("the embedded NATS server's routes run without TLS on an address other hosts can reach: the route "+
+			"secret, which makes a server a full member of the cluster, crosses the network in plain text, with "+
+			"everything else (give --nats-tls-cert and --nats-tls-key)", "addr", c.Addr)
 	}
 }
 
@@ -177,6 +180,9 @@ func (p *natsPart) connect(role bus.Role, name string) (*nats.Conn, error) {
 				return nc, refused(err, role)
 			}
 			o.NkeyFile = "" // a NATS of another kind
+			if p.log != nil {
+				p.log.Warn("the NATS at --nats-url takes no nkeys: connecting without this role's credential", "nats_url", p.url, "role", role)
+			}
 		}
 	}
 	nc, err := bus.ConnectURL(p.url, name, o)

@@ -57,6 +57,7 @@ type natsPart struct {
 	// secured: the embedded server admits okso's roles alone (not
 	// --nats-insecure).
 	secured bool
+	log     *slog.Logger // nil: none
 }
 
 // natsConfig selects the NATS of a role.
@@ -93,7 +94,7 @@ func openNATS(c natsConfig) (*natsPart, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &natsPart{url: c.URL, replicas: max(replicas, 1), client: client, dataDir: c.DataDir}, nil
+		return &natsPart{url: c.URL, replicas: max(replicas, 1), client: client, dataDir: c.DataDir, log: c.Log}, nil
 	}
 	if (c.Addr == "") != (c.Cluster == "") {
 		return nil, errors.New("--nats-cluster and --nats-cluster-addr go together")
@@ -128,7 +129,7 @@ func openNATS(c natsConfig) (*natsPart, error) {
 		return nil, err
 	}
 	c.warn(srv)
-	return &natsPart{srv: srv, name: name, store: store, replicas: replicas, dataDir: c.DataDir, secured: creds != nil}, nil
+	return &natsPart{srv: srv, name: name, store: store, replicas: replicas, dataDir: c.DataDir, secured: creds != nil, log: c.Log}, nil
 }
 
 // natsName is what an embedded server's name may be: it names its store
@@ -585,7 +586,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		return nil, err
 	}
 	if cfg.AuditRetention > 0 {
-		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false); err != nil {
+		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false); errors.Is(err, bus.ErrOtherRetention) {
+			c.log.Warn("--audit-retention", "err", err)
+		} else if err != nil {
 			return nil, err
 		}
 	}
@@ -602,6 +605,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Remotes:        remotes,
 		Callers:        callers,
 		CallerTimeout:  cfg.CallerTimeout,
+		Relayers:       []bus.Role{bus.RoleGateway},
 		Schemas:        c.schemas,
 		Verifier:       c.verifier(aud),
 		Auditor:        audit,
@@ -783,6 +787,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := tier.New(tier.Options{
+		Requesters:  []bus.Role{bus.RoleGateway},
 		Revoked:     revoked,
 		Bindings:    bindings,
 		ClientCerts: clientCAs != nil,

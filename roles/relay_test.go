@@ -13,6 +13,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -558,6 +559,32 @@ func TestRelayGuards(t *testing.T) {
 		if f.a.gw.gw.ListenOf(DefaultTenant, "a") != a.id {
 			t.Error("agent-x's attempt changed whose tools a_send are")
 		}
+	})
+	t.Run("a request that no gateway sent is dropped", func(t *testing.T) {
+		// f.nc is no gateway's connection (its reply subjects are not a
+		// gateway's), as JetStream made to publish there would not be.
+		body, _ := json.Marshal(bus.Call{Tool: "a_send", Arguments: json.RawMessage(`{"text":"forged"}`)})
+		m := nats.NewMsg(bus.CallerReq(a.id))
+		m.Data = body
+		m.Header.Set(bus.HeaderTenant, DefaultTenant)
+		if _, err := f.nc.RequestMsg(m, 300*time.Millisecond); err == nil {
+			t.Error("a relayed call with another reply subject than a gateway's was answered")
+		}
+		// The listener got nothing: the next event it gets is the next
+		// real call's.
+		out := make(chan *sdk.CallToolResult, 1)
+		go func() {
+			r, _ := b.CallTool(t.Context(), &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"real"}`)})
+			out <- r
+		}()
+		ev := a.next(t)
+		if !strings.Contains(string(ev.Arguments), "real") {
+			t.Fatalf("the listener got %s, want the real call", ev.Arguments)
+		}
+		if ack := respond(t, answerer, a.id, ev.RequestID, `"result":{}`); ack.IsError {
+			t.Fatalf("answer: %v", ack.Content)
+		}
+		<-out
 	})
 	t.Run("an answer too large for NATS is refused, and the call still waits", func(t *testing.T) {
 		out := make(chan *sdk.CallToolResult, 1)

@@ -85,6 +85,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := remote.New(remote.Options{
+		Requesters:   []bus.Role{bus.RoleGateway, bus.RoleRemote}, // a replica probes the others
 		NC:           nc,
 		Remotes:      remotes,
 		Config:       conf,

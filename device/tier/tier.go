@@ -68,6 +68,11 @@ type Options struct {
 	PingInterval time.Duration
 	// WriteTimeout bounds one frame write (5 s).
 	WriteTimeout time.Duration
+	// Requesters, when set, are the roles whose requests the tier serves
+	// ([bus.FromRole]): a message that reached a node's subject without a
+	// reply subject of theirs (JetStream, made to publish there by another
+	// role's client) is dropped and audited. Nil: any request.
+	Requesters []bus.Role
 	// Revoked, when set, says whether a device token id was revoked.
 	Revoked interface{ Revoked(jti string) bool }
 	// ClientCerts says the listener verifies devices' certificates
@@ -278,6 +283,17 @@ func (t *Tier) dispatch(ctx context.Context) {
 			t.mu.Lock()
 			s := t.sessions[id]
 			t.mu.Unlock()
+			if t.o.Requesters != nil && !bus.FromRole(m, t.o.Requesters...) {
+				// Audited to the node's tenant, if it is here: the
+				// message's own tenant header is anybody's word.
+				e := bus.AuditEvent{NodeID: id, Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied}
+				if s != nil {
+					e.Tenant = s.tenant
+				}
+				t.audit(e)
+				t.log.Warn("dropped a message on a node's subject that no gateway sent", "node_id", id, "reply", m.Reply)
+				continue
+			}
 			if s == nil {
 				t.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "node session ended"))
 				continue
@@ -308,7 +324,7 @@ func (t *Tier) dispatch(ctx context.Context) {
 // once for nodes served elsewhere.
 func (t *Tier) onCancel(m *nats.Msg) {
 	id, ok := bus.NodeOfSubject(m.Subject)
-	if !ok {
+	if !ok || bus.FromJetStream(m) { // no gateway's or tier's
 		return
 	}
 	t.mu.Lock()
