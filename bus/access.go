@@ -2,7 +2,6 @@ package bus
 
 import (
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -52,17 +51,12 @@ func (r Role) InboxPrefix() string {
 	return "_INBOX." + string(r)
 }
 
-// ResponseTTL bounds how long a role may answer a message it received
-// with a reply subject it may not publish to otherwise (JetStream's flow
-// control). Its answers to other roles' requests go to their reply
-// subjects ([answers]), which it may publish to whenever: an answer
-// given after a reconnect (NATS forgets what a connection received) or
-// late is dropped by its requester, never refused by NATS.
-const ResponseTTL = 10 * time.Minute
-
 // answers is what answering requests of roles takes: publishing to
 // their reply subjects. Those subjects end in a random token of each
-// request, which the answering role sees only in the requests it gets.
+// request, which the answering role sees only in the requests it gets;
+// an answer given after a reconnect, or late, is dropped by its
+// requester, never refused by NATS (as NATS's own answer-once tracking
+// would, forgetting it with the connection).
 func answers(roles ...Role) []string {
 	var s []string
 	for _, r := range roles {
@@ -71,96 +65,89 @@ func answers(roles ...Role) []string {
 	return s
 }
 
+// access accumulates what a role may publish and subscribe to.
+type access struct{ pub, sub []string }
+
+// kv adds what the role may do with bucket (see kvAccess).
+func (a *access) kv(bucket string, write bool) {
+	pub, sub := kvAccess(bucket, write)
+	a.pub, a.sub = append(a.pub, pub...), append(a.sub, sub...)
+}
+
 // Permissions returns what r may publish and subscribe to; nil for the
 // admin, who may do anything.
 func (r Role) Permissions() *server.Permissions {
-	var pub, sub []string
+	var a access
 	switch r {
 	case RoleGateway:
-		pub = []string{
+		a.pub = []string{
 			NodeCmd("*"), NodeCancel("*"), RemoteCall("*"),
 			subjectPrefix + "caller.>", subjectPrefix + "call.>", Audit("*"),
 		}
-		pub = append(pub, kvAccess(BucketNodes, false)...)
-		pub = append(pub, kvAccess(BucketRemotes, false)...)
-		pub = append(pub, kvAccess(BucketCallers, true)...)
-		pub = append(pub, kvAccess(BucketRevoked, false)...)
-		// The audit stream (--audit-retention): made if missing, never
-		// changed, so that no gateway can make it keep anything but the
-		// audit.
-		pub = append(pub, jsAPI+"STREAM.INFO."+StreamAudit, jsAPI+"STREAM.CREATE."+StreamAudit)
-		pub = append(pub, answers(RoleGateway)...) // a listen's holder answers the other replicas
-		sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>"}
+		a.pub = append(a.pub, answers(RoleGateway)...) // a listen's holder answers the other replicas
+		a.sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>"}
+		a.kv(BucketNodes, false)
+		a.kv(BucketRemotes, false)
+		a.kv(BucketCallers, true)
+		a.kv(BucketRevoked, false)
+		// The audit stream (--audit-retention), which the admin makes.
+		a.pub = append(a.pub, jsAPI+"STREAM.INFO."+StreamAudit)
 	case RoleDevice:
 		// NodeCancel: a session that takes a node over says so to the
 		// node's older session, on any tier.
-		pub = []string{NodeCancel("*"), Stream("*"), Audit("*")}
-		pub = append(pub, answers(RoleGateway)...)
-		pub = append(pub, kvAccess(BucketNodes, true)...)
-		pub = append(pub, kvAccess(BucketNodeTenants, true)...)
-		pub = append(pub, kvAccess(BucketRevoked, false)...)
-		sub = []string{NodeCmd("*"), NodeCancel("*")}
+		a.pub = []string{NodeCancel("*"), Stream("*"), Audit("*")}
+		a.pub = append(a.pub, answers(RoleGateway)...)
+		a.sub = []string{NodeCmd("*"), NodeCancel("*")}
+		a.kv(BucketNodes, true)
+		a.kv(BucketNodeTenants, true)
+		a.kv(BucketRevoked, false)
 	case RoleRemote:
 		// RemoteCall: a replica asks whether another still serves an
 		// upstream. It holds every upstream's connection itself, so it
 		// gains nothing by calling one through NATS.
-		pub = []string{RemoteCall("*"), Audit("*")}
-		pub = append(pub, answers(RoleGateway, RoleRemote)...)
-		pub = append(pub, kvAccess(BucketRemotes, true)...)
-		sub = []string{RemoteCall("*")}
+		a.pub = []string{RemoteCall("*"), Audit("*")}
+		a.pub = append(a.pub, answers(RoleGateway, RoleRemote)...)
+		a.sub = []string{RemoteCall("*")}
+		a.kv(BucketRemotes, true)
 	case RoleAudit:
-		pub = append(streamRead(StreamAudit), "$JS.ACK."+StreamAudit+".>")
-		sub = []string{subjectPrefix + "audit.>"}
+		a.pub = streamRead(StreamAudit)
+		a.sub = []string{subjectPrefix + "audit.>"}
 	default:
 		return nil
 	}
-	pub = append(pub, jsAPI+"INFO")
-	sub = append(sub, r.InboxPrefix()+".>")
+	a.pub = append(a.pub, jsAPI+"INFO")
+	a.sub = append(a.sub, r.InboxPrefix()+".>")
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: sub},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseTTL},
+		Publish:   &server.SubjectPermission{Allow: a.pub},
+		Subscribe: &server.SubjectPermission{Allow: a.sub},
 	}
 }
 
 const jsAPI = "$JS.API."
 
-// streamRead is what reading a stream takes: what it is, its messages,
-// consumers of one's own.
+// streamRead is what reading a stream takes: what it is, and its
+// messages by direct gets (no consumers: see kvAccess).
 func streamRead(stream string) []string {
-	return []string{
-		jsAPI + "STREAM.INFO." + stream,
-		jsAPI + "STREAM.MSG.GET." + stream,
-		jsAPI + "DIRECT.GET." + stream + ".>",
-		jsAPI + "CONSUMER.CREATE." + stream,
-		jsAPI + "CONSUMER.CREATE." + stream + ".>",
-		jsAPI + "CONSUMER.DURABLE.CREATE." + stream + ".>",
-		jsAPI + "CONSUMER.INFO." + stream + ".>",
-		jsAPI + "CONSUMER.DELETE." + stream + ".>",
-		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".>",
-	}
+	return []string{jsAPI + "STREAM.INFO." + stream, jsAPI + "DIRECT.GET." + stream, jsAPI + "DIRECT.GET." + stream + ".>"}
 }
 
-// kvAccess is what reading a bucket takes (binding to it, creating it if
-// it does not exist yet, watching it, getting a key) and, with write,
-// writing its keys. Updating, purging or deleting the bucket's stream, or
-// deleting one of its messages through the API, is never in it.
-func kvAccess(bucket string, write bool) []string {
+// kvAccess is what reading a bucket takes: binding to it, getting its
+// keys (direct gets, one or a page), following it (its republished
+// messages) and, with write, writing its keys. Not in it: creating,
+// changing, purging or deleting the bucket (the admin makes okso's
+// buckets, [InitState]), deleting one of its messages through the API,
+// or a consumer (one delivers where its creator says).
+func kvAccess(bucket string, write bool) (pub, sub []string) {
 	stream := kvStream(bucket)
-	s := []string{
+	pub = []string{
 		jsAPI + "STREAM.INFO." + stream,
-		jsAPI + "STREAM.CREATE." + stream,
-		jsAPI + "STREAM.MSG.GET." + stream,
+		jsAPI + "DIRECT.GET." + stream,
 		jsAPI + "DIRECT.GET." + stream + ".>",
-		jsAPI + "CONSUMER.CREATE." + stream,
-		jsAPI + "CONSUMER.CREATE." + stream + ".>",
-		jsAPI + "CONSUMER.INFO." + stream + ".>",
-		jsAPI + "CONSUMER.DELETE." + stream + ".>",
 	}
 	if write {
-		s = append(s, "$KV."+bucket+".>")
+		pub = append(pub, "$KV."+bucket+".>")
 	}
-	return s
+	return pub, []string{stateSubject(bucket, ">")}
 }
 
 // JetStream publishes to a subject of a client's choosing: a consumer's

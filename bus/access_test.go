@@ -156,24 +156,28 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	gw := connectRole(t, url, seeds, bus.RoleGateway)
 	dev := connectRole(t, url, seeds, bus.RoleDevice)
 	rem := connectRole(t, url, seeds, bus.RoleRemote)
+	audit := connectRole(t, url, seeds, bus.RoleAudit)
 	admin := connectRole(t, url, seeds, bus.RoleAdmin)
 
-	// What each role does: the gateway may start first and create the
-	// buckets it reads; the device tier writes the registry; the admin
-	// revokes.
-	if _, err := bus.OpenRegistry(ctx, gw.Conn, bus.RegistryOptions{}); err != nil {
+	// What each role does, once the admin has made okso's buckets: the
+	// device tier writes the registry, the admin revokes.
+	if err := bus.InitState(ctx, admin.Conn, bus.StateOptions{AuditRetention: time.Hour}); err != nil {
+		t.Fatalf("admin makes the buckets: %v", err)
+	}
+	if _, err := bus.OpenRegistry(ctx, gw.Conn, bus.RegistryOptions{BindOnly: true}); err != nil {
 		t.Fatalf("gateway opens the registry: %v", err)
 	}
 	if _, err := bus.OpenRevocations(ctx, gw.Conn, bus.RevocationOptions{ReadOnly: true}); err != nil {
 		t.Fatalf("gateway opens the revocations: %v", err)
 	}
-	if _, err := bus.OpenCallers(ctx, gw.Conn, bus.CallersOptions{}); err != nil {
+	callers, err := bus.OpenCallers(ctx, gw.Conn, bus.CallersOptions{BindOnly: true})
+	if err != nil {
 		t.Fatalf("gateway opens its callers: %v", err)
 	}
-	if err := bus.KeepAudit(ctx, gw.Conn, time.Hour, 1, false); err != nil {
-		t.Fatalf("gateway keeps the audit: %v", err)
+	if err := bus.KeepAudit(ctx, gw.Conn, time.Hour, 1, false, true); err != nil {
+		t.Fatalf("gateway finds the audit stream: %v", err)
 	}
-	reg, err := bus.OpenRegistry(ctx, dev.Conn, bus.RegistryOptions{})
+	reg, err := bus.OpenRegistry(ctx, dev.Conn, bus.RegistryOptions{BindOnly: true})
 	if err != nil {
 		t.Fatalf("device tier opens the registry: %v", err)
 	}
@@ -181,10 +185,11 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	if _, err := reg.Claim(ctx, bus.Node{NodeID: node, Tenant: "demo", SessionID: "s1"}); err != nil {
 		t.Fatalf("device tier claims a node: %v", err)
 	}
-	if _, err := bus.OpenBindings(ctx, dev.Conn, bus.BindingsOptions{Memory: true}); err != nil {
+	bindings, err := bus.OpenBindings(ctx, dev.Conn, bus.BindingsOptions{BindOnly: true})
+	if err != nil {
 		t.Fatalf("device tier opens the bindings: %v", err)
 	}
-	if _, err := bus.OpenRemotes(ctx, rem.Conn, bus.RemotesOptions{}); err != nil {
+	if _, err := bus.OpenRemotes(ctx, rem.Conn, bus.RemotesOptions{BindOnly: true}); err != nil {
 		t.Fatalf("remote tier opens the remotes: %v", err)
 	}
 	revs, err := bus.OpenRevocations(ctx, admin.Conn, bus.RevocationOptions{})
@@ -194,6 +199,19 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	if err := revs.Revoke(ctx, "jti-1", time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("admin revokes: %v", err)
 	}
+	// A record of the gateway's own bucket, which it may write, shaped to
+	// delete what it would land on.
+	del := nats.NewMsg("$KV." + bus.BucketCallers + ".trap")
+	del.Header.Set("KV-Operation", "DEL")
+	del.Data = []byte("trap")
+	gjs, err := jetstream.New(gw.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gjs.PublishMsg(ctx, del); err != nil {
+		t.Fatalf("gateway writes its callers: %v", err)
+	}
+	_ = callers
 
 	// A call: the gateway asks, the tier serving the node answers once.
 	var served atomic.Int32
@@ -218,6 +236,23 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	}
 	if n := served.Load(); n != 1 {
 		t.Fatalf("the node served %d calls, want 1", n)
+	}
+
+	// The audit: published by the roles, kept in the audit stream, read
+	// back by the audit role alone.
+	if err := gw.Publish(bus.Audit("demo"), []byte(`{"decision":"allowed"}`)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(eventTimeout)
+	for {
+		m, err := audit.Request("$JS.API.DIRECT.GET."+bus.StreamAudit, []byte(`{"last_by_subj":"okso.v1.audit.demo"}`), eventTimeout)
+		if err == nil && string(m.Data) == `{"decision":"allowed"}` {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit stream does not keep the gateway's event: %v", err)
+		}
+		<-time.After(20 * time.Millisecond)
 	}
 
 	t.Run("gateway", func(t *testing.T) {
@@ -262,6 +297,46 @@ func checkRoles(t *testing.T, url string, seeds string) {
 			}
 		}
 	})
+	// JetStream answers where the asker says, unchecked by permissions:
+	// a direct get's answer (the stored message, headers and all) or an
+	// API answer sent onto a bucket's subject, or onto JetStream's own
+	// API, must write nothing.
+	t.Run("reflections", func(t *testing.T) {
+		trap := "$JS.API.DIRECT.GET.KV_" + bus.BucketCallers + ".$KV." + bus.BucketCallers + ".trap"
+		for _, reply := range []string{
+			"$KV." + bus.BucketRevoked + ".jti-1",                    // a deletion of the revocation
+			"$KV." + bus.BucketRevoked + ".jti-3",                    // a revocation nobody made
+			"$KV." + bus.BucketNodes + ".01hzx9k3m4p7q8r9s0t1v2w3xz", // a forged node
+			"$JS.API.STREAM.DELETE.KV_" + bus.BucketRevoked,          // the revocations' end
+			"$JS.API.STREAM.PURGE.KV_" + bus.BucketRevoked,
+		} {
+			if err := gw.PublishRequest(trap, reply, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The audit role's one API, answered onto a node's binding.
+		if err := audit.PublishRequest("$JS.API.STREAM.INFO."+bus.StreamAudit, "$KV."+bus.BucketNodeTenants+".node7", nil); err != nil {
+			t.Fatal(err)
+		}
+		// The same direct get answered where it may go comes after those
+		// (one stream's direct gets are answered in turn), and a stream's
+		// info after the audit role's (so are API requests).
+		if m, err := gw.Request(trap, nil, eventTimeout); err != nil || string(m.Data) != "trap" {
+			t.Fatalf("the trap, read back: %v", err)
+		}
+		if _, err := gjs.Stream(ctx, "KV_"+bus.BucketCallers); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := bindings.Bind(ctx, "node7", "demo"); err != nil {
+			t.Errorf("a node's binding after the audit role's reflection: %v %v", b, err)
+		}
+	})
+	// Nor may a role create a stream (to capture other roles' subjects) or
+	// a consumer (to deliver a bucket's messages where it says).
+	gw.mayNotPublish(t, "$JS.API.STREAM.CREATE.capture", nil)
+	dev.mayNotPublish(t, "$JS.API.CONSUMER.CREATE.KV_"+bus.BucketNodes, nil)
+	rem.mayNotPublish(t, "$JS.API.CONSUMER.CREATE.KV_"+bus.BucketRemotes+".c.$KV."+bus.BucketRemotes+".>", nil)
+	audit.mayNotPublish(t, "$JS.API.STREAM.UPDATE."+bus.StreamAudit, nil)
 	if n := served.Load(); n != 1 {
 		t.Fatalf("the node served %d calls, want 1: a refused request reached it", n)
 	}
@@ -278,12 +353,17 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	if _, err := kv.Get(ctx, "jti-1"); err != nil {
 		t.Fatalf("the revocation: %v", err)
 	}
-	if _, err := kv.Get(ctx, "jti-2"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("a revocation nobody made: %v", err)
+	for _, jti := range []string{"jti-2", "jti-3"} {
+		if _, err := kv.Get(ctx, jti); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("a revocation nobody made: %s: %v", jti, err)
+		}
 	}
 	n, err := reg.Get(ctx, node)
 	if err != nil || n == nil || n.SessionID != "s1" {
 		t.Fatalf("the node's record: %+v, %v", n, err)
+	}
+	if n, err := reg.Get(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xz"); n != nil || err != nil {
+		t.Fatalf("a node nobody claimed: %+v, %v", n, err)
 	}
 }
 

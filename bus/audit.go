@@ -367,10 +367,10 @@ const StreamAudit = "okso_audit"
 
 // KeepAudit creates the audit stream over okso.v1.audit.>, keeping events
 // for retention, unless it exists: then it checks that it keeps the
-// audit alone, and says so when its retention is another (the stream is
-// never changed here: a gateway's NATS credential may create it, not
-// change it).
-func KeepAudit(ctx context.Context, nc *nats.Conn, retention time.Duration, replicas int, file bool) error {
+// audit alone, and sets its retention. With bindOnly (a gateway's NATS
+// credential may neither create nor change it) the stream must exist,
+// and a retention of another is [ErrOtherRetention].
+func KeepAudit(ctx context.Context, nc *nats.Conn, retention time.Duration, replicas int, file, bindOnly bool) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("open jetstream: %w", err)
@@ -383,9 +383,13 @@ func KeepAudit(ctx context.Context, nc *nats.Conn, retention time.Duration, repl
 		Storage:     storage(file),
 		Replicas:    max(replicas, 1),
 		Discard:     jetstream.DiscardOld,
+		AllowDirect: true, // the audit role reads it with direct gets
 	}
 	st, err := js.Stream(ctx, StreamAudit)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && bindOnly:
+		return fmt.Errorf("keep audit stream %s: %w", StreamAudit, ErrNoBucket)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
 		st, err = js.CreateStream(ctx, cfg)
 	}
 	if err != nil {
@@ -397,9 +401,19 @@ func KeepAudit(ctx context.Context, nc *nats.Conn, retention time.Duration, repl
 		return fmt.Errorf("keep audit stream: %s exists, but keeps more than the audit (subjects %v): delete it with the admin's NATS credential",
 			StreamAudit, got.Subjects)
 	}
-	if got.MaxAge != retention {
-		return fmt.Errorf("%w: %s keeps events %v, not %v (change it with the admin's NATS credential)",
-			ErrOtherRetention, StreamAudit, got.MaxAge, retention)
+	if got.MaxAge == retention && got.AllowDirect {
+		return nil
+	}
+	if bindOnly {
+		if got.MaxAge != retention {
+			return fmt.Errorf("%w: %s keeps events %v, not %v (okso nats init --audit-retention changes it)",
+				ErrOtherRetention, StreamAudit, got.MaxAge, retention)
+		}
+		return nil
+	}
+	got.MaxAge, got.AllowDirect = retention, true
+	if _, err := js.UpdateStream(ctx, got); err != nil {
+		return fmt.Errorf("keep audit stream: %w", err)
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ type BindingsOptions struct {
 	// live record of another tenant (written before bindings existed, or
 	// by a tier that does not keep them) refuses it like a binding would.
 	Registry *Registry
+	// BindOnly: the bucket must exist; it is neither created nor changed
+	// (a role's NATS credential may do neither).
+	BindOnly bool
 }
 
 // Bindings is the set of node id → tenant bindings (KV okso_node_tenants):
@@ -75,7 +78,7 @@ func OpenBindings(ctx context.Context, nc *nats.Conn, opts BindingsOptions) (*Bi
 		Storage:        storage(!opts.Memory),
 		Replicas:       max(opts.Replicas, 1),
 		LimitMarkerTTL: time.Minute, // per-key TTLs need it
-	})
+	}, opts.BindOnly)
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,9 @@ type CallersOptions struct {
 	TTL      time.Duration
 	Replicas int
 	File     bool
+	// BindOnly: the bucket must exist; it is neither created nor changed
+	// (a role's NATS credential may do neither).
+	BindOnly bool
 }
 
 // Callers is the declaration registry (KV okso_callers). It is safe for
@@ -75,7 +78,7 @@ type Callers struct {
 
 // OpenCallers creates the bucket, or binds to it when it exists.
 func OpenCallers(ctx context.Context, nc *nats.Conn, opts CallersOptions) (*Callers, error) {
-	js, kv, ttl, err := openLeased(ctx, nc, BucketCallers, "okso caller-tool declarations", opts.TTL, opts.Replicas, opts.File)
+	js, kv, ttl, err := openLeased(ctx, nc, BucketCallers, "okso caller-tool declarations", opts.TTL, opts.Replicas, opts.File, opts.BindOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +119,7 @@ type CallerEvent struct {
 // for every change, until ctx is done. A record that does not decode, or
 // names another listen, is reported as gone.
 func (c *Callers) Watch(ctx context.Context, fn func(CallerEvent), ready func()) error {
-	return watchKV(ctx, c.kv, func(key string, value []byte, initial bool) {
+	return watchKV(ctx, c.js, BucketCallers, func(key string, value []byte, initial bool) {
 		ev := CallerEvent{ListenID: key, Initial: initial}
 		if value != nil {
 			var rec Caller

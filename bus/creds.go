@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
@@ -259,63 +258,31 @@ func (c *Credentials) Option(role Role) nats.Option {
 	return nats.Nkey(pub, kp.Sign)
 }
 
-// users are the server's users: one per role, with its permissions, and
-// one per retired key of a role, with that role's.
-func (c *Credentials) users() []*server.NkeyUser {
-	var us []*server.NkeyUser
-	for _, r := range Roles {
-		for _, pub := range append([]string{c.PublicKey(r)}, c.retired[r]...) {
-			us = append(us, &server.NkeyUser{Nkey: pub, Permissions: r.Permissions()})
-		}
-	}
-	return us
+// publicKeys returns each role's public keys: the current one, then the
+// retired ones.
+func (c *Credentials) publicKeys() func(Role) []string {
+	return func(r Role) []string { return append([]string{c.PublicKey(r)}, c.retired[r]...) }
 }
 
 // routeUser is the user name of the embedded servers' routes.
 const routeUser = "okso-route"
 
-// ServerConfig returns the authorization block of a nats-server
-// configuration file that admits okso's roles, each with its
-// permissions: for a NATS cluster okso does not embed (its servers then
-// need no seed, only the public keys).
+// ServerConfig returns the accounts block of a nats-server configuration
+// file that admits okso's roles, each with its permissions, and keeps
+// okso's buckets in an account of their own (see [AccountsConfig]): for
+// a NATS cluster okso does not embed (its servers need no seed, only the
+// public keys), and for the servers okso embeds.
 func (c *Credentials) ServerConfig() string {
 	var b strings.Builder
-	b.WriteString("# okso's roles on NATS (okso nats server-config): one nkey user per role, with its permissions.\n")
-	b.WriteString("authorization {\n  users: [\n")
-	for _, u := range c.users() {
-		r := c.roleOf(u.Nkey)
-		what := string(r)
-		if u.Nkey != c.PublicKey(r) {
-			what += " (retired: until the rotation is rolled out)"
-		}
-		fmt.Fprintf(&b, "    # %s\n    {\n      nkey: %s\n", what, u.Nkey)
-		if p := u.Permissions; p != nil {
-			b.WriteString("      permissions: {\n")
-			writeList(&b, "publish", p.Publish.Allow)
-			writeList(&b, "subscribe", p.Subscribe.Allow)
-			fmt.Fprintf(&b, "        allow_responses: {max: %d, expires: %q}\n", p.Response.MaxMsgs, p.Response.Expires.String())
-			b.WriteString("      }\n")
-		}
-		b.WriteString("    }\n")
+	b.WriteString("# okso's roles on NATS (okso nats server-config): one nkey user per role, with its permissions,\n" +
+		"# in account " + AccountRoles + "; okso's buckets in account " + AccountState + ", which no client is in.\n" +
+		"# Each role's first key is its current one; a second is a retired one, until its rotation is rolled out.\n" +
+		"accounts: ")
+	enc := json.NewEncoder(&b) // JSON is a nats-server configuration too
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(AccountsConfig(c.publicKeys())); err != nil {
+		panic(err) // strings, maps and slices only
 	}
-	b.WriteString("  ]\n}\n")
 	return b.String()
-}
-
-// roleOf is the role whose key, current or retired, pub is.
-func (c *Credentials) roleOf(pub string) Role {
-	for _, r := range Roles {
-		if c.PublicKey(r) == pub || slices.Contains(c.retired[r], pub) {
-			return r
-		}
-	}
-	return ""
-}
-
-func writeList(b *strings.Builder, name string, subjects []string) {
-	fmt.Fprintf(b, "        %s: {allow: [\n", name)
-	for _, s := range subjects {
-		fmt.Fprintf(b, "          %q\n", s)
-	}
-	b.WriteString("        ]}\n")
 }

@@ -44,6 +44,9 @@ type RegistryOptions struct {
 	TTL      time.Duration
 	Replicas int
 	File     bool // file storage instead of memory
+	// BindOnly: the bucket must exist; it is neither created nor changed
+	// (a role's NATS credential may do neither).
+	BindOnly bool
 }
 
 // Registry is the node registry (KV okso_nodes). It is safe for concurrent use.
@@ -73,7 +76,7 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 		Storage:        storage(opts.File),
 		Replicas:       max(opts.Replicas, 1),
 		LimitMarkerTTL: opts.TTL,
-	})
+	}, opts.BindOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -201,55 +204,12 @@ func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) erro
 // value when the node went away, and must not keep value after it
 // returns. A value may be one okso did not write.
 func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []byte, initial bool), ready func()) error {
-	return watchKV(ctx, r.kv, fn, ready)
+	return watchKV(ctx, r.js, BucketNodes, fn, ready)
 }
 
 // watchKV calls fn for every entry of kv present, then calls ready once,
 // then calls fn for every change (a nil value: the key went away), until
 // ctx is done. It returns ctx's error, or the watch's if it fails.
-func watchKV(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte, initial bool), ready func()) error {
-	return watchKey(ctx, kv, "", fn, ready)
-}
-
-// watchKey is watchKV of one key; "" is every key.
-func watchKey(ctx context.Context, kv jetstream.KeyValue, key string, fn func(key string, value []byte, initial bool), ready func()) error {
-	var w jetstream.KeyWatcher
-	var err error
-	if key == "" {
-		w, err = kv.WatchAll(ctx)
-	} else {
-		w, err = kv.Watch(ctx, key)
-	}
-	if err != nil {
-		return fmt.Errorf("watch kv %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	initial := true
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("watch kv %s: closed", kv.Bucket())
-			}
-			if e == nil {
-				initial = false
-				if ready != nil {
-					ready()
-				}
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				if !initial { // in the initial state a removal marker is nothing
-					fn(e.Key(), nil, false)
-				}
-				continue
-			}
-			fn(e.Key(), e.Value(), initial)
-		}
-	}
+func watchKV(ctx context.Context, js jetstream.JetStream, bucket string, fn func(key string, value []byte, initial bool), ready func()) error {
+	return follow(ctx, js.Conn(), bucket, "", fn, ready)
 }

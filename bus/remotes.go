@@ -97,6 +97,9 @@ type RemotesOptions struct {
 	TTL      time.Duration
 	Replicas int
 	File     bool // file storage instead of memory
+	// BindOnly: the bucket must exist; it is neither created nor changed
+	// (a role's NATS credential may do neither).
+	BindOnly bool
 }
 
 // Remotes is the upstream registry (KV okso_remotes). It is safe for
@@ -118,7 +121,7 @@ type Remotes struct {
 
 // OpenRemotes creates the bucket, or binds to it when it exists.
 func OpenRemotes(ctx context.Context, nc *nats.Conn, opts RemotesOptions) (*Remotes, error) {
-	js, kv, ttl, err := openLeased(ctx, nc, BucketRemotes, "okso federated upstreams", opts.TTL, opts.Replicas, opts.File)
+	js, kv, ttl, err := openLeased(ctx, nc, BucketRemotes, "okso federated upstreams", opts.TTL, opts.Replicas, opts.File, opts.BindOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +136,7 @@ func OpenRemotes(ctx context.Context, nc *nats.Conn, opts RemotesOptions) (*Remo
 // openLeased opens a bucket of leased records: one History, a
 // LimitMarkerTTL (for per-key TTLs and for watchers to see expiries) of
 // ttl, 15 s when 0. NATS message TTLs count whole seconds.
-func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl time.Duration, replicas int, file bool) (jetstream.JetStream, jetstream.KeyValue, time.Duration, error) {
+func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl time.Duration, replicas int, file, bindOnly bool) (jetstream.JetStream, jetstream.KeyValue, time.Duration, error) {
 	if ttl == 0 {
 		ttl = 15 * time.Second
 	}
@@ -151,7 +154,7 @@ func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl tim
 		Storage:        storage(file),
 		Replicas:       max(replicas, 1),
 		LimitMarkerTTL: ttl,
-	})
+	}, bindOnly)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -162,12 +165,19 @@ func openLeased(ctx context.Context, nc *nats.Conn, bucket, desc string, ttl tim
 func kvStream(bucket string) string { return "KV_" + bucket }
 
 // openKV binds to a bucket when it exists, so that one process's options
-// never rewrite another's; the first process creates it. It never
-// updates a bucket: a role's NATS credential may create the buckets it
-// uses, but not change them (DESIGN.md §6).
-func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// never rewrite another's; the first process creates it (unless
+// bindOnly). It updates a bucket only to give it the RePublish okso's
+// followers need (one an older okso made): a role's NATS credential
+// may do neither (DESIGN.md §6), so a bucket it binds to must be
+// ready, made by okso nats init or by the okso process that embeds
+// NATS.
+func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, bindOnly bool) (jetstream.KeyValue, error) {
+	cfg.RePublish = rePublish(cfg.Bucket)
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if bindOnly {
+			return nil, fmt.Errorf("open kv %s: %w", cfg.Bucket, ErrNoBucket)
+		}
 		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) { // another process made it meanwhile
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
@@ -176,8 +186,31 @@ func openKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueC
 	if err != nil {
 		return nil, fmt.Errorf("open kv %s: %w", cfg.Bucket, err)
 	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open kv %s: %w", cfg.Bucket, err)
+	}
+	have := st.Config()
+	if rp := have.RePublish; rp != nil && *rp == *cfg.RePublish {
+		return kv, nil
+	}
+	if bindOnly {
+		return nil, fmt.Errorf("open kv %s: %w", cfg.Bucket, ErrOldBucket)
+	}
+	have.RePublish = cfg.RePublish
+	if kv, err = js.UpdateKeyValue(ctx, have); err != nil {
+		return nil, fmt.Errorf("open kv %s: give it the republishing okso follows it by: %w", cfg.Bucket, err)
+	}
 	return kv, nil
 }
+
+// ErrNoBucket is returned, wrapped, when a bucket of okso's that a role
+// may not create does not exist.
+var ErrNoBucket = errors.New("it does not exist on this NATS (okso nats init makes okso's buckets, with the admin's NATS credential)")
+
+// ErrOldBucket is returned, wrapped, when a bucket of okso's that a role
+// may not change lacks what this okso needs of it.
+var ErrOldBucket = errors.New("an older okso made it (okso nats init updates okso's buckets, with the admin's NATS credential)")
 
 // storage is file storage, or else memory storage.
 func storage(file bool) jetstream.StorageType {
@@ -301,7 +334,7 @@ func (r *Remotes) WatchUpstream(ctx context.Context, upstream string, fn func(Re
 }
 
 func (r *Remotes) watch(ctx context.Context, key string, fn func(RemoteEvent), ready func()) error {
-	return watchKey(ctx, r.kv, key, func(key string, value []byte, initial bool) {
+	return follow(ctx, r.js.Conn(), BucketRemotes, key, func(key string, value []byte, initial bool) {
 		ev := RemoteEvent{Upstream: key, Initial: initial}
 		if value != nil {
 			var rec Remote

@@ -28,6 +28,7 @@ const MaxRevocation = 90 * 24 * time.Hour
 // bucket by [Revocations.Run]. It is safe for concurrent use.
 type Revocations struct {
 	js  jetstream.JetStream
+	nc  *nats.Conn
 	kv  jetstream.KeyValue
 	log *slog.Logger
 
@@ -61,59 +62,54 @@ type RevocationOptions struct {
 // it read). A revocation written by another process in the instant
 // between the read and the new bucket is lost; every other survives.
 // Other processes that follow the bucket keep their sets meanwhile and
-// follow the new one.
+// follow the new one. With o.ReadOnly the bucket must exist, and is
+// neither made nor moved.
 func OpenRevocations(ctx context.Context, nc *nats.Conn, o RevocationOptions) (*Revocations, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	r := &Revocations{js: js, log: cmp.Or(o.Log, slog.Default()), set: map[string]bool{}}
-	r.kv, err = js.KeyValue(ctx, BucketRevoked)
-	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
-		r.kv, err = createRevoked(ctx, js, o.Replicas)
-	case err == nil:
-		err = r.keepOnDisk(ctx, o)
+	r := &Revocations{js: js, nc: nc, log: cmp.Or(o.Log, slog.Default()), set: map[string]bool{}}
+	if !o.ReadOnly {
+		if err := r.keepOnDisk(ctx, o); err != nil {
+			return nil, fmt.Errorf("open kv %s: %w", BucketRevoked, err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open kv %s: %w", BucketRevoked, err)
+	if r.kv, err = openKV(ctx, js, revokedConfig(o.Replicas), o.ReadOnly); err != nil {
+		if errors.Is(err, ErrNoBucket) || errors.Is(err, ErrOldBucket) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w (revocations must outlive a restart: the NATS servers need JetStream file storage)", err)
 	}
 	return r, nil
 }
 
-// createRevoked creates the bucket in file storage, or binds to it when
-// it exists already (another process made it).
-func createRevoked(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+// revokedConfig is the bucket's configuration: in file storage.
+func revokedConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
 		Bucket:         BucketRevoked,
 		Description:    "okso revoked token ids",
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       max(replicas, 1),
 		LimitMarkerTTL: time.Minute,
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, BucketRevoked)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("create in file storage (revocations must outlive a restart: "+
-			"the NATS servers need JetStream file storage): %w", err)
-	}
-	return kv, nil
 }
 
-// keepOnDisk moves the bound bucket to file storage if it is in memory.
+// keepOnDisk moves the bucket to file storage if it is in memory.
 func (r *Revocations) keepOnDisk(ctx context.Context, o RevocationOptions) error {
-	st, err := r.kv.Status(ctx)
+	kv, err := r.js.KeyValue(ctx, BucketRevoked)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := kv.Status(ctx)
 	if err != nil {
 		return err
 	}
 	if st.Config().Storage == jetstream.FileStorage {
-		return nil
-	}
-	if o.ReadOnly {
-		r.log.Warn("revocations are kept in memory storage, made by an older okso: they do not outlive a restart of NATS "+
-			"until okso token revoke, with the admin's NATS credential, moves them to file storage", "bucket", BucketRevoked)
 		return nil
 	}
 	held, err := r.entries(ctx)
@@ -122,12 +118,12 @@ func (r *Revocations) keepOnDisk(ctx context.Context, o RevocationOptions) error
 	}
 	// Another process may have moved it meanwhile: then what was read is
 	// added to its bucket, never deleted with it.
-	if st, err := r.kv.Status(ctx); err != nil || st.Config().Storage != jetstream.FileStorage {
+	if st, err := kv.Status(ctx); err != nil || st.Config().Storage != jetstream.FileStorage {
 		if err := r.js.DeleteKeyValue(ctx, BucketRevoked); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return fmt.Errorf("delete the memory bucket: %w", err)
 		}
 	}
-	if r.kv, err = createRevoked(ctx, r.js, o.Replicas); err != nil {
+	if r.kv, err = openKV(ctx, r.js, revokedConfig(o.Replicas), false); err != nil {
 		return err
 	}
 	for jti, until := range held {
@@ -141,30 +137,22 @@ func (r *Revocations) keepOnDisk(ctx context.Context, o RevocationOptions) error
 
 // entries reads every revocation in the bucket: token id and expiry.
 func (r *Revocations) entries(ctx context.Context) (map[string]time.Time, error) {
-	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	state, err := readState(ctx, r.nc, BucketRevoked, ">")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = w.Stop() }()
 	held := map[string]time.Time{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("watch closed")
-			}
-			if e == nil {
-				return held, nil
-			}
-			until := time.Now().Add(MaxRevocation) // when the value says nothing
-			if s, err := strconv.ParseInt(string(e.Value()), 10, 64); err == nil {
-				until = time.Unix(s, 0)
-			}
-			held[e.Key()] = until
+	for jti, e := range state {
+		if e.value == nil {
+			continue
 		}
+		until := time.Now().Add(MaxRevocation) // when the value says nothing
+		if s, err := strconv.ParseInt(string(e.value), 10, 64); err == nil {
+			until = time.Unix(s, 0)
+		}
+		held[jti] = until
 	}
+	return held, nil
 }
 
 // Revoke records jti as revoked until the token would have expired.
@@ -213,36 +201,17 @@ func (r *Revocations) Run(ctx context.Context, ready func(), onRevoke func(jti s
 }
 
 func (r *Revocations) watch(ctx context.Context, ready func(), onRevoke func(string)) error {
-	w, err := r.kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("revocation watch closed")
-			}
-			if e == nil {
-				if ready != nil {
-					ready()
-				}
-				continue
-			}
-			r.mu.Lock()
-			revoked := e.Operation() == jetstream.KeyValuePut
-			if revoked {
-				r.set[e.Key()] = true
-			} else {
-				delete(r.set, e.Key()) // expired with its token
-			}
-			r.mu.Unlock()
-			if revoked && onRevoke != nil {
-				onRevoke(e.Key())
-			}
+	return follow(ctx, r.nc, BucketRevoked, ">", func(jti string, value []byte, _ bool) {
+		r.mu.Lock()
+		revoked := value != nil
+		if revoked {
+			r.set[jti] = true
+		} else {
+			delete(r.set, jti) // expired with its token
 		}
-	}
+		r.mu.Unlock()
+		if revoked && onRevoke != nil {
+			onRevoke(jti)
+		}
+	}, ready)
 }

@@ -45,9 +45,11 @@ type ServerOptions struct {
 	Log *slog.Logger
 	// Credentials, when set, are the only way in: every client, an
 	// in-process one too, authenticates as one of okso's roles and may do
-	// only what that role may ([Role.Permissions]), and cluster routes
-	// authenticate with their route secret. Nil: anyone who reaches the
-	// server may do anything (tests; okso's --nats-insecure).
+	// only what that role may ([Role.Permissions]), with okso's buckets
+	// in an account no client is in ([AccountsConfig]); cluster routes
+	// authenticate with their route secret. The buckets are then made by
+	// the admin ([InitState]). Nil: anyone who reaches the server may do
+	// anything (tests; okso's --nats-insecure).
 	Credentials *Credentials
 	// TLS, when set, is served on the client and route listeners, and
 	// its RootCAs (the system's when nil) verify the other members when
@@ -79,17 +81,15 @@ func StartServer(opts ServerOptions) (*Server, error) {
 	if name == "" {
 		name = "okso-" + nuid.Next()[:10]
 	}
-	o := &server.Options{
-		ServerName: name,
-		JetStream:  true,
-		NoSigs:     true,
-		NoLog:      true,
-		DontListen: opts.Listen == "",
-		StoreDir:   opts.StoreDir,
-	}
+	o := &server.Options{}
 	if opts.Credentials != nil {
-		o.Nkeys = opts.Credentials.users()
+		// The accounts and users of okso nats server-config, exactly.
+		if err := o.ProcessConfigString(opts.Credentials.ServerConfig()); err != nil {
+			return nil, fmt.Errorf("nats accounts: %w", err)
+		}
 	}
+	o.ServerName, o.JetStream, o.NoSigs, o.NoLog = name, true, true, true
+	o.DontListen, o.StoreDir = opts.Listen == "", opts.StoreDir
 	if opts.TLS != nil {
 		o.TLSConfig = opts.TLS
 		o.TLSTimeout = tlsTimeout

@@ -11,12 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -562,12 +562,7 @@ func TestNATSValues(t *testing.T) {
 					MaxSize string `yaml:"maxSize"`
 				} `yaml:"memoryStore"`
 			} `yaml:"jetstream"`
-			Merge struct {
-				Authorization struct {
-					Users      []natsUser `yaml:"users"`
-					NoAuthUser string     `yaml:"no_auth_user"`
-				} `yaml:"authorization"`
-			} `yaml:"merge"`
+			Merge map[string]any `yaml:"merge"`
 		} `yaml:"config"`
 		TLSCA struct {
 			Enabled       bool   `yaml:"enabled"`
@@ -601,26 +596,26 @@ func TestNATSValues(t *testing.T) {
 	if !v.TLSCA.Enabled || v.TLSCA.ConfigMapName != natsCAConfigMap || v.TLSCA.Key != "ca.crt" {
 		t.Errorf("%s: tlsCA: want enabled, configMapName %s, key ca.crt, got %+v", natsValues, natsCAConfigMap, v.TLSCA)
 	}
-	if c.Merge.Authorization.NoAuthUser != "" {
-		t.Errorf("%s: no_auth_user %q lets clients in without a credential", natsValues, c.Merge.Authorization.NoAuthUser)
+	// okso's accounts, users and permissions: okso nats server-config's,
+	// each role's key from its variable.
+	want := bus.AccountsConfig(func(r bus.Role) []string {
+		return []string{"<< $" + natsKeyEnv(r) + " >>"}
+	})
+	if !sameJSON(t, c.Merge["accounts"], want) {
+		got, _ := yaml.Marshal(c.Merge["accounts"])
+		exp, _ := yaml.Marshal(want)
+		t.Errorf("%s: config.merge.accounts is not okso nats server-config's accounts block:\n%s\nwant:\n%s", natsValues, got, exp)
 	}
-	users := c.Merge.Authorization.Users
-	if len(users) != len(bus.Roles) {
-		t.Errorf("%s: %d users, want one per okso role (%v)", natsValues, len(users), bus.Roles)
+	for k := range c.Merge {
+		if k != "accounts" {
+			t.Errorf("%s: config.merge.%s: okso's NATS needs its accounts alone (an authorization block, a no_auth_user would let others in)", natsValues, k)
+		}
 	}
-	for i, role := range bus.Roles {
-		if i >= len(users) {
-			break
-		}
-		u := users[i]
-		env := "OKSO_NATS_" + strings.ToUpper(string(role))
-		if want := "<< $" + env + " >>"; u.Nkey != want {
-			t.Errorf("%s: user %d (%s): nkey %q, want %q", natsValues, i, role, u.Nkey, want)
-		}
+	for _, role := range bus.Roles {
+		env := natsKeyEnv(role)
 		if ref := v.Container.Env[env].ValueFrom.SecretKeyRef; ref.Name != natsUsersSecret || ref.Key != string(role) {
 			t.Errorf("%s: container.env %s: want secretKeyRef %s/%s, got %+v", natsValues, env, natsUsersSecret, role, ref)
 		}
-		u.check(t, role)
 	}
 	if !c.Cluster.Enabled || c.Cluster.Replicas < 3 {
 		t.Errorf("%s: want config.cluster.enabled with at least 3 replicas, got %v, %d", natsValues, c.Cluster.Enabled, c.Cluster.Replicas)
@@ -650,50 +645,26 @@ type natsTLS struct {
 	} `yaml:"merge"`
 }
 
-// natsUser is a user of the NATS chart's authorization block.
-type natsUser struct {
-	Nkey        string `yaml:"nkey"`
-	Permissions *struct {
-		Publish struct {
-			Allow []string `yaml:"allow"`
-		} `yaml:"publish"`
-		Subscribe struct {
-			Allow []string `yaml:"allow"`
-		} `yaml:"subscribe"`
-		AllowResponses struct {
-			Max     int    `yaml:"max"`
-			Expires string `yaml:"expires"`
-		} `yaml:"allow_responses"`
-	} `yaml:"permissions"`
-}
+// natsKeyEnv is the variable of the NATS containers that holds role's
+// public key.
+func natsKeyEnv(role bus.Role) string { return "OKSO_NATS_" + strings.ToUpper(string(role)) }
 
-// check reports where u's permissions are not role's in okso (what okso
-// nats server-config prints, and the embedded servers enforce).
-func (u natsUser) check(t *testing.T, role bus.Role) {
+// sameJSON reports whether a and b encode to the same JSON (YAML's and
+// Go's maps and slices compared as values).
+func sameJSON(t *testing.T, a, b any) bool {
 	t.Helper()
-	want := role.Permissions()
-	got := u.Permissions
-	switch {
-	case want == nil && got == nil:
-		return
-	case want == nil:
-		t.Errorf("%s: the %s user has permissions; okso's %s may do anything", natsValues, role, role)
-		return
-	case got == nil:
-		t.Errorf("%s: the %s user has no permissions: it may do anything", natsValues, role)
-		return
+	norm := func(v any) any {
+		j, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out any
+		if err := json.Unmarshal(j, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
-	if !slices.Equal(got.Publish.Allow, want.Publish.Allow) {
-		t.Errorf("%s: the %s user may publish %q, okso's %s %q", natsValues, role, got.Publish.Allow, role, want.Publish.Allow)
-	}
-	if !slices.Equal(got.Subscribe.Allow, want.Subscribe.Allow) {
-		t.Errorf("%s: the %s user may subscribe %q, okso's %s %q", natsValues, role, got.Subscribe.Allow, role, want.Subscribe.Allow)
-	}
-	expires, err := time.ParseDuration(got.AllowResponses.Expires)
-	if got.AllowResponses.Max != want.Response.MaxMsgs || err != nil || expires != want.Response.Expires {
-		t.Errorf("%s: the %s user's allow_responses %+v, want max %d, expires %v", natsValues, role, got.AllowResponses,
-			want.Response.MaxMsgs, want.Response.Expires)
-	}
+	return reflect.DeepEqual(norm(a), norm(b))
 }
 
 // TestRoleWiring: each okso container runs a server role bound where its

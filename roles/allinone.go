@@ -73,8 +73,8 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 			a.close()
 		}
 	}()
-	if a.nats, err = openNATS(natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one", Log: log,
-		natsSecurity: cfg.NATS}); err != nil {
+	if a.nats, err = openNATS(ctx, natsConfig{Listen: cfg.NATSListen, DataDir: cfg.DataDir, Role: "all-in-one", Log: log,
+		AuditRetention: cfg.Gateway.AuditRetention, natsSecurity: cfg.NATS}); err != nil {
 		return nil, err
 	}
 	if a.tier, err = newTierPart(ctx, c, a.nats, cfg.Tier); err != nil {

@@ -145,7 +145,7 @@ func startRelayed(t *testing.T) *relayed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	np, err := openNATS(natsConfig{Listen: "127.0.0.1:0", natsSecurity: natsSecurity{Insecure: true}}) // links, not credentials
+	np, err := openNATS(t.Context(), natsConfig{Listen: "127.0.0.1:0", natsSecurity: natsSecurity{Insecure: true}}) // links, not credentials
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,7 +195,7 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	np, err := openNATS(natsConfig{})
+	np, err := openNATS(t.Context(), natsConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,13 +247,13 @@ func TestTierSaysWhenNATSGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server, err := openNATS(natsConfig{Listen: "127.0.0.1:0", natsSecurity: natsSecurity{Insecure: true}}) // links, not credentials
+	server, err := openNATS(t.Context(), natsConfig{Listen: "127.0.0.1:0", natsSecurity: natsSecurity{Insecure: true}}) // links, not credentials
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(server.close) // after the relay's and the tier's cleanups
 	r := startRelay(t, strings.TrimPrefix(server.clientURL(), "nats://"))
-	np, err := openNATS(natsConfig{URL: "nats://" + r.addr})
+	np, err := openNATS(t.Context(), natsConfig{URL: "nats://" + r.addr})
 	if err != nil {
 		t.Fatal(err)
 	}

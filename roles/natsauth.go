@@ -1,14 +1,17 @@
 package roles
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -171,12 +174,14 @@ func (p *natsPart) connect(role bus.Role, name string) (*nats.Conn, error) {
 	}
 	o := p.client
 	o.Role = role
-	if o.NkeyFile == "" && o.CredsFile == "" && p.dataDir != "" {
+	p.credentialed = o.NkeyFile != "" || o.CredsFile != ""
+	if !p.credentialed && p.dataDir != "" {
 		seed := filepath.Join(bus.CredentialsDir(p.dataDir), bus.SeedFileName(role))
 		if _, err := os.Stat(seed); err == nil {
 			o.NkeyFile = seed
 			nc, err := bus.ConnectURL(p.url, name, o)
 			if !errors.Is(err, nats.ErrNkeysNotSupported) {
+				p.credentialed = err == nil
 				return nc, refused(err, role)
 			}
 			o.NkeyFile = "" // a NATS of another kind
@@ -294,6 +299,56 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 	}
 	rotate.Flags().StringVar(&rotateRole, "role", "", "the role: "+strings.Join(roles, ", "))
 	rotate.Flags().StringVar(&rotateDir, "data-dir", defaultDataDir(), "data dir that keeps the credentials (<data-dir>/nats/creds)")
-	cmd.AddCommand(creds, serverConfig, rotate)
+	cmd.AddCommand(creds, serverConfig, rotate, natsInitCmd(stdout))
+	return cmd
+}
+
+// natsInitCmd is okso nats init: okso's buckets on a NATS okso does not
+// embed, made by the admin.
+func natsInitCmd(stdout io.Writer) *cobra.Command {
+	var (
+		c     natsConfig
+		audit time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Make okso's buckets (and its audit stream) on a NATS that okso does not embed, as the admin",
+		Long: "okso nats init makes okso's JetStream buckets on the NATS of --nats-url, with the admin's\n" +
+			"credential, or brings those an older okso made to what this one needs. On a NATS that\n" +
+			"admits okso's roles alone (okso nats server-config), the roles may not make them: run it once,\n" +
+			"before they start. An okso process that embeds NATS does it itself.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if c.URL == "" {
+				return errors.New("--nats-url is required: the NATS of the gateways and tiers")
+			}
+			np, err := openNATS(contextOf(cmd), c)
+			if err != nil {
+				return err
+			}
+			nc, err := np.connect(bus.RoleAdmin, "okso-nats-init")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := startContext(contextOf(cmd))
+			defer cancel()
+			log := slog.New(slog.DiscardHandler)
+			_, err = whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (struct{}, error) {
+				return struct{}{}, bus.InitState(ctx, nc, bus.StateOptions{Replicas: np.replicas, AuditRetention: audit})
+			})
+			if err != nil {
+				return fmt.Errorf("make okso's buckets: %w", err)
+			}
+			_, err = fmt.Fprintf(stdout, "okso's buckets are ready on %s (%d replicas)\n", c.URL, np.replicas)
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&c.URL, "nats-url", "", "the NATS server or cluster (comma separated URLs)")
+	fs.IntVar(&c.Replicas, "registry-replicas", 1, "replicas of okso's buckets (3 on a cluster of 3 servers or more)")
+	fs.DurationVar(&audit, "audit-retention", 0, "also keep audit events (okso.v1.audit.>) in the stream okso_audit this long")
+	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
+	addNATSClientFlags(fs, &c.natsSecurity)
 	return cmd
 }

@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/auth"
@@ -180,4 +182,89 @@ func TestNATSSecurityStartErrors(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) { startFails(t, c.args, c.want) })
 	}
+}
+
+// TestNATSExternal: a NATS okso does not embed, configured with okso nats
+// server-config: the roles may not make okso's buckets, so a gateway
+// started first stops and says to run okso nats init; once the admin has,
+// a gateway and a device tier, each with its role's seed alone, serve a
+// device.
+func TestNATSExternal(t *testing.T) {
+	keys, dir := t.TempDir(), t.TempDir()
+	conf, err := oksoOut(t, "nats", "server-config", "--data-dir", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "nats.conf")
+	text := "listen: 127.0.0.1:-1\njetstream: {store_dir: \"" + filepath.Join(dir, "js") + "\"}\n" + conf
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("okso nats server-config does not load: %v", err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	url := ns.ClientURL()
+	seed := func(role bus.Role) string {
+		out, err := oksoOut(t, "nats", "creds", "--data-dir", keys, "--role", string(role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, string(role)+".nk")
+		if err := os.WriteFile(f, []byte(out), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	gwSeed, devSeed, adminSeed := seed(bus.RoleGateway), seed(bus.RoleDevice), seed(bus.RoleAdmin)
+
+	startFails(t, []string{"gateway", "--nats-url", url, "--nats-nkey", gwSeed}, "okso nats init")
+	if out, err := oksoOut(t, "nats", "init", "--nats-url", url, "--nats-nkey", adminSeed); err != nil || !strings.Contains(out, "ready") {
+		t.Fatalf("okso nats init: %q, %v", out, err)
+	}
+	if _, err := oksoOut(t, "nats", "init", "--nats-url", url, "--nats-nkey", gwSeed); err == nil {
+		t.Error("okso nats init with the gateway's credential succeeded")
+	}
+
+	tierLog, gwLog := newLogSink(), newLogSink()
+	runRoot(t, tierLog, tierLog, "device", "--data-dir", keys, "--device-addr", "127.0.0.1:0", "--mock", "1",
+		"--nats-url", url, "--nats-nkey", devSeed)
+	tierLog.wait(t, "the tier's device", line("mock devices connected"))
+	runRoot(t, gwLog, gwLog, "gateway", "--data-dir", keys, "--mcp-addr", "127.0.0.1:0", "--nats-url", url,
+		"--nats-nkey", gwSeed, "--log-level", "debug")
+	mcpURL, _ := gwLog.wait(t, "the gateway listening", line("listening"))["mcp_url"].(string)
+	gwLog.wait(t, "the tier's device reaches the gateway", line("node online"))
+	signer, err := auth.LoadOrCreateSigner(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := signer.Mint(auth.MintOptions{Subject: "agent", Tenant: DefaultTenant, Scopes: []string{auth.ScopeReadOnly}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcpSession(t, mcpURL, token)
+	for tl, err := range s.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(tl.Name, "sysecho.") {
+			continue
+		}
+		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tl.Name, Arguments: map[string]any{"message": "external"}})
+		if err != nil || res.IsError {
+			t.Fatalf("call %q: %v %+v", tl.Name, err, res)
+		}
+		return
+	}
+	t.Fatal("the gateway lists no echo tool")
 }

@@ -57,8 +57,15 @@ type natsPart struct {
 	// secured: the embedded server admits okso's roles alone (not
 	// --nats-insecure).
 	secured bool
-	log     *slog.Logger // nil: none
+	// credentialed: a connection to the external NATS was made with a
+	// credential (a NATS that asks for one keeps okso's roles apart).
+	credentialed bool
+	log          *slog.Logger // nil: none
 }
+
+// bindOnly says that okso's buckets are the admin's to make and change,
+// not a role's ([bus.InitState]): a role's credential may do neither.
+func (p *natsPart) bindOnly() bool { return p.secured || p.credentialed }
 
 // natsConfig selects the NATS of a role.
 type natsConfig struct {
@@ -78,10 +85,16 @@ type natsConfig struct {
 	// Log, if set, gets the embedded server's fatal errors and the
 	// warnings about its security.
 	Log *slog.Logger
+	// AuditRetention, when above zero, is how long the audit stream an
+	// embedded server's okso makes keeps events (--audit-retention).
+	AuditRetention time.Duration
 	natsSecurity
 }
 
-func openNATS(c natsConfig) (*natsPart, error) {
+// openNATS starts the embedded NATS server (and, when it admits okso's
+// roles alone, makes okso's buckets, as the admin) or prepares to
+// connect to an external one.
+func openNATS(ctx context.Context, c natsConfig) (_ *natsPart, err error) {
 	if err := c.natsSecurity.check(c); err != nil {
 		return nil, err
 	}
@@ -129,7 +142,36 @@ func openNATS(c natsConfig) (*natsPart, error) {
 		return nil, err
 	}
 	c.warn(srv)
-	return &natsPart{srv: srv, name: name, store: store, replicas: replicas, dataDir: c.DataDir, secured: creds != nil, log: c.Log}, nil
+	p := &natsPart{srv: srv, name: name, store: store, replicas: replicas, dataDir: c.DataDir, secured: creds != nil, log: c.Log}
+	if p.secured {
+		defer func() {
+			if err != nil {
+				p.close()
+			}
+		}()
+		if err := p.initState(ctx, c.AuditRetention); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// initState makes okso's buckets on the embedded server, as the admin:
+// the roles' credentials may not ([bus.InitState]).
+func (p *natsPart) initState(ctx context.Context, audit time.Duration) error {
+	log := cmp.Or(p.log, slog.New(slog.DiscardHandler))
+	nc, err := p.srv.ConnectAs(bus.RoleAdmin, "okso-init")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	_, err = whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, bus.InitState(ctx, nc, bus.StateOptions{Replicas: p.replicas, AuditRetention: audit, Log: log})
+	})
+	if err != nil {
+		return fmt.Errorf("make okso's buckets: %w", err)
+	}
+	return nil
 }
 
 // natsName is what an embedded server's name may be: it names its store
@@ -268,6 +310,9 @@ func retryJetStream[T any](ctx context.Context, log *slog.Logger, attempt time.D
 		}
 		if last == nil || ctx.Err() == nil {
 			last = err
+		}
+		if errors.Is(err, bus.ErrNoBucket) || errors.Is(err, bus.ErrOldBucket) { // waiting would not mend it
+			return v, err
 		}
 		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
 			errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
@@ -478,11 +523,11 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 }
 
 // openRevocations opens the shared revocation set.
-func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int) (*bus.Revocations, error) {
+func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, np *natsPart) (*bus.Revocations, error) {
 	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Revocations, error) {
 		// A role's NATS credential may only read the revocations: okso
 		// token revoke, the admin's, writes them.
-		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: replicas, Log: log, ReadOnly: true})
+		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: np.replicas, Log: log, ReadOnly: np.bindOnly()})
 	})
 }
 
@@ -565,28 +610,28 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		}
 	}()
 	logAsyncErrors(c.log, nc)
-	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{Replicas: np.replicas})
+	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{Replicas: np.replicas, BindOnly: np.bindOnly()})
 	if err != nil {
 		return nil, err
 	}
 	remotes, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Remotes, error) {
-		return bus.OpenRemotes(ctx, nc, bus.RemotesOptions{Replicas: np.replicas})
+		return bus.OpenRemotes(ctx, nc, bus.RemotesOptions{Replicas: np.replicas, BindOnly: np.bindOnly()})
 	})
 	if err != nil {
 		return nil, err
 	}
 	callers, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Callers, error) {
-		return bus.OpenCallers(ctx, nc, bus.CallersOptions{TTL: cfg.CallerLeaseTTL, Replicas: np.replicas})
+		return bus.OpenCallers(ctx, nc, bus.CallersOptions{TTL: cfg.CallerLeaseTTL, Replicas: np.replicas, BindOnly: np.bindOnly()})
 	})
 	if err != nil {
 		return nil, err
 	}
-	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
+	revoked, err := openRevocations(ctx, c.log, nc, np)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.AuditRetention > 0 {
-		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false); errors.Is(err, bus.ErrOtherRetention) {
+		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false, np.bindOnly()); errors.Is(err, bus.ErrOtherRetention) {
 			c.log.Warn("--audit-retention", "err", err)
 		} else if err != nil {
 			return nil, err
@@ -768,11 +813,11 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}()
 	logAsyncErrors(c.log, nc)
 	logNATSLink(c.log.With("role", "device"), nc)
-	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
+	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas, BindOnly: np.bindOnly()})
 	if err != nil {
 		return nil, err
 	}
-	revoked, err := openRevocations(ctx, c.log, nc, np.replicas)
+	revoked, err := openRevocations(ctx, c.log, nc, np)
 	if err != nil {
 		return nil, err
 	}
@@ -780,7 +825,8 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, fmt.Errorf("--node-binding-ttl %v: at least 1s (NATS message TTLs count whole seconds)", cfg.NodeBindingTTL)
 	}
 	bindings, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Bindings, error) {
-		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg})
+		return bus.OpenBindings(ctx, nc, bus.BindingsOptions{TTL: cfg.NodeBindingTTL, Replicas: np.replicas, Registry: reg,
+			BindOnly: np.bindOnly()})
 	})
 	if err != nil {
 		return nil, err

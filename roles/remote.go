@@ -78,7 +78,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	logAsyncErrors(c.log, nc)
 	logNATSLink(c.log.With("role", "remote"), nc)
 	remotes, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Remotes, error) {
-		return bus.OpenRemotes(ctx, nc, bus.RemotesOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas})
+		return bus.OpenRemotes(ctx, nc, bus.RemotesOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas, BindOnly: np.bindOnly()})
 	})
 	if err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func NewRemote(ctx context.Context, log *slog.Logger, cfg RemoteConfig) (_ *Remo
 		}
 	}()
 	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "remote", log
-	if r.nats, err = openNATS(cfg.NATS); err != nil {
+	if r.nats, err = openNATS(ctx, cfg.NATS); err != nil {
 		return nil, err
 	}
 	if r.remote, err = newRemotePart(ctx, c, r.nats, cfg.Remote, "--config"); err != nil {

@@ -138,7 +138,7 @@ func TestNATSStore(t *testing.T) {
 	dir := t.TempDir()
 	open := func(c natsConfig) (*natsPart, error) {
 		c.DataDir = dir
-		np, err := openNATS(c)
+		np, err := openNATS(t.Context(), c)
 		if err == nil {
 			t.Cleanup(np.close)
 		}
@@ -198,7 +198,7 @@ func TestOpenNATSRefusesHalfClusters(t *testing.T) {
 		tc.c.DataDir, tc.c.Role = t.TempDir(), "device"
 		done := make(chan error, 1)
 		go func() {
-			np, err := openNATS(tc.c)
+			np, err := openNATS(t.Context(), tc.c)
 			if err == nil {
 				np.close()
 			}

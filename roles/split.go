@@ -69,7 +69,8 @@ func NewGateway(ctx context.Context, log *slog.Logger, cfg GatewayConfig) (_ *Ga
 		}
 	}()
 	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "gateway", log
-	if g.nats, err = openNATS(cfg.NATS); err != nil {
+	cfg.NATS.AuditRetention = cfg.Gateway.AuditRetention
+	if g.nats, err = openNATS(ctx, cfg.NATS); err != nil {
 		return nil, err
 	}
 	if g.gw, err = newGatewayPart(ctx, c, g.nats, cfg.Gateway); err != nil {
@@ -174,7 +175,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 		}
 	}()
 	cfg.NATS.DataDir, cfg.NATS.Role, cfg.NATS.Log = cfg.DataDir, "device", log
-	if d.nats, err = openNATS(cfg.NATS); err != nil {
+	if d.nats, err = openNATS(ctx, cfg.NATS); err != nil {
 		return nil, err
 	}
 	if d.tier, err = newTierPart(ctx, c, d.nats, cfg.Tier); err != nil {
@@ -570,7 +571,7 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 			default:
 				return errors.New("give a token id (jti) or --token, one of them")
 			}
-			np, err := openNATS(natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec})
+			np, err := openNATS(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec})
 			if err != nil {
 				return err
 			}

@@ -534,7 +534,14 @@ func TestStreamWithoutListenerStops(t *testing.T) {
 	msg := &nats.Msg{Subject: bus.NodeCmd(node), Data: body, Header: nats.Header{
 		bus.HeaderStreamID: {strings.ToLower(ulid.Make().String())}, bus.HeaderTenant: {DefaultTenant},
 		bus.HeaderSubject: {"test-agent"}, bus.HeaderBudgetMs: {"5000"}}}
-	resp, err := f.nc.RequestMsg(msg, 5*time.Second)
+	// As a gateway would, whose stream it then is: the tier serves no
+	// other role's request.
+	gw, err := f.a.nats.connect(bus.RoleGateway, "test-gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	resp, err := gw.RequestMsg(msg, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,292 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A bucket is followed without a JetStream consumer: okso's buckets
+// republish every message they store on okso.v1.state.<bucket>.<key>
+// (their RePublish), and a follower reads the present state with direct
+// gets, then applies the republished messages. Creating a consumer would
+// let a client have JetStream deliver a bucket's messages to any subject
+// it names; a direct get's answer can be sent elsewhere too, but where
+// okso's roles are kept apart (DESIGN.md §6) only within the follower's
+// own account, where no bucket is.
+
+// stateSubject is the subject on which bucket's messages of key (">":
+// every key) are republished.
+func stateSubject(bucket, key string) string { return subjectPrefix + "state." + bucket + "." + key }
+
+// rePublish is the RePublish of a bucket: every message, on its state
+// subject.
+func rePublish(bucket string) *jetstream.RePublish {
+	return &jetstream.RePublish{Source: "$KV." + bucket + ".>", Destination: stateSubject(bucket, ">")}
+}
+
+// followResync bounds how long a follower trusts the republished messages
+// alone: it reads the bucket's state again this often, in case NATS lost
+// one (republishing is at most once).
+const followResync = 5 * time.Minute
+
+// directBatch is how many messages a direct get answers at once.
+const directBatch = 256
+
+// kvEntry is a key's last message, as a follower knows it.
+type kvEntry struct {
+	seq   uint64
+	value []byte // nil: the key was deleted
+}
+
+// follower keeps the state of one key of a bucket, or of all its keys.
+type follower struct {
+	nc     *nats.Conn
+	bucket string
+	key    string // ">": every key
+	fn     func(key string, value []byte, initial bool)
+	state  map[string]kvEntry
+}
+
+// follow calls fn for every key of bucket present (all keys, or key
+// alone), then calls ready once, then calls fn for every change (a nil
+// value: the key went away), until ctx is done. It returns ctx's error,
+// or the follower's if it fails. fn and ready run on follow's goroutine;
+// fn must not keep value after it returns. A message lost by NATS (the
+// connection was lost, the follower fell behind, a key's message came
+// after one it never saw) makes the follower read the bucket again and
+// report what changed meanwhile.
+func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(key string, value []byte, initial bool), ready func()) error {
+	if key == "" {
+		key = ">"
+	}
+	f := &follower{nc: nc, bucket: bucket, key: key, fn: fn}
+	live, err := nc.SubscribeSync(stateSubject(bucket, key))
+	if err != nil {
+		return fmt.Errorf("follow kv %s: %w", bucket, err)
+	}
+	defer func() { _ = live.Unsubscribe() }()
+	if err := live.SetPendingLimits(-1, 256<<20); err != nil {
+		return fmt.Errorf("follow kv %s: %w", bucket, err)
+	}
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	// The subscription is on the server before the state is read: no
+	// change falls between them.
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("follow kv %s: %w", bucket, err)
+	}
+	if err := f.resync(ctx, true); err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	resync := time.NewTicker(followResync)
+	defer resync.Stop()
+	msgs := make(chan *nats.Msg)
+	errc := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for {
+			m, err := live.NextMsgWithContext(rctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-rctx.Done():
+				return
+			}
+		}
+	}()
+	var dropped int
+	for {
+		var again bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("follow kv %s: %w", bucket, err)
+		case <-reconnected:
+			again = true
+		case <-resync.C:
+			again = true
+		case m := <-msgs:
+			again = !f.apply(m)
+		}
+		if n, _ := live.Dropped(); n != dropped {
+			dropped, again = n, true
+		}
+		if again {
+			if err := f.resync(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// apply applies a republished message; false: a message of its key was
+// lost before it, and the state must be read again.
+func (f *follower) apply(m *nats.Msg) bool {
+	key, seq, last, value, ok := republished(f.bucket, m)
+	if !ok {
+		return true // no message of the bucket's
+	}
+	known := f.state[key]
+	if seq <= known.seq {
+		return true // already read
+	}
+	// A message of the key came between the last one the follower saw and
+	// this one: NATS lost one, and may have lost others', of other keys.
+	// (Unless the follower saw the key go, and its marker has expired
+	// since.)
+	if last != known.seq && !(last == 0 && known.value == nil) {
+		return false
+	}
+	f.set(key, seq, value, false)
+	return true
+}
+
+// set records key's new message and reports the change.
+func (f *follower) set(key string, seq uint64, value []byte, initial bool) {
+	was := f.state[key].value
+	f.state[key] = kvEntry{seq: seq, value: value}
+	switch {
+	case value != nil:
+		f.fn(key, value, initial)
+	case was != nil && !initial:
+		f.fn(key, nil, false)
+	}
+}
+
+// resync reads the bucket's state and reports what differs from what the
+// follower knew (everything, the first time).
+func (f *follower) resync(ctx context.Context, initial bool) error {
+	now, err := readState(ctx, f.nc, f.bucket, f.key)
+	if err != nil {
+		return err
+	}
+	old := f.state
+	f.state = make(map[string]kvEntry, len(now))
+	for key, e := range now {
+		if o, ok := old[key]; ok && o.seq == e.seq {
+			f.state[key] = o
+			continue
+		}
+		f.state[key] = kvEntry{seq: old[key].seq, value: old[key].value}
+		f.set(key, e.seq, e.value, initial)
+	}
+	for key, o := range old {
+		if _, ok := now[key]; !ok && o.value != nil {
+			f.fn(key, nil, false) // gone altogether, markers included
+		}
+	}
+	return nil
+}
+
+// readState reads the last message of each key of bucket (">": every
+// key) with direct gets, a page at a time.
+func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[string]kvEntry, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
+		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
+	}
+	state := map[string]kvEntry{}
+	subject := "$KV." + bucket + "." + key
+	for seq := uint64(1); ; {
+		req, _ := json.Marshal(struct {
+			Seq   uint64 `json:"seq"`
+			Next  string `json:"next_by_subj"`
+			Batch int    `json:"batch"`
+		}{seq, subject, directBatch})
+		if err := nc.PublishRequest(jsAPI+"DIRECT.GET."+kvStream(bucket), inbox, req); err != nil {
+			return nil, fmt.Errorf("read kv %s: %w", bucket, err)
+		}
+		more, next, err := readPage(ctx, sub, bucket, state)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return state, nil
+		}
+		seq = next
+	}
+}
+
+// readPage reads the answers to one direct get, into state: more says
+// whether messages remain after them, from sequence next.
+func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state map[string]kvEntry) (more bool, next uint64, _ error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false, 0, fmt.Errorf("read kv %s: %w", bucket, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "404": // nothing (more) to read
+			return false, 0, nil
+		case "204": // the end of this page
+			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+			return pending > 0, next, nil
+		case "503":
+			return false, 0, fmt.Errorf("read kv %s: %w", bucket, jetstream.ErrJetStreamNotEnabled)
+		default:
+			return false, 0, fmt.Errorf("read kv %s: direct get: %s %s", bucket, status, m.Header.Get("Description"))
+		}
+		key, seq, _, value, ok := republished(bucket, m)
+		if !ok {
+			continue
+		}
+		if e, ok := state[key]; !ok || seq > e.seq {
+			state[key] = kvEntry{seq: seq, value: value}
+		}
+		next = seq + 1
+	}
+}
+
+// republished decodes a message of bucket as republished or answered by
+// a direct get: its key, sequence, the sequence of its key's message
+// before it (republished only), and its value (nil: a deletion, a purge
+// or an expiry marker).
+func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, value []byte, ok bool) {
+	key, ok = strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), "$KV."+bucket+".")
+	if !ok || key == "" {
+		return "", 0, 0, nil, false
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil || seq == 0 {
+		return "", 0, 0, nil, false
+	}
+	last, _ = strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+	switch {
+	case m.Header.Get("KV-Operation") != "", m.Header.Get("Nats-Marker-Reason") != "":
+		return key, seq, last, nil, true
+	}
+	value = m.Data
+	if value == nil {
+		value = []byte{}
+	}
+	return key, seq, last, value, true
+}

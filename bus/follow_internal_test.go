@@ -1,0 +1,111 @@
+package bus
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// change is one call of a follower's fn.
+type change struct {
+	key, value string // value "": gone
+	initial    bool
+}
+
+// TestFollowerResync: a follower that lost messages (it was disconnected,
+// it fell behind) reads the bucket again and reports exactly what changed
+// since: keys put, changed and gone, past ones it saw only as a page of
+// direct gets (more than one page of them); and a republished message
+// that does not follow the last one it saw of its key asks for that.
+func TestFollowerResync(t *testing.T) {
+	srv, err := StartServer(ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{Bucket: "test_follow", History: 1}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := directBatch + 10 // more than a page
+	for i := range n {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []change
+	f := &follower{nc: nc, bucket: "test_follow", key: ">", fn: func(key string, value []byte, initial bool) {
+		got = append(got, change{key, string(value), initial})
+	}}
+	if err := f.resync(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n || !got[0].initial {
+		t.Fatalf("initial state: %d changes (%v...), want %d initial puts", len(got), got[:min(3, len(got))], n)
+	}
+
+	// Meanwhile, unseen: k0 changes, k1 is deleted, k2 purged, new appears.
+	got = nil
+	if _, err := kv.Put(ctx, "k0", []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(ctx, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "new", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.resync(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b change) int { return strings.Compare(a.key, b.key) })
+	want := []change{{"k0", "v2", false}, {"k1", "", false}, {"k2", "", false}, {"new", "v", false}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after a resync: %v, want %v", got, want)
+	}
+
+	// A republished message of k0 that follows the one the follower saw
+	// is applied; one that follows another it never saw is not.
+	e, err := kv.Get(ctx, "k0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(seq, last uint64, value string) *nats.Msg {
+		m := nats.NewMsg(stateSubject("test_follow", "k0"))
+		m.Header.Set(jetstream.SubjectHeader, "$KV.test_follow.k0")
+		m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(seq, 10))
+		m.Header.Set("Nats-Last-Sequence", strconv.FormatUint(last, 10))
+		m.Data = []byte(value)
+		return m
+	}
+	got = nil
+	if !f.apply(msg(e.Revision()+5, e.Revision(), "v3")) || len(got) != 1 || got[0].value != "v3" {
+		t.Fatalf("the next message of k0: %v", got)
+	}
+	if f.apply(msg(e.Revision()+9, e.Revision()+7, "v4")) {
+		t.Fatal("a message after one the follower never saw was applied")
+	}
+	if !f.apply(msg(e.Revision()+5, e.Revision(), "v3")) || len(got) != 1 {
+		t.Fatalf("a message seen already was applied again: %v", got)
+	}
+}
