@@ -56,6 +56,9 @@ type fastRequest struct {
 		Arguments json.RawMessage            `json:"arguments"`
 		Meta      map[string]json.RawMessage `json:"_meta"`
 	} `json:"params"`
+	// args are the arguments as the parse decoded them (schemas.Decode),
+	// for their check; nil when null or absent.
+	args any
 }
 
 // Keys of a sessionless request's _meta.
@@ -384,6 +387,9 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 		return nil, false
 	}
 	req.ID = id
+	if args, ok := params["arguments"].(map[string]any); ok {
+		req.args = args
+	}
 	// The SDK decodes _meta into Go values: what it cannot (a number
 	// beyond float64, say) it refuses, so the fast path leaves it to it.
 	for _, raw := range req.Params.Meta {
@@ -451,7 +457,8 @@ func parseCanonicalRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
 			if string(v) == "null" {
 				return true
 			}
-			_, isObject := decodeStrict(v).(map[string]any)
+			args, isObject := decodeStrict(v).(map[string]any)
+			req.args = args
 			return isObject
 		case "_meta":
 			if req.Params.Meta != nil {
@@ -529,7 +536,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	buf.Reset()
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.Write(req.ID)
-	args, e := c.check(req.Params.Arguments)
+	args, e := c.check(req.Params.Arguments, req.args)
 	switch {
 	case e != nil && e.Code == schemas.CodeToolNotFound:
 		buf.WriteString(`,"error":{"code":`)
