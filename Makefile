@@ -79,7 +79,7 @@ bench-compare:
 federation-bench:
 	./scripts/federation-bench.sh
 
-## relay-bench: the caller-tool relay across two gateway replicas on one NATS (a Go SDK listener on one answering at once, a Go SDK caller on the other): calls/s at 64 in flight, p50/p99 at 1, goroutines and heap before and after RELAY_CALLS (100000) relayed calls, CPU profile tops (BENCH_DURATION=10s RELAY_ANSWER=1|2)
+## relay-bench: the caller-tool relay across two gateway replicas on one NATS (a Go SDK listener on one answering at once, a Go SDK caller on the other): calls/s at 64 in flight, p50/p99 at 1, goroutines and heap before and after RELAY_CALLS (100000) relayed calls, CPU per relayed call and profile tops of both gateways and the load (BENCH_DURATION=10s RELAY_ANSWER=1|2 RELAY_GC_PERCENT=1600)
 .PHONY: relay-bench
 relay-bench:
 	./scripts/relay-bench.sh

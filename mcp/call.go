@@ -107,8 +107,9 @@ func (c *callCtx) fail(code, msg string) *schemas.Error {
 
 // check runs every check that comes before NATS: token, tool, scope,
 // arguments, on the entry newCall found. It returns the arguments to send.
-// A non-nil error is audited already.
-func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *schemas.Error) {
+// A non-nil error is audited already. decoded is args as schemas.Decode
+// decodes them, when the caller has that already (nil otherwise).
+func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *schemas.Error) {
 	if c.claims == nil {
 		return nil, c.fail(schemas.CodeSafetyDenied, "no verified token")
 	}
@@ -132,9 +133,15 @@ func (c *callCtx) check(args json.RawMessage) (json.RawMessage, *schemas.Error) 
 		return nil, c.fail(schemas.CodeSafetyDenied, "token lacks scope "+e.scope)
 	}
 	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage("{}")
+		args, decoded = json.RawMessage("{}"), nil
 	}
-	if err := e.input.validate(args); err != nil {
+	var err error
+	if decoded != nil {
+		err = e.input.validateValue(decoded)
+	} else {
+		err = e.input.validate(args)
+	}
+	if err != nil {
 		return nil, c.fail(schemas.CodeManifestInvalid, e.input.explain(err))
 	}
 	return args, nil
@@ -299,7 +306,7 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 		header = req.Extra.Header
 	}
 	c := g.newCall(claims, req.Params.Name, header)
-	args, e := c.check(req.Params.Arguments)
+	args, e := c.check(req.Params.Arguments, nil)
 	if e != nil {
 		if e.Code == schemas.CodeToolNotFound {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown tool", Data: e.JSON()}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -647,7 +648,7 @@ func (l *listen) onRequest(m *nats.Msg) {
 		return
 	}
 	id := strings.ToLower(ulid.Make().String())
-	ev, err := json.Marshal(map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": call.Arguments})
+	ev, err := requestEvent(id, tool, call.Arguments)
 	if err != nil {
 		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "arguments do not encode"))
 		return
@@ -785,10 +786,51 @@ func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
 	return nil
 }
 
+// requestEvent is the caller_tool_request event of one relayed call:
+// {"type":"caller_tool_request","request_id","tool","arguments"} as
+// json.Marshal writes that map (keys sorted), by hand when each part is
+// written as it is.
+func requestEvent(id, tool string, args json.RawMessage) ([]byte, error) {
+	if !jsonscan.HTMLSafe(id) || !jsonscan.HTMLSafe(tool) || !jsonscan.MarshalsAsIs(args) {
+		return json.Marshal(map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": args})
+	}
+	b := make([]byte, 0, len(args)+len(id)+len(tool)+64)
+	b = append(b, `{"arguments":`...)
+	b = append(b, args...)
+	b = append(b, `,"request_id":"`...)
+	b = append(b, id...)
+	b = append(b, `","tool":"`...)
+	b = append(b, tool...)
+	return append(b, `","type":"caller_tool_request"}`...), nil
+}
+
 // relayedResult is the CallToolResult of an answered relayed call: the
 // result as structuredContent (an object) and text, or the error as an
-// isError result.
+// isError result. It is written as json.Marshal writes the map
+// {content: [{type, text}], isError | structuredContent} (keys sorted),
+// by hand when the result is written as it is.
 func relayedResult(a answer) json.RawMessage {
+	structured := a.Error == nil && strings.HasPrefix(strings.TrimSpace(string(a.Result)), "{")
+	if structured && !jsonscan.MarshalsAsIs(a.Result) {
+		return marshalRelayedResult(a)
+	}
+	b := make([]byte, 0, 2*len(a.Result)+64)
+	b = append(b, `{"content":[{"text":`...)
+	if a.Error != nil {
+		b = jsonscan.AppendString(b, *a.Error)
+		return append(b, `,"type":"text"}],"isError":true}`...)
+	}
+	b = jsonscan.AppendString(b, []byte(a.Result))
+	b = append(b, `,"type":"text"}]`...)
+	if structured {
+		b = append(b, `,"structuredContent":`...)
+		b = append(b, a.Result...)
+	}
+	return append(b, '}')
+}
+
+// marshalRelayedResult is relayedResult by json.Marshal.
+func marshalRelayedResult(a answer) json.RawMessage {
 	var res map[string]any
 	if a.Error != nil {
 		res = map[string]any{"content": []any{map[string]any{"type": "text", "text": *a.Error}}, "isError": true}
@@ -800,6 +842,15 @@ func relayedResult(a answer) json.RawMessage {
 	}
 	b, _ := json.Marshal(res)
 	return b
+}
+
+// acceptedResult is caller_tool_response's result: {"accepted":true,
+// "request_id"} as json.Marshal writes that map.
+func acceptedResult(requestID string) json.RawMessage {
+	b := make([]byte, 0, len(requestID)+32)
+	b = append(b, `{"accepted":true,"request_id":`...)
+	b = jsonscan.AppendString(b, requestID)
+	return append(b, '}')
 }
 
 // onResponse takes a response forwarded by another replica, or a newer
@@ -860,8 +911,7 @@ func (g *Gateway) respond(ctx context.Context, c *callCtx, args json.RawMessage)
 	if e != nil {
 		return nil, e
 	}
-	b, _ := json.Marshal(map[string]any{"accepted": true, "request_id": in.RequestID})
-	return b, nil
+	return acceptedResult(in.RequestID), nil
 }
 
 // forwardResponse sends a response to the replica holding its listen.

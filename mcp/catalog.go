@@ -46,6 +46,8 @@ const (
 // validator checks a JSON document against one schema of a tool.
 type validator interface {
 	validate(doc []byte) error
+	// validateValue checks a document already decoded by schemas.Decode.
+	validateValue(v any) error
 	// explain says why validate refused a document, in words a caller
 	// can act on and which never echo what the caller sent.
 	explain(err error) string
@@ -58,6 +60,7 @@ type embedded struct {
 }
 
 func (v embedded) validate(doc []byte) error { return v.set.ValidateJSON(v.id, doc) }
+func (v embedded) validateValue(d any) error { return v.set.Validate(v.id, d) }
 func (v embedded) explain(err error) string  { return v.set.Explain(v.id, err) }
 
 // entry is one tool as the catalog holds it. Entries are read-only once

@@ -56,6 +56,9 @@ type fastRequest struct {
 		Arguments json.RawMessage            `json:"arguments"`
 		Meta      map[string]json.RawMessage `json:"_meta"`
 	} `json:"params"`
+	// args are the arguments as the parse decoded them (schemas.Decode),
+	// for their check; nil when null or absent.
+	args any
 }
 
 // Keys of a sessionless request's _meta.
@@ -70,33 +73,109 @@ const (
 // SDK would: before 2026-07-28, no per-request version in _meta; from
 // 2026-07-28, the version in both, the method and tool name headers, and
 // client metadata of the shapes the SDK decodes. Anything else is the
-// SDK's to answer (or refuse).
-func versionFits(h http.Header, req *fastRequest) bool {
+// SDK's to answer (or refuse). The decodes of the client metadata go
+// through memo (nil: none).
+func versionFits(h http.Header, req *fastRequest, memo *metaMemo) bool {
 	header := h.Get("Mcp-Protocol-Version")
 	meta := req.Params.Meta
 	raw, inMeta := meta[metaProtocolVersion]
 	if header < sessionless {
 		return !inMeta
 	}
-	var v string
-	if json.Unmarshal(raw, &v) != nil || v != header ||
+	v, plain := jsonscan.String(raw) // a plain string decodes to its bytes
+	if !plain && json.Unmarshal(raw, &v) != nil || v != header ||
 		h.Get("Mcp-Method") != "tools/call" || h.Get("Mcp-Name") != req.Params.Name {
 		return false
 	}
+	if c, ok := meta[metaClientCapabilities]; !ok || !memo.passes(memoCaps, c, capsDecode) {
+		return false
+	}
+	if ci, ok := meta[metaClientInfo]; ok && !memo.passes(memoInfo, ci, infoDecode) {
+		return false
+	}
+	return true
+}
+
+// capsDecode reports whether a _meta's client capabilities decode as the
+// SDK decodes them.
+func capsDecode(c []byte) bool {
 	var caps struct {
 		sdk.ClientCapabilities
 		//lint:ignore SA1019 the SDK still decodes roots (deprecated in 2026-07-28): so must the fast path
 		Roots *sdk.RootCapabilities `json:"roots,omitempty"`
 	}
-	if c, ok := meta[metaClientCapabilities]; !ok || json.Unmarshal(c, &caps) != nil || string(c) == "null" {
+	return json.Unmarshal(c, &caps) == nil && string(c) != "null"
+}
+
+// infoDecode reports whether a _meta's client info decodes as the SDK
+// decodes it.
+func infoDecode(ci []byte) bool {
+	var info sdk.Implementation
+	return json.Unmarshal(ci, &info) == nil && string(ci) != "null"
+}
+
+// metaValueDecodes reports whether a _meta value decodes as the strict
+// path decodes it (not null), and as the SDK does, into Go values: what
+// it cannot (a number beyond float64, say) it refuses.
+func metaValueDecodes(v []byte) bool {
+	if decodeStrict(v) == nil {
 		return false
 	}
-	if ci, ok := meta[metaClientInfo]; ok {
-		var info sdk.Implementation
-		if json.Unmarshal(ci, &info) != nil || string(ci) == "null" {
-			return false
-		}
+	var x any
+	return json.Unmarshal(v, &x) == nil
+}
+
+// metaMemo remembers the _meta values the fast path found to decode. A
+// client sends the same _meta (its protocol version, capabilities and
+// info) with every request, and decoding those values as the strict path
+// and the SDK do costs more than the rest of the request. Each verdict is
+// a function of the value's bytes alone, so a remembered pass stands for
+// decoding them again. Only passes of values up to maxMemoValue bytes are
+// remembered, at most maxMemo of each kind: when full, a kind starts
+// again empty. The zero value is empty; a nil *metaMemo remembers
+// nothing. It is safe for concurrent use.
+type metaMemo struct {
+	mu     sync.Mutex
+	passed [memoKinds]map[string]struct{}
+}
+
+// memoKind names the decode a value passed.
+type memoKind uint8
+
+const (
+	memoValue memoKind = iota // metaValueDecodes
+	memoCaps                  // capsDecode
+	memoInfo                  // infoDecode
+	memoKinds
+)
+
+// Bounds of a metaMemo.
+const (
+	maxMemo      = 256
+	maxMemoValue = 1 << 10
+)
+
+// passes reports whether raw passes decode, which is the decode of kind:
+// from memory, or by running it.
+func (m *metaMemo) passes(kind memoKind, raw []byte, decode func([]byte) bool) bool {
+	if m == nil || len(raw) > maxMemoValue {
+		return decode(raw)
 	}
+	m.mu.Lock()
+	_, ok := m.passed[kind][string(raw)]
+	m.mu.Unlock()
+	if ok {
+		return true
+	}
+	if !decode(raw) {
+		return false
+	}
+	m.mu.Lock()
+	if len(m.passed[kind]) >= maxMemo || m.passed[kind] == nil {
+		m.passed[kind] = make(map[string]struct{})
+	}
+	m.passed[kind][string(raw)] = struct{}{}
+	m.mu.Unlock()
 	return true
 }
 
@@ -146,8 +225,8 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		var req *fastRequest
 		ok := false
 		if sound && !g.o.NoFastPath {
-			req, ok = parseFastRequest(body)
-			if ok && !versionFits(r.Header, req) {
+			req, ok = parseFastRequest(body, &g.fastMeta)
+			if ok && !versionFits(r.Header, req, &g.fastMeta) {
 				ok = false
 			}
 			if ok && g.serveFast(w, r, req) {
@@ -241,12 +320,13 @@ func acceptable(r *http.Request) bool {
 // parseFastRequest accepts exactly {"jsonrpc":"2.0","id":ID,"method":
 // "tools/call","params":{"name":NAME,"arguments":{...},"_meta":{...}}}
 // with a string or integer id, no duplicate or unknown keys at either
-// level, and nothing after it.
-func parseFastRequest(body []byte) (*fastRequest, bool) {
+// level, and nothing after it. The decodes of _meta values go through
+// memo (nil: none).
+func parseFastRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
 	if nestingDepth(body) > maxFastDepth {
 		return nil, false
 	}
-	if req, ok := parseCanonicalRequest(body); ok {
+	if req, ok := parseCanonicalRequest(body, memo); ok {
 		return req, true
 	}
 	return parseStrictRequest(body)
@@ -307,6 +387,9 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 		return nil, false
 	}
 	req.ID = id
+	if args, ok := params["arguments"].(map[string]any); ok {
+		req.args = args
+	}
 	// The SDK decodes _meta into Go values: what it cannot (a number
 	// beyond float64, say) it refuses, so the fast path leaves it to it.
 	for _, raw := range req.Params.Meta {
@@ -322,9 +405,10 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 // clients send (exact keys, each once, a plain tool name, a plain or
 // small integer id) and decodes it as parseFastRequest's strict path
 // would; anything else it leaves to that path. Arguments and _meta values
-// are still decoded strictly, so a duplicate key or a number beyond
-// float64 in them is refused as before. Arguments share body's memory.
-func parseCanonicalRequest(body []byte) (*fastRequest, bool) {
+// are still decoded strictly (a _meta value through memo, nil: none), so
+// a duplicate key or a number beyond float64 in them is refused as
+// before. Arguments share body's memory.
+func parseCanonicalRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
 	req := new(fastRequest)
 	var seen [4]bool
 	var params []byte
@@ -373,7 +457,8 @@ func parseCanonicalRequest(body []byte) (*fastRequest, bool) {
 			if string(v) == "null" {
 				return true
 			}
-			_, isObject := decodeStrict(v).(map[string]any)
+			args, isObject := decodeStrict(v).(map[string]any)
+			req.args = args
 			return isObject
 		case "_meta":
 			if req.Params.Meta != nil {
@@ -381,11 +466,7 @@ func parseCanonicalRequest(body []byte) (*fastRequest, bool) {
 			}
 			req.Params.Meta = map[string]json.RawMessage{}
 			return jsonscan.Members(v, func(mk, mv []byte) bool {
-				if _, dup := req.Params.Meta[string(mk)]; dup || decodeStrict(mv) == nil {
-					return false
-				}
-				var x any
-				if json.Unmarshal(mv, &x) != nil {
+				if _, dup := req.Params.Meta[string(mk)]; dup || !memo.passes(memoValue, mv, metaValueDecodes) {
 					return false
 				}
 				req.Params.Meta[string(mk)] = mv
@@ -455,7 +536,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	buf.Reset()
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.Write(req.ID)
-	args, e := c.check(req.Params.Arguments)
+	args, e := c.check(req.Params.Arguments, req.args)
 	switch {
 	case e != nil && e.Code == schemas.CodeToolNotFound:
 		buf.WriteString(`,"error":{"code":`)

@@ -17,7 +17,7 @@ const benchCall = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name
 // TestParseFastRequest: the canonical request is taken apart; a request
 // the fast path must leave to the SDK is not.
 func TestParseFastRequest(t *testing.T) {
-	req, ok := parseFastRequest([]byte(benchCall))
+	req, ok := parseFastRequest([]byte(benchCall), nil)
 	if !ok || string(req.ID) != "7" || req.Params.Name != "sysecho.01m80hetn3a3x84z368v26yy0p.echo.invoke" ||
 		string(req.Params.Arguments) != `{"message":"bench"}` || len(req.Params.Meta) != 3 {
 		t.Fatalf("parsed %+v, %v", req, ok)
@@ -26,11 +26,11 @@ func TestParseFastRequest(t *testing.T) {
 	h.Set("Mcp-Protocol-Version", "2026-07-28")
 	h.Set("Mcp-Method", "tools/call")
 	h.Set("Mcp-Name", req.Params.Name)
-	if !versionFits(h, req) {
+	if !versionFits(h, req, nil) {
 		t.Error("a well-formed 2026-07-28 request does not fit")
 	}
 	h.Set("Mcp-Name", "other")
-	if versionFits(h, req) {
+	if versionFits(h, req, nil) {
 		t.Error("a request whose Mcp-Name differs fits")
 	}
 	for _, body := range []string{
@@ -41,7 +41,7 @@ func TestParseFastRequest(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":"no"}}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}`,
 	} {
-		if _, ok := parseFastRequest([]byte(body)); ok {
+		if _, ok := parseFastRequest([]byte(body), nil); ok {
 			t.Errorf("took %s", body)
 		}
 	}
@@ -59,9 +59,10 @@ func BenchmarkFastPath(b *testing.B) {
 	body := []byte(benchCall)
 	var buf bytes.Buffer
 	b.ReportAllocs()
+	var memo metaMemo
 	for b.Loop() {
-		req, ok := parseFastRequest(body)
-		if !ok || !versionFits(h, req) {
+		req, ok := parseFastRequest(body, &memo)
+		if !ok || !versionFits(h, req, &memo) {
 			b.Fatal("not taken")
 		}
 		buf.Reset()
@@ -89,8 +90,16 @@ func FuzzParseCanonicalRequest(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// A memo shared by every input, as the gateway's is: what it
+	// remembers must not change what the reader takes.
+	var memo metaMemo
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, ok := parseCanonicalRequest(body)
+		got, ok := parseCanonicalRequest(body, nil)
+		remembered, rok := parseCanonicalRequest(body, &memo)
+		again, aok := parseCanonicalRequest(body, &memo)
+		if rok != ok || aok != ok || !reflect.DeepEqual(remembered, got) || !reflect.DeepEqual(again, got) {
+			t.Fatalf("%q: taken %v without a memo, %v and %v with one", body, ok, rok, aok)
+		}
 		if !ok {
 			return
 		}
@@ -114,7 +123,7 @@ func TestParseCanonicalCovers(t *testing.T) {
 		benchCall,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sysecho.n.echo.invoke","arguments":{"message":"ping"}}}`,
 	} {
-		if _, ok := parseCanonicalRequest([]byte(body)); !ok {
+		if _, ok := parseCanonicalRequest([]byte(body), nil); !ok {
 			t.Errorf("%s not read in one pass", body)
 		}
 	}
@@ -141,6 +150,63 @@ func FuzzResultNodeID(f *testing.F) {
 		id, ok := resultNodeID(doc)
 		if ok != (wantErr == nil) || ok && id != who.NodeID {
 			t.Fatalf("%s: %q, %v; json.Unmarshal %q, %v", doc, id, ok, who.NodeID, wantErr)
+		}
+	})
+}
+
+// sdkCall is a relayed call as the Go SDK's client sends it (2026-07-28):
+// _meta first, with the client's capabilities and info.
+const sdkCall = `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{` +
+	`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},` +
+	`"io.modelcontextprotocol/clientInfo":{"name":"relaybench-caller","version":"1"},` +
+	`"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"name":"bench_echo","arguments":{"message":"1"}}}`
+
+// BenchmarkFastParseSDK is the fast path's reading of a request as the Go
+// SDK's client sends it: the parse and the protocol checks.
+func BenchmarkFastParseSDK(b *testing.B) {
+	h := http.Header{}
+	h.Set("Mcp-Protocol-Version", "2026-07-28")
+	h.Set("Mcp-Method", "tools/call")
+	h.Set("Mcp-Name", "bench_echo")
+	body := []byte(sdkCall)
+	var memo metaMemo
+	b.ReportAllocs()
+	for b.Loop() {
+		req, ok := parseFastRequest(body, &memo)
+		if !ok || !versionFits(h, req, &memo) {
+			b.Fatal("not taken")
+		}
+	}
+}
+
+// FuzzVersionFitsMemo: the client metadata a memo remembers fits as it
+// does when decoded every time.
+func FuzzVersionFitsMemo(f *testing.F) {
+	for _, s := range [][2]string{
+		{`{"roots":{"listChanged":true}}`, `{"name":"relaybench-caller","version":"1"}`},
+		{`{}`, ``}, {`null`, `{"name":"a","version":"1"}`}, {`{"roots":1}`, `{}`}, {`{}`, `null`},
+		{`{"sampling":{}}`, `{"name":1}`}, {`[]`, `{"name":"a"}`},
+	} {
+		f.Add(s[0], s[1])
+	}
+	var memo metaMemo
+	h := http.Header{}
+	h.Set("Mcp-Protocol-Version", "2026-07-28")
+	h.Set("Mcp-Method", "tools/call")
+	h.Set("Mcp-Name", "x")
+	f.Fuzz(func(t *testing.T, caps, info string) {
+		req := &fastRequest{}
+		req.Params.Name = "x"
+		req.Params.Meta = map[string]json.RawMessage{metaProtocolVersion: json.RawMessage(`"2026-07-28"`)}
+		if caps != "" {
+			req.Params.Meta[metaClientCapabilities] = json.RawMessage(caps)
+		}
+		if info != "" {
+			req.Params.Meta[metaClientInfo] = json.RawMessage(info)
+		}
+		want := versionFits(h, req, nil)
+		if got, again := versionFits(h, req, &memo), versionFits(h, req, &memo); got != want || again != want {
+			t.Fatalf("caps %q, info %q: fits %v without a memo, %v and %v with one", caps, info, want, got, again)
 		}
 	})
 }

@@ -133,7 +133,8 @@ type Gateway struct {
 	// which is what tools/list writes (see listed).
 	listedSchemas map[*jsonschema.Schema]json.RawMessage
 
-	serverInfo []byte // the gateway's sdk.Implementation as JSON
+	serverInfo []byte   // the gateway's sdk.Implementation as JSON
+	fastMeta   metaMemo // the fast path's decodes of _meta values
 
 	droppedFrames   atomic.Int64
 	streamsMu       sync.Mutex

@@ -34,6 +34,7 @@ func remoteKey(upstream, tenant string) string { return "remote/" + upstream + "
 type foreign struct{ f *schemas.Foreign }
 
 func (v foreign) validate(doc []byte) error { return v.f.ValidateJSON(doc) }
+func (v foreign) validateValue(d any) error { return v.f.Validate(d) }
 func (v foreign) explain(err error) string  { return v.f.Explain(err) }
 
 // watchRemotes runs one watch of okso_remotes; when its initial state is

@@ -119,7 +119,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, c.fail(schemas.CodeBadRequest, err.Error()))
 		return
 	}
-	args, e := c.check(body.Arguments)
+	args, e := c.check(body.Arguments, nil)
 	if e != nil {
 		writeError(w, httpStatus(e.Code), e)
 		return

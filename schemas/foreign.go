@@ -21,7 +21,14 @@ const MaxForeignSchema = 256 << 10
 // a compile error. It is safe for concurrent use.
 type Foreign struct {
 	root *jsonschema.Schema
+	// quick accepts, without the general validator, the documents of a
+	// schema of the plain shape under draft 2020-12; nil: none.
+	quick *quick
 }
+
+// draft2020 is the $schema of JSON Schema 2020-12, the draft of a foreign
+// schema that names none.
+const draft2020 = "https://json-schema.org/draft/2020-12/schema"
 
 // foreignURL names a foreign schema inside its own compiler.
 const foreignURL = "mcp://foreign/schema.json"
@@ -48,21 +55,35 @@ func CompileForeign(raw json.RawMessage) (*Foreign, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema does not compile: %w", err)
 	}
-	return &Foreign{root: root}, nil
+	f := &Foreign{root: root}
+	// The quick form reads its keywords as 2020-12 does: a schema that
+	// names another draft is left to the general validator.
+	if d, named := doc.(map[string]any)["$schema"]; !named || d == draft2020 || d == draft2020+"#" {
+		f.quick = compileQuick(doc)
+	}
+	return f, nil
 }
 
 // ValidateJSON decodes one JSON document (strictly: duplicate keys and
 // trailing data are errors) and validates it.
 func (f *Foreign) ValidateJSON(doc []byte) error {
+	if f.quick != nil && f.quick.acceptsJSON(doc) {
+		return nil
+	}
 	v, err := Decode(doc)
 	if err != nil {
 		return err
 	}
-	return f.root.Validate(v)
+	return f.Validate(v)
 }
 
 // Validate validates a value decoded by [Decode].
-func (f *Foreign) Validate(v any) error { return f.root.Validate(v) }
+func (f *Foreign) Validate(v any) error {
+	if f.quick != nil && f.quick.accepts(v) {
+		return nil
+	}
+	return f.root.Validate(v)
+}
 
 // Explain says why arguments failed, as [Explain] does for embedded
 // schemas: the failing argument when the schema declares it, never what

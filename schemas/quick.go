@@ -29,6 +29,9 @@ type quick struct {
 	props    map[string]*quick
 	required []string
 	closed   bool // additionalProperties: false
+	// oneOf holds, for a oneOf whose branches each only require keys,
+	// the keys of each branch: an object must have all of exactly one.
+	oneOf [][]string
 
 	// For documents still in their text (acceptsJSON): each property's
 	// number, and the bits of the required ones; nil index when there are
@@ -36,6 +39,7 @@ type quick struct {
 	index    map[string]int
 	byIndex  []*quick
 	requires uint64
+	oneOfs   []uint64 // the bits of each oneOf branch's keys
 
 	minLen, maxLen int // -1: none
 	min, max       *bound
@@ -133,6 +137,10 @@ func compileQuick(doc any) *quick {
 				return nil
 			}
 			q.pattern, q.run = re, compileClassRun(s)
+		case "oneOf":
+			if q.oneOf = requiredOnly(v); q.oneOf == nil {
+				return nil
+			}
 		case "enum":
 			es, ok := v.([]any)
 			if !ok {
@@ -158,16 +166,62 @@ func compileQuick(doc any) *quick {
 			q.index[name] = len(q.byIndex)
 			q.byIndex = append(q.byIndex, p)
 		}
-		for _, r := range q.required {
-			i, ok := q.index[r]
-			if !ok {
-				q.index = nil // a required key no property names: the decoded path's
+		bits := func(keys []string) (uint64, bool) {
+			var b uint64
+			for _, k := range keys {
+				i, ok := q.index[k]
+				if !ok {
+					return 0, false
+				}
+				b |= 1 << i
+			}
+			return b, true
+		}
+		requires, ok := bits(q.required)
+		q.requires = requires
+		for _, branch := range q.oneOf {
+			var b uint64
+			if b, ok = bits(branch); !ok {
 				break
 			}
-			q.requires |= 1 << i
+			q.oneOfs = append(q.oneOfs, b)
+		}
+		if !ok {
+			q.index = nil // a key no property names: the decoded path's
 		}
 	}
 	return q
+}
+
+// requiredOnly reads the branches of a oneOf that each have one keyword,
+// required (so that quick can tell whether each branch holds, not only
+// when it does), or returns nil.
+func requiredOnly(v any) [][]string {
+	bs, ok := v.([]any)
+	if !ok || len(bs) == 0 {
+		return nil
+	}
+	var out [][]string
+	for _, b := range bs {
+		m, ok := b.(map[string]any)
+		if !ok || len(m) != 1 {
+			return nil
+		}
+		rs, ok := m["required"].([]any)
+		if !ok {
+			return nil
+		}
+		keys := []string{}
+		for _, r := range rs {
+			s, ok := r.(string)
+			if !ok {
+				return nil
+			}
+			keys = append(keys, s)
+		}
+		out = append(out, keys)
+	}
+	return out
 }
 
 func typeBits(v any) uint8 {
@@ -227,6 +281,9 @@ func plainInt(v any) (int64, bool) {
 // accepts reports whether v is valid for q; false means only that q
 // cannot tell.
 func (q *quick) accepts(v any) bool {
+	if _, isObject := v.(map[string]any); q.oneOf != nil && !isObject {
+		return false // every branch holds of a non-object: the general validator's
+	}
 	switch v := v.(type) {
 	case map[string]any:
 		return (q.types == 0 || q.types&typeObject != 0) && q.object(v)
@@ -248,6 +305,17 @@ func (q *quick) object(m map[string]any) bool {
 	}
 	for _, r := range q.required {
 		if _, ok := m[r]; !ok {
+			return false
+		}
+	}
+	if q.oneOf != nil {
+		holding := 0
+		for _, branch := range q.oneOf {
+			if !slices.ContainsFunc(branch, func(k string) bool { _, ok := m[k]; return !ok }) {
+				holding++
+			}
+		}
+		if holding != 1 {
 			return false
 		}
 	}
@@ -335,6 +403,8 @@ func (q *quick) acceptsJSON(v []byte) bool {
 	switch c := v[0]; {
 	case c == '{' || c == ' ' || c == '\t' || c == '\n' || c == '\r':
 		return (q.types == 0 || q.types&typeObject != 0) && q.objectJSON(v)
+	case q.oneOf != nil:
+		return false // as accepts
 	case c == '"':
 		s, ok := jsonscan.StringBytes(v)
 		return ok && (q.types == 0 || q.types&typeString != 0) && q.strJSON(s)
@@ -365,7 +435,19 @@ func (q *quick) objectJSON(b []byte) bool {
 		seen |= 1 << i
 		return q.byIndex[i].acceptsJSON(v)
 	})
-	return ok && seen&q.requires == q.requires
+	if !ok || seen&q.requires != q.requires {
+		return false
+	}
+	if q.oneOf != nil {
+		holding := 0
+		for _, b := range q.oneOfs {
+			if seen&b == b {
+				holding++
+			}
+		}
+		return holding == 1
+	}
+	return true
 }
 
 // strJSON is str for a plain string's bytes: ASCII, so a byte is a rune.

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -171,4 +172,103 @@ func FuzzClassRun(f *testing.F) {
 			t.Fatalf("%s on %q: class run %v, regexp %v", p, s, got, want)
 		}
 	})
+}
+
+// foreignQuick are foreign schemas of the plain shape, for the fuzz
+// targets: caller_tool_response's input schema (as mcp declares it) and
+// tools' input schemas as clients declare them.
+var foreignQuick = []string{
+	`{"type":"object","properties":{"listen_id":{"type":"string","minLength":1,"maxLength":64},` +
+		`"request_id":{"type":"string","minLength":1,"maxLength":64},"result":{"description":"the tool's result"},` +
+		`"error":{"type":"string","maxLength":4096}},"required":["listen_id","request_id"],"additionalProperties":false,` +
+		`"oneOf":[{"required":["result"]},{"required":["error"]}]}`,
+	`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"]}`,
+	`{"type":"object","properties":{"a":{"type":"integer","minimum":0},"b":{"enum":["x","y"]}},"additionalProperties":false,` +
+		`"oneOf":[{"required":["a"]},{"required":["b"]},{"required":["a","b"]}]}`,
+	`{"oneOf":[{"required":["a"]},{"required":[]}],"properties":{"a":{}}}`,
+	`{"oneOf":[{"required":["z"]}],"properties":{"a":{}},"additionalProperties":false}`,
+}
+
+// FuzzQuickForeign: a document that the quick form of a foreign schema
+// accepts, decoded or in its text, is one the general validator accepts.
+func FuzzQuickForeign(f *testing.F) {
+	var fs []*Foreign
+	for _, s := range foreignQuick {
+		c, err := CompileForeign(json.RawMessage(s))
+		if err != nil || c.quick == nil {
+			f.Fatalf("%s: no quick form (%v)", s, err)
+		}
+		fs = append(fs, c)
+	}
+	for i := range fs {
+		for _, doc := range []string{
+			`{"listen_id":"l","request_id":"r","result":{"message":"1"}}`, `{"listen_id":"l","request_id":"r","error":"e"}`,
+			`{"listen_id":"l","request_id":"r","result":1,"error":"e"}`, `{"listen_id":"l","request_id":"r"}`,
+			`{"listen_id":"","request_id":"r","result":null}`, `{"message":"x"}`, `{"message":1}`, `{"a":1}`, `{"b":"x"}`,
+			`{"a":1,"b":"y"}`, `{"a":-1}`, `{}`, `[]`, `"s"`, `{"a":1,"a":2}`, ` {"a":1} `, `{"a":1}x`,
+		} {
+			f.Add(uint8(i), []byte(doc))
+		}
+	}
+	f.Fuzz(func(t *testing.T, i uint8, doc []byte) {
+		c := fs[int(i)%len(fs)]
+		text := c.quick.acceptsJSON(doc)
+		v, err := Decode(doc)
+		if err != nil {
+			if text {
+				t.Fatalf("%s: quick accepts %s, which does not decode: %v", foreignQuick[int(i)%len(fs)], doc, err)
+			}
+			return
+		}
+		if (text || c.quick.accepts(v)) && c.root.Validate(v) != nil {
+			t.Fatalf("%s: quick accepts %s, the validator refuses it: %v", foreignQuick[int(i)%len(fs)], doc, c.root.Validate(v))
+		}
+	})
+}
+
+// TestQuickForeignCovers: an answer to a relayed call, and the arguments
+// of a declared tool, take the quick form (an error answer even in its
+// text; a result is any value, which only its decoded form can show
+// free of duplicate keys); a foreign schema naming another draft has
+// none.
+func TestQuickForeignCovers(t *testing.T) {
+	for i, doc := range []string{
+		`{"listen_id":"01kbx5q3m8v1f7r2p4w6y9z0ab","request_id":"01kbx5q3m9v1f7r2p4w6y9z0ac","result":{"message":"1"}}`,
+		`{"message":"1"}`,
+	} {
+		c, err := CompileForeign(json.RawMessage(foreignQuick[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := Decode([]byte(doc)); err != nil || !c.quick.accepts(v) {
+			t.Errorf("%s: quick declines %s decoded", foreignQuick[i], doc)
+		}
+	}
+	c, err := CompileForeign(json.RawMessage(foreignQuick[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc := `{"listen_id":"01kbx5q3m8v1f7r2p4w6y9z0ab","request_id":"01kbx5q3m9v1f7r2p4w6y9z0ac","error":"failed"}`; !c.quick.acceptsJSON([]byte(doc)) {
+		t.Errorf("quick declines %s in its text", doc)
+	}
+	c, err = CompileForeign(json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}`))
+	if err != nil || c.quick != nil {
+		t.Errorf("draft-07: quick form %v (%v)", c.quick, err)
+	}
+}
+
+// BenchmarkForeignValidate is the check of a relayed call's answer, a
+// caller_tool_response, against its schema (a foreign one, with oneOf).
+func BenchmarkForeignValidate(b *testing.B) {
+	f, err := CompileForeign(json.RawMessage(foreignQuick[0]))
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := []byte(`{"listen_id":"01kbx5q3m8v1f7r2p4w6y9z0ab","request_id":"01kbx5q3m9v1f7r2p4w6y9z0ac","result":{"message":"1"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.ValidateJSON(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

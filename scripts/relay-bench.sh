@@ -7,8 +7,10 @@
 # listener, and its answer crosses back. Both agents are official Go SDK
 # clients (scripts/relaybench). Prints the relayed calls/s at 64 in
 # flight, p50/p99 at 1 in flight, each gateway's goroutines and heap
-# before and after RELAY_CALLS relayed calls, the targets, and the top of
-# each gateway's CPU profile at 64 in flight.
+# before and after RELAY_CALLS relayed calls, the targets, and the CPU
+# used per relayed call and the top of the CPU profile at 64 in flight of
+# each gateway and of relaybench itself (the load generator shares the
+# machine: its share is part of the picture).
 #
 # Environment:
 #   BENCH_DURATION  measured time of each timed phase (10s)
@@ -20,6 +22,13 @@
 #                   snapshot (e.g. 60s, the --caller-timeout, by which each
 #                   relayed call's own timer has run out; default none)
 #   RELAY_GATEWAY_FLAGS  more flags for both gateways (e.g. --caller-timeout 5s)
+#   RELAY_GC_PERCENT  relaybench's own GOGC (1600); the gateways keep Go's default.
+#                   The load shares the machine with the gateways, and the Go
+#                   SDK's client decodes every message with a fresh 32 KiB
+#                   buffer: at the default of 100 relaybench spends about a
+#                   third of its CPU collecting garbage, CPU the gateways then
+#                   lack. Its live heap is a few MiB, so 1600 costs it some
+#                   100 MiB; 100 measures the load as a default Go client runs.
 #   BENCH_OKSO      an okso binary to run instead of building bin/okso
 #   BENCH_KEEP      1: keep the work dir (logs, JSON, CPU profiles)
 set -u
@@ -29,6 +38,7 @@ WARMUP=${BENCH_WARMUP:-2s}
 CALLS=${RELAY_CALLS:-100000}
 ANSWER=${RELAY_ANSWER:-1}
 SETTLE=${RELAY_SETTLE:-0s}
+GC_PERCENT=${RELAY_GC_PERCENT:-1600}
 read -r -a gateway_flags <<<"${RELAY_GATEWAY_FLAGS:-}"
 case $ANSWER in 1 | 2) ;; *) echo "RELAY_ANSWER=$ANSWER: want 1 or 2" >&2; exit 2 ;; esac
 command -v jq >/dev/null || { echo "relay-bench needs jq" >&2; exit 2; }
@@ -72,11 +82,11 @@ answer_url=$mcp1
 
 # --- the run --------------------------------------------------------------------------------
 mkdir -p "$work/profiles"
-log "relaybench: warm-up $WARMUP, $CALLS relayed calls, then $DURATION at 1 and at 64 in flight"
+log "relaybench (GOGC $GC_PERCENT): warm-up $WARMUP, $CALLS relayed calls, then $DURATION at 1 and at 64 in flight"
 if ! RELAYBENCH_LISTEN_TOKEN=$listen_token RELAYBENCH_CALL_TOKEN=$call_token "$work/relaybench" \
 	-listen-url "$mcp1" -answer-url "$answer_url" -call-url "$mcp2" \
 	-debug "replica1=$debug1,replica2=$debug2" -calls "$CALLS" -concurrency 64 -sessions 8 \
-	-duration "$DURATION" -warmup "$WARMUP" -profile-dir "$work/profiles" -settle "$SETTLE" >"$work/relay.json"; then
+	-duration "$DURATION" -warmup "$WARMUP" -profile-dir "$work/profiles" -settle "$SETTLE" -gc-percent "$GC_PERCENT" >"$work/relay.json"; then
 	status=1
 fi
 [ -s "$work/relay.json" ] || { log "relaybench wrote no figures"; status=1; exit 1; }
@@ -127,8 +137,19 @@ printf '  >= 2,000 relayed calls/s at 64 in flight:       %8.0f /s  %s\n' "$rate
 growth=$(j '[.gateways[] | "\(.name): \(.after.goroutines - .before.goroutines) goroutines, \((.after.heap_inuse - .before.heap_inuse) / 1048576 * 10 | round / 10) MiB heap"] | join("; ")')
 echo "  no growth in goroutines or memory after $(j .relay.calls) relayed calls: $growth"
 echo "  machine: $(nproc) cores, load avg $(cut -d' ' -f1-3 /proc/loadavg); all processes share it, on 127.0.0.1"
+echo "  relaybench runs with GOGC $GC_PERCENT (RELAY_GC_PERCENT), the gateways with Go's defaults"
 
-# --- where the gateways spend their CPU at 64 in flight --------------------------------------
+# --- where the CPU goes at 64 in flight: each gateway, and relaybench itself ----------------
+calls=$(j '(.cn.ok // 0) + ((.cn.errors // {}) | add // 0)')
+echo
+echo "CPU at 64 in flight ($DURATION, $calls relayed calls; from the CPU profiles):"
+for f in $(j '.profiles // [] | .[]'); do
+	secs=$(go tool pprof -top -nodecount=1 "$f" 2>/dev/null | sed -n 's/.*Total samples = \([0-9.]*\)\(m\?s\).*/\1 \2/p')
+	read -r v unit <<<"${secs:-0 s}"
+	[ "$unit" = ms ] && v=$(awk -v v="$v" 'BEGIN { print v / 1000 }')
+	printf '  %-12s %6.2f s CPU, %6.3f ms per relayed call\n' "$(basename "$f" .cpu.pprof)" "$v" \
+		"$(awk -v v="$v" -v n="$calls" 'BEGIN { print (n > 0 ? v * 1000 / n : 0) }')"
+done
 for f in $(j '.profiles // [] | .[]'); do
 	echo
 	echo "== $(basename "$f" .cpu.pprof): go tool pprof -top ($DURATION at 64 in flight)"

@@ -13,9 +13,9 @@
 // same snapshot again (and, with -settle, a third that much later);
 // -duration at one call in flight; -duration at -concurrency in flight
 // (okso's load generator, package bench, for both), with a CPU profile of
-// each gateway written to -profile-dir. The figures go to stdout as one
-// JSON object, progress to stderr. It exits 1 when a phase could not run
-// or a relayed call failed.
+// each gateway, and of relaybench itself, written to -profile-dir. The
+// figures go to stdout as one JSON object, progress to stderr. It exits 1
+// when a phase could not run or a relayed call failed.
 package main
 
 import (
@@ -32,6 +32,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +65,7 @@ type options struct {
 	profileDir                    string
 	pprofAddr                     string
 	settle                        time.Duration
+	gcPercent                     int
 }
 
 // gateway is a replica's debug listener, named for the report.
@@ -70,11 +73,11 @@ type gateway struct{ name, url string }
 
 func main() {
 	var o options
-	var debug string
+	var debugURLs string
 	flag.StringVar(&o.listenURL, "listen-url", "", "MCP endpoint of the replica the listener holds its listen on")
 	flag.StringVar(&o.answerURL, "answer-url", "", "MCP endpoint the listener answers on (default -listen-url)")
 	flag.StringVar(&o.callURL, "call-url", "", "MCP endpoint of the replica the caller calls on")
-	flag.StringVar(&debug, "debug", "", "NAME=http://host:port of each gateway's --debug-addr, comma separated")
+	flag.StringVar(&debugURLs, "debug", "", "NAME=http://host:port of each gateway's --debug-addr, comma separated")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured time of each timed phase")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up of each timed phase, and before the first snapshot")
 	flag.IntVar(&o.calls, "calls", 100000, "relayed calls between the two snapshots")
@@ -83,13 +86,14 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "write each gateway's CPU profile of the loaded timed phase here")
 	flag.DurationVar(&o.settle, "settle", 0, "after the second snapshot, wait this long and take a third (e.g. the gateways' --caller-timeout, "+
 		"by which every relayed call's own timer has run out)")
+	flag.IntVar(&o.gcPercent, "gc-percent", 100, "relaybench's own GOGC (debug.SetGCPercent); the gateways are not affected")
 	flag.StringVar(&o.pprofAddr, "pprof-addr", "", "serve relaybench's own profiles (/debug/pprof/) on host:port, to tell its limits from the gateways'")
 	flag.Parse()
 	o.listenToken, o.callToken = os.Getenv("RELAYBENCH_LISTEN_TOKEN"), os.Getenv("RELAYBENCH_CALL_TOKEN")
 	if o.answerURL == "" {
 		o.answerURL = o.listenURL
 	}
-	for kv := range strings.SplitSeq(debug, ",") {
+	for kv := range strings.SplitSeq(debugURLs, ",") {
 		if name, url, ok := strings.Cut(kv, "="); ok {
 			o.debug = append(o.debug, gateway{name, strings.TrimSuffix(url, "/")})
 		}
@@ -99,6 +103,7 @@ func main() {
 			"(RELAYBENCH_LISTEN_TOKEN, RELAYBENCH_CALL_TOKEN) are required")
 		os.Exit(2)
 	}
+	debug.SetGCPercent(o.gcPercent)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.pprofAddr != "" {
@@ -698,16 +703,42 @@ func heap(ctx context.Context, base string) (snapshot, error) {
 	return s, sc.Err()
 }
 
-// profile takes a CPU profile of each gateway over the measured part of
-// the next timed phase; the function it returns waits for them and
-// returns the files written.
+// profile takes a CPU profile of each gateway, and one of relaybench
+// itself, over the measured part of the next timed phase; the function
+// it returns waits for them and returns the files written.
 func profile(ctx context.Context, o options) func() []string {
 	if o.profileDir == "" {
 		return func() []string { return nil }
 	}
 	secs := max(1, int(o.duration.Seconds()))
-	files := make([]string, len(o.debug))
+	files := make([]string, len(o.debug)+1)
 	var wg sync.WaitGroup
+	wg.Go(func() { // relaybench's own: where the load generator's share goes
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(o.warmup):
+		}
+		name := filepath.Join(o.profileDir, "relaybench.cpu.pprof")
+		f, err := os.Create(name)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			progress("cpu profile of relaybench: %v", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(secs) * time.Second):
+		}
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			progress("cpu profile of relaybench: %v", err)
+			return
+		}
+		files[len(o.debug)] = name
+	})
 	for i, g := range o.debug {
 		wg.Go(func() {
 			select {
