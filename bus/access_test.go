@@ -546,3 +546,20 @@ func TestRotateCredential(t *testing.T) {
 		t.Fatalf("the old seed once its key is deleted: %v, want an authorization violation", err)
 	}
 }
+
+// TestCredentialsOwnerOnly: a seed or the route secret that others than
+// its owner may read is refused, saying how to mend it.
+func TestCredentialsOwnerOnly(t *testing.T) {
+	for _, file := range []string{bus.SeedFileName(bus.RoleDevice), "route.secret"} {
+		dir := t.TempDir()
+		if _, err := bus.LoadCredentials(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bus.LoadCredentials(dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("%s readable by all: %v, want a refusal saying chmod 600", file, err)
+		}
+	}
+}

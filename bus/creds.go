@@ -85,6 +85,9 @@ func LoadCredentials(dir string) (*Credentials, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats credential of %s: %w", r, err)
 		}
+		if err := ownerOnly(file); err != nil {
+			return nil, fmt.Errorf("nats credential of %s: %w", r, err)
+		}
 		kp, err := nkeys.ParseDecoratedUserNKey(b)
 		if err != nil {
 			return nil, fmt.Errorf("nats credential of %s: %s: %w", r, file, err)
@@ -96,6 +99,9 @@ func LoadCredentials(dir string) (*Credentials, error) {
 		return []byte(s + "\n"), err
 	})
 	if err != nil {
+		return nil, fmt.Errorf("nats route secret: %w", err)
+	}
+	if err := ownerOnly(filepath.Join(dir, routeSecretFile)); err != nil {
 		return nil, fmt.Errorf("nats route secret: %w", err)
 	}
 	if c.routeSecret = strings.TrimSpace(string(b)); c.routeSecret == "" {
@@ -175,6 +181,19 @@ func RotateCredential(dir string, role Role) (string, error) {
 	}
 	pub, _ := kp.PublicKey()
 	return pub, nil
+}
+
+// ownerOnly refuses a secret file that others than its owner may read
+// (copied with the wrong mode, say), as ssh does a private key.
+func ownerOnly(file string) error {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("%s is readable by others than its owner (mode %#o): a secret; chmod 600 it", file, m)
+	}
+	return nil
 }
 
 // keepFile returns the contents of file, first writing make's when it
