@@ -111,7 +111,11 @@ func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(key 
 			}
 		}
 	}()
-	var dropped int
+	var (
+		dropped int
+		last    = time.Now()     // of the last reading of the state
+		later   <-chan time.Time // a reading put off
+	)
 	for {
 		var again bool
 		select {
@@ -126,19 +130,35 @@ func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(key 
 			again = true
 		case <-resync.C:
 			again = true
+		case <-later:
+			later, again = nil, true
 		case m := <-msgs:
 			again = !f.apply(m)
 		}
 		if n, _ := live.Dropped(); n != dropped {
 			dropped, again = n, true
 		}
-		if again {
-			if err := f.resync(ctx, false); err != nil {
-				return err
-			}
+		if !again {
+			continue
 		}
+		// At most one reading of the state a second: the messages that
+		// ask for more meanwhile ask for one.
+		if wait := time.Until(last.Add(followMinResync)); wait > 0 {
+			if later == nil {
+				later = time.After(wait)
+			}
+			continue
+		}
+		if err := f.resync(ctx, false); err != nil {
+			return err
+		}
+		last = time.Now()
 	}
 }
+
+// followMinResync is the least time between two readings of a bucket's
+// state by one follower.
+const followMinResync = time.Second
 
 // apply applies a republished message; false: a message of its key was
 // lost before it, and the state must be read again.
@@ -270,16 +290,24 @@ func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state 
 // a direct get: its key, sequence, the sequence of its key's message
 // before it (republished only), and its value (nil: a deletion, a purge
 // or an expiry marker).
+//
+// JetStream adds its headers after the stored message's own, so the last
+// of each is JetStream's: a message stored with headers of those names,
+// then answered by a direct get onto a bucket's state subject, is told
+// apart by them (its stream is another, or its key is its own).
 func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, value []byte, ok bool) {
-	key, ok = strings.CutPrefix(m.Header.Get(jetstream.SubjectHeader), "$KV."+bucket+".")
+	if lastHeader(m, jetstream.StreamHeader) != kvStream(bucket) {
+		return "", 0, 0, nil, false
+	}
+	key, ok = strings.CutPrefix(lastHeader(m, jetstream.SubjectHeader), "$KV."+bucket+".")
 	if !ok || key == "" {
 		return "", 0, 0, nil, false
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	seq, err := strconv.ParseUint(lastHeader(m, jetstream.SequenceHeader), 10, 64)
 	if err != nil || seq == 0 {
 		return "", 0, 0, nil, false
 	}
-	last, _ = strconv.ParseUint(m.Header.Get("Nats-Last-Sequence"), 10, 64)
+	last, _ = strconv.ParseUint(lastHeader(m, "Nats-Last-Sequence"), 10, 64)
 	switch {
 	case m.Header.Get("KV-Operation") != "", m.Header.Get("Nats-Marker-Reason") != "":
 		return key, seq, last, nil, true
@@ -289,4 +317,12 @@ func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, valu
 		value = []byte{}
 	}
 	return key, seq, last, value, true
+}
+
+// lastHeader is the last value of m's header key ("" when none).
+func lastHeader(m *nats.Msg, key string) string {
+	if v := m.Header.Values(key); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
 }

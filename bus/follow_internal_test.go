@@ -92,6 +92,7 @@ func TestFollowerResync(t *testing.T) {
 	}
 	msg := func(seq, last uint64, value string) *nats.Msg {
 		m := nats.NewMsg(stateSubject("test_follow", "k0"))
+		m.Header.Set(jetstream.StreamHeader, "KV_test_follow")
 		m.Header.Set(jetstream.SubjectHeader, "$KV.test_follow.k0")
 		m.Header.Set(jetstream.SequenceHeader, strconv.FormatUint(seq, 10))
 		m.Header.Set("Nats-Last-Sequence", strconv.FormatUint(last, 10))
@@ -107,5 +108,19 @@ func TestFollowerResync(t *testing.T) {
 	}
 	if !f.apply(msg(e.Revision()+5, e.Revision(), "v3")) || len(got) != 1 {
 		t.Fatalf("a message seen already was applied again: %v", got)
+	}
+
+	// A message another stream's JetStream sent (a direct get answered
+	// onto the state subject), with a stored message's own headers that
+	// claim this bucket's key before JetStream's: not the bucket's.
+	forged := msg(e.Revision()+6, e.Revision()+5, "")
+	forged.Header = nats.Header{
+		jetstream.StreamHeader:   {"KV_test_follow", "KV_other"},
+		jetstream.SubjectHeader:  {"$KV.test_follow.k0", "$KV.other.trap"},
+		jetstream.SequenceHeader: {strconv.FormatUint(e.Revision()+6, 10), "1"},
+		"KV-Operation":           {"DEL"},
+	}
+	if !f.apply(forged) || len(got) != 1 || f.state["k0"].value == nil {
+		t.Fatalf("another stream's message was applied: %v", got)
 	}
 }
