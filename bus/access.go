@@ -2,6 +2,7 @@ package bus
 
 import (
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -51,19 +52,15 @@ func (r Role) InboxPrefix() string {
 	return "_INBOX." + string(r)
 }
 
-// answers is what answering requests of roles takes: publishing to
-// their reply subjects. Those subjects end in a random token of each
-// request, which the answering role sees only in the requests it gets;
-// an answer given after a reconnect, or late, is dropped by its
-// requester, never refused by NATS (as NATS's own answer-once tracking
-// would, forgetting it with the connection).
-func answers(roles ...Role) []string {
-	var s []string
-	for _, r := range roles {
-		s = append(s, r.InboxPrefix()+".>")
-	}
-	return s
-}
+// ResponseTTL bounds how long a role may answer a request it received:
+// longer than any budget okso gives a call. A role answers another's
+// request on its reply subject by NATS's answer-once permission alone, so
+// that no role may publish into another's reply subjects otherwise
+// (their tokens come from a generator that is no secret, and a gateway
+// reads a bucket on one of them). NATS forgets what a connection received
+// when it reconnects: an answer the answering role gives after that is
+// refused, and its requester's call ends with its budget.
+const ResponseTTL = 10 * time.Minute
 
 // access accumulates what a role may publish and subscribe to.
 type access struct{ pub, sub []string }
@@ -84,7 +81,6 @@ func (r Role) Permissions() *server.Permissions {
 			NodeCmd("*"), NodeCancel("*"), RemoteCall("*"),
 			subjectPrefix + "caller.>", subjectPrefix + "call.>", Audit("*"),
 		}
-		a.pub = append(a.pub, answers(RoleGateway)...) // a listen's holder answers the other replicas
 		a.sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>"}
 		a.kv(BucketNodes, false)
 		a.kv(BucketRemotes, false)
@@ -96,7 +92,6 @@ func (r Role) Permissions() *server.Permissions {
 		// NodeCancel: a session that takes a node over says so to the
 		// node's older session, on any tier.
 		a.pub = []string{NodeCancel("*"), Stream("*"), Audit("*")}
-		a.pub = append(a.pub, answers(RoleGateway)...)
 		a.sub = []string{NodeCmd("*"), NodeCancel("*")}
 		a.kv(BucketNodes, true)
 		a.kv(BucketNodeTenants, true)
@@ -106,7 +101,6 @@ func (r Role) Permissions() *server.Permissions {
 		// upstream. It holds every upstream's connection itself, so it
 		// gains nothing by calling one through NATS.
 		a.pub = []string{RemoteCall("*"), Audit("*")}
-		a.pub = append(a.pub, answers(RoleGateway, RoleRemote)...)
 		a.sub = []string{RemoteCall("*")}
 		a.kv(BucketRemotes, true)
 	case RoleAudit:
@@ -120,6 +114,7 @@ func (r Role) Permissions() *server.Permissions {
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: a.pub},
 		Subscribe: &server.SubjectPermission{Allow: a.sub},
+		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseTTL},
 	}
 }
 
@@ -174,7 +169,8 @@ func FromRole(m *nats.Msg, roles ...Role) bool {
 
 // FromJetStream reports whether JetStream sent m (a direct get's answer,
 // a republished or delivered message), not a client: it carries the
-// stream's name.
+// stream's name (a header JetStream adds after a stored message's own, so
+// present whatever those were, empty ones included).
 func FromJetStream(m *nats.Msg) bool {
-	return m.Header != nil && m.Header.Get(jetstream.StreamHeader) != ""
+	return len(m.Header.Values(jetstream.StreamHeader)) > 0
 }

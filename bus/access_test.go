@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -301,6 +302,27 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	// a direct get's answer (the stored message, headers and all) or an
 	// API answer sent onto a bucket's subject, or onto JetStream's own
 	// API, must write nothing.
+	devRevs, err := bus.OpenRevocations(ctx, dev.Conn, bus.RevocationOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan string, 16)
+	loaded := make(chan struct{}, 1)
+	rctx, stopRevs := context.WithCancel(ctx)
+	defer stopRevs()
+	go func() {
+		_ = devRevs.Run(rctx, func() {
+			select {
+			case loaded <- struct{}{}:
+			default:
+			}
+		}, func(jti string) { revoked <- jti })
+	}()
+	select {
+	case <-loaded:
+	case <-time.After(eventTimeout):
+		t.Fatal("the device tier's revocations never loaded")
+	}
 	t.Run("reflections", func(t *testing.T) {
 		trap := "$JS.API.DIRECT.GET.KV_" + bus.BucketCallers + ".$KV." + bus.BucketCallers + ".trap"
 		for _, reply := range []string{
@@ -313,6 +335,34 @@ func checkRoles(t *testing.T, url string, seeds string) {
 			if err := gw.PublishRequest(trap, reply, nil); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// Onto a bucket's state subject, which the buckets' followers
+		// read: a stored message whose own headers claim to be the
+		// revocation's deletion, far ahead.
+		spoof := nats.NewMsg("$KV." + bus.BucketCallers + ".spoof")
+		spoof.Header.Set("KV-Operation", "DEL")
+		spoof.Header.Set("Nats-Stream", "KV_"+bus.BucketRevoked)
+		spoof.Header.Set("Nats-Subject", "$KV."+bus.BucketRevoked+".jti-1")
+		spoof.Header.Set("Nats-Sequence", "999999")
+		ajs, err := jetstream.New(admin.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		akv, err := ajs.KeyValue(ctx, bus.BucketRevoked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := akv.Get(ctx, "jti-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		spoof.Header.Set("Nats-Last-Sequence", strconv.FormatUint(e.Revision(), 10)) // it follows the real one
+		if _, err := gjs.PublishMsg(ctx, spoof); err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.PublishRequest("$JS.API.DIRECT.GET.KV_"+bus.BucketCallers+".$KV."+bus.BucketCallers+".spoof",
+			"okso.v1.state."+bus.BucketRevoked+".jti-1", nil); err != nil {
+			t.Fatal(err)
 		}
 		// The audit role's one API, answered onto a node's binding.
 		if err := audit.PublishRequest("$JS.API.STREAM.INFO."+bus.StreamAudit, "$KV."+bus.BucketNodeTenants+".node7", nil); err != nil {
@@ -329,6 +379,21 @@ func checkRoles(t *testing.T, url string, seeds string) {
 		}
 		if b, err := bindings.Bind(ctx, "node7", "demo"); err != nil {
 			t.Errorf("a node's binding after the audit role's reflection: %v %v", b, err)
+		}
+		// A revocation made after the reflections reaches the device
+		// tier's follower after them; jti-1 is still revoked there.
+		if err := revs.Revoke(ctx, "jti-4", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		for jti := ""; jti != "jti-4"; {
+			select {
+			case jti = <-revoked:
+			case <-time.After(eventTimeout):
+				t.Fatal("the device tier never saw jti-4 revoked")
+			}
+		}
+		if !devRevs.Revoked("jti-1") {
+			t.Error("the device tier's follower took a reflected message for jti-1's deletion")
 		}
 	})
 	// Nor may a role create a stream (to capture other roles' subjects) or
@@ -562,4 +627,106 @@ func TestCredentialsOwnerOnly(t *testing.T) {
 			t.Errorf("%s readable by all: %v, want a refusal saying chmod 600", file, err)
 		}
 	}
+}
+
+// TestUpgradeMovesState: an okso that starts with credentials on a store
+// where an older okso (without them) kept its buckets in NATS's global
+// account moves the revocations and the node bindings into okso's
+// accounts, and the old buckets go.
+func TestUpgradeMovesState(t *testing.T) {
+	store := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), eventTimeout)
+	defer cancel()
+
+	old, err := bus.StartServer(bus.ServerOptions{StoreDir: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := old.Connect("older okso")
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs, err := bus.OpenRevocations(ctx, nc, bus.RevocationOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := revs.Revoke(ctx, "jti-old", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	bindings, err := bus.OpenBindings(ctx, nc, bus.BindingsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bindings.Bind(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xy", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	old.Shutdown()
+
+	creds, err := bus.NewCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() *bus.Server {
+		t.Helper()
+		srv, err := bus.StartServer(bus.ServerOptions{StoreDir: store, Credentials: creds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin, err := srv.ConnectAs(bus.RoleAdmin, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(admin.Close)
+		if err := bus.InitState(ctx, admin, bus.StateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Restore(ctx, admin); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		return srv
+	}
+	srv := start()
+	dev, err := srv.ConnectAs(bus.RoleDevice, "device tier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	check := func() {
+		t.Helper()
+		r, err := bus.OpenRevocations(ctx, dev, bus.RevocationOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded := make(chan struct{})
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() { _ = r.Run(rctx, func() { close(loaded) }, nil) }()
+		<-loaded
+		if !r.Revoked("jti-old") {
+			t.Error("the older okso's revocation was lost")
+		}
+		b, err := bus.OpenBindings(ctx, dev, bus.BindingsOptions{BindOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner, err := b.Bind(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xy", "intruder"); !errors.Is(err, bus.ErrOtherTenant) || owner != "acme" {
+			t.Errorf("the older okso's binding: %q, %v, want acme's", owner, err)
+		}
+	}
+	check()
+	if _, err := os.Stat(filepath.Join(store, "jetstream", "$G", "streams", "KV_"+bus.BucketRevoked)); !os.IsNotExist(err) {
+		t.Errorf("the older okso's bucket is still there: %v", err)
+	}
+	dev.Close()
+	srv.Shutdown()
+
+	// Started again: nothing to move, nothing lost.
+	srv = start()
+	defer srv.Shutdown()
+	if dev, err = srv.ConnectAs(bus.RoleDevice, "device tier"); err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	check()
 }

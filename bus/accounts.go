@@ -46,6 +46,9 @@ func AccountsConfig(keys func(Role) []string) map[string]any {
 				u["permissions"] = map[string]any{
 					"publish":   map[string]any{"allow": anys(p.Publish.Allow)},
 					"subscribe": map[string]any{"allow": anys(p.Subscribe.Allow)},
+					"allow_responses": map[string]any{
+						"max": p.Response.MaxMsgs, "expires": p.Response.Expires.String(),
+					},
 				}
 			}
 			users = append(users, u)

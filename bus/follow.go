@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -133,7 +134,14 @@ func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(key 
 		case <-later:
 			later, again = nil, true
 		case m := <-msgs:
-			again = !f.apply(m)
+			if lost := f.apply(m); lost != "" {
+				// Read the key again; and, as NATS lost a message, the
+				// rest in a while (others' may be lost too).
+				if err := f.resyncKey(ctx, lost); err != nil {
+					return err
+				}
+				again = true
+			}
 		}
 		if n, _ := live.Dropped(); n != dropped {
 			dropped, again = n, true
@@ -160,26 +168,42 @@ func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(key 
 // state by one follower.
 const followMinResync = time.Second
 
-// apply applies a republished message; false: a message of its key was
-// lost before it, and the state must be read again.
-func (f *follower) apply(m *nats.Msg) bool {
+// apply applies a republished message; it returns the key of a message
+// lost before it, whose state must be read again ("" when none).
+func (f *follower) apply(m *nats.Msg) (lost string) {
 	key, seq, last, value, ok := republished(f.bucket, m)
-	if !ok {
-		return true // no message of the bucket's
+	if !ok || f.key != ">" && key != f.key {
+		return "" // no message of the bucket's, or of another key
 	}
 	known := f.state[key]
 	if seq <= known.seq {
-		return true // already read
+		return "" // already read
 	}
 	// A message of the key came between the last one the follower saw and
 	// this one: NATS lost one, and may have lost others', of other keys.
 	// (Unless the follower saw the key go, and its marker has expired
 	// since.)
 	if last != known.seq && !(last == 0 && known.value == nil) {
-		return false
+		return key
 	}
 	f.set(key, seq, value, false)
-	return true
+	return ""
+}
+
+// resyncKey reads key's state again and reports its change, if any.
+func (f *follower) resyncKey(ctx context.Context, key string) error {
+	now, err := readState(ctx, f.nc, f.bucket, key)
+	if err != nil {
+		return err
+	}
+	e, ok := now[key]
+	switch {
+	case ok && e.seq > f.state[key].seq:
+		f.set(key, e.seq, e.value, false)
+	case !ok && f.state[key].value != nil:
+		f.set(key, 0, nil, false) // gone altogether, marker included
+	}
+	return nil
 }
 
 // set records key's new message and reports the change.
@@ -222,7 +246,9 @@ func (f *follower) resync(ctx context.Context, initial bool) error {
 // readState reads the last message of each key of bucket (">": every
 // key) with direct gets, a page at a time.
 func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[string]kvEntry, error) {
-	inbox := nc.NewInbox()
+	// An inbox no one can guess: the answers a follower takes from it are
+	// its state.
+	inbox := nc.NewInbox() + "." + rand.Text()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
@@ -263,7 +289,11 @@ func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state 
 		if err != nil {
 			return false, 0, fmt.Errorf("read kv %s: %w", bucket, err)
 		}
-		switch status := m.Header.Get("Status"); status {
+		status := ""
+		if !FromJetStream(m) { // a stored message's own Status header is data
+			status = m.Header.Get("Status")
+		}
+		switch status {
 		case "":
 		case "404": // nothing (more) to read
 			return false, 0, nil

@@ -100,14 +100,19 @@ func TestFollowerResync(t *testing.T) {
 		return m
 	}
 	got = nil
-	if !f.apply(msg(e.Revision()+5, e.Revision(), "v3")) || len(got) != 1 || got[0].value != "v3" {
-		t.Fatalf("the next message of k0: %v", got)
+	if lost := f.apply(msg(e.Revision()+5, e.Revision(), "v3")); lost != "" || len(got) != 1 || got[0].value != "v3" {
+		t.Fatalf("the next message of k0: %v (lost %q)", got, lost)
 	}
-	if f.apply(msg(e.Revision()+9, e.Revision()+7, "v4")) {
-		t.Fatal("a message after one the follower never saw was applied")
+	if lost := f.apply(msg(e.Revision()+9, e.Revision()+7, "v4")); lost != "k0" || len(got) != 1 {
+		t.Fatalf("a message after one the follower never saw: applied %v, lost %q", got, lost)
 	}
-	if !f.apply(msg(e.Revision()+5, e.Revision(), "v3")) || len(got) != 1 {
+	if lost := f.apply(msg(e.Revision()+5, e.Revision(), "v3")); lost != "" || len(got) != 1 {
 		t.Fatalf("a message seen already was applied again: %v", got)
+	}
+	// Reading k0 again finds it as the bucket has it (v2, an older
+	// sequence than the made-up ones): nothing to report.
+	if err := f.resyncKey(ctx, "k0"); err != nil || len(got) != 1 {
+		t.Fatalf("k0 read again: %v, %v", got, err)
 	}
 
 	// A message another stream's JetStream sent (a direct get answered
@@ -120,7 +125,55 @@ func TestFollowerResync(t *testing.T) {
 		jetstream.SequenceHeader: {strconv.FormatUint(e.Revision()+6, 10), "1"},
 		"KV-Operation":           {"DEL"},
 	}
-	if !f.apply(forged) || len(got) != 1 || f.state["k0"].value == nil {
+	if lost := f.apply(forged); lost != "" || len(got) != 1 || f.state["k0"].value == nil {
 		t.Fatalf("another stream's message was applied: %v", got)
+	}
+
+	// A follower of one key takes no other key's message.
+	one := &follower{nc: nc, bucket: "test_follow", key: "k3", state: map[string]kvEntry{}, fn: f.fn}
+	if lost := one.apply(msg(e.Revision()+20, 0, "v9")); lost != "" || len(got) != 1 {
+		t.Fatalf("a follower of k3 took k0's message: %v", got)
+	}
+}
+
+// TestFollowerStoredStatus: a stored message whose own headers look like
+// a direct get's status (the end of a page, nothing found, an error) is
+// data to a follower reading the state, not the end of its reading.
+func TestFollowerStoredStatus(t *testing.T) {
+	srv, err := StartServer(ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openKV(ctx, js, jetstream.KeyValueConfig{Bucket: "test_status", History: 1}, false); err != nil {
+		t.Fatal(err)
+	}
+	for i, status := range []string{"404", "503", "204", ""} {
+		m := nats.NewMsg("$KV.test_status.k" + strconv.Itoa(i))
+		if status != "" {
+			m.Header.Set("Status", status)
+		}
+		m.Data = []byte("v")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state, err := readState(ctx, nc, "test_status", ">")
+	if err != nil {
+		t.Fatalf("read the state: %v", err)
+	}
+	if len(state) != 4 {
+		t.Fatalf("read %d keys, want 4: %v", len(state), state)
 	}
 }

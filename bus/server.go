@@ -68,6 +68,7 @@ type ClusterOptions struct {
 type Server struct {
 	ns    *server.Server
 	creds *Credentials // nil: anyone may connect
+	store string       // StoreDir, if set
 	tmp   string       // removed on Shutdown
 	lock  *os.File     // of StoreDir, released on Shutdown
 }
@@ -146,6 +147,11 @@ func StartServer(opts ServerOptions) (*Server, error) {
 		if s.lock, err = lockStore(o.StoreDir); err != nil {
 			return nil, err
 		}
+		s.store = o.StoreDir
+		if err := s.checkAccounts(opts); err != nil {
+			s.release()
+			return nil, err
+		}
 	} else {
 		// JetStream needs a directory even when every stream okso creates is
 		// in memory; give each server its own so processes never share one.
@@ -179,6 +185,31 @@ func StartServer(opts ServerOptions) (*Server, error) {
 	}
 	s.ns, s.creds = ns, opts.Credentials
 	return s, nil
+}
+
+// checkAccounts moves an older okso's revocations and bindings out of
+// the global account of the store, before a server with okso's accounts
+// starts on it; a clustered one cannot read them alone, and says so
+// (also a server without accounts on a store that has them).
+func (s *Server) checkAccounts(opts ServerOptions) error {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	switch old, state := oksoStreams(s.store, globalAccount), oksoStreams(s.store, AccountState); {
+	case opts.Credentials == nil && len(state) > 0:
+		log.Warn("this NATS store holds okso's buckets of the roles' accounts, which a server without them "+
+			"(--nats-insecure) does not see: revocations made then are not in force now", "store", s.store)
+	case opts.Credentials != nil && len(old) > 0 && opts.Cluster.Listen != "":
+		log.Error("this NATS store holds an older okso's buckets in the global account, which a clustered server "+
+			"cannot move alone: the tokens revoked before are not revoked now (revoke them again), and node ids "+
+			"bound to tenants are free again", "store", s.store, "buckets", old)
+	case opts.Credentials != nil && len(old) > 0:
+		if err := moveOutOfGlobal(s.store, log); err != nil {
+			return fmt.Errorf("move an older okso's revocations and node bindings out of NATS's global account: %w", err)
+		}
+	}
+	return nil
 }
 
 // ready waits until ns accepts connections, for up to d, or until it

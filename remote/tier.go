@@ -500,6 +500,9 @@ func (s *upstream) watch(ctx context.Context) {
 		defer close(done)
 		var live bool
 		err := s.t.o.Remotes.WatchUpstream(wctx, s.cfg.Name, func(ev bus.RemoteEvent) {
+			if ev.Upstream != s.cfg.Name {
+				return
+			}
 			live = ev.Remote != nil
 			if !live {
 				gone()

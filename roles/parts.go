@@ -171,6 +171,10 @@ func (p *natsPart) initState(ctx context.Context, audit time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("make okso's buckets: %w", err)
 	}
+	// What an older okso kept in NATS's global account, moved at start.
+	if err := p.srv.Restore(ctx, nc); err != nil {
+		return fmt.Errorf("move an older okso's revocations and node bindings into okso's buckets: %w", err)
+	}
 	return nil
 }
 

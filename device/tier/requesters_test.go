@@ -82,3 +82,51 @@ func TestRequestsOnlyFromGateways(t *testing.T) {
 		t.Errorf("%d calls reached the device, want the gateway's two", n)
 	}
 }
+
+// TestReflectedTakeoverDropped: a takeover notice that JetStream sent (a
+// stored message with a takeover header, and an empty stream header of
+// its own, answered by a direct get onto the node's cancel subject) ends
+// no session.
+func TestReflectedTakeoverDropped(t *testing.T) {
+	tt := newTestTier(t, tier.Options{Requesters: []bus.Role{bus.RoleGateway}})
+	d := tt.runEcho(t)
+	js, err := jetstream.New(tt.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg("$KV." + bus.BucketNodes + ".takeover")
+	m.Header[jetstream.StreamHeader] = []string{""}
+	m.Header.Set(bus.HeaderTakeover, "zzzzzzzzzzzzzzzzzzzzzzzzzz") // newer than any session id
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	get := nats.NewMsg("$JS.API.DIRECT.GET.KV_" + bus.BucketNodes + ".$KV." + bus.BucketNodes + ".takeover")
+	get.Reply = bus.NodeCancel(d.node)
+	if err := tt.NC.PublishMsg(get); err != nil {
+		t.Fatal(err)
+	}
+	// A real takeover notice sent after it is handled after it; a cancel
+	// of a stream the session does not have does nothing, and is a
+	// handled message all the same.
+	if err := tt.NC.Publish(bus.NodeCancel(d.node), []byte("no-such-stream")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	gw, err := tt.Server.ConnectAs(bus.RoleGateway, "gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
+	defer cancel()
+	if _, err := gw.RequestMsgWithContext(ctx, tiertest.CallMsg(d.node, tiertest.Tenant, tiertest.EchoTool(d.node), `{"message":"hi"}`)); err != nil {
+		t.Fatalf("the node after a reflected takeover: %v", err)
+	}
+	select {
+	case <-d.done:
+		t.Fatal("the session ended")
+	default:
+	}
+}
