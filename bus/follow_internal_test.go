@@ -12,6 +12,32 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// testBucket starts a server and makes bucket there as okso makes its
+// own; all of it ends with the test.
+func testBucket(t *testing.T, bucket string) (context.Context, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := StartServer(ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openKV(ctx, js, jetstream.KeyValueConfig{Bucket: bucket, History: 1}, false); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, nc, js
+}
+
 // change is one call of a follower's fn.
 type change struct {
 	key, value string // value "": gone
@@ -24,23 +50,8 @@ type change struct {
 // direct gets (more than one page of them); and a republished message
 // that does not follow the last one it saw of its key asks for that.
 func TestFollowerResync(t *testing.T) {
-	srv, err := StartServer(ServerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{Bucket: "test_follow", History: 1}, false)
+	ctx, nc, js := testBucket(t, "test_follow")
+	kv, err := js.KeyValue(ctx, "test_follow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,25 +151,7 @@ func TestFollowerResync(t *testing.T) {
 // a direct get's status (the end of a page, nothing found, an error) is
 // data to a follower reading the state, not the end of its reading.
 func TestFollowerStoredStatus(t *testing.T) {
-	srv, err := StartServer(ServerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := srv.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := openKV(ctx, js, jetstream.KeyValueConfig{Bucket: "test_status", History: 1}, false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, nc, js := testBucket(t, "test_status")
 	for i, status := range []string{"404", "503", "204", ""} {
 		m := nats.NewMsg("$KV.test_status.k" + strconv.Itoa(i))
 		if status != "" {

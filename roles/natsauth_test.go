@@ -83,33 +83,8 @@ func TestNATSAuth(t *testing.T) {
 		}
 	})
 
-	gwLog := newLogSink()
-	runRoot(t, gwLog, gwLog, "gateway", "--data-dir", gwData, "--mcp-addr", "127.0.0.1:0",
-		"--nats-url", natsURL, "--nats-nkey", gwSeed, "--nats-ca", caFile, "--log-level", "debug")
-	mcpURL, _ := gwLog.wait(t, "the gateway listening", line("listening"))["mcp_url"].(string)
-	gwLog.wait(t, "the tier's device reaches the gateway", line("node online"))
-	signer, err := auth.LoadOrCreateSigner(tierData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := signer.Mint(auth.MintOptions{Subject: "agent", Tenant: DefaultTenant, Scopes: []string{auth.ScopeReadOnly}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := mcpSession(t, mcpURL, token)
-	var echo string
-	for tl, err := range s.Tools(t.Context(), nil) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(tl.Name, "sysecho.") {
-			echo = tl.Name
-		}
-	}
-	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo, Arguments: map[string]any{"message": "over tls"}})
-	if err != nil || res.IsError {
-		t.Fatalf("call %q through the split roles: %v %+v", echo, err, res)
-	}
+	mcpURL := startGateway(t, "--data-dir", gwData, "--nats-url", natsURL, "--nats-nkey", gwSeed, "--nats-ca", caFile)
+	token := callEcho(t, tierData, mcpURL, "over tls")
 
 	claims, _ := auth.UnverifiedClaims(token)
 	if _, err := oksoOut(t, "token", "revoke", "--nats-url", natsURL, "--nats-ca", caFile, "--nats-nkey", gwSeed, claims.ID); err == nil ||
@@ -236,15 +211,31 @@ func TestNATSExternal(t *testing.T) {
 		t.Error("okso nats init with the gateway's credential succeeded")
 	}
 
-	tierLog, gwLog := newLogSink(), newLogSink()
+	tierLog := newLogSink()
 	runRoot(t, tierLog, tierLog, "device", "--data-dir", keys, "--device-addr", "127.0.0.1:0", "--mock", "1",
 		"--nats-url", url, "--nats-nkey", devSeed)
 	tierLog.wait(t, "the tier's device", line("mock devices connected"))
-	runRoot(t, gwLog, gwLog, "gateway", "--data-dir", keys, "--mcp-addr", "127.0.0.1:0", "--nats-url", url,
-		"--nats-nkey", gwSeed, "--log-level", "debug")
-	mcpURL, _ := gwLog.wait(t, "the gateway listening", line("listening"))["mcp_url"].(string)
-	gwLog.wait(t, "the tier's device reaches the gateway", line("node online"))
-	signer, err := auth.LoadOrCreateSigner(keys)
+	mcpURL := startGateway(t, "--data-dir", keys, "--nats-url", url, "--nats-nkey", gwSeed)
+	callEcho(t, keys, mcpURL, "external")
+}
+
+// startGateway runs okso gateway with args until the test ends, and
+// returns its MCP endpoint once a device has reached it.
+func startGateway(t *testing.T, args ...string) string {
+	t.Helper()
+	log := newLogSink()
+	runRoot(t, log, log, append([]string{"gateway", "--mcp-addr", "127.0.0.1:0", "--log-level", "debug"}, args...)...)
+	mcpURL, _ := log.wait(t, "the gateway listening", line("listening"))["mcp_url"].(string)
+	log.wait(t, "a device reaches the gateway", line("node online"))
+	return mcpURL
+}
+
+// callEcho calls an echo tool the gateway at mcpURL lists with message,
+// with an agent token minted with the signing key in dataDir, which it
+// returns.
+func callEcho(t *testing.T, dataDir, mcpURL, message string) string {
+	t.Helper()
+	signer, err := auth.LoadOrCreateSigner(dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,11 +251,12 @@ func TestNATSExternal(t *testing.T) {
 		if !strings.HasPrefix(tl.Name, "sysecho.") {
 			continue
 		}
-		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tl.Name, Arguments: map[string]any{"message": "external"}})
+		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tl.Name, Arguments: map[string]any{"message": message}})
 		if err != nil || res.IsError {
 			t.Fatalf("call %q: %v %+v", tl.Name, err, res)
 		}
-		return
+		return token
 	}
 	t.Fatal("the gateway lists no echo tool")
+	return ""
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +42,7 @@ func TestBundleReload(t *testing.T) {
 	}
 	c := &clock{t: time.Now()}
 	certfile.SetBundleClock(b, c.now)
-	addr := serveClients(t, b.ServerConfig(&tls.Config{GetCertificate: pair.GetCertificate}))
+	addr := serveTLS(t, &tls.Config{GetConfigForClient: b.ServerConfig(&tls.Config{GetCertificate: pair.GetCertificate})})
 	oldClient := clientCert(t, oldCA, dir, "01hzx9k3m4p7q8r9s0t1v2w3xy")
 	newClient := clientCert(t, newCA, dir, "01hzx9k3m4p7q8r9s0t1v2w3xz")
 	accepted := func(cert tls.Certificate) bool {
@@ -83,29 +82,6 @@ func TestBundleReload(t *testing.T) {
 	if n := strings.Count(logs.String(), "tls CA bundle not reloaded"); n != 1 {
 		t.Errorf("%d warnings of one bad file, want 1:\n%s", n, logs.String())
 	}
-}
-
-// serveClients serves TLS with conf on 127.0.0.1 until the test ends,
-// closing each connection once its handshake is done, and returns the
-// address.
-func serveClients(t *testing.T, conf func(*tls.ClientHelloInfo) (*tls.Config, error)) string {
-	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetConfigForClient: conf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { _ = c.(*tls.Conn).Handshake(); _ = c.Close() })
-		}
-	})
-	return ln.Addr().String()
 }
 
 func clientCert(t *testing.T, ca *certtest.CA, dir, node string) tls.Certificate {

@@ -20,7 +20,15 @@ import (
 // the address.
 func serve(t *testing.T, p *certfile.Pair) string {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: p.GetCertificate})
+	return serveTLS(t, &tls.Config{GetCertificate: p.GetCertificate})
+}
+
+// serveTLS serves TLS with conf on 127.0.0.1 until the test ends,
+// closing each connection once its handshake is done, and returns the
+// address.
+func serveTLS(t *testing.T, conf *tls.Config) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
