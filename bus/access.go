@@ -49,7 +49,7 @@ func (r Role) InboxPrefix() string {
 	if r == RoleAdmin || r == "" {
 		return ""
 	}
-	return "_INBOX." + string(r)
+	return "_INBOX." + string(r) // see FromRole, which checks it without building it
 }
 
 // ResponseTTL bounds how long a role may answer a request it received:
@@ -159,9 +159,16 @@ func kvAccess(bucket string, write bool) (pub, sub []string) {
 // reply subject is one of theirs ([Role.InboxPrefix]). A message
 // JetStream sent has no such reply subject.
 func FromRole(m *nats.Msg, roles ...Role) bool {
+	// On each call's path: no prefix is built.
+	rest, ok := strings.CutPrefix(m.Reply, "_INBOX.")
+	if !ok {
+		return false
+	}
 	for _, r := range roles {
-		if p := r.InboxPrefix(); p != "" && strings.HasPrefix(m.Reply, p) && len(m.Reply) > len(p) && m.Reply[len(p)] == '.' {
-			return true
+		if r.InboxPrefix() != "" {
+			if after, ok := strings.CutPrefix(rest, string(r)); ok && len(after) > 1 && after[0] == '.' {
+				return true
+			}
 		}
 	}
 	return false

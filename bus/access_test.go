@@ -730,3 +730,24 @@ func TestUpgradeMovesState(t *testing.T) {
 	defer dev.Close()
 	check()
 }
+
+// TestFromRole: a request is a role's when its reply subject is one of
+// that role's, and only then.
+func TestFromRole(t *testing.T) {
+	for reply, want := range map[string]bool{
+		"_INBOX.gateway.abc.1": true,
+		"_INBOX.gateway.":      false,
+		"_INBOX.gateway":       false,
+		"_INBOX.gatewayx.abc":  false,
+		"_INBOX.device.abc.1":  false,
+		"_INBOX.abc.1":         false,
+		"":                     false,
+	} {
+		if got := bus.FromRole(&nats.Msg{Reply: reply}, bus.RoleGateway, bus.RoleAdmin); got != want {
+			t.Errorf("FromRole(%q) = %v, want %v", reply, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { bus.FromRole(&nats.Msg{Reply: "_INBOX.remote.x.1"}, bus.RoleGateway, bus.RoleRemote) }); n != 0 {
+		t.Errorf("FromRole allocates %v times", n)
+	}
+}

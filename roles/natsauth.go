@@ -212,10 +212,6 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 		dataDir string
 		public  bool
 	)
-	roles := make([]string, len(bus.Roles))
-	for i, r := range bus.Roles {
-		roles[i] = string(r)
-	}
 	creds := &cobra.Command{
 		Use:   "creds",
 		Short: "Print a role's NATS credential (an nkey seed file, for --nats-nkey), making the data dir's credentials if it has none",
@@ -229,9 +225,9 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 			"  admin    anything: okso token revoke, and an operator's own tools",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			r, ok := bus.ParseRole(role)
-			if !ok {
-				return fmt.Errorf("--role %q: want one of %s", role, strings.Join(roles, ", "))
+			r, err := roleFlag(role)
+			if err != nil {
+				return err
 			}
 			c, err := bus.LoadCredentials(bus.CredentialsDir(dataDir))
 			if err != nil {
@@ -249,16 +245,18 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 			return err
 		},
 	}
-	creds.Flags().StringVar(&role, "role", "", "the role: "+strings.Join(roles, ", "))
+	creds.Flags().StringVar(&role, "role", "", "the role: "+roleNames())
 	creds.Flags().BoolVar(&public, "public", false, "print the role's public key alone (not a secret), for a NATS server's configuration")
 	creds.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir of the okso processes that embed NATS (the credentials are in <data-dir>/nats/creds)")
 	var confDir string
 	serverConfig := &cobra.Command{
 		Use:   "server-config",
-		Short: "Print a nats-server authorization block that admits okso's roles, each with its permissions",
-		Long: "okso nats server-config prints the authorization block of a nats-server configuration file for a NATS\n" +
-			"that okso does not embed: one nkey user per role (public keys only), with that role's permissions.\n" +
-			"Include it in the servers' configuration; give each okso process its role's seed (okso nats creds).",
+		Short: "Print the accounts block of a nats-server configuration that admits okso's roles, each with its permissions",
+		Long: "okso nats server-config prints the accounts block of a nats-server configuration file for a NATS\n" +
+			"that okso does not embed (and the one okso's embedded servers load): one nkey user per role\n" +
+			"(public keys only) with that role's permissions, in account OKSO; okso's buckets in account STATE,\n" +
+			"which no client is in. Include it in the servers' configuration (with JetStream on), run okso nats\n" +
+			"init, and give each okso process its role's seed (okso nats creds).",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			c, err := bus.LoadCredentials(bus.CredentialsDir(confDir))
@@ -285,9 +283,9 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 			"creds) and restart them; delete the retired key and restart the NATS servers once more.",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			r, ok := bus.ParseRole(rotateRole)
-			if !ok {
-				return fmt.Errorf("--role %q: want one of %s", rotateRole, strings.Join(roles, ", "))
+			r, err := roleFlag(rotateRole)
+			if err != nil {
+				return err
 			}
 			pub, err := bus.RotateCredential(bus.CredentialsDir(rotateDir), r)
 			if err != nil {
@@ -297,7 +295,7 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 			return err
 		},
 	}
-	rotate.Flags().StringVar(&rotateRole, "role", "", "the role: "+strings.Join(roles, ", "))
+	rotate.Flags().StringVar(&rotateRole, "role", "", "the role: "+roleNames())
 	rotate.Flags().StringVar(&rotateDir, "data-dir", defaultDataDir(), "data dir that keeps the credentials (<data-dir>/nats/creds)")
 	cmd.AddCommand(creds, serverConfig, rotate, natsInitCmd(stdout))
 	return cmd
@@ -322,23 +320,15 @@ func natsInitCmd(stdout io.Writer) *cobra.Command {
 			if c.URL == "" {
 				return errors.New("--nats-url is required: the NATS of the gateways and tiers")
 			}
-			np, err := openNATS(contextOf(cmd), c)
-			if err != nil {
-				return err
-			}
-			nc, err := np.connect(bus.RoleAdmin, "okso-nats-init")
+			np, nc, err := adminConn(contextOf(cmd), c, "okso-nats-init")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
 			ctx, cancel := startContext(contextOf(cmd))
 			defer cancel()
-			log := slog.New(slog.DiscardHandler)
-			_, err = whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (struct{}, error) {
-				return struct{}{}, bus.InitState(ctx, nc, bus.StateOptions{Replicas: np.replicas, AuditRetention: audit})
-			})
-			if err != nil {
-				return fmt.Errorf("make okso's buckets: %w", err)
+			if err := makeState(ctx, slog.New(slog.DiscardHandler), nc, np.replicas, audit); err != nil {
+				return err
 			}
 			_, err = fmt.Fprintf(stdout, "okso's buckets are ready on %s (%d replicas)\n", c.URL, np.replicas)
 			return err
@@ -351,4 +341,48 @@ func natsInitCmd(stdout io.Writer) *cobra.Command {
 	fs.StringVar(&c.DataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
 	addNATSClientFlags(fs, &c.natsSecurity)
 	return cmd
+}
+
+// roleFlag is the role --role names.
+func roleFlag(s string) (bus.Role, error) {
+	r, ok := bus.ParseRole(s)
+	if !ok {
+		return "", fmt.Errorf("--role %q: want one of %s", s, roleNames())
+	}
+	return r, nil
+}
+
+// roleNames lists okso's roles on NATS.
+func roleNames() string {
+	names := make([]string, len(bus.Roles))
+	for i, r := range bus.Roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// adminConn connects to the external NATS of c as the admin, named name.
+func adminConn(ctx context.Context, c natsConfig, name string) (*natsPart, *nats.Conn, error) {
+	np, err := openNATS(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := np.connect(bus.RoleAdmin, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return np, nc, nil
+}
+
+// makeState makes okso's buckets (and the audit stream, when audit is
+// above zero) on nc, the admin's, waiting for JetStream as a role's start
+// does ([bus.InitState]).
+func makeState(ctx context.Context, log *slog.Logger, nc *nats.Conn, replicas int, audit time.Duration) error {
+	_, err := whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, bus.InitState(ctx, nc, bus.StateOptions{Replicas: replicas, AuditRetention: audit, Log: log})
+	})
+	if err != nil {
+		return fmt.Errorf("make okso's buckets: %w", err)
+	}
+	return nil
 }

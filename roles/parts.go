@@ -165,11 +165,8 @@ func (p *natsPart) initState(ctx context.Context, audit time.Duration) error {
 		return err
 	}
 	defer nc.Close()
-	_, err = whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, bus.InitState(ctx, nc, bus.StateOptions{Replicas: p.replicas, AuditRetention: audit, Log: log})
-	})
-	if err != nil {
-		return fmt.Errorf("make okso's buckets: %w", err)
+	if err := makeState(ctx, log, nc, p.replicas, audit); err != nil {
+		return err
 	}
 	// What an older okso kept in NATS's global account, moved at start.
 	if err := p.srv.Restore(ctx, nc); err != nil {

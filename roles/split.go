@@ -571,11 +571,7 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 			default:
 				return errors.New("give a token id (jti) or --token, one of them")
 			}
-			np, err := openNATS(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec})
-			if err != nil {
-				return err
-			}
-			nc, err := np.connect(bus.RoleAdmin, "okso-token-revoke")
+			_, nc, err := adminConn(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec}, "okso-token-revoke")
 			if err != nil {
 				return err
 			}
