@@ -212,7 +212,37 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	if _, err := gjs.PublishMsg(ctx, del); err != nil {
 		t.Fatalf("gateway writes its callers: %v", err)
 	}
-	_ = callers
+	// Gateways claim caller ids in okso_callers, through the state
+	// account's services: created where none is, taken over by a
+	// compare-and-set, refreshed and released only while their own.
+	gw2 := connectRole(t, url, seeds, bus.RoleGateway)
+	callers2, err := bus.OpenCallers(ctx, gw2.Conn, bus.CallersOptions{BindOnly: true})
+	if err != nil {
+		t.Fatalf("second gateway opens its callers: %v", err)
+	}
+	held, err := callers.Claim(ctx, bus.CallerClaim{ListenID: "l1", Tenant: "demo", Subject: "agent-a", CallerID: "a"})
+	if err != nil {
+		t.Fatalf("gateway claims a caller id: %v", err)
+	}
+	if _, err := callers2.Claim(ctx, bus.CallerClaim{ListenID: "x1", Tenant: "demo", Subject: "agent-x", CallerID: "a"}); !errors.Is(err, bus.ErrCallerHeld) {
+		t.Fatalf("another agent's claim on another gateway: %v, want ErrCallerHeld", err)
+	}
+	taken, err := callers2.Claim(ctx, bus.CallerClaim{ListenID: "l2", Tenant: "demo", Subject: "agent-a", CallerID: "a"})
+	if err != nil || taken.Replaced() != "l1" {
+		t.Fatalf("the same agent's claim on another gateway: %v, want l1 taken over", err)
+	}
+	if err := held.Refresh(ctx); !errors.Is(err, bus.ErrClaimLost) {
+		t.Fatalf("the replaced claim's refresh: %v, want ErrClaimLost", err)
+	}
+	if err := taken.Refresh(ctx); err != nil {
+		t.Fatalf("gateway refreshes its claim: %v", err)
+	}
+	if err := taken.Release(ctx); err != nil {
+		t.Fatalf("gateway releases its claim: %v", err)
+	}
+	if cl, err := callers.ClaimOf(ctx, "demo", "a"); err != nil || cl != nil {
+		t.Fatalf("the released claim: %+v, %v", cl, err)
+	}
 
 	// A call: the gateway asks, the tier serving the node answers once.
 	var served atomic.Int32

@@ -3,16 +3,29 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 // BucketCallers is the JetStream KV bucket of the callers' tool
-// declarations, keyed by listen id (DESIGN.md §4, §9.3).
+// declarations, keyed by listen id, and of the claims on caller ids,
+// keyed by [ClaimKey] (DESIGN.md §4, §9.3).
 const BucketCallers = "okso_callers"
+
+// claimPrefix starts the key of every claim in okso_callers. A listen id
+// (a lower-case ULID) has no dot, so no declaration's key starts so.
+const claimPrefix = "claim."
+
+// ClaimKey is the key in okso_callers of the claim on a caller id of a
+// tenant.
+func ClaimKey(tenant, callerID string) string { return claimPrefix + tenant + "." + callerID }
 
 // CallerReq is the request/reply subject of the calls relayed to one
 // listen: the gateway replica holding it answers.
@@ -69,7 +82,9 @@ type CallersOptions struct {
 }
 
 // Callers is the declaration registry (KV okso_callers). It is safe for
-// concurrent use. Each key has one writer, the replica holding the listen.
+// concurrent use. Each declaration has one writer, the replica holding
+// the listen; a claim is written by whichever listen takes it
+// ([Callers.Claim]).
 type Callers struct {
 	kv  jetstream.KeyValue
 	js  jetstream.JetStream
@@ -117,9 +132,13 @@ type CallerEvent struct {
 
 // Watch calls fn for every declaration present, then ready once, then fn
 // for every change, until ctx is done. A record that does not decode, or
-// names another listen, is reported as gone.
+// names another listen, is reported as gone. Claims are no declarations:
+// Watch passes over them.
 func (c *Callers) Watch(ctx context.Context, fn func(CallerEvent), ready func()) error {
 	return watchKV(ctx, c.js, BucketCallers, func(key string, value []byte, initial bool) {
+		if strings.HasPrefix(key, claimPrefix) {
+			return
+		}
 		ev := CallerEvent{ListenID: key, Initial: initial}
 		if value != nil {
 			var rec Caller
@@ -132,4 +151,139 @@ func (c *Callers) Watch(ctx context.Context, fn func(CallerEvent), ready func())
 		}
 		fn(ev)
 	}, ready)
+}
+
+// A caller id is held by one agent (tenant and token subject) at a time,
+// on every replica: the listen that holds it has a claim, a key of
+// okso_callers ([ClaimKey]) created only where there is none and changed
+// only by a compare-and-set on its revision, leased like a declaration.
+// A crashed holder keeps it for the lease, no longer.
+
+// ErrCallerHeld is returned by [Callers.Claim] when another agent of the
+// tenant holds the caller id.
+var ErrCallerHeld = errors.New("caller id held by another agent")
+
+// ErrClaimLost is returned by [CallerLease.Refresh] when the claim is no
+// longer the one the lease wrote: a newer listen of the same agent took
+// it over, or it lapsed (and perhaps another agent took it).
+var ErrClaimLost = errors.New("caller id claim lost")
+
+// CallerClaim is the value of a claim: which listen, of which agent,
+// holds a caller id.
+type CallerClaim struct {
+	ListenID string `json:"listen_id"`
+	Tenant   string `json:"tenant"`
+	Subject  string `json:"subject"`
+	CallerID string `json:"caller_id"`
+}
+
+// CallerLease is one listen's claim on a caller id. It is not safe for
+// concurrent use; its owner refreshes and releases it.
+type CallerLease struct {
+	c        *Callers
+	key      string
+	data     []byte
+	rev      uint64
+	replaced string
+}
+
+// Replaced returns the listen of the same agent whose claim this one took
+// over, "" when the caller id was free: that listen is over.
+func (l *CallerLease) Replaced() string { return l.replaced }
+
+// Claim takes the caller id of cl's tenant for cl's listen. When the id
+// is free (or its claim lapsed) the claim is created; when the same agent
+// (tenant and subject) holds it, the claim is taken over by a
+// compare-and-set on its revision ([CallerLease.Replaced] names the
+// listen that had it); when another agent holds it, Claim returns
+// [ErrCallerHeld] and writes nothing. Two agents claiming one id at once,
+// on any replicas, cannot both succeed.
+func (c *Callers) Claim(ctx context.Context, cl CallerClaim) (*CallerLease, error) {
+	if !schemas.ValidToken(cl.Tenant) || !schemas.ValidToken(cl.CallerID) || cl.ListenID == "" {
+		return nil, fmt.Errorf("claim caller id %q of tenant %q: not a key okso makes", cl.CallerID, cl.Tenant)
+	}
+	data, err := json.Marshal(cl)
+	if err != nil {
+		return nil, err
+	}
+	key := ClaimKey(cl.Tenant, cl.CallerID)
+	// Each round loses only to a write made since its read; a few rounds
+	// settle any real contention.
+	for range 4 {
+		e, err := c.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound): // none, or deleted, purged, lapsed
+			rev, err := c.kv.Create(ctx, key, data, jetstream.KeyTTL(c.ttl))
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("claim caller id %s: %w", cl.CallerID, err)
+			}
+			return &CallerLease{c: c, key: key, data: data, rev: rev}, nil
+		case err != nil:
+			return nil, fmt.Errorf("read claim of caller id %s: %w", cl.CallerID, err)
+		}
+		var held CallerClaim
+		if json.Unmarshal(e.Value(), &held) == nil && held.Subject != cl.Subject {
+			return nil, ErrCallerHeld
+		}
+		// The agent's own (or no claim okso wrote): taken over only if
+		// unchanged since read.
+		ack, err := c.js.Publish(ctx, "$KV."+BucketCallers+"."+key, data,
+			jetstream.WithMsgTTL(c.ttl), jetstream.WithExpectLastSequencePerSubject(e.Revision()))
+		if wrongSequence(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("take over claim of caller id %s: %w", cl.CallerID, err)
+		}
+		return &CallerLease{c: c, key: key, data: data, rev: ack.Sequence, replaced: held.ListenID}, nil
+	}
+	return nil, fmt.Errorf("claim caller id %s: its claim kept changing", cl.CallerID)
+}
+
+// Refresh extends the claim, only if it is still the one the lease wrote;
+// [ErrClaimLost] otherwise.
+func (l *CallerLease) Refresh(ctx context.Context) error {
+	ack, err := l.c.js.Publish(ctx, "$KV."+BucketCallers+"."+l.key, l.data,
+		jetstream.WithMsgTTL(l.c.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	if err != nil {
+		if wrongSequence(err) {
+			return ErrClaimLost
+		}
+		return fmt.Errorf("refresh claim %s: %w", l.key, err)
+	}
+	l.rev = ack.Sequence
+	return nil
+}
+
+// Release removes the claim, only if it is still the one the lease wrote:
+// a newer listen's claim is never removed.
+func (l *CallerLease) Release(ctx context.Context) error {
+	err := l.c.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev), jetstream.PurgeTTL(l.c.ttl))
+	if err != nil {
+		if wrongSequence(err) {
+			return nil // a newer claim; not ours to remove
+		}
+		return fmt.Errorf("release claim %s: %w", l.key, err)
+	}
+	return nil
+}
+
+// ClaimOf returns the claim on a caller id of a tenant, nil when it is
+// free.
+func (c *Callers) ClaimOf(ctx context.Context, tenant, callerID string) (*CallerClaim, error) {
+	e, err := c.kv.Get(ctx, ClaimKey(tenant, callerID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read claim of caller id %s: %w", callerID, err)
+	}
+	var cl CallerClaim
+	if err := json.Unmarshal(e.Value(), &cl); err != nil {
+		return nil, fmt.Errorf("read claim of caller id %s: %w", callerID, err)
+	}
+	return &cl, nil
 }

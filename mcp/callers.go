@@ -25,9 +25,11 @@ import (
 // implements itself with caller_tools_listen, a call that stays open as
 // the push channel; the other agents of its tenant, on any replica, list
 // them as {caller_id}_{tool} and call them like any tool. The replica
-// holding the listen writes the declaration to KV okso_callers and
-// serves okso.v1.caller.<listen_id>.req: each relayed call is pushed to
-// the listener, which answers with caller_tool_response on any replica
+// holding the listen claims the caller id for the listener's agent in
+// KV okso_callers (one agent holds it at a time, on every replica),
+// writes the declaration there and serves
+// okso.v1.caller.<listen_id>.req: each relayed call is pushed to the
+// listener, which answers with caller_tool_response on any replica
 // (forwarded on okso.v1.caller.<listen_id>.resp to the holder).
 
 // The relay's own tools.
@@ -455,9 +457,6 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		return errorResult(c.fail(schemas.CodeBadRequest, "a listen needs a progressToken in _meta: each request comes as a progress notification"), c.requestID)
 	}
 	c.ev.Caller = decl.CallerID
-	if g.heldByOther(l.tenant, l.callerID, l.subject) {
-		return errorResult(c.fail(schemas.CodeSafetyDenied, "caller_id "+l.callerID+" is held by another agent of the tenant"), c.requestID)
-	}
 	if !g.takeStreamSlot(l.tenant) {
 		return errorResult(c.fail(schemas.CodeRateLimited, "the tenant holds as many open streams as it may"), c.requestID)
 	}
@@ -478,8 +477,28 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
 	}
 	defer respSub.Unsubscribe()
-	g.replaceListens(ctx, l.tenant, l.callerID, l.subject)
+	// The caller id is this agent's only once its claim is written in
+	// NATS: of two agents claiming it at once, on any replicas, one is
+	// refused. The listen already hears a newer one that takes it over.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	idClaim, err := g.o.Callers.Claim(pctx, bus.CallerClaim{ListenID: l.id, Tenant: l.tenant, Subject: l.subject, CallerID: l.callerID})
+	cancel()
+	switch {
+	case errors.Is(err, bus.ErrCallerHeld):
+		return errorResult(c.fail(schemas.CodeSafetyDenied, "caller_id "+l.callerID+" is held by another agent of the tenant"), c.requestID)
+	case err != nil:
+		g.log.Error("caller id claim", "caller_id", l.callerID, "err", err)
+		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
+	}
+	defer func() { // after the declaration is deleted: the next holder's tools never sit beside ours
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := idClaim.Release(dctx); err != nil {
+			g.log.Warn("caller id claim not released; it lapses with its lease", "listen_id", l.id, "err", err)
+		}
+	}()
+	g.replaceListens(ctx, l.tenant, l.callerID, l.subject, idClaim.Replaced())
+	pctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 	err = g.o.Callers.Put(pctx, rec)
 	cancel()
 	if err != nil {
@@ -503,9 +522,9 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	if err := out.push(ready); err != nil {
 		l.end("the client went away")
 	}
-	// The lease is refreshed on a goroutine of its own: a push to a
-	// client that stopped reading must not let the declaration expire
-	// while the listen holds calls.
+	// The lease (the claim's and the declaration's) is refreshed on a
+	// goroutine of its own: a push to a client that stopped reading must
+	// not let the declaration expire while the listen holds calls.
 	leased := make(chan struct{})
 	go func() {
 		defer close(leased)
@@ -521,14 +540,12 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 				l.end("the listener's token was revoked or expired")
 				return
 			}
-			pctx, cancel := context.WithTimeout(ctx, g.o.Callers.TTL()/3)
-			if err := g.o.Callers.Put(pctx, rec); err != nil {
-				g.log.Warn("caller declaration not refreshed", "listen_id", l.id, "err", err)
+			if !l.refresh(ctx, idClaim, rec) {
+				return
 			}
-			cancel()
 		}
 	}()
-	defer func() { <-leased }() // before the declaration is deleted
+	defer func() { <-leased }() // before the declaration and the claim are deleted
 	// A ping now and then keeps proxies and clients from cutting an idle
 	// listen (and resets the timeout of clients that reset it on
 	// progress).
@@ -562,27 +579,40 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	}
 }
 
-// heldByOther reports whether another token subject of the tenant holds
-// a listen of callerID: an agent's tools are not another's to take.
-func (g *Gateway) heldByOther(tenant, callerID, subject string) bool {
-	g.callersMu.Lock()
-	defer g.callersMu.Unlock()
-	for _, lc := range g.callers {
-		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && lc.rec.Subject != subject {
-			return true
-		}
+// refresh renews the listen's claim, then its declaration; it reports
+// false, having ended the listen, when the claim is no longer the
+// listen's (another listen took it over, or it lapsed): the caller id is
+// no longer this listen's to serve.
+func (l *listen) refresh(ctx context.Context, idClaim *bus.CallerLease, rec *bus.Caller) bool {
+	ttl := l.g.o.Callers.TTL()
+	pctx, cancel := context.WithTimeout(ctx, ttl/3)
+	defer cancel()
+	switch err := idClaim.Refresh(pctx); {
+	case errors.Is(err, bus.ErrClaimLost):
+		l.end("the listen's claim of its caller_id was taken over or lapsed")
+		return false
+	case err != nil:
+		l.g.log.Warn("caller id claim not refreshed", "listen_id", l.id, "err", err)
 	}
-	return false
+	if err := l.g.o.Callers.Put(pctx, rec); err != nil {
+		l.g.log.Warn("caller declaration not refreshed", "listen_id", l.id, "err", err)
+	}
+	return true
 }
 
-// replaceListens ends every other listen of a caller id in a tenant by
-// the same token subject: the new one replaces them (their waiting calls
-// fail E_NODE_OFFLINE).
-func (g *Gateway) replaceListens(ctx context.Context, tenant, callerID, subject string) {
+// replaceListens ends the listen whose claim of a caller id the new one
+// took over (replaced, "" when none), and every other listen of the
+// caller id in the tenant by the same token subject that this gateway
+// knows of: the new one replaces them (their waiting calls fail
+// E_NODE_OFFLINE at once).
+func (g *Gateway) replaceListens(ctx context.Context, tenant, callerID, subject, replaced string) {
 	g.callersMu.Lock()
 	var old []string
+	if validListenID(replaced) { // read from NATS: a subject token only if it is one
+		old = append(old, replaced)
+	}
 	for id, lc := range g.callers {
-		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && lc.rec.Subject == subject {
+		if id != replaced && lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && lc.rec.Subject == subject {
 			old = append(old, id)
 		}
 	}

@@ -560,8 +560,9 @@ type gatewayConfig struct {
 	MaxConnections      int // held by the MCP listener at once (0: no bound)
 	TLS                 tlsFiles
 	// CallerTimeout bounds a relayed call to a caller's tool (0: 60 s);
-	// CallerLeaseTTL is the lease of a declaration in okso_callers (0:
-	// 15 s), how long its tools outlive a replica that died holding it.
+	// CallerLeaseTTL is the lease of a declaration, and of its claim of
+	// the caller id, in okso_callers (0: 15 s): how long they outlive a
+	// replica that died holding its listen.
 	CallerTimeout  time.Duration
 	CallerLeaseTTL time.Duration
 	// ShutdownDrain is how long a stopping gateway stays unready but
