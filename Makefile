@@ -98,3 +98,8 @@ latency-path:
 .PHONY: latency-compare
 latency-compare:
 	./scripts/latency-compare.sh $(REF) $(or $(ROUNDS),3)
+
+## bounds-bench: the worst schema each bound on foreign schemas admits, against {} and against the largest value it checks (schemas/bounds.go)
+.PHONY: bounds-bench
+bounds-bench:
+	$(GO) test -run '^$$' -bench 'BoundsWorst|CompileBomb' -benchtime 10x -count 3 ./schemas

@@ -103,7 +103,7 @@ func (g *Gateway) relayEntries() []*entry {
 			source: sourceOkso,
 			class:  schemas.SafetyMutating,
 			scope:  auth.ScopeMutating,
-			input:  foreign{f},
+			input:  foreign{f: f},
 			local:  local,
 			serve:  serve,
 			desc: &sdk.Tool{
@@ -298,7 +298,7 @@ func (g *Gateway) callerEntry(rec *bus.Caller, t bus.CallerTool) (*entry, error)
 		source:   sourceCaller,
 		class:    class,
 		scope:    auth.ScopeFor(class),
-		input:    foreign{in},
+		input:    foreign{in, &g.foreignChecks},
 		shape:    shapeToolResult,
 		subject:  bus.CallerReq(rec.ListenID),
 		budget:   g.o.CallerTimeout,
@@ -445,7 +445,12 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 			ct.Description = t.Title
 		}
 		if _, err := g.callerEntry(rec, ct); err != nil {
-			return errorResult(c.fail(schemas.CodeManifestInvalid, fmt.Sprintf("tools[%d] (%s): its inputSchema is no JSON Schema object okso can check", i, t.Name)), c.requestID)
+			why := "is no JSON Schema object okso can check"
+			var past *schemas.BoundError
+			if errors.As(err, &past) {
+				why = "is past a bound: " + past.Error()
+			}
+			return errorResult(c.fail(schemas.CodeManifestInvalid, fmt.Sprintf("tools[%d] (%s): its inputSchema %s", i, t.Name, why)), c.requestID)
 		}
 		l.tools[t.Name] = true
 		rec.Tools = append(rec.Tools, ct)

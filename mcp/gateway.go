@@ -96,6 +96,10 @@ type Gateway struct {
 
 	cat *catalog // every tenant's tools: the one place a tool is looked up
 
+	// foreignChecks counts the checks run against schemas okso did not
+	// write (upstreams' and caller tools').
+	foreignChecks atomic.Int64
+
 	// The device source (devices.go): the nodes it lists, and those it
 	// probes before listing them.
 	listMu    sync.Mutex // orders listing and unlisting nodes
@@ -642,3 +646,7 @@ func (h quietHandler) WithAttrs(a []slog.Attr) slog.Handler {
 func (h quietHandler) WithGroup(n string) slog.Handler {
 	return quietHandler{h.Handler.WithGroup(n), h.min}
 }
+
+// ForeignChecks is how many checks the gateway ran against schemas it did
+// not write (upstreams' and caller tools' arguments and results).
+func (g *Gateway) ForeignChecks() int64 { return g.foreignChecks.Load() }

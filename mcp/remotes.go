@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,12 +31,30 @@ type listedRemote struct {
 // remoteKey is the catalog key of an upstream's tools for one tenant.
 func remoteKey(upstream, tenant string) string { return "remote/" + upstream + "/" + tenant }
 
-// foreign is the validator of an upstream's schema.
-type foreign struct{ f *schemas.Foreign }
+// foreign is the validator of a schema okso did not write: an upstream's
+// or a caller tool's. checks, when not nil, counts the checks it runs.
+type foreign struct {
+	f      *schemas.Foreign
+	checks *atomic.Int64
+}
 
-func (v foreign) validate(doc []byte) error { return v.f.ValidateJSON(doc) }
-func (v foreign) validateValue(d any) error { return v.f.Validate(d) }
-func (v foreign) explain(err error) string  { return v.f.Explain(err) }
+func (v foreign) validate(doc []byte) error {
+	v.count()
+	return v.f.ValidateJSON(doc)
+}
+
+func (v foreign) validateValue(d any) error {
+	v.count()
+	return v.f.Validate(d)
+}
+
+func (v foreign) explain(err error) string { return v.f.Explain(err) }
+
+func (v foreign) count() {
+	if v.checks != nil {
+		v.checks.Add(1)
+	}
+}
 
 // watchRemotes runs one watch of okso_remotes; when its initial state is
 // in, upstreams the gateway listed but the bucket no longer has are
@@ -164,7 +183,7 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		source:   sourceUpstream,
 		class:    t.Safety,
 		scope:    auth.ScopeFor(t.Safety),
-		input:    foreign{in},
+		input:    foreign{in, &g.foreignChecks},
 		shape:    shapeToolResult,
 		subject:  bus.RemoteCall(upstream),
 		budget:   budget,
@@ -193,7 +212,7 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: output %w", name, err)
 		}
-		e.output = foreign{out}
+		e.output = foreign{out, &g.foreignChecks}
 		st.OutputSchema = t.OutputSchema
 	}
 	// The class is the operator's; the upstream's own hints are not
@@ -249,7 +268,7 @@ func checkToolResult(result []byte, output validator) error {
 		return fmt.Errorf("no structuredContent, which the output schema needs")
 	}
 	if f, ok := output.(foreign); ok {
-		return f.f.Validate(sc) // decoded already
+		return f.validateValue(sc) // decoded already
 	}
 	b, err := json.Marshal(sc)
 	if err != nil {

@@ -29,6 +29,19 @@ func (s *Set) Explain(id string, err error) string {
 
 // Explain is [Set.Explain] for any compiled schema.
 func Explain(root *jsonschema.Schema, err error) string {
+	var past *ValueError
+	if errors.As(err, &past) {
+		where, declared := argumentPath(root, past.Location)
+		switch {
+		case len(past.Location) == 0:
+			return "arguments: " + past.Why
+		case !declared && where == "":
+			return "an argument the schema does not declare: " + past.Why
+		case !declared:
+			return "argument " + where + ": a property the schema does not declare: " + past.Why
+		}
+		return "argument " + where + ": " + past.Why
+	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		if errors.Is(err, ErrUnknownSchema) {

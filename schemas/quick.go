@@ -359,7 +359,7 @@ func (q *quick) number(n json.Number) bool {
 	if isInt {
 		return q.integer(x)
 	}
-	if q.enum || q.types != 0 && q.types&typeNumber == 0 {
+	if q.enum || q.types != 0 && q.types&typeNumber == 0 || numberPastBounds(string(n)) != "" {
 		return false
 	}
 	return q.min == nil && q.max == nil || q.ratInBounds(string(n))

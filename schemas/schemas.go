@@ -142,6 +142,10 @@ func (s *Set) Validate(id string, v any) error {
 	if q := s.quick[id]; q != nil && q.accepts(v) {
 		return nil
 	}
+	// The bounds every check keeps (a number's size; bounds.go).
+	if _, _, err := checkValue(v, false); err != nil {
+		return err
+	}
 	return sch.Validate(v)
 }
 

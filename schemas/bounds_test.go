@@ -1,0 +1,299 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/okso-io/okso/schemas"
+)
+
+// bomb is the schema whose check doubles in cost per level: allOf of two
+// $refs to the level below, n levels deep, at the place where the
+// template puts %s.
+func bomb(n int, template ...string) string {
+	defs := []string{`"d0":{"type":"object"}`}
+	for i := 1; i <= n; i++ {
+		defs = append(defs, fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i-1, i-1))
+	}
+	at := `{"$ref":"#/$defs/d` + fmt.Sprint(n) + `"}`
+	if len(template) > 0 {
+		at = fmt.Sprintf(template[0], at)
+	}
+	return `{"$defs":{` + strings.Join(defs, ",") + `},"allOf":[` + at + `]}`
+}
+
+// bombLimit is the deepest bomb the expansion bound admits: a check of
+// it evaluates 3·2ⁿ+… subschemas at the root.
+const bombLimit = 7
+
+func boundOf(err error) string {
+	var be *schemas.BoundError
+	if errors.As(err, &be) {
+		return be.Bound
+	}
+	return ""
+}
+
+// TestBoundsRefuseTheBomb: the bomb is refused at every depth past the
+// bound, in an input schema, nested under a property, and in an output
+// schema alike (one compiler), with an error that names the bound.
+func TestBoundsRefuseTheBomb(t *testing.T) {
+	for _, n := range []int{bombLimit + 1, 12, 21, 30} {
+		for name, raw := range map[string]string{
+			"root":     bomb(n),
+			"property": bomb(n, `{"type":"object","properties":{"x":%s}}`),
+			"items":    bomb(n, `{"type":"array","items":%s}`),
+		} {
+			_, err := schemas.CompileForeign(json.RawMessage(raw))
+			if boundOf(err) != "expansion" {
+				t.Errorf("bomb %d at %s: %v, want the expansion bound", n, name, err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "512") {
+				t.Errorf("bomb %d: %q does not say the bound", n, err)
+			}
+		}
+	}
+	f, err := schemas.CompileForeign(json.RawMessage(bomb(bombLimit)))
+	if err != nil {
+		t.Fatalf("the bomb at the bound: %v", err)
+	}
+	if err := f.ValidateJSON([]byte(`{}`)); err != nil {
+		t.Errorf("{} against the bomb at the bound: %v", err)
+	}
+}
+
+// TestBoundsRefuse: each bound refuses a schema past it, and names it.
+func TestBoundsRefuse(t *testing.T) {
+	deep := strings.Repeat(`{"type":"object","properties":{"a":`, 40) + `{}` + strings.Repeat(`}}`, 40)
+	patterns := make([]string, 140)
+	for i := range patterns {
+		patterns[i] = `{"pattern":"[a-z]{1000}"}`
+	}
+	enum := make([]string, 70000)
+	for i := range enum {
+		enum[i] = "0"
+	}
+	for name, c := range map[string]struct{ raw, bound string }{
+		"size":             {`{"description":"` + strings.Repeat("x", schemas.MaxForeignSchema) + `"}`, "size"},
+		"depth":            {deep, "depth"},
+		"cycle":            {`{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`, "cycle"},
+		"pattern":          {`{"type":"string","pattern":"[a-z]{1000}[0-9]{1000}x"}`, "pattern"},
+		"work":             {`{"type":"string","allOf":[` + strings.Join(patterns[:7], ",") + `]}`, ""},
+		"work, more":       {`{"type":"string","allOf":[` + strings.Join(patterns, ",") + `]}`, "work"},
+		"enum":             {`{"$defs":{"e":{"enum":[` + strings.Join(enum, ",") + `]}},"allOf":[{"$ref":"#/$defs/e"},{"$ref":"#/$defs/e"}]}`, "work"},
+		"anyOf fan":        {`{"anyOf":[` + strings.Repeat(`{"type":"string"},`, 600) + `{}]}`, "expansion"},
+		"recursive growth": {`{"$defs":{"n":{"type":"object","properties":{"x":{"allOf":[{"$ref":"#/$defs/n"},{"$ref":"#/$defs/n"}]}}}},"$ref":"#/$defs/n"}`, "expansion"},
+	} {
+		_, err := schemas.CompileForeign(json.RawMessage(c.raw))
+		if got := boundOf(err); got != c.bound {
+			t.Errorf("%s: %v (bound %q), want bound %q", name, err, got, c.bound)
+		}
+	}
+}
+
+// TestBoundsAdmitRealServers: every input and output schema of the
+// common public MCP servers (testdata/servers) is admitted, and checks a
+// value of at least 64 KiB.
+func TestBoundsAdmitRealServers(t *testing.T) {
+	files, err := filepath.Glob("testdata/servers/*.json")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("fixtures: %v, %d", err, len(files))
+	}
+	var tools int
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Tools []struct {
+				Name         string          `json:"name"`
+				InputSchema  json.RawMessage `json:"inputSchema"`
+				OutputSchema json.RawMessage `json:"outputSchema"`
+			} `json:"tools"`
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, tl := range list.Tools {
+			for _, raw := range []json.RawMessage{tl.InputSchema, tl.OutputSchema} {
+				if raw == nil {
+					continue
+				}
+				tools++
+				f, err := schemas.CompileForeign(raw)
+				if err != nil {
+					t.Errorf("%s %s: %v", filepath.Base(file), tl.Name, err)
+					continue
+				}
+				perValue, perByte := f.Work()
+				if largest := schemas.ForeignBudget / (perValue + perByte); largest < 64<<10 {
+					t.Errorf("%s %s: checks values of %d bytes at most (work %d + %d)", filepath.Base(file), tl.Name, largest, perValue, perByte)
+				}
+			}
+		}
+	}
+	t.Logf("%d schemas of %d servers admitted", tools, len(files))
+}
+
+// TestValueBounds: numbers too long to compare, and values nested too
+// deep for a recursive schema, are refused unchecked, and Explain names
+// the argument and the bound, never the value.
+func TestValueBounds(t *testing.T) {
+	f, err := schemas.CompileForeign(json.RawMessage(`{"type":"object","properties":{"n":{"type":"number","minimum":0},"m":{"type":"integer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for doc, want := range map[string]string{
+		`{"n":1e400}`:                            "",
+		`{"n":1.5e-400}`:                         "",
+		`{"n":1e401}`:                            "argument n: a number with an exponent beyond ±400",
+		`{"m":1e999999}`:                         "argument m: a number with an exponent beyond ±400",
+		`{"n":` + strings.Repeat("7", 101) + `}`: "argument n: a number of more than 100 characters",
+		`{"zz":[1e999999]}`:                      "an argument the schema does not declare: a number with an exponent beyond ±400",
+	} {
+		err := f.ValidateJSON([]byte(doc))
+		if want == "" {
+			if err != nil {
+				t.Errorf("%.40s: %v", doc, err)
+			}
+			continue
+		}
+		if got := f.Explain(err); got != want {
+			t.Errorf("%.40s: %q, want %q", doc, got, want)
+		}
+	}
+
+	tree, err := schemas.CompileForeign(json.RawMessage(`{"$defs":{"t":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nest := func(levels int) string {
+		return strings.Repeat(`{"kids":[`, levels) + `{}` + strings.Repeat(`]}`, levels)
+	}
+	if err := tree.ValidateJSON([]byte(nest(31))); err != nil {
+		t.Errorf("a tree 63 levels deep: %v", err)
+	}
+	if got := tree.Explain(tree.ValidateJSON([]byte(nest(40)))); !strings.Contains(got, "nested deeper than 64 levels") {
+		t.Errorf("a tree 81 levels deep: %q", got)
+	}
+	// A schema that does not descend so deep checks deeper values.
+	flat, _ := schemas.CompileForeign(json.RawMessage(`{"type":"object"}`))
+	if err := flat.ValidateJSON([]byte(nest(400))); err != nil {
+		t.Errorf("a deep value against a flat schema: %v", err)
+	}
+
+	// A value that would cost more than the budget is refused unchecked.
+	heavy, err := schemas.CompileForeign(json.RawMessage(`{"type":"array","items":{"type":"string","allOf":[` + strings.Repeat(`{"pattern":"[a-z]{900}"},`, 7) + `{}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perValue, perByte := heavy.Work()
+	fits := schemas.ForeignBudget / (perValue + perByte)
+	ok := `["` + strings.Repeat("a", fits-8) + `"]`
+	if err := heavy.ValidateJSON([]byte(ok)); err != nil {
+		t.Errorf("a value within the budget: %s", heavy.Explain(err))
+	}
+	big := `["` + strings.Repeat("a", 2*fits) + `"]`
+	if got := heavy.Explain(heavy.ValidateJSON([]byte(big))); !strings.Contains(got, "too large for this schema to check") {
+		t.Errorf("a value over the budget: %q", got)
+	}
+}
+
+// BenchmarkBoundsWorst checks the worst schema each bound admits: the
+// bomb at the expansion bound against {} (what a call costs), and each
+// bound's worst against a value of the largest size it admits (the
+// budget).
+func BenchmarkBoundsWorst(b *testing.B) {
+	patterns := strings.Repeat(`{"pattern":"[a-z]{1000}"},`, 7)
+	for _, c := range []struct {
+		name, schema string
+		value        func(fits int) string
+	}{
+		{"expansion/{}", bomb(bombLimit), func(int) string { return `{}` }},
+		{"expansion/largest", bomb(bombLimit, `{"type":"array","items":%s}`), func(fits int) string {
+			return "[" + strings.Repeat(`{},`, fits/3-1) + "{}]"
+		}},
+		{"work/small", `{"type":"string","allOf":[` + patterns + `{}]}`, func(int) string { return `"` + strings.Repeat("a", 64) + `"` }},
+		{"work/largest", `{"type":"string","allOf":[` + patterns + `{}]}`, func(fits int) string { return `"` + strings.Repeat("a", fits-4) + `"` }},
+		{"trivial/largest", `{"type":"array","items":{"type":"integer","minimum":0}}`, func(fits int) string {
+			return "[" + strings.Repeat(`1,`, min(fits, 1<<20)/2-1) + "1]"
+		}},
+	} {
+		f, err := schemas.CompileForeign(json.RawMessage(c.schema))
+		if err != nil {
+			b.Fatalf("%s: %v", c.name, err)
+		}
+		perValue, perByte := f.Work()
+		doc := []byte(c.value(schemas.ForeignBudget / (perValue + perByte)))
+		if err := f.ValidateJSON(doc); err != nil && strings.Contains(f.Explain(err), "too large") {
+			b.Fatalf("%s: %s", c.name, f.Explain(err))
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(doc)))
+			for b.Loop() {
+				_ = f.ValidateJSON(doc)
+			}
+		})
+	}
+}
+
+// BenchmarkCompileBomb is what refusing the bomb costs.
+func BenchmarkCompileBomb(b *testing.B) {
+	raw := json.RawMessage(bomb(30))
+	for b.Loop() {
+		if _, err := schemas.CompileForeign(raw); err == nil {
+			b.Fatal("compiled")
+		}
+	}
+}
+
+// TestBoundsRefuseCostlyNumbers: a number in a schema is compared as a
+// fraction on every check, so it is bounded as a value's.
+func TestBoundsRefuseCostlyNumbers(t *testing.T) {
+	for _, raw := range []string{
+		`{"enum":[1e99999]}`,
+		`{"const":{"a":[` + strings.Repeat("9", 101) + `]}}`,
+		`{"minimum":1e-99999}`,
+	} {
+		if _, err := schemas.CompileForeign(json.RawMessage(raw)); boundOf(err) != "number" {
+			t.Errorf("%.40s: %v, want the number bound", raw, err)
+		}
+	}
+}
+
+// FuzzCompileForeign: any schema either compiles within the bounds or is
+// refused, and one that compiles checks values without failing in any
+// other way than by refusing them.
+func FuzzCompileForeign(f *testing.F) {
+	for _, s := range []string{
+		bomb(3), bomb(3, `{"type":"array","items":%s}`),
+		`{"$defs":{"t":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/t"}}}}},"$ref":"#/$defs/t"}`,
+		`{"$dynamicAnchor":"n","anyOf":[{"type":"string","pattern":"^a+$"},{"items":{"$dynamicRef":"#n"}}]}`,
+		`{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"items":{"$recursiveRef":"#"}}`,
+		`{"$schema":"http://json-schema.org/draft-07/schema#","items":[{"type":"string"}],"additionalItems":{"enum":[1,2]},"dependencies":{"a":{"required":["b"]}}}`,
+		`{"patternProperties":{"^x":{"minimum":1}},"additionalProperties":{"const":3},"propertyNames":{"maxLength":3},"unevaluatedProperties":false}`,
+		`{"if":{"required":["a"]},"then":{"prefixItems":[{}],"contains":{"type":"null"}},"else":{"not":{}},"dependentSchemas":{"a":{}}}`,
+	} {
+		f.Add(s)
+	}
+	docs := [][]byte{[]byte(`{}`), []byte(`[]`), []byte(`"aaa"`), []byte(`{"a":[1,{"kids":[{}]},"x"],"x1":2}`), []byte(`[[["a"]],1.5e3]`)}
+	f.Fuzz(func(t *testing.T, raw string) {
+		s, err := schemas.CompileForeign(json.RawMessage(raw))
+		if err != nil {
+			return
+		}
+		perValue, perByte := s.Work()
+		if perValue <= 0 || perValue > schemas.MaxForeignWork || perByte < 0 || perValue+perByte > schemas.MaxForeignWork {
+			t.Fatalf("work %d + %d past the bound", perValue, perByte)
+		}
+		for _, d := range docs {
+			_ = s.Explain(s.ValidateJSON(d))
+		}
+	})
+}
