@@ -289,7 +289,7 @@ func TestRelayClaimLapse(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	// A lease long enough that agent-x's first try, right after the
 	// crash, comes well within it.
-	holder := f.secondGateway(gatewayConfig{CallerLeaseTTL: 3 * time.Second})
+	holder := f.secondGateway(gatewayConfig{CallerLeaseTTL: 8 * time.Second})
 	mutating := []string{auth.ScopeMutating}
 	tokA := f.token(auth.MintOptions{Subject: "agent-a", Scopes: mutating})
 	tokX := f.token(auth.MintOptions{Subject: "agent-x", Scopes: mutating})

@@ -235,6 +235,11 @@ func TestRemoteTools(t *testing.T) {
 			if err := stand.sub.Unsubscribe(); err != nil {
 				t.Fatal(err)
 			}
+			// Once flushed, the server has dropped the interest: a call
+			// finds no responder rather than one that went away.
+			if err := f.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
 			res, err = reader.CallTool(t.Context(), &sdk.CallToolParams{Name: "up.echo", Arguments: map[string]any{"message": "hi"}})
 			if err != nil {
 				t.Fatal(err)
