@@ -128,6 +128,12 @@ type CallerEvent struct {
 	ListenID string
 	Caller   *Caller // nil when the listen ended
 	Initial  bool
+	// Expired: the declaration went away because its lease ran out (the
+	// gateway holding the listen stopped refreshing it), not because that
+	// gateway removed it.
+	Expired bool
+	// Invalid: a record is there, but none okso wrote.
+	Invalid bool
 }
 
 // Watch calls fn for every declaration present, then ready once, then fn
@@ -135,18 +141,20 @@ type CallerEvent struct {
 // names another listen, is reported as gone. Claims are no declarations:
 // Watch passes over them.
 func (c *Callers) Watch(ctx context.Context, fn func(CallerEvent), ready func()) error {
-	return watchKV(ctx, c.js, BucketCallers, func(key string, value []byte, initial bool) {
-		if strings.HasPrefix(key, claimPrefix) {
+	return watchKV(ctx, c.js, BucketCallers, func(ch kvChange) {
+		if strings.HasPrefix(ch.key, claimPrefix) {
 			return
 		}
-		ev := CallerEvent{ListenID: key, Initial: initial}
-		if value != nil {
+		ev := CallerEvent{ListenID: ch.key, Initial: ch.initial, Expired: ch.expired}
+		if ch.value != nil {
 			var rec Caller
-			if json.Unmarshal(value, &rec) == nil && rec.ListenID == key {
+			if json.Unmarshal(ch.value, &rec) == nil && rec.ListenID == ch.key {
 				ev.Caller = &rec
+			} else {
+				ev.Invalid = true
 			}
 		}
-		if ev.Caller == nil && initial {
+		if ev.Caller == nil && ch.initial {
 			return
 		}
 		fn(ev)

@@ -44,6 +44,18 @@ const directBatch = 256
 type kvEntry struct {
 	seq   uint64
 	value []byte // nil: the key was deleted
+	// expired: the key went away because its TTL ran out (a lease that
+	// lapsed), not because it was deleted or purged.
+	expired bool
+}
+
+// kvChange is one change a follower reports: a key's value, or its going
+// away (value nil), and whether it expired.
+type kvChange struct {
+	key     string
+	value   []byte
+	initial bool // part of the initial state
+	expired bool // gone because its TTL ran out
 }
 
 // follower keeps the state of one key of a bucket, or of all its keys.
@@ -51,7 +63,7 @@ type follower struct {
 	nc     *nats.Conn
 	bucket string
 	key    string // ">": every key
-	fn     func(key string, value []byte, initial bool)
+	fn     func(kvChange)
 	state  map[string]kvEntry
 }
 
@@ -63,7 +75,7 @@ type follower struct {
 // connection was lost, the follower fell behind, a key's message came
 // after one it never saw) makes the follower read the bucket again and
 // report what changed meanwhile.
-func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(key string, value []byte, initial bool), ready func()) error {
+func follow(ctx context.Context, nc *nats.Conn, bucket, key string, fn func(kvChange), ready func()) error {
 	if key == "" {
 		key = ">"
 	}
@@ -171,7 +183,7 @@ const followMinResync = time.Second
 // apply applies a republished message; it returns the key of a message
 // lost before it, whose state must be read again ("" when none).
 func (f *follower) apply(m *nats.Msg) (lost string) {
-	key, seq, last, value, ok := republished(f.bucket, m)
+	key, seq, last, value, expired, ok := republished(f.bucket, m)
 	if !ok || f.key != ">" && key != f.key {
 		return "" // no message of the bucket's, or of another key
 	}
@@ -186,7 +198,7 @@ func (f *follower) apply(m *nats.Msg) (lost string) {
 	if last != known.seq && !(last == 0 && known.value == nil) {
 		return key
 	}
-	f.set(key, seq, value, false)
+	f.set(key, kvEntry{seq: seq, value: value, expired: expired}, false)
 	return ""
 }
 
@@ -199,22 +211,22 @@ func (f *follower) resyncKey(ctx context.Context, key string) error {
 	e, ok := now[key]
 	switch {
 	case ok && e.seq > f.state[key].seq:
-		f.set(key, e.seq, e.value, false)
+		f.set(key, e, false)
 	case !ok && f.state[key].value != nil:
-		f.set(key, 0, nil, false) // gone altogether, marker included
+		f.set(key, kvEntry{}, false) // gone altogether, marker included
 	}
 	return nil
 }
 
 // set records key's new message and reports the change.
-func (f *follower) set(key string, seq uint64, value []byte, initial bool) {
+func (f *follower) set(key string, e kvEntry, initial bool) {
 	was := f.state[key].value
-	f.state[key] = kvEntry{seq: seq, value: value}
+	f.state[key] = e
 	switch {
-	case value != nil:
-		f.fn(key, value, initial)
+	case e.value != nil:
+		f.fn(kvChange{key: key, value: e.value, initial: initial})
 	case was != nil && !initial:
-		f.fn(key, nil, false)
+		f.fn(kvChange{key: key, expired: e.expired})
 	}
 }
 
@@ -233,11 +245,11 @@ func (f *follower) resync(ctx context.Context, initial bool) error {
 			continue
 		}
 		f.state[key] = kvEntry{seq: old[key].seq, value: old[key].value}
-		f.set(key, e.seq, e.value, initial)
+		f.set(key, e, initial)
 	}
 	for key, o := range old {
 		if _, ok := now[key]; !ok && o.value != nil {
-			f.fn(key, nil, false) // gone altogether, markers included
+			f.fn(kvChange{key: key}) // gone altogether, markers included
 		}
 	}
 	return nil
@@ -305,12 +317,12 @@ func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state 
 		default:
 			return false, 0, fmt.Errorf("read kv %s: direct get: %s %s", bucket, status, m.Header.Get("Description"))
 		}
-		key, seq, _, value, ok := republished(bucket, m)
+		key, seq, _, value, expired, ok := republished(bucket, m)
 		if !ok {
 			continue
 		}
 		if e, ok := state[key]; !ok || seq > e.seq {
-			state[key] = kvEntry{seq: seq, value: value}
+			state[key] = kvEntry{seq: seq, value: value, expired: expired}
 		}
 		next = seq + 1
 	}
@@ -319,35 +331,41 @@ func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state 
 // republished decodes a message of bucket as republished or answered by
 // a direct get: its key, sequence, the sequence of its key's message
 // before it (republished only), and its value (nil: a deletion, a purge
-// or an expiry marker).
+// or an expiry marker; expired: the last).
 //
 // JetStream adds its headers after the stored message's own, so the last
 // of each is JetStream's: a message stored with headers of those names,
 // then answered by a direct get onto a bucket's state subject, is told
 // apart by them (its stream is another, or its key is its own).
-func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, value []byte, ok bool) {
+func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, value []byte, expired, ok bool) {
 	if lastHeader(m, jetstream.StreamHeader) != kvStream(bucket) {
-		return "", 0, 0, nil, false
+		return "", 0, 0, nil, false, false
 	}
 	key, ok = strings.CutPrefix(lastHeader(m, jetstream.SubjectHeader), "$KV."+bucket+".")
 	if !ok || key == "" {
-		return "", 0, 0, nil, false
+		return "", 0, 0, nil, false, false
 	}
 	seq, err := strconv.ParseUint(lastHeader(m, jetstream.SequenceHeader), 10, 64)
 	if err != nil || seq == 0 {
-		return "", 0, 0, nil, false
+		return "", 0, 0, nil, false, false
 	}
 	last, _ = strconv.ParseUint(lastHeader(m, "Nats-Last-Sequence"), 10, 64)
-	switch {
-	case m.Header.Get("KV-Operation") != "", m.Header.Get("Nats-Marker-Reason") != "":
-		return key, seq, last, nil, true
+	switch reason := m.Header.Get(jetstream.MarkerReasonHeader); {
+	case reason != "":
+		return key, seq, last, nil, reason == markerMaxAge, true
+	case m.Header.Get("KV-Operation") != "":
+		return key, seq, last, nil, false, true
 	}
 	value = m.Data
 	if value == nil {
 		value = []byte{}
 	}
-	return key, seq, last, value, true
+	return key, seq, last, value, false, true
 }
+
+// markerMaxAge is the reason JetStream gives in the marker it writes when
+// a key's TTL runs out.
+const markerMaxAge = "MaxAge"
 
 // lastHeader is the last value of m's header key ("" when none).
 func lastHeader(m *nats.Msg, key string) string {

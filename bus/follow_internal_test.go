@@ -62,7 +62,8 @@ func TestFollowerResync(t *testing.T) {
 		}
 	}
 	var got []change
-	f := &follower{nc: nc, bucket: "test_follow", key: ">", fn: func(key string, value []byte, initial bool) {
+	f := &follower{nc: nc, bucket: "test_follow", key: ">", fn: func(c kvChange) {
+		key, value, initial := c.key, c.value, c.initial
 		got = append(got, change{key, string(value), initial})
 	}}
 	if err := f.resync(ctx, true); err != nil {

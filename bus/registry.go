@@ -179,17 +179,20 @@ type Event struct {
 	NodeID  string
 	Node    *Node // nil when the node went away
 	Initial bool  // part of the initial state
+	// Expired: the node went away because its lease ran out (its tier
+	// stopped refreshing it), not because its tier removed it.
+	Expired bool
 }
 
 // Watch calls fn for every record present, then calls ready once, then
 // calls fn for every change, until ctx is done. It returns ctx's error, or
 // the watch's if it fails. fn and ready run on Watch's goroutine.
 func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) error {
-	return r.WatchRaw(ctx, func(nodeID string, value []byte, initial bool) {
-		ev := Event{NodeID: nodeID, Initial: initial}
-		if value != nil {
+	return watchKV(ctx, r.js, BucketNodes, func(c kvChange) {
+		ev := Event{NodeID: c.key, Initial: c.initial, Expired: c.expired}
+		if c.value != nil {
 			var n Node
-			if err := json.Unmarshal(value, &n); err != nil || n.NodeID != nodeID {
+			if err := json.Unmarshal(c.value, &n); err != nil || n.NodeID != c.key {
 				return // not a record okso wrote; ignore it
 			}
 			ev.Node = &n
@@ -204,12 +207,12 @@ func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) erro
 // value when the node went away, and must not keep value after it
 // returns. A value may be one okso did not write.
 func (r *Registry) WatchRaw(ctx context.Context, fn func(nodeID string, value []byte, initial bool), ready func()) error {
-	return watchKV(ctx, r.js, BucketNodes, fn, ready)
+	return watchKV(ctx, r.js, BucketNodes, func(c kvChange) { fn(c.key, c.value, c.initial) }, ready)
 }
 
 // watchKV calls fn for every entry of kv present, then calls ready once,
 // then calls fn for every change (a nil value: the key went away), until
 // ctx is done. It returns ctx's error, or the watch's if it fails.
-func watchKV(ctx context.Context, js jetstream.JetStream, bucket string, fn func(key string, value []byte, initial bool), ready func()) error {
+func watchKV(ctx context.Context, js jetstream.JetStream, bucket string, fn func(kvChange), ready func()) error {
 	return follow(ctx, js.Conn(), bucket, "", fn, ready)
 }

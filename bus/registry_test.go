@@ -231,7 +231,7 @@ func TestRegistryClaimWatchRelease(t *testing.T) {
 		t.Fatalf("Release: %v", err)
 	}
 	for _, w := range []*watcher{w, w2} {
-		if e := w.next(t); e.NodeID != n1.NodeID || e.Node != nil || e.Initial {
+		if e := w.next(t); e.NodeID != n1.NodeID || e.Node != nil || e.Initial || e.Expired {
 			t.Fatalf("event after release %+v, want removal of %s", e, n1.NodeID)
 		}
 	}
@@ -347,7 +347,7 @@ func TestRegistryExpiry(t *testing.T) {
 	sameNode(t, w.next(t).Node, n)
 
 	e := w.nextFor(t, n.NodeID)
-	if e.Node != nil {
+	if e.Node != nil || !e.Expired {
 		t.Fatalf("event %+v, want expiry", e)
 	}
 	if d := time.Since(claimed); d < r.TTL()-100*time.Millisecond {

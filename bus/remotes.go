@@ -317,6 +317,12 @@ type RemoteEvent struct {
 	Upstream string
 	Remote   *Remote // nil when the upstream went away
 	Initial  bool    // part of the initial state
+	// Expired: the record went away because its lease ran out (no remote
+	// tier refreshed it), not because a remote tier removed it.
+	Expired bool
+	// Invalid: a record is there, but none okso wrote (it does not
+	// decode, or names another upstream).
+	Invalid bool
 }
 
 // Watch calls fn for every record present, then calls ready once, then
@@ -334,15 +340,17 @@ func (r *Remotes) WatchUpstream(ctx context.Context, upstream string, fn func(Re
 }
 
 func (r *Remotes) watch(ctx context.Context, key string, fn func(RemoteEvent), ready func()) error {
-	return follow(ctx, r.js.Conn(), BucketRemotes, key, func(key string, value []byte, initial bool) {
-		ev := RemoteEvent{Upstream: key, Initial: initial}
-		if value != nil {
+	return follow(ctx, r.js.Conn(), BucketRemotes, key, func(c kvChange) {
+		ev := RemoteEvent{Upstream: c.key, Initial: c.initial, Expired: c.expired}
+		if c.value != nil {
 			var rec Remote
-			if json.Unmarshal(value, &rec) == nil && rec.Upstream == key {
+			if json.Unmarshal(c.value, &rec) == nil && rec.Upstream == c.key {
 				ev.Remote = &rec
+			} else {
+				ev.Invalid = true
 			}
 		}
-		if ev.Remote == nil && initial {
+		if ev.Remote == nil && c.initial {
 			return
 		}
 		fn(ev)

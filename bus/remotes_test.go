@@ -163,8 +163,8 @@ func TestRemotesPutWatchRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ww := range []*remoteWatcher{w, w2} {
-		if e := ww.next(t); e.Upstream != "everything" || e.Remote != nil {
-			t.Fatalf("event %+v, want everything gone", e)
+		if e := ww.next(t); e.Upstream != "everything" || e.Remote != nil || e.Expired {
+			t.Fatalf("event %+v, want everything removed (not expired)", e)
 		}
 	}
 	// Releasing again is no error.
@@ -186,7 +186,7 @@ func TestRemotesExpiry(t *testing.T) {
 	if e := w.next(t); e.Remote == nil {
 		t.Fatalf("event %+v, want the put", e)
 	}
-	if e := w.next(t); e.Upstream != "web" || e.Remote != nil {
+	if e := w.next(t); e.Upstream != "web" || e.Remote != nil || !e.Expired {
 		t.Fatalf("event %+v, want web expired", e)
 	}
 	if d := time.Since(put); d < time.Second-100*time.Millisecond {
@@ -222,8 +222,8 @@ func TestRemotesForeignRecords(t *testing.T) {
 	if _, err := kv.Put(ctx(t), "ok", []byte(`{"upstream":"ok"`)); err != nil {
 		t.Fatal(err)
 	}
-	if e := w.next(t); e.Upstream != "ok" || e.Remote != nil {
-		t.Fatalf("event %+v, want a garbled record reported as gone", e)
+	if e := w.next(t); e.Upstream != "ok" || e.Remote != nil || !e.Invalid {
+		t.Fatalf("event %+v, want a garbled record reported as gone, and invalid", e)
 	}
 }
 

@@ -201,9 +201,10 @@ func (r *Revocations) Run(ctx context.Context, ready func(), onRevoke func(jti s
 }
 
 func (r *Revocations) watch(ctx context.Context, ready func(), onRevoke func(string)) error {
-	return follow(ctx, r.nc, BucketRevoked, ">", func(jti string, value []byte, _ bool) {
+	return follow(ctx, r.nc, BucketRevoked, ">", func(c kvChange) {
+		jti := c.key
 		r.mu.Lock()
-		revoked := value != nil
+		revoked := c.value != nil
 		if revoked {
 			r.set[jti] = true
 		} else {

@@ -152,7 +152,7 @@ func (g *Gateway) watchCallers(ctx context.Context, ready func()) error {
 		if ev.Initial {
 			seen[ev.ListenID] = true
 		}
-		g.applyCaller(ev)
+		g.applyCaller(ev, goneReason(ev.Expired, ev.Invalid))
 	}, func() {
 		g.callersMu.Lock()
 		var ghosts []string
@@ -163,23 +163,26 @@ func (g *Gateway) watchCallers(ctx context.Context, ready func()) error {
 		}
 		g.callersMu.Unlock()
 		for _, id := range ghosts {
-			g.applyCaller(bus.CallerEvent{ListenID: id})
+			g.applyCaller(bus.CallerEvent{ListenID: id}, reasonVanished)
 		}
 		ready()
 	})
 }
 
-// applyCaller folds one change of okso_callers into the catalog. Of two
-// live declarations of one caller id in one tenant (a listen replacing
+// applyCaller folds one change of okso_callers into the catalog; gone is
+// why, when the change takes the declaration away. Of two live
+// declarations of one caller id in one tenant (a listen replacing
 // another, before the older is gone), only the later is listed.
-func (g *Gateway) applyCaller(ev bus.CallerEvent) {
+func (g *Gateway) applyCaller(ev bus.CallerEvent, gone string) {
 	g.callersMu.Lock()
 	defer g.callersMu.Unlock()
 	old := g.callers[ev.ListenID]
 	rec := ev.Caller
 	if rec != nil && (!schemas.ValidTenant(rec.Tenant) || !validCallerID(rec.CallerID)) {
-		g.log.Warn("caller declaration not listed", "listen_id", ev.ListenID)
-		rec = nil
+		rec, gone = nil, reasonRefused
+	}
+	if rec == nil && (gone == reasonRefused || old != nil && old.listed) { // a refused record is said even when it listed nothing
+		g.unlisted(sourceNameCaller, gone, "listen_id", ev.ListenID)
 	}
 	if rec != nil && old != nil && old.rec.Since.Equal(rec.Since) {
 		return // a lease refresh
@@ -210,6 +213,7 @@ func (g *Gateway) applyCaller(ev bus.CallerEvent) {
 			if other != lc && other.listed && other.rec.Tenant == rec.Tenant && other.rec.CallerID == rec.CallerID {
 				g.cat.drop(callerKey(id))
 				other.listed = false
+				g.unlisted(sourceNameCaller, reasonReplaced, "listen_id", id, "by", ev.ListenID)
 			}
 		}
 		g.listCaller(lc)
@@ -253,7 +257,7 @@ func (g *Gateway) listCaller(lc *listedCaller) {
 	for _, t := range lc.rec.Tools {
 		e, err := g.callerEntry(lc.rec, t)
 		if err != nil {
-			g.log.Warn("caller tool not listed", "listen_id", lc.rec.ListenID, "err", err)
+			g.unlisted(sourceNameCaller, reasonToolRefused, "listen_id", lc.rec.ListenID, "err", err)
 			continue
 		}
 		entries = append(entries, e)

@@ -163,7 +163,7 @@ func (g *Gateway) watch(ctx context.Context, ready func()) error {
 		}
 		g.mu.RUnlock()
 		for _, id := range ghosts {
-			g.apply(ctx, bus.Event{NodeID: id})
+			g.gone(id, reasonVanished)
 		}
 		ready()
 	})
@@ -206,9 +206,20 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 		}()
 		return
 	}
-	delete(g.pending, ev.NodeID)
 	g.mu.Unlock()
-	g.unlist(ev.NodeID)
+	why := reasonDisconnect
+	if ev.Expired {
+		why = reasonLapsed
+	}
+	g.gone(ev.NodeID, why)
+}
+
+// gone forgets a node that left the registry, for the reason given.
+func (g *Gateway) gone(nodeID, why string) {
+	g.mu.Lock()
+	delete(g.pending, nodeID)
+	g.mu.Unlock()
+	g.unlist(nodeID, why)
 }
 
 // probe asks the node's subject until it answers, then lists the node;
@@ -277,7 +288,7 @@ func (g *Gateway) list(rec *bus.Node) {
 }
 
 // unlist removes a node that left the registry, and ends its streams.
-func (g *Gateway) unlist(nodeID string) {
+func (g *Gateway) unlist(nodeID, why string) {
 	g.listMu.Lock()
 	defer g.listMu.Unlock()
 	g.mu.RLock()
@@ -294,7 +305,7 @@ func (g *Gateway) unlist(nodeID string) {
 	g.mu.Unlock()
 	g.changed()
 	g.nodeGone(nodeID)
-	g.log.Debug("node offline", "node_id", nodeID)
+	g.unlisted(sourceNameDevice, why, "node_id", nodeID)
 }
 
 // changed wakes the waiters of [Gateway.Wait].
@@ -312,7 +323,7 @@ func (g *Gateway) changed() {
 func (g *Gateway) project(rec *bus.Node) []*entry {
 	tools, err := schemas.Project(rec.NodeID, rec.Capabilities)
 	if err != nil {
-		g.log.Warn("node record lists no tool", "node_id", rec.NodeID, "err", err)
+		g.unlisted(sourceNameDevice, reasonRefused, "node_id", rec.NodeID, "err", err)
 		return nil
 	}
 	entries := make([]*entry, 0, len(tools))

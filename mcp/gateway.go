@@ -99,6 +99,8 @@ type Gateway struct {
 	// foreignChecks counts the checks run against schemas okso did not
 	// write (upstreams' and caller tools').
 	foreignChecks atomic.Int64
+	// unlistings counts the tools that left the catalog (unlisted.go).
+	unlistings unlistings
 
 	// The device source (devices.go): the nodes it lists, and those it
 	// probes before listing them.

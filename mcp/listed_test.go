@@ -20,7 +20,8 @@ func listingGateway(t testing.TB) *Gateway {
 		t.Fatal(err)
 	}
 	return &Gateway{o: Options{Schemas: set}, log: slog.New(slog.DiscardHandler),
-		toolSchemas: map[string]*jsonschema.Schema{}, listedSchemas: map[*jsonschema.Schema]json.RawMessage{}}
+		toolSchemas: map[string]*jsonschema.Schema{}, listedSchemas: map[*jsonschema.Schema]json.RawMessage{},
+		changedCh: make(chan struct{})}
 }
 
 // TestListedSchemas: every schema a tool carries is written by tools/list

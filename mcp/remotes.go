@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,18 @@ import (
 type listedRemote struct {
 	rec  *bus.Remote
 	keys []string // the catalog keys its tools are under, one per tenant
+}
+
+// droppedTools are the tools of an upstream's record that its next
+// record no longer has.
+func droppedTools(before, after *bus.Remote) []string {
+	var gone []string
+	for _, t := range before.Tools {
+		if !slices.ContainsFunc(after.Tools, func(n bus.RemoteTool) bool { return n.Name == t.Name }) {
+			gone = append(gone, t.Name)
+		}
+	}
+	return gone
 }
 
 // remoteKey is the catalog key of an upstream's tools for one tenant.
@@ -65,7 +78,7 @@ func (g *Gateway) watchRemotes(ctx context.Context, ready func()) error {
 		if ev.Initial {
 			seen[ev.Upstream] = true
 		}
-		g.applyRemote(ev)
+		g.applyRemote(ev, goneReason(ev.Expired, ev.Invalid))
 	}, func() {
 		g.remotesMu.Lock()
 		var ghosts []string
@@ -76,14 +89,15 @@ func (g *Gateway) watchRemotes(ctx context.Context, ready func()) error {
 		}
 		g.remotesMu.Unlock()
 		for _, u := range ghosts {
-			g.applyRemote(bus.RemoteEvent{Upstream: u})
+			g.applyRemote(bus.RemoteEvent{Upstream: u}, reasonVanished)
 		}
 		ready()
 	})
 }
 
-// applyRemote folds one change of okso_remotes into the catalog.
-func (g *Gateway) applyRemote(ev bus.RemoteEvent) {
+// applyRemote folds one change of okso_remotes into the catalog; gone is
+// why, when the change takes the upstream away.
+func (g *Gateway) applyRemote(ev bus.RemoteEvent, gone string) {
 	g.remotesMu.Lock()
 	defer g.remotesMu.Unlock()
 	old := g.remotes[ev.Upstream]
@@ -91,8 +105,20 @@ func (g *Gateway) applyRemote(ev bus.RemoteEvent) {
 		return // a refresh, or another replica's identical record
 	}
 	var keys []string
-	if ev.Remote != nil && ev.Remote.Upstream == ev.Upstream && schemas.ValidUpstream(ev.Upstream) {
+	if ev.Remote != nil && !(ev.Remote.Upstream == ev.Upstream && schemas.ValidUpstream(ev.Upstream)) {
+		gone = reasonRefused
+	}
+	listing := ev.Remote != nil && gone != reasonRefused
+	if !listing && (old != nil || gone == reasonRefused) { // a refused record is said even when it listed nothing
+		g.unlisted(sourceNameUpstream, gone, "upstream", ev.Upstream)
+	}
+	if listing {
 		entries := g.projectRemote(ev.Remote)
+		if old != nil {
+			if gone := droppedTools(old.rec, ev.Remote); len(gone) > 0 {
+				g.unlisted(sourceNameUpstream, reasonDropped, "upstream", ev.Upstream, "tools", gone)
+			}
+		}
 		for _, tenant := range remoteTenants(ev.Remote.Tenants) {
 			key := remoteKey(ev.Upstream, tenant)
 			g.cat.put(key, tenant, entries)
@@ -102,15 +128,17 @@ func (g *Gateway) applyRemote(ev bus.RemoteEvent) {
 		g.log.Debug("upstream listed", "upstream", ev.Upstream, "tools", len(entries), "tenants", ev.Remote.Tenants)
 	} else {
 		delete(g.remotes, ev.Upstream)
-		if old != nil {
-			g.log.Debug("upstream unlisted", "upstream", ev.Upstream)
-		}
 	}
 	if old != nil {
+		var tenants []string
 		for _, key := range old.keys {
 			if !slices.Contains(keys, key) {
 				g.cat.drop(key)
+				tenants = append(tenants, strings.TrimPrefix(key, remoteKey(ev.Upstream, "")))
 			}
+		}
+		if listing && len(tenants) > 0 {
+			g.unlisted(sourceNameUpstream, reasonDropped, "upstream", ev.Upstream, "tenants", tenants)
 		}
 	}
 	if old != nil || len(keys) > 0 {
@@ -151,7 +179,7 @@ func (g *Gateway) projectRemote(rec *bus.Remote) []*entry {
 			err = fmt.Errorf("listed twice")
 		}
 		if err != nil {
-			g.log.Warn("upstream tool not listed", "upstream", rec.Upstream, "err", err)
+			g.unlisted(sourceNameUpstream, reasonToolRefused, "upstream", rec.Upstream, "err", err)
 			continue
 		}
 		seen[e.name] = true
