@@ -627,47 +627,83 @@ func (e *explorer) children(c closure) []closure {
 // checkValue walks a decoded value for the bounds every check keeps (its
 // numbers, its depth when deep) and returns its size: its members and
 // items (the value itself counts one), and the bytes of its strings,
-// names and numbers.
+// names and numbers. It runs before every general check, so it walks
+// without keeping where it is; a value past a bound is walked again to
+// say where.
 func checkValue(v any, deep bool) (n, b int, err error) {
-	var loc []string
-	var walk func(v any, depth int) error
-	walk = func(v any, depth int) error {
-		n++
-		if deep && depth > MaxValueDepth {
-			return &ValueError{Location: slices.Clone(loc), Why: fmt.Sprintf("nested deeper than %d levels", MaxValueDepth)}
-		}
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				b += len(k)
-				loc = append(loc, k)
-				err := walk(x, depth+1)
-				loc = loc[:len(loc)-1]
-				if err != nil {
-					return err
-				}
-			}
-		case []any:
-			for i, x := range v {
-				loc = append(loc, strconv.Itoa(i))
-				err := walk(x, depth+1)
-				loc = loc[:len(loc)-1]
-				if err != nil {
-					return err
-				}
-			}
-		case string:
-			b += len(v)
-		case json.Number:
-			if why := numberPastBounds(string(v)); why != "" {
-				return &ValueError{Location: slices.Clone(loc), Why: why}
-			}
-			b += len(v)
-		}
-		return nil
+	var s valueSize
+	if s.walk(v, 0, deep) {
+		return s.n, s.b, nil
 	}
-	err = walk(v, 0)
-	return n, b, err
+	var loc []string
+	return 0, 0, locate(v, 0, deep, &loc)
+}
+
+// valueSize is the size of a value walked so far.
+type valueSize struct{ n, b int }
+
+// walk adds v's size, and reports whether v is within the bounds.
+func (s *valueSize) walk(v any, depth int, deep bool) bool {
+	s.n++
+	if deep && depth > MaxValueDepth {
+		return false
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			s.b += len(k)
+			if !s.walk(x, depth+1, deep) {
+				return false
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if !s.walk(x, depth+1, deep) {
+				return false
+			}
+		}
+	case string:
+		s.b += len(v)
+	case json.Number:
+		if numberPastBounds(string(v)) != "" {
+			return false
+		}
+		s.b += len(v)
+	}
+	return true
+}
+
+// locate finds where v is past a bound, as a [*ValueError]; loc is the
+// location of v.
+func locate(v any, depth int, deep bool, loc *[]string) error {
+	if deep && depth > MaxValueDepth {
+		return &ValueError{Location: slices.Clone(*loc), Why: fmt.Sprintf("nested deeper than %d levels", MaxValueDepth)}
+	}
+	step := func(key string, x any) error {
+		*loc = append(*loc, key)
+		err := locate(x, depth+1, deep, loc)
+		*loc = (*loc)[:len(*loc)-1]
+		return err
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(mapKeys(v)) {
+			if err := step(k, v[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if err := step(strconv.Itoa(i), x); err != nil {
+				return err
+			}
+		}
+	case json.Number:
+		if why := numberPastBounds(string(v)); why != "" {
+			return &ValueError{Location: slices.Clone(*loc), Why: why}
+		}
+	}
+	return nil
 }
 
 // numberPastBounds says why a JSON number is too costly to compare
