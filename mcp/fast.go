@@ -628,8 +628,9 @@ func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
 }
 
 // writeUpstreamResult appends `,"result":{...}}` for an upstream's
-// CallToolResult, which checkResult found to be one JSON object without
-// _meta: the gateway's _meta, then the upstream's members as they are.
+// CallToolResult, which checkResult found to be one JSON object of the
+// members the remote tier passes on (neither _meta nor resultType): the
+// gateway's _meta, then the upstream's members as they are.
 func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
 	g.writeResultMeta(buf, sessionless)
 	buf.WriteString(`"` + MetaRequestID + `":`)

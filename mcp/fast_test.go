@@ -268,6 +268,61 @@ func TestCompleted(t *testing.T) {
 	}
 }
 
+// FuzzToolResult: what checkToolResult takes of an upstream's or a
+// relayed result is what the SDK's path writes of it (decoded by the
+// SDK, structuredContent as it came), member by member, numbers as
+// written, and what it refuses the SDK cannot read or the gateway does
+// not take.
+func FuzzToolResult(f *testing.F) {
+	for _, s := range []string{
+		`{"content":[{"type":"text","text":"a <b>"}],"structuredContent":{"big":12345678901234567890,"one":1.0}}`,
+		`{"content":[],"isError":true}`,
+		`{"content":[{"type":"text","text":"x","extra":true}]}`,
+		`{"content":[{"type":"text","text":"x","annotations":{"priority":0.5},"_meta":{"k":1.0}}]}`,
+		`{"content":[{"type":"image","data":"aGk=","mimeType":"image/png"}]}`,
+		`{"content":[{"type":"image","data":"aGk","mimeType":"image/png"}]}`,
+		`{"content":[{"type":"text","text":5}]}`,
+		`{"content":[{"type":"text","Text":"x"}]}`,
+		`{"content":[{"type":"text","t\u0065xt":"x"}]}`,
+		`{"content":[{"type":"resource_link","uri":"file:///a","name":"a"}],"isError":false}`,
+		`{"content":[],"structuredContent":null}`,
+		`{"structuredContent":{"a":1}}`,
+		`{"content":[],"resultType":"complete"}`,
+		`{"content":[],"StructuredContent":{}}`,
+		`{"content":[],"_meta":{}}`,
+		`[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, result []byte) {
+		got, err := checkToolResult(result, nil)
+		var res sdk.CallToolResult
+		sdkErr := json.Unmarshal(result, &res)
+		if err != nil {
+			return
+		}
+		if sdkErr != nil {
+			t.Fatalf("%s: taken as %s, which the SDK cannot read: %v", result, got, sdkErr)
+		}
+		var raw struct {
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		}
+		if json.Unmarshal(result, &raw) == nil && len(raw.StructuredContent) > 0 && string(raw.StructuredContent) != "null" {
+			res.StructuredContent = raw.StructuredContent
+		}
+		if res.Content == nil {
+			res.Content = []sdk.Content{}
+		}
+		want, err := json.Marshal(&res)
+		if err != nil {
+			t.Fatalf("%s: the SDK cannot write it: %v", result, err)
+		}
+		if g, w := decodeNumbers(t, got), decodeNumbers(t, want); !reflect.DeepEqual(g, w) {
+			t.Fatalf("%s:\n taken as %s\n the SDK writes %s", result, got, want)
+		}
+	})
+}
+
 // decodeNumbers decodes a JSON document, numbers as written.
 func decodeNumbers(t *testing.T, doc []byte) any {
 	t.Helper()
