@@ -187,7 +187,7 @@ var fastBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // replica serving the request it names (see cancel.go), and a request
 // goes on with its JSON-RPC id in its context, so that a handler can be
 // cancelled that way. Every gateway refuses a JSON-RPC batch (protocol
-// 2025-03-26) of more than maxBatch messages.
+// 2025-03-26 and before) of more than maxBatch messages.
 func (g *Gateway) fastCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -205,7 +205,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			http.Error(w, "failed to read body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if n, ok := batchLen(body); ok && n > maxBatch {
+		if n, ok := batchLen(body); ok && n > maxBatch && batches(r.Header.Get("Mcp-Protocol-Version")) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"a batch of %d messages: at most %d"}}`,
@@ -251,6 +251,14 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 // 2025-03-26 has them): each call of a batch runs, so an unbounded one
 // would let one HTTP request run thousands.
 const maxBatch = 16
+
+// batches reports whether the SDK takes a JSON-RPC batch of protocol
+// version v (a request's header; none: 2025-03-26). It answers a batch
+// of a later version, or of a version it does not speak, with an error
+// of its own, which the gateway leaves it to write.
+func batches(v string) bool {
+	return v == "" || v < "2025-06-18" && fastVersions[v]
+}
 
 // batchLen returns the number of messages of a JSON-RPC batch; ok is
 // false for a body that is no batch (a single message, or not JSON).
