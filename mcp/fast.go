@@ -218,7 +218,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			return
 		}
 		sound := acceptable(r)
-		if id, ok := cancelledID(body); ok && sound {
+		if id, ok := cancelledID(body); ok && sound && methodFits(r.Header, "notifications/cancelled") {
 			g.relayCancel(w, r, id)
 			return
 		}
@@ -245,6 +245,13 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// methodFits reports whether a request's Mcp-Method header is as the SDK
+// requires it of a message of method: from protocol 2026-07-28 on, there
+// and equal to it (the SDK answers any other with an error of its own).
+func methodFits(h http.Header, method string) bool {
+	return h.Get("Mcp-Protocol-Version") < sessionless || h.Get("Mcp-Method") == method
 }
 
 // maxBatch bounds the messages of one JSON-RPC batch (protocol

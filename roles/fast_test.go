@@ -657,6 +657,19 @@ func TestFastPathMatchesSDKEachRevision(t *testing.T) {
 					sameAnswer(t, slowAck, reference(t, ref, v, slowAck), false)
 				})
 			}
+			// A cancellation the gateway relays itself, answered as the
+			// SDK answers it, or left to the SDK.
+			t.Run("cancel notification", func(t *testing.T) {
+				body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"gone","reason":"test"}}`
+				for _, method := range []string{"notifications/cancelled", "", "tools/call"} {
+					hdr := map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": method}
+					got := postMCP(t, f.a.MCPURL(), ro, hdr, body)
+					want := postMCP(t, ref, "", hdr, body)
+					if got.status != want.status || got.text != want.text || !bytes.Equal(got.raw, want.raw) {
+						t.Errorf("Mcp-Method %q: %d %q %s, want the SDK's %d %q %s", method, got.status, got.text, got.raw, want.status, want.text, want.raw)
+					}
+				}
+			})
 			t.Run("response to no waiting request", func(t *testing.T) {
 				hdr, body := revisionCall(v, "9", mcp.ToolCallerResponse, `{"listen_id":"`+a.id+`","request_id":"nope","result":{}}`)
 				fast := postMCP(t, f.a.MCPURL(), tokA, hdr, body)
