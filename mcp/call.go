@@ -223,27 +223,29 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 }
 
 // checkResult validates a result as its entry says: the output schema,
-// and for a device tool the node id it claims to come from.
-func (c *callCtx) checkResult(result json.RawMessage) *schemas.Error {
+// and for a device tool the node id it claims to come from. It returns
+// the result to answer (for a CallToolResult, see checkToolResult).
+func (c *callCtx) checkResult(result json.RawMessage) (json.RawMessage, *schemas.Error) {
 	e := c.entry
 	if e.shape == shapeToolResult {
-		if err := checkToolResult(result, e.output); err != nil {
+		result, err := checkToolResult(result, e.output)
+		if err != nil {
 			c.g.log.Warn("upstream result refused", "tool", e.name, "err", err)
-			return c.fail(schemas.CodeInternal, "result fails the tool's output schema")
+			return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 		}
-		return nil
+		return result, nil
 	}
 	if e.output != nil {
 		if err := e.output.validate(result); err != nil {
-			return c.fail(schemas.CodeInternal, "result fails the tool's output schema")
+			return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 		}
 	}
 	if e.nodeID != "" {
 		if id, ok := resultNodeID(result); !ok || id != e.nodeID {
-			return c.fail(schemas.CodeInternal, "device answered for another node")
+			return nil, c.fail(schemas.CodeInternal, "device answered for another node")
 		}
 	}
-	return nil
+	return result, nil
 }
 
 // resultNodeID reads the node_id of a result that passed its schema, as
@@ -286,11 +288,12 @@ func (c *callCtx) unary(ctx context.Context, args json.RawMessage) (json.RawMess
 	if e != nil {
 		return nil, e
 	}
-	if e := c.checkResult(rep.Result); e != nil {
+	result, e := c.checkResult(rep.Result)
+	if e != nil {
 		return nil, e
 	}
 	c.audit(bus.DecisionAllowed, "")
-	return rep.Result, nil
+	return result, nil
 }
 
 // call serves one MCP tools/call. It returns a JSON-RPC error only for a
@@ -335,6 +338,14 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 			return errorResult(schemas.NewError(schemas.CodeInternal, "result fails the tool's output schema"), c.requestID), nil
 		}
 		res.Meta = sdk.Meta{MetaRequestID: c.requestID}
+		// The SDK decodes structuredContent into Go values (numbers into
+		// float64): it goes on as it came, as the fast path writes it.
+		var raw struct {
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		}
+		if json.Unmarshal(result, &raw) == nil && len(raw.StructuredContent) > 0 && string(raw.StructuredContent) != "null" {
+			res.StructuredContent = raw.StructuredContent
+		}
 		return &res, nil
 	}
 	return &sdk.CallToolResult{

@@ -789,6 +789,25 @@ type answer struct {
 	Error     *string         `json:"error,omitempty"`
 }
 
+// encode writes the answer for the replica holding its listen, its
+// result as the listener wrote it: json.Marshal would compact it and
+// escape HTML in it, and the text the caller gets would then depend on
+// the replica the answer came in by.
+func (a answer) encode() []byte {
+	b := make([]byte, 0, len(a.RequestID)+len(a.Result)+64)
+	b = append(b, `{"request_id":`...)
+	b = jsonscan.AppendString(b, a.RequestID)
+	if len(a.Result) > 0 {
+		b = append(b, `,"result":`...)
+		b = append(b, a.Result...)
+	}
+	if a.Error != nil {
+		b = append(b, `,"error":`...)
+		b = jsonscan.AppendString(b, *a.Error)
+	}
+	return append(b, '}')
+}
+
 // take answers a waiting call, for the token (tenant, subject) that sent
 // the response; a non-nil error says why not.
 func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
@@ -958,10 +977,7 @@ func (g *Gateway) forwardResponse(ctx context.Context, c *callCtx, listenID stri
 	if !validListenID(listenID) {
 		return schemas.NewError(schemas.CodeBadRequest, "no such listen is open")
 	}
-	body, err := json.Marshal(a)
-	if err != nil {
-		return schemas.NewError(schemas.CodeBadRequest, "the response does not encode")
-	}
+	body := a.encode()
 	if max := g.o.NC.MaxPayload(); int64(2*len(body)) > max { // relayed, the result is written twice
 		return schemas.NewError(schemas.CodeBadRequest, fmt.Sprintf("the answer is larger than the %d bytes okso carries", max))
 	}

@@ -8,7 +8,8 @@ import (
 
 // FuzzRelayJSON: the relay's hand-written documents (the request event,
 // the relayed result, the response's acknowledgement) are byte for byte
-// what json.Marshal writes of their maps.
+// what json.Marshal writes of their maps, and a forwarded answer reaches
+// the replica holding its listen as it was sent, its result byte for byte.
 func FuzzRelayJSON(f *testing.F) {
 	for _, s := range [][4]string{
 		{"01kbx5q3m8v1f7r2p4w6y9z0ab", "echo", `{"message":"1"}`, ""},
@@ -38,6 +39,19 @@ func FuzzRelayJSON(f *testing.F) {
 		}
 		if got, want := relayedResult(a), marshalRelayedResult(a); !bytes.Equal(got, want) {
 			t.Fatalf("relayedResult(%+v) = %s; json.Marshal %s", a, got, want)
+		}
+		// Strings as JSON carries them (invalid UTF-8 becomes U+FFFD), the
+		// result byte for byte (a decoded one has no white space around it).
+		text := func(s string) string {
+			b, _ := json.Marshal(s)
+			_ = json.Unmarshal(b, &s)
+			return s
+		}
+		var back answer
+		if err := json.Unmarshal(a.encode(), &back); err != nil || back.RequestID != text(a.RequestID) ||
+			!bytes.Equal(back.Result, bytes.TrimSpace(a.Result)) || (back.Error == nil) != (a.Error == nil) ||
+			a.Error != nil && *back.Error != text(*a.Error) {
+			t.Fatalf("answer %+v encodes as %s, which decodes as %+v, %v", a, a.encode(), back, err)
 		}
 		want, _ = json.Marshal(map[string]any{"accepted": true, "request_id": id})
 		if got := acceptedResult(id); !bytes.Equal(got, want) {

@@ -187,7 +187,7 @@ var fastBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // replica serving the request it names (see cancel.go), and a request
 // goes on with its JSON-RPC id in its context, so that a handler can be
 // cancelled that way. Every gateway refuses a JSON-RPC batch (protocol
-// 2025-03-26) of more than maxBatch messages.
+// 2025-03-26 and before) of more than maxBatch messages.
 func (g *Gateway) fastCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -205,7 +205,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			http.Error(w, "failed to read body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if n, ok := batchLen(body); ok && n > maxBatch {
+		if n, ok := batchLen(body); ok && n > maxBatch && batches(r.Header.Get("Mcp-Protocol-Version")) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"a batch of %d messages: at most %d"}}`,
@@ -218,7 +218,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 			return
 		}
 		sound := acceptable(r)
-		if id, ok := cancelledID(body); ok && sound {
+		if id, ok := cancelledID(body); ok && sound && methodFits(r.Header, "notifications/cancelled") {
 			g.relayCancel(w, r, id)
 			return
 		}
@@ -247,10 +247,25 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 	})
 }
 
+// methodFits reports whether a request's Mcp-Method header is as the SDK
+// requires it of a message of method: from protocol 2026-07-28 on, there
+// and equal to it (the SDK answers any other with an error of its own).
+func methodFits(h http.Header, method string) bool {
+	return h.Get("Mcp-Protocol-Version") < sessionless || h.Get("Mcp-Method") == method
+}
+
 // maxBatch bounds the messages of one JSON-RPC batch (protocol
 // 2025-03-26 has them): each call of a batch runs, so an unbounded one
 // would let one HTTP request run thousands.
 const maxBatch = 16
+
+// batches reports whether the SDK takes a JSON-RPC batch of protocol
+// version v (a request's header; none: 2025-03-26). It answers a batch
+// of a later version, or of a version it does not speak, with an error
+// of its own, which the gateway leaves it to write.
+func batches(v string) bool {
+	return v == "" || v < "2025-06-18" && fastVersions[v]
+}
 
 // batchLen returns the number of messages of a JSON-RPC batch; ok is
 // false for a body that is no batch (a single message, or not JSON).
@@ -573,10 +588,11 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 }
 
 // writeToolResult appends `,"result":{...}}` as the SDK encodes a
-// CallToolResult (with the server's info in _meta for a sessionless
-// request): for a result, doc as its text content and structured content;
-// for a failure (isError), the envelope doc as its text content and in
-// _meta, and no structured content (see errorResult).
+// CallToolResult (with the server's info in _meta and resultType for a
+// sessionless request): for a result, doc as its text content and
+// structured content; for a failure (isError), the envelope doc as its
+// text content and in _meta, and no structured content (see
+// errorResult).
 func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
 	g.writeResultMeta(buf, sessionless)
 	if isError {
@@ -590,7 +606,8 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 	writeJSONString(buf, doc)
 	buf.WriteString(`}]`)
 	if isError {
-		buf.WriteString(`,"isError":true}}`)
+		buf.WriteString(`,"isError":true`)
+		endResult(buf, sessionless)
 		return
 	}
 	buf.WriteString(`,"structuredContent":`)
@@ -598,6 +615,18 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 		buf.Write(doc)
 	} else if json.Compact(buf, doc) != nil {
 		buf.WriteString("null")
+	}
+	endResult(buf, sessionless)
+}
+
+// endResult appends the end of a result and of its response, with, for
+// a sessionless request, resultType "complete": protocol 2026-07-28
+// requires it of every result, and the SDK writes it after the other
+// members of a tools/call result (see [Gateway.completed]).
+func endResult(buf *bytes.Buffer, sessionless bool) {
+	if sessionless {
+		buf.WriteString(`,"resultType":"complete"}}`)
+		return
 	}
 	buf.WriteString("}}")
 }
@@ -614,8 +643,9 @@ func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
 }
 
 // writeUpstreamResult appends `,"result":{...}}` for an upstream's
-// CallToolResult, which checkResult found to be one JSON object without
-// _meta: the gateway's _meta, then the upstream's members as they are.
+// CallToolResult, which checkResult found to be one JSON object of the
+// members the remote tier passes on (neither _meta nor resultType): the
+// gateway's _meta, then the upstream's members as they are.
 func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
 	g.writeResultMeta(buf, sessionless)
 	buf.WriteString(`"` + MetaRequestID + `":`)
@@ -627,7 +657,7 @@ func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessi
 		buf.WriteByte(',')
 		buf.Write(body)
 	}
-	buf.WriteString("}}")
+	endResult(buf, sessionless)
 }
 
 // writeJSONString appends s as a JSON string, escaped as encoding/json

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -272,35 +273,108 @@ func sdkAccepts(t *sdk.Tool) (err error) {
 	return nil
 }
 
-// checkToolResult checks an upstream's CallToolResult: a JSON object
-// without _meta (the remote tier drops the upstream's), and, unless the
-// upstream marks it isError (the tool's own answer, passed through), a
-// structuredContent that passes the tool's output schema when it has one.
-func checkToolResult(result []byte, output validator) error {
+// checkToolResult checks an upstream's (or a relayed) CallToolResult and
+// returns it as the gateway answers it. It is a JSON object of the
+// members the remote tier passes on, content, structuredContent and
+// isError (no _meta: the tier drops the upstream's; no resultType: the
+// gateway writes its own), whose structuredContent, unless the upstream
+// marks the result isError (the tool's own answer, passed through),
+// passes the tool's output schema when it has one. The SDK's path
+// decodes the content into the SDK's types and writes those, while the
+// fast path writes the result as it is: so a result is returned as it
+// came only in the plain form the SDK writes as it is (see plainResult),
+// and otherwise with its content as the SDK writes it, or refused when
+// the SDK cannot decode it.
+func checkToolResult(result []byte, output validator) (json.RawMessage, error) {
 	v, err := schemas.Decode(result)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return fmt.Errorf("not a JSON object")
+		return nil, fmt.Errorf("not a JSON object")
 	}
-	if _, ok := m["_meta"]; ok {
-		return fmt.Errorf("carries _meta")
+	for k := range m {
+		switch k {
+		case "content", "structuredContent", "isError":
+		default:
+			return nil, fmt.Errorf("carries %s", strconv.Quote(k))
+		}
+	}
+	if !plainResult(m) {
+		if result, err = sdkToolResult(result); err != nil {
+			return nil, err
+		}
 	}
 	if isErr, _ := m["isError"].(bool); isErr || output == nil {
-		return nil
+		return result, nil
 	}
 	sc, ok := m["structuredContent"]
 	if !ok {
-		return fmt.Errorf("no structuredContent, which the output schema needs")
+		return nil, fmt.Errorf("no structuredContent, which the output schema needs")
 	}
 	if f, ok := output.(foreign); ok {
-		return f.validateValue(sc) // decoded already
+		return result, f.validateValue(sc) // decoded already
 	}
 	b, err := json.Marshal(sc)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return output.validate(b)
+	return result, output.validate(b)
+}
+
+// plainResult reports whether the SDK writes a decoded result m (see
+// checkToolResult) as it came, but for white space, escapes and the order
+// of members: content a list of text blocks of a type and a text only,
+// isError absent or true, structuredContent absent or not null (it goes
+// on as it came on either path).
+func plainResult(m map[string]any) bool {
+	content, ok := m["content"].([]any)
+	if !ok {
+		return false
+	}
+	for _, c := range content {
+		block, _ := c.(map[string]any)
+		if _, isText := block["text"].(string); len(block) != 2 || block["type"] != "text" || !isText {
+			return false
+		}
+	}
+	if isErr, ok := m["isError"]; ok && isErr != true {
+		return false
+	}
+	if sc, ok := m["structuredContent"]; ok && sc == nil {
+		return false
+	}
+	return true
+}
+
+// sdkToolResult returns a result with its content as the SDK decodes and
+// writes it, its structuredContent as it came, and isError when true.
+func sdkToolResult(result []byte) (json.RawMessage, error) {
+	var res sdk.CallToolResult
+	if err := json.Unmarshal(result, &res); err != nil {
+		return nil, fmt.Errorf("the MCP SDK cannot read it: %w", err)
+	}
+	var raw struct {
+		StructuredContent json.RawMessage `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(result, &raw); err != nil {
+		return nil, err
+	}
+	if res.Content == nil {
+		res.Content = []sdk.Content{}
+	}
+	content, err := json.Marshal(res.Content)
+	if err != nil {
+		return nil, fmt.Errorf("the MCP SDK cannot write it: %w", err)
+	}
+	out := append([]byte(`{"content":`), content...)
+	if len(raw.StructuredContent) > 0 && string(raw.StructuredContent) != "null" {
+		out = append(out, `,"structuredContent":`...)
+		out = append(out, raw.StructuredContent...)
+	}
+	if res.IsError {
+		out = append(out, `,"isError":true`...)
+	}
+	return append(out, '}'), nil
 }

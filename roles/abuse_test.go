@@ -132,7 +132,8 @@ func TestFloodedMCPListenerSparesDevices(t *testing.T) {
 
 // TestBatchBounded: a JSON-RPC batch (protocol 2025-03-26) runs at most 16
 // calls; a bigger one is refused whole, before any call runs, on a
-// stateless and a stateful gateway.
+// stateless and a stateful gateway; a batch of a later revision, which
+// has none, gets the SDK's answer.
 func TestBatchBounded(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	var calls atomic.Int64
@@ -166,6 +167,20 @@ func TestBatchBounded(t *testing.T) {
 	}
 	if a := postMCP(t, f.a.MCPURL(), tok, hdr, batch(2)); a.status != http.StatusOK || calls.Load() != 2 {
 		t.Errorf("a batch of 2: %d %v %s; %d calls ran, want 2", a.status, a.message, a.text, calls.Load())
+	}
+	// From 2025-06-18 there are no batches: the SDK's own answer.
+	ref := sdkReference(t)
+	for _, v := range []string{"2025-06-18", "2025-11-25", "2026-07-28"} {
+		hdr := map[string]string{"Mcp-Protocol-Version": v}
+		want := postMCP(t, ref, "", hdr, batch(17))
+		for _, url := range []string{f.a.MCPURL(), stateful} {
+			if a := postMCP(t, url, tok, hdr, batch(17)); a.status != want.status || a.text != want.text || a.message != nil {
+				t.Errorf("%s: a batch of 17 of %s: %d %q %v, want the SDK's %d %q", url, v, a.status, a.text, a.message, want.status, want.text)
+			}
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d calls ran, want 2", n)
 	}
 }
 

@@ -7,12 +7,17 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
@@ -70,12 +75,22 @@ type mcpAnswer struct {
 	status  int
 	ctype   string // media type only
 	message any    // the decoded JSON-RPC message, or nil
+	raw     []byte // the JSON-RPC message as sent, when message is set
 	text    string // the body, when it is no JSON-RPC message
 }
 
 func postMCP(t *testing.T, url, token string, hdr map[string]string, body string) mcpAnswer {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	a, err := doMCP(t.Context(), url, token, hdr, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// doMCP is postMCP for any goroutine: it returns its error.
+func doMCP(ctx context.Context, url, token string, hdr map[string]string, body string) (mcpAnswer, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
@@ -94,7 +109,7 @@ func postMCP(t *testing.T, url, token string, hdr map[string]string, body string
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return mcpAnswer{}, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
@@ -112,8 +127,10 @@ func postMCP(t *testing.T, url, token string, hdr map[string]string, body string
 	}
 	if json.Unmarshal(data, &a.message) != nil {
 		a.message, a.text = nil, string(raw)
+	} else {
+		a.raw = data
 	}
-	return a
+	return a, nil
 }
 
 // TestFastPathMatchesSDK sends the same requests to a gateway with the fast
@@ -345,5 +362,321 @@ func wantHTTP(status int) func(*testing.T, mcpAnswer) {
 		if a.status != status {
 			t.Fatalf("status %d, want %d (%s)", a.status, status, a.text)
 		}
+	}
+}
+
+// mayDiffer reports whether two answers to the same call may rightly
+// differ in the value of a member, wherever it is (text content that is
+// JSON included): the device's clock when the call reached it, and the id
+// the relay gives each relayed call (in caller_tool_response's answer).
+func mayDiffer(member string) bool { return member == "received_at_ms" || member == "request_id" }
+
+// comparable decodes a JSON-RPC message for comparison: numbers as
+// written, and the values of mayDiffer's members replaced by "*".
+func comparable(t *testing.T, raw []byte) any {
+	t.Helper()
+	v, err := decodeNumbers(raw)
+	if err != nil {
+		t.Fatalf("answer %s: %v", raw, err)
+	}
+	return masked(v)
+}
+
+func decodeNumbers(raw []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
+
+// masked replaces the values of mayDiffer's members in v by "*"; a string
+// that is a JSON document holding such a member becomes that document,
+// masked.
+func masked(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if mayDiffer(k) {
+				v[k] = "*"
+			} else {
+				v[k] = masked(x)
+			}
+		}
+	case []any:
+		for i, x := range v {
+			v[i] = masked(x)
+		}
+	case string:
+		doc, err := decodeNumbers([]byte(v))
+		if err != nil {
+			return v
+		}
+		before, _ := json.Marshal(doc)
+		after, _ := json.Marshal(masked(doc))
+		if !bytes.Equal(before, after) {
+			return map[string]any{"masked JSON text": masked(doc)}
+		}
+	}
+	return v
+}
+
+// revisionCall is a tools/call request as a client of revision v sends
+// it: its headers, and its body (from 2026-07-28, with the client's
+// metadata in _meta).
+func revisionCall(v, id, name, args string) (map[string]string, string) {
+	hdr := map[string]string{"Mcp-Protocol-Version": v}
+	meta := ""
+	if v >= "2026-07-28" {
+		hdr["Mcp-Method"], hdr["Mcp-Name"] = "tools/call", name
+		meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"` + v + `","io.modelcontextprotocol/clientCapabilities":{},` +
+			`"io.modelcontextprotocol/clientInfo":{"name":"okso-test","version":"1"}}`
+	}
+	return hdr, `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"` + name + `","arguments":` + args + meta + `}}`
+}
+
+// sameAnswer fails the test unless the fast path's answer and the SDK's
+// carry the same status and the same JSON-RPC message, member by member
+// and numbers as written, but for mayDiffer's; fast says whether the fast
+// path must have answered (application/json) or left the call to the SDK.
+func sameAnswer(t *testing.T, fast, slow mcpAnswer, wantFast bool) {
+	t.Helper()
+	if took := fast.status == http.StatusOK && fast.ctype == "application/json"; took != wantFast {
+		t.Errorf("fast path taken: %v, want %v (answer %d %s %s)", took, wantFast, fast.status, fast.ctype, fast.raw)
+	}
+	if fast.status != slow.status {
+		t.Errorf("status: fast %d, SDK %d", fast.status, slow.status)
+	}
+	if fast.raw == nil || slow.raw == nil {
+		t.Fatalf("no JSON-RPC message:\n fast %q\n SDK  %q", fast.text, slow.text)
+	}
+	if f, s := comparable(t, fast.raw), comparable(t, slow.raw); !reflect.DeepEqual(f, s) {
+		t.Errorf("answers differ:\n fast %s\n SDK  %s", fast.raw, slow.raw)
+	}
+}
+
+// sdkReference serves a bare SDK server, stateless and introduced as the
+// gateway introduces itself, whose one tool, "ref", answers with the
+// tools/call result or the JSON-RPC error its arguments hold
+// ({"result": …} or {"error": …}); it returns its URL. Handed a result
+// okso wrote, less what the SDK adds itself (resultType, and the
+// server's info in _meta), it answers what the SDK writes of that result
+// on the request's revision.
+func sdkReference(t *testing.T) string {
+	t.Helper()
+	srv := sdk.NewServer(&sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: Version}, nil)
+	srv.AddTool(&sdk.Tool{Name: "ref", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			var in struct {
+				Result json.RawMessage `json:"result"`
+				Error  *jsonrpc.Error  `json:"error"`
+			}
+			if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
+				return nil, err
+			}
+			if in.Error != nil {
+				return nil, in.Error
+			}
+			var res sdk.CallToolResult
+			if err := json.Unmarshal(in.Result, &res); err != nil {
+				return nil, err
+			}
+			// A structuredContent goes on as written (okso's results do).
+			var raw struct {
+				StructuredContent json.RawMessage `json:"structuredContent"`
+			}
+			if err := json.Unmarshal(in.Result, &raw); err == nil && raw.StructuredContent != nil {
+				res.StructuredContent = raw.StructuredContent
+			}
+			return &res, nil
+		})
+	ts := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv },
+		&sdk.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// reference returns the bare SDK server's answer (see sdkReference) to
+// what a client of revision v would send it to have it answer as okso
+// answered in a, with the same id.
+func reference(t *testing.T, url, v string, a mcpAnswer) mcpAnswer {
+	t.Helper()
+	var msg map[string]json.RawMessage
+	if err := json.Unmarshal(a.raw, &msg); err != nil {
+		t.Fatalf("answer %s: %v", a.raw, err)
+	}
+	args := `{"error":` + string(msg["error"]) + `}`
+	if msg["result"] != nil {
+		var res map[string]json.RawMessage
+		if err := json.Unmarshal(msg["result"], &res); err != nil {
+			t.Fatalf("result %s: %v", msg["result"], err)
+		}
+		delete(res, "resultType")
+		var meta map[string]json.RawMessage
+		if err := json.Unmarshal(res["_meta"], &meta); err == nil {
+			delete(meta, "io.modelcontextprotocol/serverInfo")
+			res["_meta"], _ = json.Marshal(meta)
+		}
+		b, _ := json.Marshal(res)
+		args = `{"result":` + string(b) + `}`
+	}
+	hdr, body := revisionCall(v, string(msg["id"]), "ref", args)
+	return postMCP(t, url, "", hdr, body)
+}
+
+// TestFastPathMatchesSDKEachRevision sends the same calls, on every
+// protocol revision the SDK speaks, to a gateway's fast path and to a
+// gateway without one (the SDK's path), and compares the answers member
+// by member (DESIGN.md §8: what okso writes by hand is what the SDK would
+// write): a device tool's result, failures as isError envelopes (from the
+// device, from the gateway's checks and from an upstream), an unknown
+// tool, bad arguments, an upstream's results, and the relay's answers
+// (a relayed call's result or error, and caller_tool_response's own).
+func TestFastPathMatchesSDKEachRevision(t *testing.T) {
+	f := startAllInOne(t, 0, nil)
+	id, _ := f.connectDevice(DefaultTenant, func(id string, o *agent.Options) {
+		for i := range o.Capabilities {
+			o.Capabilities[i].Constraints.RateLimitRPS = 10000
+		}
+		echo := agent.Echo(id)
+		o.Handlers["echo.invoke"] = func(ctx context.Context, args json.RawMessage) (any, error) {
+			if string(args) == `{"message":"fail"}` {
+				return nil, schemas.NewError(schemas.CodeInternal, "the device failed")
+			}
+			return echo(ctx, args)
+		}
+	})
+	remotes, err := bus.OpenRemotes(t.Context(), f.nc, bus.RemotesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	standUpstream(t, f.nc, "up", map[string]func(json.RawMessage) string{
+		"echo": upstreamEcho,
+		"fails": func(json.RawMessage) string {
+			return `{"content":[{"type":"text","text":"the upstream says no"}],"isError":true}`
+		},
+		// What an HTTP upstream may send, passed on by the remote tier
+		// as it came: annotations, _meta and unknown members in content,
+		// numbers beyond float64 and written unusually.
+		"rich": func(json.RawMessage) string {
+			return `{"content":[{"type":"text","text":"a <b> & c","annotations":{"audience":["user"],"priority":0.5},"_meta":{"k":1}},` +
+				`{"type":"image","data":"aGk=","mimeType":"image/png"},{"type":"text","text":"x","extra":true}],` +
+				`"structuredContent":{"big":12345678901234567890,"one":1.0,"hundred":1e2,"html":"<&>"}}`
+		},
+	})
+	obj := json.RawMessage(`{"type":"object"}`)
+	f.putRemote(remotes, &bus.Remote{Upstream: "up", Transport: "stdio", Tenants: []string{DefaultTenant}, TimeoutMs: 2000,
+		Tools: []bus.RemoteTool{
+			{Name: "echo", InputSchema: json.RawMessage(echoInput), OutputSchema: json.RawMessage(echoOutput), Safety: schemas.SafetyReadOnly},
+			{Name: "fails", InputSchema: obj, Safety: schemas.SafetyReadOnly},
+			{Name: "rich", InputSchema: obj, Safety: schemas.SafetyReadOnly},
+		}}, DefaultTenant, "up.rich", true)
+	mutating := []string{auth.ScopeMutating}
+	tokA := f.token(auth.MintOptions{Subject: "agent-a", Scopes: mutating})
+	tokB := f.token(auth.MintOptions{Subject: "agent-b", Scopes: mutating})
+	a := f.listen(f.a.MCPURL(), tokA, twoTools)
+	sdkGW := f.secondGateway(gatewayConfig{NoFastPath: true})
+	for _, tool := range []string{"up.rich", "a_send"} {
+		waitTool(t, sdkGW.gw, DefaultTenant, tool, true)
+	}
+	ro := f.token(auth.MintOptions{})
+	ref := sdkReference(t)
+
+	for _, v := range sdk.SupportedProtocolVersions() {
+		t.Run(v, func(t *testing.T) {
+			for _, tc := range []struct {
+				name, tool, args string
+				fast             bool // the fast path answers it
+			}{
+				{name: "device tool", tool: echoName(id), args: `{"message":"hello <&> \"q\""}`, fast: true},
+				{name: "device tool fails", tool: echoName(id), args: `{"message":"fail"}`, fast: true},
+				{name: "missing scope", tool: "gpio." + id + ".pin.write", args: `{"level":1}`, fast: true},
+				// From 2026-07-28 the SDK answers it with an HTTP status of its own.
+				{name: "unknown tool", tool: "sysecho.nope-node.echo.invoke", args: `{}`, fast: v < "2026-07-28"},
+				{name: "bad arguments", tool: echoName(id), args: `{"message":"x","extra":1}`, fast: true},
+				{name: "upstream tool", tool: "up.echo", args: `{"message":"hi"}`, fast: true},
+				{name: "upstream tool fails", tool: "up.fails", args: `{}`, fast: true},
+				{name: "upstream rich result", tool: "up.rich", args: `{}`, fast: true},
+				{name: "relayed tool bad arguments", tool: "a_send", args: `{}`, fast: true},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					tok := ro
+					if strings.HasPrefix(tc.tool, "a_") {
+						tok = tokB
+					}
+					hdr, body := revisionCall(v, "7", tc.tool, tc.args)
+					fast := postMCP(t, f.a.MCPURL(), tok, hdr, body)
+					slow := postMCP(t, sdkGW.url(), tok, hdr, body)
+					sameAnswer(t, fast, slow, tc.fast)
+					sameAnswer(t, slow, reference(t, ref, v, slow), false)
+				})
+			}
+			// The relay: B calls A's tool, A answers; the call's answer and
+			// caller_tool_response's are compared.
+			relayed := func(t *testing.T, url, answer string) (call, ack mcpAnswer) {
+				t.Helper()
+				got := make(chan mcpAnswer, 1)
+				failed := make(chan error, 1)
+				go func() {
+					hdr, body := revisionCall(v, `"relayed"`, "a_send", `{"text":"hi"}`)
+					a, err := doMCP(t.Context(), url, tokB, hdr, body)
+					if err != nil {
+						failed <- err
+						return
+					}
+					got <- a
+				}()
+				ev := a.next(t)
+				for ev.Type != "caller_tool_request" {
+					ev = a.next(t) // a caller_ping
+				}
+				args := `{"listen_id":"` + a.id + `","request_id":"` + ev.RequestID + `",` + answer + `}`
+				hdr, body := revisionCall(v, "8", mcp.ToolCallerResponse, args)
+				ack = postMCP(t, url, tokA, hdr, body)
+				select {
+				case call = <-got:
+				case err := <-failed:
+					t.Fatal(err)
+				case <-time.After(10 * time.Second):
+					t.Fatal("the relayed call never ended")
+				}
+				return call, ack
+			}
+			for _, tc := range []struct{ name, answer string }{
+				{"object result", `"result":{"sent":true,"big":12345678901234567890,"one":1.0,"html":"<&>"}`},
+				{"string result", `"result":"sent <&>"`},
+				{"array result", `"result":[1,2.50,"x"]`},
+				{"error", `"error":"it broke <&>"`},
+			} {
+				t.Run("relayed "+tc.name, func(t *testing.T) {
+					fastCall, fastAck := relayed(t, f.a.MCPURL(), tc.answer)
+					slowCall, slowAck := relayed(t, sdkGW.url(), tc.answer)
+					sameAnswer(t, fastCall, slowCall, true)
+					sameAnswer(t, fastAck, slowAck, true)
+					sameAnswer(t, slowCall, reference(t, ref, v, slowCall), false)
+					sameAnswer(t, slowAck, reference(t, ref, v, slowAck), false)
+				})
+			}
+			// A cancellation the gateway relays itself, answered as the
+			// SDK answers it, or left to the SDK.
+			t.Run("cancel notification", func(t *testing.T) {
+				body := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"gone","reason":"test"}}`
+				for _, method := range []string{"notifications/cancelled", "", "tools/call"} {
+					hdr := map[string]string{"Mcp-Protocol-Version": v, "Mcp-Method": method}
+					got := postMCP(t, f.a.MCPURL(), ro, hdr, body)
+					want := postMCP(t, ref, "", hdr, body)
+					if got.status != want.status || got.text != want.text || !bytes.Equal(got.raw, want.raw) {
+						t.Errorf("Mcp-Method %q: %d %q %s, want the SDK's %d %q %s", method, got.status, got.text, got.raw, want.status, want.text, want.raw)
+					}
+				}
+			})
+			t.Run("response to no waiting request", func(t *testing.T) {
+				hdr, body := revisionCall(v, "9", mcp.ToolCallerResponse, `{"listen_id":"`+a.id+`","request_id":"nope","result":{}}`)
+				fast := postMCP(t, f.a.MCPURL(), tokA, hdr, body)
+				slow := postMCP(t, sdkGW.url(), tokA, hdr, body)
+				sameAnswer(t, fast, slow, true)
+				sameAnswer(t, slow, reference(t, ref, v, slow), false)
+			})
+		})
 	}
 }
