@@ -573,10 +573,11 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 }
 
 // writeToolResult appends `,"result":{...}}` as the SDK encodes a
-// CallToolResult (with the server's info in _meta for a sessionless
-// request): for a result, doc as its text content and structured content;
-// for a failure (isError), the envelope doc as its text content and in
-// _meta, and no structured content (see errorResult).
+// CallToolResult (with the server's info in _meta and resultType for a
+// sessionless request): for a result, doc as its text content and
+// structured content; for a failure (isError), the envelope doc as its
+// text content and in _meta, and no structured content (see
+// errorResult).
 func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
 	g.writeResultMeta(buf, sessionless)
 	if isError {
@@ -590,7 +591,8 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 	writeJSONString(buf, doc)
 	buf.WriteString(`}]`)
 	if isError {
-		buf.WriteString(`,"isError":true}}`)
+		buf.WriteString(`,"isError":true`)
+		endResult(buf, sessionless)
 		return
 	}
 	buf.WriteString(`,"structuredContent":`)
@@ -598,6 +600,18 @@ func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionle
 		buf.Write(doc)
 	} else if json.Compact(buf, doc) != nil {
 		buf.WriteString("null")
+	}
+	endResult(buf, sessionless)
+}
+
+// endResult appends the end of a result and of its response, with, for
+// a sessionless request, resultType "complete": protocol 2026-07-28
+// requires it of every result, and the SDK writes it after the other
+// members of a tools/call result (see [Gateway.completed]).
+func endResult(buf *bytes.Buffer, sessionless bool) {
+	if sessionless {
+		buf.WriteString(`,"resultType":"complete"}}`)
+		return
 	}
 	buf.WriteString("}}")
 }
@@ -627,7 +641,7 @@ func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessi
 		buf.WriteByte(',')
 		buf.Write(body)
 	}
-	buf.WriteString("}}")
+	endResult(buf, sessionless)
 }
 
 // writeJSONString appends s as a JSON string, escaped as encoding/json

@@ -7,6 +7,11 @@ import (
 	"reflect"
 	"testing"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -209,4 +214,68 @@ func FuzzVersionFitsMemo(f *testing.F) {
 			t.Fatalf("caps %q, info %q: fits %v without a memo, %v and %v with one", caps, info, want, got, again)
 		}
 	})
+}
+
+// TestCompleted: a tools/call result of the SDK's path keeps every field
+// okso set, content is never null, and resultType "complete" is written
+// from protocol 2026-07-28 on, and never before.
+func TestCompleted(t *testing.T) {
+	// completed copies these fields: a field the SDK adds must be copied too.
+	copied := []string{"Meta", "Content", "StructuredContent", "IsError", "InputRequests", "RequestState"}
+	var exported []string
+	for f := range reflect.TypeFor[sdk.CallToolResult]().Fields() {
+		if f.IsExported() {
+			exported = append(exported, f.Name)
+		}
+	}
+	if !reflect.DeepEqual(exported, copied) {
+		t.Fatalf("the SDK's CallToolResult has the fields %v; completed copies %v", exported, copied)
+	}
+	g, err := New(Options{NC: &nats.Conn{}, Registry: &bus.Registry{}, Schemas: &schemas.Set{}, Verifier: &auth.Verifier{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := func() *sdk.CallToolResult {
+		return &sdk.CallToolResult{
+			Meta:              sdk.Meta{MetaRequestID: "r"},
+			Content:           []sdk.Content{&sdk.TextContent{Text: "t"}},
+			StructuredContent: json.RawMessage(`{"a":1}`),
+			IsError:           true,
+			InputRequests:     sdk.InputRequestMap{"q": &sdk.ElicitParams{Message: "m"}},
+			RequestState:      "s",
+		}
+	}
+	for _, v := range sdk.SupportedProtocolVersions() {
+		for _, res := range []*sdk.CallToolResult{full(), {}} {
+			want, err := json.Marshal(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Content == nil {
+				want = bytes.Replace(want, []byte(`"content":null`), []byte(`"content":[]`), 1)
+			}
+			if v >= sessionless {
+				want = append(want[:len(want)-1], `,"resultType":"complete"}`...)
+			}
+			got, err := json.Marshal(g.completed(v, res))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(decodeNumbers(t, got), decodeNumbers(t, want)) {
+				t.Errorf("%s: completed writes\n %s\nwant\n %s", v, got, want)
+			}
+		}
+	}
+}
+
+// decodeNumbers decodes a JSON document, numbers as written.
+func decodeNumbers(t *testing.T, doc []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(doc))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", doc, err)
+	}
+	return v
 }

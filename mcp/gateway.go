@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -135,6 +136,9 @@ type Gateway struct {
 
 	serverInfo []byte   // the gateway's sdk.Implementation as JSON
 	fastMeta   metaMemo // the fast path's decodes of _meta values
+	// complete is an empty tools/call result of resultType "complete",
+	// to copy (see completed).
+	complete sdk.CallToolResult
 
 	droppedFrames   atomic.Int64
 	streamsMu       sync.Mutex
@@ -201,6 +205,9 @@ func New(o Options) (*Gateway, error) {
 		g.cat.put("okso/caller", anyTenant, g.relayEntries())
 	}
 	g.serverInfo, _ = json.Marshal(g.implementation())
+	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &g.complete); err != nil {
+		return nil, fmt.Errorf("gateway: a complete tool result: %w", err)
+	}
 	g.handler = g.drainable(g.routes())
 	return g, nil
 }
@@ -530,7 +537,11 @@ func (g *Gateway) newServer() *sdk.Server {
 func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		if r, ok := req.(*sdk.CallToolRequest); ok && method == "tools/call" {
-			return g.call(ctx, r)
+			res, err := g.call(ctx, r)
+			if tr, ok := res.(*sdk.CallToolResult); ok && err == nil {
+				res = g.completed(negotiated(r.Session), tr)
+			}
+			return res, err
 		}
 		switch {
 		case method == "tools/list" && g.registryDown():
@@ -555,6 +566,38 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 		}
 		return res, nil
 	}
+}
+
+// completed is a tools/call result as the SDK's own tools/call leaves
+// it, which the interception above goes around: content never null and,
+// for a client of protocol 2026-07-28 or later, resultType "complete"
+// (multi round-trip requests, SEP-2322), which such clients require of
+// every result. The SDK keeps resultType unexported, and sets it when it
+// decodes a result: so a completed result is a copy of one decoded
+// result (g.complete) with res's fields.
+func (g *Gateway) completed(version string, res *sdk.CallToolResult) *sdk.CallToolResult {
+	if res.Content == nil {
+		res.Content = []sdk.Content{}
+	}
+	if version < sessionless {
+		return res
+	}
+	out := g.complete
+	out.Meta, out.Content, out.StructuredContent, out.IsError = res.Meta, res.Content, res.StructuredContent, res.IsError
+	out.InputRequests, out.RequestState = res.InputRequests, res.RequestState
+	return &out
+}
+
+// negotiated returns the protocol version of a session as the SDK reads
+// it for a result: a session without initialize parameters is of the
+// latest version.
+func negotiated(ss *sdk.ServerSession) string {
+	if ss != nil {
+		if p := ss.InitializeParams(); p != nil {
+			return p.ProtocolVersion
+		}
+	}
+	return sdk.SupportedProtocolVersions()[0]
 }
 
 // undeclared reports whether method belongs to a capability the gateway
