@@ -1,6 +1,7 @@
 // Package interop tests okso against MCP clients it did not write: the
-// official TypeScript SDK's client, the MCP Inspector's CLI and the
-// official conformance suite, each run by Node as its users run it,
+// official TypeScript SDK's clients (v1, and v2 in each of its protocol
+// negotiation modes), the MCP Inspector's CLI and the official
+// conformance suite, each run by Node as its users run it,
 // against a real `okso all-in-one` started as a subprocess with the flags
 // a user would give it.
 //

@@ -35,7 +35,8 @@ func (r *callResult) String() string {
 
 type clientThrown struct {
 	Name    string          `json:"name"`
-	Code    int             `json:"code"`
+	Code    int             `json:"code"`    // a JSON-RPC error's
+	SDKCode string          `json:"sdkCode"` // the v2 client's own error's (SdkErrorCode)
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data"`
 }
