@@ -224,7 +224,7 @@ func TestSplitMode(t *testing.T) {
 
 	fleet.stop()
 	for range n {
-		gw.wait(msgIs("node offline"))
+		gw.wait(msgIs("device tools unlisted: disconnected"))
 	}
 	gw.stop()
 	tier.stop()
