@@ -1,9 +1,13 @@
 package remote_test
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,4 +144,169 @@ func refusesPing(t *testing.T, url string) {
 	if err := cs.Ping(bounded(t), nil); err == nil {
 		t.Fatal("the upstream answers the SDK's ping: this test would prove nothing")
 	}
+}
+
+// Messages of the tier about an upstream's lease.
+const (
+	lapseMsg = "upstream's lease is not renewed: unless another replica renews it, its tools leave every list when it lapses"
+	renewMsg = "upstream's lease is renewed again"
+)
+
+// TestTierLeaseLostAndBack: an upstream that does not answer pings (a
+// proxy's 502 page, or silence) loses its lease even while it lists: its
+// record lapses, and the tier says so at warn with the upstream and the
+// reason, once however many periods it stays so; when it answers again
+// its record is back, said once at info. One behind a proxy that answers
+// 502 to everything loses its lease as well.
+func TestTierLeaseLostAndBack(t *testing.T) {
+	for _, tc := range []struct {
+		answer string
+		every  bool // every POST, not only pings
+		reason string
+	}{
+		{"a proxy's 502 page", false, "HTTP 502"},
+		{"silence", false, "deadline exceeded"},
+		{"a proxy's 502 page", true, "HTTP 502"},
+	} {
+		name := tc.answer + " to pings"
+		if tc.every {
+			name = tc.answer + " to everything"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := startTierBus(t)
+			g := newPingGate(t, testupstream.New(testupstream.Options{}).Handler())
+			g.every = tc.every
+			srv := httptest.NewServer(g)
+			t.Cleanup(srv.Close)
+			log := &logged{changed: make(chan struct{})}
+			runBuilt(t, newTier(t, b.nc, b.remotes,
+				&remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"count"})}}, log.logger(t)))
+			t.Cleanup(func() { close(g.release) }) // before the tier stops
+			if b.next(t, "up") == nil {
+				t.Fatal("no record")
+			}
+
+			g.answer.Store(tc.answer)
+			for b.next(t, "up") != nil { // renewals, until it lapses
+			}
+			lost := log.wait(t, lapseMsg, 1)[0]
+			if lost.level != slog.LevelWarn || lost.attrs["upstream"] != "up" || !strings.Contains(lost.attrs["err"], tc.reason) {
+				t.Errorf("the lease lost was logged %v %v, want at warn with upstream up and a reason with %q", lost.level, lost.attrs, tc.reason)
+			}
+			if !tc.every {
+				g.pings(t, 3) // three more periods
+				if n := log.count(lapseMsg); n != 1 {
+					t.Errorf("the lease lost was logged %d times, want once", n)
+				}
+			}
+
+			g.answer.Store("")
+			if b.next(t, "up") == nil {
+				t.Fatal("the record went again")
+			}
+			if tc.every {
+				return // listed again by a new session
+			}
+			back := log.wait(t, renewMsg, 1)[0]
+			if back.level != slog.LevelInfo || back.attrs["upstream"] != "up" {
+				t.Errorf("the lease back was logged %v %v, want at info with upstream up", back.level, back.attrs)
+			}
+			g.pings(t, 3)
+			if n, m := log.count(lapseMsg), log.count(renewMsg); n != 1 || m != 1 {
+				t.Errorf("the lease lost was logged %d times and back %d times, want once each", n, m)
+			}
+		})
+	}
+}
+
+// logged keeps the records a logger wrote, with the attributes of its
+// With. It is safe for concurrent use.
+type logged struct {
+	mu      sync.Mutex
+	records []logRecord
+	changed chan struct{} // closed and replaced on every record
+}
+
+type logRecord struct {
+	msg   string
+	level slog.Level
+	attrs map[string]string
+}
+
+// logger writes through t and to l.
+func (l *logged) logger(t *testing.T) *slog.Logger {
+	return slog.New(&keepingHandler{inner: testLog(t).Handler(), l: l})
+}
+
+// wait waits for n records of msg, and returns them.
+func (l *logged) wait(t *testing.T, msg string, n int) []logRecord {
+	t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		var got []logRecord
+		for _, r := range l.records {
+			if r.msg == msg {
+				got = append(got, r)
+			}
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("%d records %q within %v, want %d", len(got), msg, waitLong, n)
+		}
+	}
+}
+
+func (l *logged) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.records {
+		if r.msg == msg {
+			n++
+		}
+	}
+	return n
+}
+
+type keepingHandler struct {
+	inner slog.Handler
+	l     *logged
+	attrs []slog.Attr
+}
+
+func (h *keepingHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return h.inner.Enabled(ctx, level)
+}
+
+func (h *keepingHandler) Handle(ctx context.Context, r slog.Record) error {
+	rec := logRecord{msg: r.Message, level: r.Level, attrs: map[string]string{}}
+	for _, a := range h.attrs {
+		rec.attrs[a.Key] = a.Value.String()
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		rec.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	h.l.mu.Lock()
+	h.l.records = append(h.l.records, rec)
+	close(h.l.changed)
+	h.l.changed = make(chan struct{})
+	h.l.mu.Unlock()
+	return h.inner.Handle(ctx, r)
+}
+
+func (h *keepingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &keepingHandler{inner: h.inner.WithAttrs(as), l: h.l, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+func (h *keepingHandler) WithGroup(name string) slog.Handler {
+	return &keepingHandler{inner: h.inner.WithGroup(name), l: h.l, attrs: h.attrs}
 }

@@ -221,6 +221,12 @@ type upstream struct {
 	yielding  bool
 	vacated   chan struct{}
 	stopWatch func()
+	// renewed is when this replica last wrote the record, and lapse why
+	// it does not renew it now (nil while it does): losing the lease is
+	// logged once at warn with its reason, and getting it back once at
+	// info, not every period. Only keep's goroutine uses them.
+	renewed time.Time
+	lapse   error
 	// refused holds the tools already reported as unlistable, so a
 	// re-list does not report them again; only the session uses it.
 	refused map[string]bool
@@ -399,13 +405,20 @@ func (s *upstream) session(ctx context.Context) bool {
 			s.log.Warn("upstream connection ended; connecting again")
 			return true
 		case <-lease.C:
-			// The lease says the upstream is served: it is refreshed
+			// The lease says the upstream is served: it is renewed
 			// only while the upstream answers. An HTTP upstream that
 			// died while nothing called it is found out here, not when
 			// the MCP client gives its event stream up, tens of seconds
 			// later; a re-list decides.
-			if put = s.answers(ctx, client); !put {
+			err := s.answers(ctx, client)
+			if ctx.Err() != nil {
+				return true
+			}
+			if err != nil {
+				s.lapsing(fmt.Errorf("it does not answer: %w", err))
 				changed = true
+			} else {
+				put = true
 			}
 		case <-client.Changed():
 			changed = true
@@ -468,11 +481,12 @@ func (s *upstream) put(ctx context.Context, rec *bus.Remote) bool {
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			s.log.Warn("write upstream record", "err", err)
+			s.lapsing(fmt.Errorf("its record cannot be written: %w", err))
 		}
 		return false
 	}
 	s.rev = rev
+	s.renew()
 	s.unwatch()
 	if s.yielding {
 		s.yielding = false
@@ -543,7 +557,7 @@ func (s *upstream) leave(ctx context.Context) {
 		s.setAdmitting(false)
 	}
 	rev := s.rev
-	s.rev = 0
+	s.rev, s.lapse = 0, nil
 	if ctx.Err() != nil { // the tier stops: a grace, then the calls end
 		grace := time.AfterFunc(s.t.o.StopGrace, s.endCalls)
 		defer grace.Stop()
@@ -564,26 +578,51 @@ func (s *upstream) leave(ctx context.Context) {
 	}
 }
 
+// lapsing says, once until the record is renewed again, that this
+// replica does not renew the upstream's record, and why: unless another
+// replica renews it, the record lapses within the lease and the
+// upstream's tools leave every list.
+func (s *upstream) lapsing(why error) {
+	if s.lapse == nil {
+		s.log.Warn("upstream's lease is not renewed: unless another replica renews it, its tools leave every list when it lapses",
+			"err", scrub(why), "lapses_in", s.lapsesIn())
+	}
+	s.lapse = why
+}
+
+// renew notes that the record was written now, and says so once when it
+// had not been renewed.
+func (s *upstream) renew() {
+	if s.lapse != nil {
+		s.log.Info("upstream's lease is renewed again", "was", scrub(s.lapse), "unrenewed_for", time.Since(s.renewed).Round(time.Millisecond))
+		s.lapse = nil
+	}
+	s.renewed = time.Now()
+}
+
+// lapsesIn is how long the record this replica last wrote has left.
+func (s *upstream) lapsesIn() time.Duration {
+	return max(s.t.o.Remotes.TTL()-time.Since(s.renewed), 0).Round(time.Millisecond)
+}
+
 // pinger is a [Client] that can ask its upstream whether it is there.
 type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// answers reports whether the upstream answers a ping within a third of
-// the lease, or its client needs none (an action endpoint has no
-// connection to lose).
-func (s *upstream) answers(ctx context.Context, client Client) bool {
+// answers returns nil when the upstream answers a ping within a third of
+// the lease (or its timeout, when shorter), or its client needs none (an
+// action endpoint has no connection to lose), and why not otherwise.
+// Any JSON-RPC answer counts, an error object too ([mcpClient.Ping]):
+// the revision 2026-07-28 has no ping.
+func (s *upstream) answers(ctx context.Context, client Client) error {
 	p, ok := client.(pinger)
 	if !ok {
-		return true
+		return nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, min(s.t.o.Remotes.TTL()/3, s.cfg.Timeout))
 	defer cancel()
-	err := p.Ping(pctx)
-	if err != nil && ctx.Err() == nil {
-		s.log.Debug("upstream does not answer a ping", "err", scrub(err))
-	}
-	return err == nil
+	return p.Ping(pctx)
 }
 
 // servedElsewhere reports whether another replica answers the
