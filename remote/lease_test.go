@@ -148,8 +148,9 @@ func refusesPing(t *testing.T, url string) {
 
 // Messages of the tier about an upstream's lease.
 const (
-	lapseMsg = "upstream's lease is not renewed: unless another replica renews it, its tools leave every list when it lapses"
-	renewMsg = "upstream's lease is renewed again"
+	lapseMsg   = "upstream's lease is not renewed: unless another replica renews it, its tools leave every list when it lapses"
+	renewMsg   = "upstream's lease is renewed again"
+	removedMsg = "upstream's record removed: its tools leave every list until it is listed again"
 )
 
 // TestTierLeaseLostAndBack: an upstream that does not answer pings (a
@@ -157,7 +158,8 @@ const (
 // record lapses, and the tier says so at warn with the upstream and the
 // reason, once however many periods it stays so; when it answers again
 // its record is back, said once at info. One behind a proxy that answers
-// 502 to everything loses its lease as well.
+// 502 to everything loses its lease as well, then its record, said at
+// warn with the reason.
 func TestTierLeaseLostAndBack(t *testing.T) {
 	for _, tc := range []struct {
 		answer string
@@ -197,6 +199,12 @@ func TestTierLeaseLostAndBack(t *testing.T) {
 				g.pings(t, 3) // three more periods
 				if n := log.count(lapseMsg); n != 1 {
 					t.Errorf("the lease lost was logged %d times, want once", n)
+				}
+			} else {
+				// It cannot be listed either: the tier gives it up.
+				removed := log.wait(t, removedMsg, 1)[0]
+				if removed.level != slog.LevelWarn || removed.attrs["upstream"] != "up" || !strings.Contains(removed.attrs["err"], tc.reason) {
+					t.Errorf("the record removed was logged %v %v, want at warn with upstream up and a reason with %q", removed.level, removed.attrs, tc.reason)
 				}
 			}
 
