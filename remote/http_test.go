@@ -1,9 +1,12 @@
 package remote_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -287,3 +290,204 @@ func testHTTPOneCallRefused(t *testing.T, listed bool) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// pinged is a ping as it reached the upstream.
+type pinged struct {
+	meta   map[string]any
+	header http.Header
+}
+
+// pingGate serves an upstream whose pings are answered as the test
+// says: by the MCP handler (answer ""), or by one of pingAnswers; with
+// every, its other POSTs are answered so too. Every ping that reaches it
+// is sent on seen, when there is room; release ends the silent answers,
+// so that the server can close.
+type pingGate struct {
+	inner   http.Handler
+	every   bool         // set before it serves
+	answer  atomic.Value // string
+	seen    chan pinged
+	release chan struct{}
+}
+
+// pings waits for n pings to reach the upstream, from now.
+func (g *pingGate) pings(t *testing.T, n int) {
+	t.Helper()
+	for len(g.seen) > 0 {
+		<-g.seen
+	}
+	for i := range n {
+		select {
+		case <-g.seen:
+		case <-time.After(waitLong):
+			t.Fatalf("%d pings within %v, want %d", i, waitLong, n)
+		}
+	}
+}
+
+func newPingGate(t *testing.T, inner http.Handler) *pingGate {
+	g := &pingGate{inner: inner, seen: make(chan pinged, 64), release: make(chan struct{})}
+	g.answer.Store("")
+	return g
+}
+
+func (g *pingGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		g.inner.ServeHTTP(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	ping := json.Unmarshal(body, &msg) == nil && msg.Method == "ping"
+	if ping {
+		select {
+		case g.seen <- pinged{meta: msg.Params.Meta, header: r.Header.Clone()}:
+		default:
+		}
+	}
+	answer := g.answer.Load().(string)
+	if answer == "" || !ping && !g.every {
+		g.inner.ServeHTTP(w, r)
+		return
+	}
+	pingAnswers[answer](w, r, msg.ID, g.release)
+}
+
+// pingAnswers are the ways an upstream, or what stands in front of it,
+// may answer a ping; alive says whether the upstream answered.
+var pingAnswers = map[string]func(w http.ResponseWriter, r *http.Request, id json.RawMessage, release <-chan struct{}){
+	"200 and -32601": func(w http.ResponseWriter, r *http.Request, id json.RawMessage, _ <-chan struct{}) {
+		rpcError(w, http.StatusOK, id, -32601, "method not found")
+	},
+	"400 and -32602": func(w http.ResponseWriter, r *http.Request, id json.RawMessage, _ <-chan struct{}) {
+		rpcError(w, http.StatusBadRequest, id, -32602, `missing or invalid _meta field "io.modelcontextprotocol/protocolVersion"`)
+	},
+	"400 and -32600 of no id": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, _ <-chan struct{}) {
+		rpcError(w, http.StatusBadRequest, json.RawMessage("null"), -32600, "invalid request")
+	},
+	"404 and -32601": func(w http.ResponseWriter, r *http.Request, id json.RawMessage, _ <-chan struct{}) {
+		rpcError(w, http.StatusNotFound, id, -32601, `method not found: "ping"`)
+	},
+	"500 and -32603": func(w http.ResponseWriter, r *http.Request, id json.RawMessage, _ <-chan struct{}) {
+		rpcError(w, http.StatusInternalServerError, id, -32603, "internal error")
+	},
+	"an event stream and -32601": func(w http.ResponseWriter, r *http.Request, id json.RawMessage, _ <-chan struct{}) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":-32601,\"message\":\"method not found\"}}\n\n", id)
+	},
+	"a proxy's 502 page": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, _ <-chan struct{}) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>")
+	},
+	"a plain 400": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, _ <-chan struct{}) {
+		http.Error(w, "bad request", http.StatusBadRequest)
+	},
+	"a 200 page": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, _ <-chan struct{}) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html><body>Sign in</body></html>")
+	},
+	"an event stream that ends unanswered": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, _ <-chan struct{}) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n")
+	},
+	"a reset": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, _ <-chan struct{}) {
+		panic(http.ErrAbortHandler)
+	},
+	"silence": func(w http.ResponseWriter, r *http.Request, _ json.RawMessage, release <-chan struct{}) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	},
+}
+
+func rpcError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%q}}`, id, code, msg)
+}
+
+// pinger is a Client of an MCP upstream, which the tier asks whether the
+// upstream is there.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// TestHTTPPing: whatever revision an upstream speaks, any JSON-RPC answer
+// to a ping says it is there, a result or an error object, whatever the
+// HTTP status that carries it; a transport failure, silence, and an
+// answer that is not JSON-RPC say it may not be.
+func TestHTTPPing(t *testing.T) {
+	answers := []struct {
+		answer string
+		alive  bool
+	}{
+		{"", true}, // the SDK's result
+		{"200 and -32601", true},
+		{"400 and -32602", true},
+		{"400 and -32600 of no id", true},
+		{"404 and -32601", true},
+		{"500 and -32603", true},
+		{"an event stream and -32601", true},
+		{"a proxy's 502 page", false},
+		{"a plain 400", false},
+		{"a 200 page", false},
+		{"an event stream that ends unanswered", false},
+		{"a reset", false},
+		{"silence", false},
+	}
+	for _, a := range answers {
+		name := a.answer
+		if name == "" {
+			name = "a result"
+		}
+		t.Run(name, func(t *testing.T) {
+			g := newPingGate(t, testupstream.New(testupstream.Options{}).Handler())
+			srv := httptest.NewServer(g)
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(g.release) })
+			c := dialHTTP(t, srv.URL, nil)
+			list(t, c, true)
+			g.answer.Store(a.answer)
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			err := c.(pinger).Ping(ctx)
+			if a.alive && err != nil {
+				t.Errorf("Ping = %v, want nil: the upstream answered", err)
+			}
+			if !a.alive && err == nil {
+				t.Error("Ping = nil, want an error: the upstream did not answer")
+			}
+		})
+	}
+
+	// A stateless upstream of 2026-07-28 (the SDK client's choice) is
+	// pinged in that revision's shape, which it answers 404 and -32601.
+	t.Run("stateless 2026-07-28", func(t *testing.T) {
+		g := newPingGate(t, testupstream.New(testupstream.Options{}).StatelessHandler())
+		srv := httptest.NewServer(g)
+		t.Cleanup(srv.Close)
+		c := dialHTTP(t, srv.URL, nil)
+		list(t, c, true)
+		if err := c.(pinger).Ping(bounded(t)); err != nil {
+			t.Errorf("Ping = %v, want nil", err)
+		}
+		p := <-g.seen
+		if v := p.meta[mcp.MetaKeyProtocolVersion]; v != "2026-07-28" {
+			t.Errorf("the ping's _meta %s = %v, want 2026-07-28", mcp.MetaKeyProtocolVersion, v)
+		}
+		for k, v := range map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "ping"} {
+			if got := p.header.Get(k); got != v {
+				t.Errorf("the ping's %s header = %q, want %q", k, got, v)
+			}
+		}
+	})
+}

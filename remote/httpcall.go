@@ -101,32 +101,78 @@ func (h *httpCaller) call(ctx context.Context, tool string, args json.RawMessage
 	if s == nil {
 		return nil, false, nil
 	}
-	id := "okso-" + strconv.FormatUint(h.next.Add(1), 10)
+	id := h.id()
 	body, err := s.request(id, tool, args, meta)
 	if err != nil {
 		return nil, true, err
 	}
+	res, err := h.send(ctx, s, id, "tools/call", tool, body, toolResultOf)
+	return res, true, err
+}
+
+// ping asks the upstream whether it is there, with a ping shaped as the
+// session's requests are (in a 2026-07-28 session, with that revision's
+// _meta and headers). It returns nil when the upstream answered with a
+// JSON-RPC response, a result or an error object, whatever the HTTP
+// status that carried it: 2026-07-28 has no ping, and the SDK's
+// stateless server answers 404 and -32601 (400 and -32602 to a ping
+// without the revision's _meta). Its error says why not: the request
+// failed (refused, reset, unanswered within ctx), or what answered was
+// not JSON-RPC (a proxy's 502 page, say). ok is false when the session's
+// shape is not known yet.
+//
+// It is not the SDK's ping, because the SDK's error cannot tell an
+// answer from a failure: it wraps a transport's refusal, a 502 among
+// them, in a JSON-RPC error object of its own (-32005 "rejected by
+// transport"), and does not read the body of a 5xx.
+func (h *httpCaller) ping(ctx context.Context) (ok bool, _ error) {
+	s := h.shape.Load()
+	if s == nil {
+		return false, nil
+	}
+	id := h.id()
+	_, err := h.send(ctx, s, id, "ping", "", s.ping(id), nil)
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) { // only ever the upstream's own (see answer)
+		return true, nil
+	}
+	return true, err
+}
+
+// id is the id of the session's next request of the tier's own.
+func (h *httpCaller) id() string { return "okso-" + strconv.FormatUint(h.next.Add(1), 10) }
+
+// send POSTs body, a request of method (and, for tools/call, of the tool
+// name) with id, and returns its answer's result, passed through result
+// when it is not nil; when ctx ends first, the upstream is told to stop.
+func (h *httpCaller) send(ctx context.Context, s *callShape, id, method, name string, body []byte,
+	result func(json.RawMessage) (json.RawMessage, error)) (json.RawMessage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, true, err
+		return nil, err
 	}
 	s.setHeaders(req.Header)
 	if s.standard {
-		req.Header.Set("Mcp-Method", "tools/call")
-		req.Header.Set("Mcp-Name", tool)
+		req.Header.Set("Mcp-Method", method)
+		if name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			h.cancel(s, id)
 		}
-		return nil, true, err
+		return nil, err
 	}
 	res, err := h.answer(ctx, s, id, resp)
 	if err != nil && ctx.Err() != nil {
 		h.cancel(s, id)
 	}
-	return res, true, err
+	if err == nil && result != nil {
+		res, err = result(res)
+	}
+	return res, err
 }
 
 // request is the JSON-RPC request of a call.
@@ -138,7 +184,28 @@ func (s *callShape) request(id, tool string, args json.RawMessage, meta map[stri
 	buf = jsonscan.AppendString(buf, tool)
 	buf = append(buf, `,"arguments":`...)
 	buf = append(buf, args...)
-	buf = append(buf, `,"_meta":{`...)
+	buf = append(buf, ',')
+	buf, err := s.appendMeta(buf, meta)
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, "}}"...), nil
+}
+
+// ping is the JSON-RPC request of a ping.
+func (s *callShape) ping(id string) []byte {
+	buf := make([]byte, 0, 256)
+	buf = append(buf, `{"jsonrpc":"2.0","id":"`...)
+	buf = append(buf, id...)
+	buf = append(buf, `","method":"ping","params":{`...)
+	buf, _ = s.appendMeta(buf, nil) // nil: nothing of the tier's to encode, no error
+	return append(buf, "}}"...)
+}
+
+// appendMeta appends the request's _meta member: the session's
+// per-request _meta, and meta (which wins over it).
+func (s *callShape) appendMeta(buf []byte, meta map[string]any) ([]byte, error) {
+	buf = append(buf, `"_meta":{`...)
 	first := true
 	member := func(k string, v []byte) {
 		if !first {
@@ -161,7 +228,7 @@ func (s *callShape) request(id, tool string, args json.RawMessage, meta map[stri
 		}
 		member(k, b)
 	}
-	return append(buf, "}}}"...), nil
+	return append(buf, '}'), nil
 }
 
 func (s *callShape) setHeaders(h http.Header) {
@@ -173,16 +240,23 @@ func (s *callShape) setHeaders(h http.Header) {
 }
 
 // answer reads the answer to request id from resp, a JSON body or an
-// event stream, and closes resp's body.
+// event stream, and closes resp's body. A *jsonrpc.Error in its error is
+// always the upstream's own answer: the error object it answered, with
+// whatever HTTP status.
 func (h *httpCaller) answer(ctx context.Context, s *callShape, id string, resp *http.Response) (json.RawMessage, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
 		err := fmt.Errorf("%s", http.StatusText(resp.StatusCode))
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if msg, derr := jsonrpc.DecodeMessage(body); derr == nil {
-			if r, ok := msg.(*jsonrpc.Response); ok && r.Error != nil {
-				err = r.Error
-			}
+		// The error object, of whatever id: an upstream that refuses a
+		// request it could not read answers id null, which the SDK's
+		// decoder refuses.
+		var msg struct {
+			Version string         `json:"jsonrpc"`
+			Error   *jsonrpc.Error `json:"error"`
+		}
+		if json.Unmarshal(body, &msg) == nil && msg.Version == "2.0" && msg.Error != nil {
+			err = msg.Error
 		}
 		if resp.StatusCode == http.StatusNotFound && s.header.Get("Mcp-Session-Id") != "" {
 			h.lost()
@@ -208,7 +282,7 @@ func (h *httpCaller) answer(ctx context.Context, s *callShape, id string, resp *
 	case "text/event-stream":
 		return h.stream(ctx, s, id, resp.Body)
 	}
-	return nil, fmt.Errorf("the upstream answered %s to a call", strconv.Quote(ct))
+	return nil, fmt.Errorf("the upstream answered %s to a request", strconv.Quote(ct))
 }
 
 // stream reads an event stream until the answer to request id, then to
@@ -251,9 +325,10 @@ func (h *httpCaller) stream(ctx context.Context, s *callShape, id string, body i
 }
 
 // message handles one JSON-RPC message of the answer: mine is true when
-// it is the answer to request id, with its result or error. A request of
-// the upstream is answered as the SDK's client would answer it; a
-// notification is dropped.
+// it is the answer to request id, with its result or error (the
+// upstream's error object, a *jsonrpc.Error). A request of the upstream
+// is answered as the SDK's client would answer it; a notification is
+// dropped.
 func (h *httpCaller) message(ctx context.Context, s *callShape, id string, data []byte) (_ json.RawMessage, mine bool, _ error) {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
@@ -276,8 +351,7 @@ func (h *httpCaller) message(ctx context.Context, s *callShape, id string, data 
 	if msg.Error != nil {
 		return nil, true, msg.Error
 	}
-	res, err := toolResultOf(msg.Result)
-	return res, true, err
+	return msg.Result, true, nil
 }
 
 // toolResultOf is an upstream's CallToolResult as the tier passes it on:

@@ -260,11 +260,14 @@ func (c *mcpClient) List(ctx context.Context) ([]Tool, error) {
 	return nil, fmt.Errorf("list tools: more than %d pages", maxListPages)
 }
 
-// Ping asks an HTTP upstream whether it is there. An upstream that
-// answers that it does not know ping is there; any other error, a
-// transport's refusal included, says it may not be. A stdio upstream is
-// not asked: its process's exit ends the session at once, and one that
-// serves its requests in turn must not be taken for dead while busy.
+// Ping asks an HTTP upstream whether it is there, and returns nil when
+// it answered: any JSON-RPC answer, a result or an error object, carried
+// by whatever HTTP status, whatever revision the upstream speaks
+// ([httpCaller.ping]). Its error says that the upstream did not answer:
+// the request failed or went unanswered within ctx, or what answered was
+// not JSON-RPC (a proxy's 502 page). A stdio upstream is not asked: its
+// process's exit ends the session at once, and one that serves its
+// requests in turn must not be taken for dead while busy.
 func (c *mcpClient) Ping(ctx context.Context) error {
 	if c.proc != nil {
 		return nil
@@ -277,8 +280,16 @@ func (c *mcpClient) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping: %w", err)
 	}
 	defer end()
-	var rpc *jsonrpc.Error
-	if err := c.cs.Ping(ctx, nil); err != nil && !(errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound) {
+	if ok, err := c.http.ping(ctx); ok {
+		if err != nil {
+			return fmt.Errorf("ping: %w", err)
+		}
+		return nil
+	}
+	// Nothing listed yet, so the session's shape is not known: the SDK
+	// pings, and since its error cannot tell an answer from a failure,
+	// only a result counts.
+	if err := c.cs.Ping(ctx, nil); err != nil {
 		return fmt.Errorf("ping: %w", err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,9 +155,9 @@ func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	quick := false // the last session that served ended sooner than the backoff
 	for {
 		began := time.Now()
-		served := s.session(ctx)
+		served, why := s.session(ctx)
 		if ctx.Err() != nil {
-			s.leave(ctx)
+			s.leave(ctx, nil)
 			return
 		}
 		if served && time.Since(began) >= backoff {
@@ -170,11 +171,11 @@ func (t *Tier) keep(ctx context.Context, u *Upstream) {
 			quick = true
 			continue
 		}
-		s.leave(ctx)
+		s.leave(ctx, why)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
-			s.leave(ctx)
+			s.leave(ctx, nil)
 			return
 		case <-time.After(wait):
 		}
@@ -221,6 +222,12 @@ type upstream struct {
 	yielding  bool
 	vacated   chan struct{}
 	stopWatch func()
+	// renewed is when this replica last wrote the record, and lapse why
+	// it does not renew it now (nil while it does): losing the lease is
+	// logged once at warn with its reason, and getting it back once at
+	// info, not every period. Only keep's goroutine uses them.
+	renewed time.Time
+	lapse   error
 	// refused holds the tools already reported as unlistable, so a
 	// re-list does not report them again; only the session uses it.
 	refused map[string]bool
@@ -326,9 +333,10 @@ func (s *upstream) retire(c *conn) {
 
 // session dials the upstream, lists it, and serves it until the
 // connection ends, a re-list fails or ctx ends. It reports whether the
-// upstream was served at all. The subscription and the record outlive
-// it: keep ends them with leave when no session follows at once.
-func (s *upstream) session(ctx context.Context) bool {
+// upstream was served at all, and why the session ended (nil: ctx
+// ended). The subscription and the record outlive it: keep ends them
+// with leave when no session follows at once.
+func (s *upstream) session(ctx context.Context) (bool, error) {
 	t := s.t
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	client, err := t.o.Dial(dctx, s.cfg, s.log)
@@ -337,7 +345,7 @@ func (s *upstream) session(ctx context.Context) bool {
 		if ctx.Err() == nil {
 			s.log.Warn("upstream unreachable; trying again", "err", scrub(err))
 		}
-		return false
+		return false, fmt.Errorf("unreachable: %w", err)
 	}
 	rec, tools, err := s.list(ctx, client)
 	if err != nil {
@@ -347,7 +355,7 @@ func (s *upstream) session(ctx context.Context) bool {
 		if err := client.Close(); err != nil {
 			s.log.Debug("close upstream", "err", err)
 		}
-		return false
+		return false, fmt.Errorf("cannot be listed: %w", err)
 	}
 	c := newConn(client)
 	defer s.retire(c) // after the calls see the session end, below
@@ -369,7 +377,7 @@ func (s *upstream) session(ctx context.Context) bool {
 				_ = sub.Unsubscribe()
 			}
 			s.setAdmitting(false)
-			return false
+			return false, fmt.Errorf("subscribe its subject: %w", err)
 		}
 		s.sub = sub
 	}
@@ -394,18 +402,25 @@ func (s *upstream) session(ctx context.Context) bool {
 		var changed, put bool
 		select {
 		case <-ctx.Done():
-			return true
+			return true, nil
 		case <-client.Done():
 			s.log.Warn("upstream connection ended; connecting again")
-			return true
+			return true, errors.New("its connection ended")
 		case <-lease.C:
-			// The lease says the upstream is served: it is refreshed
+			// The lease says the upstream is served: it is renewed
 			// only while the upstream answers. An HTTP upstream that
 			// died while nothing called it is found out here, not when
 			// the MCP client gives its event stream up, tens of seconds
 			// later; a re-list decides.
-			if put = s.answers(ctx, client); !put {
+			err := s.answers(ctx, client)
+			if ctx.Err() != nil {
+				return true, nil
+			}
+			if err != nil {
+				s.lapsing(fmt.Errorf("it does not answer: %w", err))
 				changed = true
+			} else {
+				put = true
 			}
 		case <-client.Changed():
 			changed = true
@@ -429,12 +444,16 @@ func (s *upstream) session(ctx context.Context) bool {
 			next, tools, err := s.list(ctx, client)
 			lastList = time.Now()
 			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("upstream cannot be listed; its tools leave every list until it lists again", "err", scrub(err))
+				if ctx.Err() != nil {
+					return true, nil
 				}
-				return true
+				s.log.Warn("upstream cannot be listed; connecting again", "err", scrub(err))
+				return true, fmt.Errorf("cannot be listed: %w", err)
 			}
 			if next.Digest != rec.Digest {
+				if left := toolsLeft(rec, next); len(left) > 0 {
+					s.log.Warn("upstream's tools leave every list: it lists them no more, or they were refused", "left", left)
+				}
 				s.log.Info("upstream's tools changed", "tools", len(next.Tools))
 				put = true
 			}
@@ -446,6 +465,18 @@ func (s *upstream) session(ctx context.Context) bool {
 		}
 		s.put(ctx, rec)
 	}
+}
+
+// toolsLeft returns the names of the tools of old that next lists no
+// more.
+func toolsLeft(old, next *bus.Remote) []string {
+	var left []string
+	for _, tl := range old.Tools {
+		if !slices.ContainsFunc(next.Tools, func(n bus.RemoteTool) bool { return n.Name == tl.Name }) {
+			left = append(left, tl.Name)
+		}
+	}
+	return left
 }
 
 // put writes the upstream's record and reports whether it did. Where a
@@ -468,11 +499,12 @@ func (s *upstream) put(ctx context.Context, rec *bus.Remote) bool {
 		return false
 	case err != nil:
 		if ctx.Err() == nil {
-			s.log.Warn("write upstream record", "err", err)
+			s.lapsing(fmt.Errorf("its record cannot be written: %w", err))
 		}
 		return false
 	}
 	s.rev = rev
+	s.renew()
 	s.unwatch()
 	if s.yielding {
 		s.yielding = false
@@ -529,11 +561,12 @@ func (s *upstream) unwatch() {
 
 // leave stops serving the upstream: the calls waiting for a session are
 // answered, calls go to the other replicas from now, and an upstream
-// this replica can no longer list is removed, unless another replica
-// serves it. A replica that stops leaves the record to expire: another
-// replica that serves the upstream keeps it, with no gap; its calls in
-// flight have StopGrace to end.
-func (s *upstream) leave(ctx context.Context) {
+// this replica can no longer list (why) is removed, unless another
+// replica serves it. A replica that stops leaves the record to expire:
+// another replica that serves the upstream keeps it, with no gap; its
+// calls in flight have StopGrace to end. Either way, tools that leave
+// every list are logged once, at warn, with the reason.
+func (s *upstream) leave(ctx context.Context, why error) {
 	s.setState(nil, true)
 	if s.sub != nil {
 		if err := s.sub.Unsubscribe(); err != nil {
@@ -543,8 +576,11 @@ func (s *upstream) leave(ctx context.Context) {
 		s.setAdmitting(false)
 	}
 	rev := s.rev
-	s.rev = 0
+	s.rev, s.lapse = 0, nil
 	if ctx.Err() != nil { // the tier stops: a grace, then the calls end
+		if rev != 0 {
+			s.stopped()
+		}
 		grace := time.AfterFunc(s.t.o.StopGrace, s.endCalls)
 		defer grace.Stop()
 		s.calls.Wait()
@@ -559,9 +595,55 @@ func (s *upstream) leave(ctx context.Context) {
 		s.log.Info("another replica serves the upstream: its record stays")
 		return
 	}
-	if err := s.t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
-		s.log.Warn("remove upstream record", "err", err)
+	if why == nil {
+		why = errors.New("it is no longer served")
 	}
+	if err := s.t.o.Remotes.Release(rctx, s.cfg.Name, rev); err != nil {
+		s.log.Warn("upstream's record cannot be removed: its tools leave every list when its lease lapses",
+			"err", err, "reason", scrub(why), "lapses_in", s.lapsesIn())
+		return
+	}
+	s.log.Warn("upstream's record removed: its tools leave every list until it is listed again", "err", scrub(why))
+}
+
+// stopped says, as the tier stops, whether the upstream's tools stay
+// listed: only when another replica serves it.
+func (s *upstream) stopped() {
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if s.servedElsewhere(rctx) {
+		s.log.Info("the tier stops; another replica serves the upstream")
+		return
+	}
+	s.log.Warn("the tier stops and no other replica serves the upstream: its tools leave every list when its lease lapses",
+		"lapses_in", s.lapsesIn())
+}
+
+// lapsing says, once until the record is renewed again, that this
+// replica does not renew the upstream's record, and why: unless another
+// replica renews it, the record lapses within the lease and the
+// upstream's tools leave every list.
+func (s *upstream) lapsing(why error) {
+	if s.lapse == nil {
+		s.log.Warn("upstream's lease is not renewed: unless another replica renews it, its tools leave every list when it lapses",
+			"err", scrub(why), "lapses_in", s.lapsesIn())
+	}
+	s.lapse = why
+}
+
+// renew notes that the record was written now, and says so once when it
+// had not been renewed.
+func (s *upstream) renew() {
+	if s.lapse != nil {
+		s.log.Info("upstream's lease is renewed again", "was", scrub(s.lapse), "unrenewed_for", time.Since(s.renewed).Round(time.Millisecond))
+		s.lapse = nil
+	}
+	s.renewed = time.Now()
+}
+
+// lapsesIn is how long the record this replica last wrote has left.
+func (s *upstream) lapsesIn() time.Duration {
+	return max(s.t.o.Remotes.TTL()-time.Since(s.renewed), 0).Round(time.Millisecond)
 }
 
 // pinger is a [Client] that can ask its upstream whether it is there.
@@ -569,21 +651,19 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// answers reports whether the upstream answers a ping within a third of
-// the lease, or its client needs none (an action endpoint has no
-// connection to lose).
-func (s *upstream) answers(ctx context.Context, client Client) bool {
+// answers returns nil when the upstream answers a ping within a third of
+// the lease (or its timeout, when shorter), or its client needs none (an
+// action endpoint has no connection to lose), and why not otherwise.
+// Any JSON-RPC answer counts, an error object too ([mcpClient.Ping]):
+// the revision 2026-07-28 has no ping.
+func (s *upstream) answers(ctx context.Context, client Client) error {
 	p, ok := client.(pinger)
 	if !ok {
-		return true
+		return nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, min(s.t.o.Remotes.TTL()/3, s.cfg.Timeout))
 	defer cancel()
-	err := p.Ping(pctx)
-	if err != nil && ctx.Err() == nil {
-		s.log.Debug("upstream does not answer a ping", "err", scrub(err))
-	}
-	return err == nil
+	return p.Ping(pctx)
 }
 
 // servedElsewhere reports whether another replica answers the

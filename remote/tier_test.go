@@ -272,13 +272,16 @@ func TestTierRetriesIdempotentOnly(t *testing.T) {
 }
 
 // TestTierFollowsListChanged: a tool the upstream adds reaches the
-// record when the config allows it, and not otherwise.
+// record when the config allows it, and not otherwise; one it removes
+// leaves the record, and the tier says so at warn.
 func TestTierFollowsListChanged(t *testing.T) {
 	b := startTierBus(t)
 	u := testupstream.New(testupstream.Options{})
 	srv := httptest.NewServer(u.Handler())
 	t.Cleanup(srv.Close)
-	runTier(t, b, &remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "extra_*"})}})
+	log := &logged{changed: make(chan struct{})}
+	runBuilt(t, newTier(t, b.nc, b.remotes,
+		&remote.Config{Upstreams: []remote.Upstream{httpUpstream("up", srv.URL, []string{"echo", "extra_*"})}}, log.logger(t)))
 	if rec := b.next(t, "up"); rec == nil || len(rec.Tools) != 1 {
 		t.Fatalf("first record %+v", rec)
 	}
@@ -303,7 +306,18 @@ func TestTierFollowsListChanged(t *testing.T) {
 	if !call(t, b.nc, "up", "extra_one", `{"message":"x"}`, 2*time.Second).OK {
 		t.Error("the added tool is not callable")
 	}
+
+	u.RemoveTool("extra_one")
+	b.nextListing(t, "up", "echo")
+	left := log.wait(t, toolsLeftMsg, 1)[0]
+	if left.level != slog.LevelWarn || left.attrs["upstream"] != "up" || left.attrs["left"] != "[extra_one]" {
+		t.Errorf("the tool that left was logged %v %v, want at warn with upstream up and left [extra_one]", left.level, left.attrs)
+	}
 }
+
+// toolsLeftMsg is what the tier logs when tools leave an upstream's
+// record.
+const toolsLeftMsg = "upstream's tools leave every list: it lists them no more, or they were refused"
 
 // stdioUpstream is the test upstream as a stdio child that will not
 // start while the file "down" exists in state.

@@ -266,6 +266,17 @@ func (u *Upstream) Handler() http.Handler {
 	})
 }
 
+// StatelessHandler serves the upstream over Streamable HTTP, stateless:
+// each request on its own, in the revision it declares, 2026-07-28 (the
+// SDK client's choice) among them. As the SDK serves that revision it
+// refuses a ping: 400 and -32602 without the revision's _meta, 404 and
+// -32601 with it. It adds none of Handler's HTTP failures (Token, flaky,
+// reset): echo, count and hang are its tools to call.
+func (u *Upstream) StatelessHandler() http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv },
+		&mcp.StreamableHTTPOptions{Stateless: true})
+}
+
 // reset closes the request's connection with a TCP reset.
 func reset(w http.ResponseWriter) {
 	conn, _, err := http.NewResponseController(w).Hijack()
