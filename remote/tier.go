@@ -615,7 +615,7 @@ func (s *upstream) stopped() {
 		s.log.Info("the tier stops; another replica serves the upstream")
 		return
 	}
-	s.log.Warn("the tier stops and no other replica serves the upstream: its tools leave every list when its lease lapses",
+	s.log.Info("the tier stops and no other replica serves the upstream: its tools leave every list when its lease lapses",
 		"lapses_in", s.lapsesIn())
 }
 
