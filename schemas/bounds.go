@@ -15,8 +15,8 @@ import (
 // A schema okso did not write could cost any amount of work to check a
 // value against: allOf of two $refs to the level below, N levels deep, is
 // 1.4 KB at N = 21 and doubles the cost of checking {} at every level. So
-// a foreign schema is compiled with bounds, and one that is past a bound
-// is refused where it is declared (a caller tool's declaration, an
+// a foreign schema is compiled within bounds, and one past a bound is
+// refused where it is declared (a caller tool's declaration, an
 // upstream's listing) instead of being checked at all:
 //
 //   - its size (MaxForeignSchema bytes), the nesting of its document
@@ -24,31 +24,35 @@ import (
 //   - its expansion: how many subschemas apply to any one place in a
 //     value, counting every path through $ref, allOf, anyOf, oneOf, not,
 //     if/then/else, dependentSchemas and the applicators that descend into
-//     the value (MaxForeignExpansion);
-//   - each regular expression's compiled program (MaxPatternProgram);
-//   - its work at any one place (MaxForeignWork): the sum, over the
-//     subschemas that apply there, of what each costs in steps of about
-//     10 ns (measured): evalSteps to evaluate, one per enum value or const
-//     node to compare, and one per pattern instruction for each byte of a
-//     string there.
+//     the value (MaxForeignExpansion); a cycle of references that never
+//     descends is refused, and so are $dynamicRef and $recursiveRef, whose
+//     cost grows with the depth of the value;
+//   - its regular expressions: each compiled program (MaxPatternProgram),
+//     and all of them (MaxPatternTotal);
+//   - its work at any one place of a value (MaxForeignWork), in steps of
+//     about 10 ns, as measured on the validator: see [limits].
 //
-// The validator takes no context and cannot be stopped, so its cost is
-// bounded before it starts: checking a value of n members and items and
-// b bytes of strings and names costs at most evalWork × n + textWork × b
-// steps, the two most a place costs per value and per byte, and a value
-// that would cost more than ForeignBudget is refused unchecked with a
-// message that says so. The budget is static: decided when the schema is
-// compiled, whatever the value. It is what a trivial schema costs on the
-// largest request the gateway reads (1 MiB): a schema of more work checks
-// smaller values only.
+// A schema's format keywords are annotations only, whatever its draft:
+// drafts 4 to 7 would check formats by default, at a cost per byte that
+// okso cannot bound (a "regex" format compiles the value).
 //
-// Two properties of a value are bounded too, for every schema (the
-// embedded ones included), because the validator's cost on them does not
-// depend on the schema's shape: a number is compared exactly, as a
-// fraction, so one of more than MaxNumberLength characters or with an
-// exponent beyond ±MaxNumberExponent is refused (1e999999 takes 22 ms to
-// read as a fraction); and a value nested deeper than MaxValueDepth is
-// refused by a schema that descends that deep (a recursive one).
+// The validator takes no context and cannot be stopped, so a check's
+// cost is bounded before it starts: the schema's work per value, per byte
+// of text and per number, times the value's size, must stay within
+// ForeignBudget (about 0.7 s of a core); a larger value is refused
+// unchecked, with a message that says so. The budget is static, decided
+// when the schema is compiled, whatever the value. A trivial schema checks
+// the largest request the gateway reads (1 MiB) of text, and several
+// hundred thousand small numbers; a schema of more work checks smaller
+// values only.
+//
+// Two properties of a value are bounded for every schema, the embedded
+// ones included, because the validator's cost on them does not depend on
+// the schema's shape: a number is compared exactly, as a fraction, so one
+// of more than MaxNumberLength characters or with an exponent beyond
+// ±MaxNumberExponent is refused (1e999999 takes 22 ms to read as a
+// fraction); and a value nested deeper than MaxValueDepth is refused by a
+// schema that descends that deep (a recursive one).
 
 // Bounds on a foreign schema and on the values it checks.
 const (
@@ -59,27 +63,46 @@ const (
 	// admitted costs well under a millisecond.
 	MaxForeignExpansion = 512
 	// MaxPatternProgram bounds the compiled program of each regular
-	// expression in a foreign schema, in instructions.
+	// expression in a foreign schema, in instructions; MaxPatternTotal
+	// those of all its expressions together.
 	MaxPatternProgram = 2000
+	MaxPatternTotal   = 1 << 16
 	// MaxForeignWork bounds the work of a foreign schema at any one place
-	// in a value, in steps (see above).
+	// in a value, in steps: per value there, per byte of its text, and
+	// per number (at the cost of the cheapest), together.
 	MaxForeignWork = 1 << 17
 	// ForeignBudget is what checking one value may cost at most, in
-	// steps (about 1.3 s of a core).
-	ForeignBudget = 1 << 27
+	// steps.
+	ForeignBudget = 1 << 26
 	// MaxValueDepth bounds the nesting of a value checked against a
 	// schema that descends deeper (a recursive one).
 	MaxValueDepth = 64
 	// MaxNumberLength bounds the characters of a number in a checked
-	// value; MaxNumberExponent its exponent.
+	// value or a schema; MaxNumberExponent its exponent.
 	MaxNumberLength   = 100
 	MaxNumberExponent = 400
 )
 
-// evalSteps is the cost of evaluating one subschema at one place, in
-// steps: about 1 µs, where a step (an enum value compared, a pattern
-// instruction run on a byte) is about 10 ns.
-const evalSteps = 100
+// The costs of the validator's work, in steps of about 10 ns, measured
+// with the bounds' benchmarks (bounds_test.go) and set above them.
+const (
+	// evalSteps is the cost of evaluating one subschema at one place:
+	// about 0.4 to 1 µs.
+	evalSteps = 100
+	// depthSteps: evaluating deeper costs more (each error the
+	// validator builds copies its location): a place at depth d costs
+	// evalSteps × (depthSteps + d) / depthSteps.
+	depthSteps = 32
+	// memberSteps is the cost, per member or item of a value, of each
+	// subschema that scans the value's members or items.
+	memberSteps = 3
+	// numberSteps is the least cost of reading a number as a fraction;
+	// a number costs numberSteps + its length + its exponent's magnitude.
+	numberSteps = 40
+	// uniqueSteps weighs what uniqueItems costs per unit of the array's
+	// contents: up to 19 comparisons of each item with the others.
+	uniqueSteps = 20
+)
 
 // exploreSteps bounds the work of finding a schema's expansion: a schema
 // whose places are too many to visit is refused as too complex.
@@ -87,9 +110,10 @@ const exploreSteps = 1 << 21
 
 // BoundError says that a foreign schema is past one of okso's bounds.
 type BoundError struct {
-	Bound string // "size", "depth", "number", "cycle", "expansion", "pattern", "work" or "complexity"
+	// Bound is "size", "depth", "number", "cycle", "dynamic",
+	// "expansion", "pattern", "work" or "complexity".
+	Bound string
 	Limit int
-	Where string // the schema's location past the bound, when known
 }
 
 func (e *BoundError) Error() string {
@@ -99,21 +123,20 @@ func (e *BoundError) Error() string {
 		what = fmt.Sprintf("is larger than %d bytes", e.Limit)
 	case "depth":
 		what = fmt.Sprintf("is nested deeper than %d levels", e.Limit)
-	case "expansion":
-		what = fmt.Sprintf("applies more than %d subschemas to one place in a value (through $ref, allOf, anyOf, oneOf, if, ...)", e.Limit)
 	case "number":
 		what = fmt.Sprintf("has a number of more than %d characters or with an exponent beyond ±%d", MaxNumberLength, MaxNumberExponent)
+	case "expansion":
+		what = fmt.Sprintf("applies more than %d subschemas to one place in a value (through $ref, allOf, anyOf, oneOf, if, ...)", e.Limit)
 	case "cycle":
 		what = "refers to itself without descending into the value"
+	case "dynamic":
+		what = "uses $dynamicRef or $recursiveRef"
 	case "pattern":
-		what = fmt.Sprintf("has a pattern that compiles to more than %d instructions", e.Limit)
+		what = fmt.Sprintf("has patterns that compile to more than %d instructions", e.Limit)
 	case "work":
-		what = fmt.Sprintf("costs more than %d steps at one place in a value (subschemas, enum values and pattern instructions together)", e.Limit)
+		what = fmt.Sprintf("costs more than %d steps at one place in a value (subschemas, enum values, numbers and pattern instructions together)", e.Limit)
 	default:
 		what = fmt.Sprintf("has more than %d places to check", e.Limit)
-	}
-	if e.Where != "" {
-		what += " at " + printable(e.Where, 80)
 	}
 	return "schema " + what + " (okso's " + e.Bound + " bound)"
 }
@@ -129,48 +152,87 @@ func (e *ValueError) Error() string {
 	return "value past a bound at /" + strings.Join(e.Location, "/") + ": " + e.Why
 }
 
-// limits are what a compiled foreign schema costs, and lets through.
+// limits are what checking a value against a compiled foreign schema
+// costs at most, and what it lets through. Each work is the most at any
+// one place of a value (the places are told apart as the explorer
+// does): the cost of a value of size s is at most
+//
+//	perValue·s.values + perByte·s.bytes + perNumber·s.numbers + uniqueSteps·unique·(5·s.values + s.bytes + 2·s.numbers)
+//
+// steps. perValue counts each subschema that applies at the place, by its
+// depth, with its enum and const values and the numbers among them, and
+// the subschemas of the place above that scan its members; perByte, each
+// subschema (the validator copies a string it checks), its pattern's
+// instructions, the enum and const strings it compares, and the
+// patternProperties the place above matches names against; perNumber,
+// the readings of a number as a fraction: for integer type, a bound,
+// multipleOf, and each enum or const number; unique, the uniqueItems on
+// the way down to the place.
 type limits struct {
-	// evalWork and textWork are the most steps one place of a value
-	// costs: per member or item there, and per byte of its string or
-	// name.
-	evalWork, textWork int
+	perValue, perByte, perNumber, unique int
 	// deep: the schema descends MaxValueDepth levels into a value, so a
 	// deeper value is refused.
 	deep bool
 }
 
-// cost is the most a value of n members and items and b bytes of text
-// costs to check.
-func (l limits) cost(n, b int) int { return l.evalWork*n + l.textWork*b }
+// size is a value's size: its values (members, items and itself), the
+// bytes of its strings, names and numbers, and the cost of reading its
+// numbers as fractions.
+type size struct{ values, bytes, numbers int }
 
-// patternSizer is a regexp engine for the compiler that refuses programs
-// past MaxPatternProgram and keeps each one's size for the work. Its
-// zero value is not usable.
-type patternSizer struct {
-	size map[string]int
-	past *BoundError // the bound a pattern was past (the compiler's error hides it)
+// cost is the most checking a value of size s costs, in steps.
+func (l limits) cost(s size) int {
+	return l.perValue*s.values + l.perByte*s.bytes + l.perNumber*s.numbers +
+		uniqueSteps*l.unique*(5*s.values+s.bytes+2*s.numbers)
 }
 
+// patternSizer is the compiler's regexp engine: it refuses a program past
+// MaxPatternProgram or, all together, past MaxPatternTotal, and keeps
+// each one's size for the work. It is used while the schema compiles
+// only: the checks of values never compile patterns (formats are
+// annotations), and it refuses to once the schema is compiled.
+type patternSizer struct {
+	size  map[string]int
+	total int
+	past  *BoundError // the bound a pattern was past (the compiler's error hides it)
+	done  bool
+}
+
+// errCompiled refuses a pattern to compile once the schema is compiled.
+var errCompiled = fmt.Errorf("no pattern compiles after the schema")
+
 func (p *patternSizer) compile(s string) (jsonschema.Regexp, error) {
-	re, err := syntax.Parse(s, syntax.Perl)
-	if err != nil {
-		return nil, err
+	if p.done {
+		return nil, errCompiled
 	}
-	prog, err := syntax.Compile(re.Simplify())
-	if err != nil {
-		return nil, err
+	size, seen := p.size[s]
+	if !seen {
+		re, err := syntax.Parse(s, syntax.Perl)
+		if err != nil {
+			return nil, err
+		}
+		prog, err := syntax.Compile(re.Simplify())
+		if err != nil {
+			return nil, err
+		}
+		size = len(prog.Inst)
+		if size > MaxPatternProgram {
+			p.past = &BoundError{Bound: "pattern", Limit: MaxPatternProgram}
+			return nil, p.past
+		}
+		p.size[s] = size
 	}
-	if len(prog.Inst) > MaxPatternProgram {
-		p.past = &BoundError{Bound: "pattern", Limit: MaxPatternProgram}
+	// Each pattern the compiler asks for is compiled and kept, the same
+	// one again included.
+	if p.total += size; p.total > MaxPatternTotal {
+		p.past = &BoundError{Bound: "pattern", Limit: MaxPatternTotal}
 		return nil, p.past
 	}
-	p.size[s] = len(prog.Inst)
 	return regexp.Compile(s)
 }
 
 // checkDoc checks a foreign schema's document for the bounds on its
-// nesting and on its numbers (an enum's or a const's are compared as
+// nesting and on its numbers (an enum's or a const's are read as
 // fractions on every check, as a value's are).
 func checkDoc(v any, depth int) error {
 	if depth > MaxForeignDepth {
@@ -204,12 +266,10 @@ type graph struct {
 	// inPlace are the subschemas that apply to the same place of the
 	// value, with repeats.
 	inPlace [][]int
-	// evalW and textW are what one evaluation of a node costs, in steps:
-	// once, and per byte of text.
-	evalW, textW []int
-	// byAnchor are the anchors by name ("": the recursive ones), once
-	// asked for.
-	byAnchor map[string][]*jsonschema.Schema
+	// What one evaluation of a node costs (limits): per value, per byte,
+	// per number; and the cost of scanning the value's members or items,
+	// per member (scan) and per byte of its name (scanText).
+	evalW, textW, numW, scanW, scanText []int
 }
 
 // analyse finds the limits of a compiled foreign schema, or the bound it
@@ -218,7 +278,11 @@ func analyse(root *jsonschema.Schema, patterns *patternSizer) (limits, error) {
 	g := &graph{index: map[*jsonschema.Schema]int{}}
 	g.add(root)
 	for i := 0; i < len(g.nodes); i++ {
-		for _, sub := range all(g.nodes[i]) {
+		s := g.nodes[i]
+		if s.DynamicRef != nil || s.RecursiveRef != nil {
+			return limits{}, &BoundError{Bound: "dynamic"}
+		}
+		for _, sub := range all(s) {
 			if sub != nil {
 				g.add(sub)
 			}
@@ -232,10 +296,10 @@ func analyse(root *jsonschema.Schema, patterns *patternSizer) (limits, error) {
 		return limits{}, err
 	}
 	e := explorer{g: g, closures: closures, seen: map[string]int{}, onPath: map[string]bool{}}
-	if err := e.place(closures[0], 0); err != nil {
+	if err := e.place(closures[0], 0, inherited{}); err != nil {
 		return limits{}, err
 	}
-	return limits{evalWork: e.evalWork, textWork: e.textWork, deep: e.deep}, nil
+	return e.lim, nil
 }
 
 func (g *graph) add(s *jsonschema.Schema) int {
@@ -245,21 +309,23 @@ func (g *graph) add(s *jsonschema.Schema) int {
 	i := len(g.nodes)
 	g.index[s] = i
 	g.nodes = append(g.nodes, s)
-	g.inPlace = append(g.inPlace, nil)
-	g.evalW = append(g.evalW, 0)
-	g.textW = append(g.textW, 0)
 	return i
 }
 
-// link numbers the subschemas of node i, and its in-place edges and
-// weight.
+// link finds node i's in-place subschemas and its costs.
 func (g *graph) link(i int, patterns *patternSizer) {
+	if g.inPlace == nil {
+		n := len(g.nodes)
+		g.inPlace = make([][]int, n)
+		g.evalW, g.textW, g.numW = make([]int, n), make([]int, n), make([]int, n)
+		g.scanW, g.scanText = make([]int, n), make([]int, n)
+	}
 	s := g.nodes[i]
 	var in []int
 	inPlace := func(subs ...*jsonschema.Schema) {
 		for _, sub := range subs {
 			if sub != nil {
-				in = append(in, g.add(sub))
+				in = append(in, g.index[sub])
 			}
 		}
 	}
@@ -267,18 +333,6 @@ func (g *graph) link(i int, patterns *patternSizer) {
 	inPlace(s.AllOf...)
 	inPlace(s.AnyOf...)
 	inPlace(s.OneOf...)
-	if s.RecursiveRef != nil {
-		// $recursiveRef may resolve to any resource root that is a
-		// recursive anchor: count it as each of them.
-		inPlace(s.RecursiveRef)
-		inPlace(g.anchors("")...)
-	}
-	if d := s.DynamicRef; d != nil {
-		inPlace(d.Ref)
-		if d.Anchor != "" {
-			inPlace(g.anchors(d.Anchor)...)
-		}
-	}
 	for _, k := range slices.Sorted(mapKeys(s.DependentSchemas)) {
 		inPlace(s.DependentSchemas[k])
 	}
@@ -288,57 +342,72 @@ func (g *graph) link(i int, patterns *patternSizer) {
 		}
 	}
 	g.inPlace[i] = in
-	w := evalSteps
+
+	eval, text, num := evalSteps, 1, 0 // the validator copies every string it checks
+	compared := func(v any) {
+		c := docCost(v)
+		eval += c.values + c.numbers // the other side of each comparison
+		text += c.strings
+		num += c.numberNodes
+	}
 	if s.Enum != nil {
 		for _, v := range s.Enum.Values {
-			w += docNodes(v)
+			compared(v)
 		}
 	}
 	if s.Const != nil {
-		w += docNodes(*s.Const)
+		compared(*s.Const)
 	}
-	t := 0
+	eval += len(s.Required) + len(s.DependentRequired)
+	for _, req := range s.DependentRequired {
+		eval += len(req)
+	}
+	if s.Types != nil && slices.Contains(s.Types.ToStrings(), "integer") {
+		num++
+	}
+	if s.Minimum != nil || s.Maximum != nil || s.ExclusiveMinimum != nil || s.ExclusiveMaximum != nil {
+		num++
+	}
+	if s.MultipleOf != nil {
+		num += 2
+	}
 	if s.Pattern != nil {
-		t += patterns.size[s.Pattern.String()]
+		text += patterns.size[s.Pattern.String()]
 	}
+	scanText := 0
 	for re := range s.PatternProperties {
-		t += patterns.size[re.String()] // on each name
+		scanText += patterns.size[re.String()] // on each name
 	}
-	g.evalW[i], g.textW[i] = w, t
+	g.evalW[i], g.textW[i], g.numW[i] = eval, text, num
+	g.scanW[i], g.scanText[i] = memberSteps+len(s.PatternProperties), scanText
 }
 
-// anchors are the nodes that are recursive anchors (name "") or dynamic
-// anchors of a name: $recursiveRef and $dynamicRef resolve at run time to
-// any of them.
-func (g *graph) anchors(name string) []*jsonschema.Schema {
-	if g.byAnchor == nil {
-		g.byAnchor = map[string][]*jsonschema.Schema{}
-		for _, n := range g.nodes {
-			if n.RecursiveAnchor {
-				g.byAnchor[""] = append(g.byAnchor[""], n)
-			}
-			if n.DynamicAnchor != "" {
-				g.byAnchor[n.DynamicAnchor] = append(g.byAnchor[n.DynamicAnchor], n)
-			}
-		}
-	}
-	return g.byAnchor[name]
+// constCost is what comparing with a schema's enum or const value costs.
+type constCost struct {
+	values, strings, numberNodes, numbers int
 }
 
-// docNodes counts the nodes of a decoded document.
-func docNodes(v any) int {
-	n := 1
+// docCost counts a decoded document: its values, its strings, its
+// numbers and the cost of reading them.
+func docCost(v any) constCost {
+	c := constCost{values: 1}
 	switch v := v.(type) {
 	case map[string]any:
 		for _, x := range v {
-			n += docNodes(x)
+			d := docCost(x)
+			c.values, c.strings, c.numberNodes, c.numbers = c.values+d.values, c.strings+d.strings, c.numberNodes+d.numberNodes, c.numbers+d.numbers
 		}
 	case []any:
 		for _, x := range v {
-			n += docNodes(x)
+			d := docCost(x)
+			c.values, c.strings, c.numberNodes, c.numbers = c.values+d.values, c.strings+d.strings, c.numberNodes+d.numberNodes, c.numbers+d.numbers
 		}
+	case string:
+		c.strings = 1
+	case json.Number:
+		c.numberNodes, c.numbers = 1, numberCost(string(v))
 	}
-	return n
+	return c
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
@@ -387,10 +456,7 @@ func descendants(s *jsonschema.Schema) []*jsonschema.Schema {
 
 // all are every subschema of s, in place or descending.
 func all(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.Ref, s.Not, s.If, s.Then, s.Else, s.RecursiveRef}
-	if s.DynamicRef != nil {
-		out = append(out, s.DynamicRef.Ref)
-	}
+	out := []*jsonschema.Schema{s.Ref, s.Not, s.If, s.Then, s.Else}
 	out = append(out, s.AllOf...)
 	out = append(out, s.AnyOf...)
 	out = append(out, s.OneOf...)
@@ -405,13 +471,14 @@ func all(s *jsonschema.Schema) []*jsonschema.Schema {
 	return append(out, descendants(s)...)
 }
 
-// closure is the multiset of nodes that apply in place, as node → count
-// (counts saturate past MaxForeignExpansion).
+// closure is the multiset of nodes that apply in place, as node → count.
 type closure map[int]int
 
 // closures finds, for each node, the nodes that apply in place when it
-// does, with how many paths lead to each; a cycle of in-place references
-// is refused (it would never descend into the value).
+// does, with how many paths lead to each. A node whose closure is past
+// the expansion bound is refused at once (every node applies at some
+// place), which keeps each closure small; so is a cycle of in-place
+// references (it would never descend into the value).
 func (g *graph) closures() ([]closure, error) {
 	const (
 		unvisited = iota
@@ -424,18 +491,22 @@ func (g *graph) closures() ([]closure, error) {
 	visit = func(i int) error {
 		switch state[i] {
 		case visiting:
-			return &BoundError{Bound: "cycle", Where: g.nodes[i].Location}
+			return &BoundError{Bound: "cycle"}
 		case done:
 			return nil
 		}
 		state[i] = visiting
-		c := closure{i: 1}
+		c, paths := closure{i: 1}, 1
 		for _, j := range g.inPlace[i] {
 			if err := visit(j); err != nil {
 				return err
 			}
 			for k, n := range out[j] {
-				c[k] = min(c[k]+n, MaxForeignExpansion+1)
+				c[k] += n
+				paths += n
+			}
+			if paths > MaxForeignExpansion {
+				return &BoundError{Bound: "expansion", Limit: MaxForeignExpansion}
 			}
 		}
 		state[i], out[i] = done, c
@@ -456,29 +527,28 @@ func (g *graph) closures() ([]closure, error) {
 type explorer struct {
 	g        *graph
 	closures []closure
-	seen     map[string]int  // places visited, by their multiset: the least depth
+	seen     map[string]int  // places visited, by their multiset and what they inherit: the least depth
 	onPath   map[string]bool // the places being visited: one met again is recursion
 	steps    int
-	// the most work at one place, per member or item and per byte
-	evalWork, textWork int
-	deep               bool
+	lim      limits
 }
 
-// key names a multiset: its nodes and counts, in order.
-func (c closure) key() string {
-	ids := slices.Sorted(func(yield func(int) bool) {
-		for k := range c {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+// inherited is what a place gets from the places above it: the cost of
+// the subschemas above that scan its members or items, per member and
+// per byte of its name; and the uniqueItems on the way down.
+type inherited struct{ scan, scanText, unique int }
+
+// key names a multiset and what its place inherits.
+func (c closure) key(in inherited) string {
+	ids := make([]int, 0, len(c))
+	for k := range c {
+		ids = append(ids, k)
+	}
+	slices.Sort(ids)
 	var b strings.Builder
+	fmt.Fprintf(&b, "%d,%d,%d|", in.scan, in.scanText, in.unique)
 	for _, id := range ids {
-		b.WriteString(strconv.Itoa(id))
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(c[id]))
-		b.WriteByte(',')
+		fmt.Fprintf(&b, "%d:%d,", id, c[id])
 	}
 	return b.String()
 }
@@ -491,34 +561,55 @@ func (e *explorer) expand(c closure, i, n int) {
 	}
 }
 
-func (e *explorer) place(c closure, depth int) error {
+func (e *explorer) place(c closure, depth int, in inherited) error {
 	if len(c) == 0 {
 		return nil
 	}
-	paths, eval, text := 0, 0, 0
+	g := e.g
+	paths, eval, text, num, unique := 0, 0, in.scanText, 0, in.unique
+	var scan, scanText int
 	for k, n := range c {
 		paths += n
-		eval += n * e.g.evalW[k]
-		text += n * e.g.textW[k]
+		eval += n * g.evalW[k]
+		text += n * g.textW[k]
+		num += n * g.numW[k]
+		scan += n * g.scanW[k]
+		scanText += n * g.scanText[k]
+		if g.nodes[k].UniqueItems {
+			unique += n
+		}
 	}
 	if paths > MaxForeignExpansion {
 		return &BoundError{Bound: "expansion", Limit: MaxForeignExpansion}
 	}
-	if eval+text > MaxForeignWork {
-		return &BoundError{Bound: "work", Limit: MaxForeignWork}
+	// at is the work of the place at a depth.
+	at := func(depth int) error {
+		eval := in.scan + eval*(depthSteps+depth)/depthSteps
+		if eval+text+num*numberSteps+uniqueSteps*unique*5 > MaxForeignWork {
+			return &BoundError{Bound: "work", Limit: MaxForeignWork}
+		}
+		l := &e.lim
+		l.perValue, l.perByte, l.perNumber, l.unique = max(l.perValue, eval), max(l.perByte, text), max(l.perNumber, num), max(l.unique, unique)
+		return nil
 	}
-	e.evalWork, e.textWork = max(e.evalWork, eval), max(e.textWork, text)
+	if err := at(depth); err != nil {
+		return err
+	}
+	e.steps += len(c)
 	if e.steps > exploreSteps {
 		return &BoundError{Bound: "complexity", Limit: exploreSteps}
 	}
 	if depth >= MaxValueDepth {
-		e.deep = true
+		e.lim.deep = true
 		return nil
 	}
-	key := c.key()
+	below := inherited{scan: scan, scanText: scanText, unique: unique}
+	key := c.key(below)
 	if e.onPath[key] {
-		e.deep = true // recursion: the same subschemas again, deeper
-		return nil
+		// Recursion: the same subschemas again, deeper, down to the
+		// deepest place a value may have.
+		e.lim.deep = true
+		return at(MaxValueDepth)
 	}
 	if d, ok := e.seen[key]; ok && d <= depth {
 		return nil
@@ -526,7 +617,7 @@ func (e *explorer) place(c closure, depth int) error {
 	e.onPath[key] = true
 	defer delete(e.onPath, key)
 	for _, child := range e.children(c) {
-		if err := e.place(child, depth+1); err != nil {
+		if err := e.place(child, depth+1, below); err != nil {
 			return err
 		}
 	}
@@ -552,16 +643,25 @@ func (e *explorer) children(c closure) []closure {
 	var out []closure
 	member := func(name string, declared bool) closure {
 		m := closure{}
+		e.steps += len(c)
 		for k, n := range c {
 			s := nodes[k]
 			matched := false
+			if declared {
+				e.steps += e.g.scanText[k] * (len(name) + 1) // its patterns, run on the name
+			}
 			if sub, ok := s.Properties[name]; ok && declared {
 				e.expand(m, e.g.index[sub], n)
 				matched = true
 			}
 			for re, sub := range s.PatternProperties {
 				// Any other name may match any pattern.
-				if !declared || re.MatchString(name) {
+				if !declared {
+					e.expand(m, e.g.index[sub], n)
+					matched = true
+					continue
+				}
+				if re.MatchString(name) {
 					e.expand(m, e.g.index[sub], n)
 					matched = true
 				}
@@ -576,11 +676,15 @@ func (e *explorer) children(c closure) []closure {
 		return m
 	}
 	for _, name := range slices.Sorted(mapKeys(names)) {
+		if e.steps > exploreSteps {
+			break // place says so
+		}
 		out = append(out, member(name, true))
 	}
 	out = append(out, member("", false))
 	item := func(i int, rest bool) closure {
 		m := closure{}
+		e.steps += len(c)
 		for k, n := range c {
 			s := nodes[k]
 			var sub *jsonschema.Schema
@@ -608,6 +712,9 @@ func (e *explorer) children(c closure) []closure {
 		return m
 	}
 	for i := range prefix {
+		if e.steps > exploreSteps {
+			break
+		}
 		out = append(out, item(i, false))
 	}
 	out = append(out, item(prefix, true))
@@ -624,34 +731,47 @@ func (e *explorer) children(c closure) []closure {
 	return append(out, names2)
 }
 
-// checkValue walks a decoded value for the bounds every check keeps (its
-// numbers, its depth when deep) and returns its size: its members and
-// items (the value itself counts one), and the bytes of its strings,
-// names and numbers. It runs before every general check, so it walks
-// without keeping where it is; a value past a bound is walked again to
-// say where.
-func checkValue(v any, deep bool) (n, b int, err error) {
-	var s valueSize
-	if s.walk(v, 0, deep) {
-		return s.n, s.b, nil
+// unannotate makes every format of a compiled schema an annotation (see
+// above).
+func unannotate(root *jsonschema.Schema) {
+	seen := map[*jsonschema.Schema]bool{}
+	var walk func(*jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
+		if s == nil || seen[s] {
+			return
+		}
+		seen[s] = true
+		s.Format = nil
+		for _, sub := range all(s) {
+			walk(sub)
+		}
 	}
-	var loc []string
-	return 0, 0, locate(v, 0, deep, &loc)
+	walk(root)
 }
 
-// valueSize is the size of a value walked so far.
-type valueSize struct{ n, b int }
+// checkValue walks a decoded value for the bounds every check keeps (its
+// numbers, its depth when deep) and returns its size. It runs before
+// every general check, so it walks without keeping where it is; a value
+// past a bound is walked again to say where.
+func checkValue(v any, deep bool) (size, error) {
+	var s size
+	if s.walk(v, 0, deep) {
+		return s, nil
+	}
+	var loc []string
+	return size{}, locate(v, 0, deep, &loc)
+}
 
 // walk adds v's size, and reports whether v is within the bounds.
-func (s *valueSize) walk(v any, depth int, deep bool) bool {
-	s.n++
+func (s *size) walk(v any, depth int, deep bool) bool {
+	s.values++
 	if deep && depth > MaxValueDepth {
 		return false
 	}
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
-			s.b += len(k)
+			s.bytes += len(k)
 			if !s.walk(x, depth+1, deep) {
 				return false
 			}
@@ -663,12 +783,13 @@ func (s *valueSize) walk(v any, depth int, deep bool) bool {
 			}
 		}
 	case string:
-		s.b += len(v)
+		s.bytes += len(v)
 	case json.Number:
 		if numberPastBounds(string(v)) != "" {
 			return false
 		}
-		s.b += len(v)
+		s.bytes += len(v)
+		s.numbers += numberCost(string(v))
 	}
 	return true
 }
@@ -712,11 +833,30 @@ func numberPastBounds(s string) string {
 	if len(s) > MaxNumberLength {
 		return fmt.Sprintf("a number of more than %d characters", MaxNumberLength)
 	}
-	if i := strings.IndexAny(s, "eE"); i >= 0 {
-		exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
-		if err != nil || exp > MaxNumberExponent || exp < -MaxNumberExponent {
-			return fmt.Sprintf("a number with an exponent beyond ±%d", MaxNumberExponent)
-		}
+	if exp, ok := exponent(s); !ok || exp > MaxNumberExponent || exp < -MaxNumberExponent {
+		return fmt.Sprintf("a number with an exponent beyond ±%d", MaxNumberExponent)
 	}
 	return ""
+}
+
+// exponent is a JSON number's exponent (0 when it has none); ok is false
+// when it does not read as an int.
+func exponent(s string) (int, bool) {
+	i := strings.IndexAny(s, "eE")
+	if i < 0 {
+		return 0, true
+	}
+	exp, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+	return exp, err == nil
+}
+
+// numberCost is what reading a number within the bounds as a fraction
+// costs, in steps: about numberSteps, plus its length and its exponent's
+// magnitude (1e400 takes about 4 µs).
+func numberCost(s string) int {
+	exp, _ := exponent(s)
+	if exp < 0 {
+		exp = -exp
+	}
+	return numberSteps + len(s) + exp
 }

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/okso-io/okso/schemas"
@@ -74,7 +77,7 @@ func TestBoundsRefuse(t *testing.T) {
 	for i := range patterns {
 		patterns[i] = `{"pattern":"[a-z]{1000}"}`
 	}
-	enum := make([]string, 70000)
+	enum := make([]string, 20000)
 	for i := range enum {
 		enum[i] = "0"
 	}
@@ -84,7 +87,7 @@ func TestBoundsRefuse(t *testing.T) {
 		"cycle":            {`{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`, "cycle"},
 		"pattern":          {`{"type":"string","pattern":"[a-z]{1000}[0-9]{1000}x"}`, "pattern"},
 		"work":             {`{"type":"string","allOf":[` + strings.Join(patterns[:7], ",") + `]}`, ""},
-		"work, more":       {`{"type":"string","allOf":[` + strings.Join(patterns, ",") + `]}`, "work"},
+		"work, more":       {`{"type":"string","$defs":{"p":{"pattern":"[a-z]{1000}"}},"allOf":[` + strings.TrimSuffix(strings.Repeat(`{"$ref":"#/$defs/p"},`, 140), ",") + `]}`, "work"},
 		"enum":             {`{"$defs":{"e":{"enum":[` + strings.Join(enum, ",") + `]}},"allOf":[{"$ref":"#/$defs/e"},{"$ref":"#/$defs/e"}]}`, "work"},
 		"anyOf fan":        {`{"anyOf":[` + strings.Repeat(`{"type":"string"},`, 600) + `{}]}`, "expansion"},
 		"recursive growth": {`{"$defs":{"n":{"type":"object","properties":{"x":{"allOf":[{"$ref":"#/$defs/n"},{"$ref":"#/$defs/n"}]}}}},"$ref":"#/$defs/n"}`, "expansion"},
@@ -131,9 +134,10 @@ func TestBoundsAdmitRealServers(t *testing.T) {
 					t.Errorf("%s %s: %v", filepath.Base(file), tl.Name, err)
 					continue
 				}
-				perValue, perByte := f.Work()
-				if largest := schemas.ForeignBudget / (perValue + perByte); largest < 64<<10 {
-					t.Errorf("%s %s: checks values of %d bytes at most (work %d + %d)", filepath.Base(file), tl.Name, largest, perValue, perByte)
+				// 64 KiB of ordinary JSON: 8,192 values, 2,048 of them
+				// small numbers.
+				if w := f.Work(); w.Cost(8192, 64<<10, 2048*schemas.NumberCost("123")) > schemas.ForeignBudget {
+					t.Errorf("%s %s: does not check 64 KiB of JSON (work %+v)", filepath.Base(file), tl.Name, w)
 				}
 			}
 		}
@@ -193,9 +197,8 @@ func TestValueBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perValue, perByte := heavy.Work()
-	fits := schemas.ForeignBudget / (perValue + perByte)
-	ok := `["` + strings.Repeat("a", fits-8) + `"]`
+	fits := longestString(heavy.Work())
+	ok := `["` + strings.Repeat("a", fits) + `"]`
 	if err := heavy.ValidateJSON([]byte(ok)); err != nil {
 		t.Errorf("a value within the budget: %s", heavy.Explain(err))
 	}
@@ -205,32 +208,83 @@ func TestValueBounds(t *testing.T) {
 	}
 }
 
+// longestString is the longest string, in an array of one, that a
+// schema of work w checks within the budget.
+func longestString(w schemas.Work) int {
+	return sort.Search(8<<20, func(n int) bool { return w.Cost(2, n+1, 0) > schemas.ForeignBudget })
+}
+
+// most is the most copies of an item of the given size (values, bytes,
+// numbers' cost) that an array of them may hold within the budget, and
+// within the gateway's largest request (1 MiB) of about text bytes each.
+func most(w schemas.Work, values, bytes, numbers, text int) int {
+	return min((1<<20)/text, sort.Search(1<<20, func(n int) bool {
+		return w.Cost(1+(n+1)*values, (n+1)*bytes, (n+1)*numbers) > schemas.ForeignBudget
+	}))
+}
+
 // BenchmarkBoundsWorst checks the worst schema each bound admits: the
-// bomb at the expansion bound against {} (what a call costs), and each
-// bound's worst against a value of the largest size it admits (the
-// budget).
+// bomb at the expansion bound against {} (what a call costs), and the
+// worst of each kind of work against the largest value the budget lets
+// it check.
 func BenchmarkBoundsWorst(b *testing.B) {
-	patterns := strings.Repeat(`{"pattern":"[a-z]{1000}"},`, 7)
+	patterns := strings.Repeat(`{"pattern":"[a-z]{1000}!"},`, 7) // run to the end of the string, never matched
+	objects := `{"type":"array","items":{"allOf":[` + strings.Repeat(`{"type":"object"},`, 500) + `{}]}}`
+	numbers := `{"type":"array","items":{"allOf":[` + strings.Repeat(`{"type":"integer","multipleOf":3,"minimum":-1},`, 20) + `{}]}}`
+	big := "1." + strings.Repeat("3", 90) + "e400"
 	for _, c := range []struct {
 		name, schema string
-		value        func(fits int) string
+		value        func(w schemas.Work) string
 	}{
-		{"expansion/{}", bomb(bombLimit), func(int) string { return `{}` }},
-		{"expansion/largest", bomb(bombLimit, `{"type":"array","items":%s}`), func(fits int) string {
-			return "[" + strings.Repeat(`{},`, fits/3-1) + "{}]"
+		{"expansion/{}", bomb(bombLimit), func(schemas.Work) string { return `{}` }},
+		{"expansion/largest", bomb(bombLimit, `{"type":"array","items":%s}`), func(w schemas.Work) string {
+			return "[" + strings.Repeat(`{},`, most(w, 1, 0, 0, 3)-1) + "{}]"
 		}},
-		{"work/small", `{"type":"string","allOf":[` + patterns + `{}]}`, func(int) string { return `"` + strings.Repeat("a", 64) + `"` }},
-		{"work/largest", `{"type":"string","allOf":[` + patterns + `{}]}`, func(fits int) string { return `"` + strings.Repeat("a", fits-4) + `"` }},
-		{"trivial/largest", `{"type":"array","items":{"type":"integer","minimum":0}}`, func(fits int) string {
-			return "[" + strings.Repeat(`1,`, min(fits, 1<<20)/2-1) + "1]"
+		{"work/small", `{"type":"string","allOf":[` + patterns + `{}]}`, func(schemas.Work) string { return `"` + strings.Repeat("a", 64) + `"` }},
+		{"work/largest", `{"type":"string","allOf":[` + patterns + `{}]}`, func(w schemas.Work) string {
+			return `"` + strings.Repeat("a", longestString(w)) + `"`
+		}},
+		{"members/largest", objects, func(w schemas.Work) string {
+			n := most(w, 2, 6, 0, 11) // {"k00000":0}, mostly members of one object
+			var o strings.Builder
+			o.WriteString(`[{`)
+			for i := range n {
+				if i > 0 {
+					o.WriteByte(',')
+				}
+				fmt.Fprintf(&o, `"k%05d":0`, i)
+			}
+			o.WriteString(`}]`)
+			return o.String()
+		}},
+		{"numbers/largest", numbers, func(w schemas.Work) string {
+			n := most(w, 1, len(big), schemas.NumberCost(big), len(big)+1)
+			return "[" + strings.Repeat(big+",", n-1) + big + "]"
+		}},
+		{"unique/largest", `{"uniqueItems":true}`, func(w schemas.Work) string {
+			// 20 arrays, equal but for their last number: every pair
+			// compared to the end.
+			n := most(w, 20, 20*6, 20*schemas.NumberCost("1e-400"), 20*7) - 1
+			var a strings.Builder
+			a.WriteByte('[')
+			for i := range 20 {
+				if i > 0 {
+					a.WriteByte(',')
+				}
+				a.WriteString("[" + strings.Repeat("1e-400,", n) + strconv.Itoa(i) + "]")
+			}
+			a.WriteByte(']')
+			return a.String()
+		}},
+		{"trivial/largest", `{"type":"array","items":{"type":"integer","minimum":0}}`, func(w schemas.Work) string {
+			return "[" + strings.Repeat(`1,`, most(w, 1, 1, schemas.NumberCost("1"), 2)-1) + "1]"
 		}},
 	} {
 		f, err := schemas.CompileForeign(json.RawMessage(c.schema))
 		if err != nil {
 			b.Fatalf("%s: %v", c.name, err)
 		}
-		perValue, perByte := f.Work()
-		doc := []byte(c.value(schemas.ForeignBudget / (perValue + perByte)))
+		doc := []byte(c.value(f.Work()))
 		if err := f.ValidateJSON(doc); err != nil && strings.Contains(f.Explain(err), "too large") {
 			b.Fatalf("%s: %s", c.name, f.Explain(err))
 		}
@@ -288,12 +342,112 @@ func FuzzCompileForeign(f *testing.F) {
 		if err != nil {
 			return
 		}
-		perValue, perByte := s.Work()
-		if perValue <= 0 || perValue > schemas.MaxForeignWork || perByte < 0 || perValue+perByte > schemas.MaxForeignWork {
-			t.Fatalf("work %d + %d past the bound", perValue, perByte)
+		if w := s.Work(); w.PerValue <= 0 || w.PerValue+w.PerByte > schemas.MaxForeignWork {
+			t.Fatalf("work %+v past the bound", w)
 		}
 		for _, d := range docs {
 			_ = s.Explain(s.ValidateJSON(d))
 		}
 	})
+}
+
+// TestBoundsRefuseCostlyChecks: the ways a small schema admitted by
+// the bounds could still make a check of a value within the gateway's
+// 1 MiB cost seconds, or gigabytes, are refused: at compile, or as a
+// value too large for the schema, unchecked.
+func TestBoundsRefuseCostlyChecks(t *testing.T) {
+	draft7 := `"$schema":"http://json-schema.org/draft-07/schema#",`
+	repeat := func(s string, n int) string { return strings.TrimSuffix(strings.Repeat(s+",", n), ",") }
+	zeros := make([]string, 30000)
+	for i := range zeros {
+		zeros[i] = "0"
+	}
+	big := "1." + strings.Repeat("3", 90) + "e400"
+	for _, c := range []struct {
+		name, schema, bound string
+		value               string // refused as too large, when the schema compiles
+	}{
+		{"numbers in an enum", `{"type":"array","items":{"enum":[` + strings.Join(zeros, ",") + `]}}`, "work", ""},
+		{"numbers compared", `{"type":"array","items":{"allOf":[` + repeat(`{"type":"integer","multipleOf":3.7e-400,"minimum":-3.7e-400}`, 100) + `]}}`, "",
+			"[" + repeat(big, 2600) + "]"},
+		{"uniqueItems", `{"uniqueItems":true}`, "",
+			"[" + repeat("["+repeat("1e-400", 7489)+"]", 20) + "]"},
+		{"dynamic reference", `{"$defs":{"t":{"$dynamicAnchor":"n"}},"items":{"$dynamicRef":"#n"}}`, "dynamic", ""},
+		{"recursive reference", `{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"items":{"$recursiveRef":"#"}}`, "dynamic", ""},
+		{"strings copied", `{"type":"string","allOf":[` + repeat(`{"maxLength":2000000}`, 511) + `]}`, "",
+			`"` + strings.Repeat("a", 1<<20-2) + `"`},
+		{"deep errors", `{"$defs":{"a":{"type":"array","items":{"$ref":"#/$defs/i"}},"i":{"anyOf":[{"$ref":"#/$defs/a"},{"allOf":[` +
+			repeat(`{"type":"string"}`, 500) + `]}]}},"$ref":"#/$defs/a"}`, "work", ""},
+		{"members scanned", `{"type":"array","items":{"allOf":[` + repeat(`{"type":"object"}`, 511) + `]}}`, "",
+			`[{` + repeat(`"k":0`, 1) + `,` + func() string {
+				var b strings.Builder
+				for i := range 90000 {
+					if i > 0 {
+						b.WriteByte(',')
+					}
+					fmt.Fprintf(&b, `"k%05d":0`, i)
+				}
+				return b.String()
+			}() + `}]`},
+		{"a chain of references", func() string {
+			defs := make([]string, 1500)
+			for i := range defs {
+				defs[i] = fmt.Sprintf(`"c%d":{"$ref":"#/$defs/c%d"}`, i, i+1)
+			}
+			return `{"$defs":{` + strings.Join(defs, ",") + `,"c1500":{}},"$ref":"#/$defs/c0"}`
+		}(), "expansion", ""},
+		{"patterns, all together", `{"properties":{` + func() string {
+			props := make([]string, 70)
+			for i := range props {
+				props[i] = fmt.Sprintf(`"p%d":{"pattern":"(?:\\pL?){660}N"}`, i)
+			}
+			return strings.Join(props, ",")
+		}() + `}}`, "pattern", ""},
+		{"names matched against patterns", `{"properties":{` + func() string {
+			props := make([]string, 5000)
+			for i := range props {
+				props[i] = fmt.Sprintf(`"n%d":{}`, i)
+			}
+			return strings.Join(props, ",")
+		}() + `},"patternProperties":{` + func() string {
+			pats := make([]string, 60)
+			for i := range pats {
+				pats[i] = fmt.Sprintf(`"[a-z]\\d*[xyz]\\d{1,10}|q%d":{}`, i)
+			}
+			return strings.Join(pats, ",")
+		}() + `}}`, "complexity", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := schemas.CompileForeign(json.RawMessage(c.schema))
+			if c.bound != "" {
+				if boundOf(err) != c.bound {
+					t.Fatalf("compiled: %v, want the %s bound", err, c.bound)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("compile: %v", err)
+			}
+			if got := f.Explain(f.ValidateJSON([]byte(c.value))); !strings.Contains(got, "too large for this schema to check") {
+				t.Errorf("%d bytes: %q, want refused as too large (work %+v)", len(c.value), got, f.Work())
+			}
+		})
+	}
+
+	// Formats are annotations: drafts 4 to 7 would check them, a
+	// "regex" format by compiling the value (seconds and gigabytes for a
+	// long one, and a shared map written from every check).
+	f, err := schemas.CompileForeign(json.RawMessage(`{` + draft7 + `"type":"array","items":{"format":"regex"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if err := f.ValidateJSON([]byte(`["(", "[a-z]+", "` + strings.Repeat(`\\pL`, 1000) + `"]`)); err != nil {
+				t.Errorf("a format was checked: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -10,8 +10,12 @@ import (
 )
 
 // MaxForeignSchema bounds the size of a schema okso did not write, such
-// as a federated upstream's inputSchema.
-const MaxForeignSchema = 256 << 10
+// as a federated upstream's inputSchema: ten times the largest of the
+// common public MCP servers' (testdata/servers). Compiling costs more
+// than in proportion to the size (a schema of 10,000 properties, 100 KB,
+// takes 0.5 s; of 20,000, 1.6 s), and each gateway compiles every
+// listing and declaration.
+const MaxForeignSchema = 64 << 10
 
 // Foreign is a compiled schema that okso did not write: an upstream's
 // input or output schema, a caller tool's declaration. It is compiled
@@ -65,10 +69,12 @@ func CompileForeign(raw json.RawMessage) (*Foreign, error) {
 		}
 		return nil, fmt.Errorf("schema does not compile: %w", err)
 	}
+	patterns.done = true
 	lim, err := analyse(root, patterns)
 	if err != nil {
 		return nil, err
 	}
+	unannotate(root)
 	f := &Foreign{root: root, lim: lim}
 	// The quick form reads its keywords as 2020-12 does: a schema that
 	// names another draft is left to the general validator.
@@ -82,10 +88,12 @@ func CompileForeign(raw json.RawMessage) (*Foreign, error) {
 // trailing data are errors) and validates it, within the schema's
 // bounds as [Foreign.Validate] does.
 func (f *Foreign) ValidateJSON(doc []byte) error {
-	// A document has at most as many values, and bytes of text, as it
-	// has bytes: one that cannot cost more than the budget is checked
-	// at once; another is decoded, and sized, first.
-	if f.quick != nil && f.lim.cost(len(doc), len(doc)) <= ForeignBudget && f.quick.acceptsJSON(doc) {
+	// A document of n bytes has at most n values and n bytes of text,
+	// and its numbers cost at most maxNumberCost per two bytes: one that
+	// cannot cost more than the budget is checked at once; another is
+	// decoded, and sized, first.
+	n := len(doc)
+	if f.quick != nil && f.lim.cost(size{values: n, bytes: n, numbers: n / 2 * maxNumberCost}) <= ForeignBudget && f.quick.acceptsJSON(doc) {
 		return nil
 	}
 	v, err := Decode(doc)
@@ -95,18 +103,22 @@ func (f *Foreign) ValidateJSON(doc []byte) error {
 	return f.Validate(v)
 }
 
+// maxNumberCost is the most reading one number within the bounds costs.
+const maxNumberCost = numberSteps + MaxNumberLength + MaxNumberExponent
+
 // Validate validates a value decoded by [Decode], within the schema's
 // bounds: a value past one (a number too long to compare, a value
 // nested too deep for a recursive schema, or one that would cost more
 // than [ForeignBudget] to check) is refused unchecked, with a
 // [*ValueError].
 func (f *Foreign) Validate(v any) error {
-	n, b, err := checkValue(v, f.lim.deep)
+	s, err := checkValue(v, f.lim.deep)
 	if err != nil {
 		return err
 	}
-	if cost := f.lim.cost(n, b); cost > ForeignBudget {
-		return &ValueError{Why: fmt.Sprintf("too large for this schema to check: %d values and %d bytes of text would cost %d steps, over %d", n, b, cost, ForeignBudget)}
+	if cost := f.lim.cost(s); cost > ForeignBudget {
+		return &ValueError{Why: fmt.Sprintf("too large for this schema to check: %d values, %d bytes of text and numbers that cost %d would cost %d steps, over %d",
+			s.values, s.bytes, s.numbers, cost, ForeignBudget)}
 	}
 	if f.quick != nil && f.quick.accepts(v) {
 		return nil
@@ -114,9 +126,29 @@ func (f *Foreign) Validate(v any) error {
 	return f.root.Validate(v)
 }
 
-// Work is the most checking one value costs, in steps of about 10 ns:
-// per member or item, and per byte of text (bounds.go).
-func (f *Foreign) Work() (perValue, perByte int) { return f.lim.evalWork, f.lim.textWork }
+// Work is the most checking a value against the schema costs, in steps
+// of about 10 ns (bounds.go).
+type Work struct {
+	PerValue  int // per value (member, item or the value itself)
+	PerByte   int // per byte of its strings, names and numbers
+	PerNumber int // per unit of its numbers' cost (NumberCost)
+	Unique    int // uniqueItems on the way to a place
+}
+
+// Work is what checking a value against the schema costs at most.
+func (f *Foreign) Work() Work {
+	return Work{PerValue: f.lim.perValue, PerByte: f.lim.perByte, PerNumber: f.lim.perNumber, Unique: f.lim.unique}
+}
+
+// Cost is what checking a value of the given values, bytes and numbers
+// (their NumberCost summed) costs at most; ForeignBudget bounds it.
+func (w Work) Cost(values, bytes, numbers int) int {
+	return limits{perValue: w.PerValue, perByte: w.PerByte, perNumber: w.PerNumber, unique: w.Unique}.cost(size{values, bytes, numbers})
+}
+
+// NumberCost is what reading a JSON number within the bounds as a
+// fraction costs, in steps.
+func NumberCost(n string) int { return numberCost(n) }
 
 // Explain says why arguments failed, as [Explain] does for embedded
 // schemas: the failing argument when the schema declares it, never what

@@ -143,7 +143,7 @@ func (s *Set) Validate(id string, v any) error {
 		return nil
 	}
 	// The bounds every check keeps (a number's size; bounds.go).
-	if _, _, err := checkValue(v, false); err != nil {
+	if _, err := checkValue(v, false); err != nil {
 		return err
 	}
 	return sch.Validate(v)
