@@ -230,7 +230,13 @@ func (c *callCtx) checkResult(result json.RawMessage) (json.RawMessage, *schemas
 	if e.shape == shapeToolResult {
 		result, err := checkToolResult(result, e.output)
 		if err != nil {
-			c.g.log.Warn("upstream result refused", "tool", e.name, "err", err)
+			// Explained, never the validator's whole error: its text can
+			// be as large as the result.
+			why := err.Error()
+			if e.output != nil {
+				why = e.output.explain(err)
+			}
+			c.g.log.Warn("upstream result refused", "tool", e.name, "err", why)
 			return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 		}
 		return result, nil

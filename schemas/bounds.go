@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
 
 // A schema okso did not write could cost any amount of work to check a
@@ -100,9 +102,19 @@ const (
 	// a number costs numberSteps + its length + its exponent's magnitude.
 	numberSteps = 40
 	// uniqueSteps weighs what uniqueItems costs per unit of the array's
-	// contents: up to 19 comparisons of each item with the others.
-	uniqueSteps = 20
+	// contents: each item written once as a key (okso's own check, not
+	// the validator's, whose hash lets crafted items collide).
+	uniqueSteps = 4
+	// nameSteps is the cost of each name a required, dependentRequired
+	// or dependencies list looks up (and keeps, when it is missing).
+	nameSteps = 6
 )
+
+// maxEnumContainers bounds the enum of a schema that has arrays or
+// objects among its values: drafts 4 to 7 check that an enum's values
+// are unique with the validator's own hash, in which crafted values
+// collide, before okso can look at the schema.
+const maxEnumContainers = 20
 
 // exploreSteps bounds the work of finding a schema's expansion: a schema
 // whose places are too many to visit is refused as too complex.
@@ -110,7 +122,7 @@ const exploreSteps = 1 << 21
 
 // BoundError says that a foreign schema is past one of okso's bounds.
 type BoundError struct {
-	// Bound is "size", "depth", "number", "cycle", "dynamic",
+	// Bound is "size", "depth", "number", "enum", "cycle", "dynamic",
 	// "expansion", "pattern", "work" or "complexity".
 	Bound string
 	Limit int
@@ -131,6 +143,8 @@ func (e *BoundError) Error() string {
 		what = "refers to itself without descending into the value"
 	case "dynamic":
 		what = "uses $dynamicRef or $recursiveRef"
+	case "enum":
+		what = fmt.Sprintf("has an enum of more than %d values with arrays or objects among them", e.Limit)
 	case "pattern":
 		what = fmt.Sprintf("has patterns that compile to more than %d instructions", e.Limit)
 	case "work":
@@ -240,6 +254,9 @@ func checkDoc(v any, depth int) error {
 	}
 	switch v := v.(type) {
 	case map[string]any:
+		if enum, ok := v["enum"].([]any); ok && len(enum) > maxEnumContainers && slices.ContainsFunc(enum, isContainer) {
+			return &BoundError{Bound: "enum", Limit: maxEnumContainers}
+		}
 		for _, x := range v {
 			if err := checkDoc(x, depth+1); err != nil {
 				return err
@@ -257,6 +274,14 @@ func checkDoc(v any, depth int) error {
 		}
 	}
 	return nil
+}
+
+func isContainer(v any) bool {
+	switch v.(type) {
+	case map[string]any, []any:
+		return true
+	}
+	return false
 }
 
 // graph is a compiled schema's subschemas as numbered nodes.
@@ -295,7 +320,7 @@ func analyse(root *jsonschema.Schema, patterns *patternSizer) (limits, error) {
 	if err != nil {
 		return limits{}, err
 	}
-	e := explorer{g: g, closures: closures, seen: map[string]int{}, onPath: map[string]bool{}}
+	e := explorer{g: g, closures: closures, seen: map[string]bool{}, onPath: map[string]bool{}}
 	if err := e.place(closures[0], 0, inherited{}); err != nil {
 		return limits{}, err
 	}
@@ -358,9 +383,14 @@ func (g *graph) link(i int, patterns *patternSizer) {
 	if s.Const != nil {
 		compared(*s.Const)
 	}
-	eval += len(s.Required) + len(s.DependentRequired)
+	eval += nameSteps*len(s.Required) + len(s.DependentRequired) + len(s.Dependencies) + len(s.DependentSchemas)
 	for _, req := range s.DependentRequired {
-		eval += len(req)
+		eval += nameSteps * len(req)
+	}
+	for _, d := range s.Dependencies {
+		if req, ok := d.([]string); ok {
+			eval += nameSteps * len(req)
+		}
 	}
 	if s.Types != nil && slices.Contains(s.Types.ToStrings(), "integer") {
 		num++
@@ -527,8 +557,8 @@ func (g *graph) closures() ([]closure, error) {
 type explorer struct {
 	g        *graph
 	closures []closure
-	seen     map[string]int  // places visited, by their multiset and what they inherit: the least depth
-	onPath   map[string]bool // the places being visited: one met again is recursion
+	seen     map[string]bool // places visited, by their multiset, what they inherit, and their depth
+	onPath   map[string]bool // the places being visited (by multiset and inheritance): one met again is recursion
 	steps    int
 	lim      limits
 }
@@ -603,6 +633,11 @@ func (e *explorer) place(c closure, depth int, in inherited) error {
 		e.lim.deep = true
 		return nil
 	}
+	names := e.names(c)
+	// Each member's name is checked at the names' place too: its cost
+	// is each member's.
+	scan += e.work(names, depth+1, inherited{})
+	scanText += e.text(names)
 	below := inherited{scan: scan, scanText: scanText, unique: unique}
 	key := c.key(below)
 	if e.onPath[key] {
@@ -611,29 +646,69 @@ func (e *explorer) place(c closure, depth int, in inherited) error {
 		e.lim.deep = true
 		return at(MaxValueDepth)
 	}
-	if d, ok := e.seen[key]; ok && d <= depth {
+	// A place's work grows with its depth, and the places below it are
+	// cut at MaxValueDepth: one met again at another depth is visited
+	// again (exploreSteps bounds the visits).
+	visit := key + "@" + strconv.Itoa(depth)
+	if e.seen[visit] {
 		return nil
 	}
 	e.onPath[key] = true
 	defer delete(e.onPath, key)
-	for _, child := range e.children(c) {
+	for _, child := range append(e.children(c), names) {
 		if err := e.place(child, depth+1, below); err != nil {
 			return err
 		}
 	}
-	e.seen[key] = depth
+	e.seen[visit] = true
 	return nil
 }
 
-// children are the multisets of subschemas at each place one level down.
+// work is what one value at a place of multiset c costs per value, at a
+// depth, with what it inherits.
+func (e *explorer) work(c closure, depth int, in inherited) int {
+	eval := 0
+	for k, n := range c {
+		eval += n * e.g.evalW[k]
+	}
+	return in.scan + eval*(depthSteps+depth)/depthSteps
+}
+
+// text is what a place of multiset c costs per byte.
+func (e *explorer) text(c closure) int {
+	t := 0
+	for k, n := range c {
+		t += n * e.g.textW[k]
+	}
+	return t
+}
+
+// names is the multiset of subschemas that check the property names (and
+// a string's content) of the value at a place of multiset c: values of
+// their own, one level down.
+func (e *explorer) names(c closure) closure {
+	names := closure{}
+	for k, n := range c {
+		for _, x := range []*jsonschema.Schema{e.g.nodes[k].PropertyNames, e.g.nodes[k].ContentSchema} {
+			if x != nil {
+				e.expand(names, e.g.index[x], n)
+			}
+		}
+	}
+	return names
+}
+
+// children are the multisets of subschemas at each place one level down:
+// each member a subschema names, any other member, each item a prefix
+// names, and any other item.
 func (e *explorer) children(c closure) []closure {
 	nodes := e.g.nodes
 	// Members: each name some subschema declares, and any other.
-	names := map[string]bool{}
+	declared := map[string]bool{}
 	var prefix int
 	for k := range c {
 		for name := range nodes[k].Properties {
-			names[name] = true
+			declared[name] = true
 		}
 		prefix = max(prefix, len(nodes[k].PrefixItems))
 		if items, ok := nodes[k].Items.([]*jsonschema.Schema); ok {
@@ -675,7 +750,7 @@ func (e *explorer) children(c closure) []closure {
 		}
 		return m
 	}
-	for _, name := range slices.Sorted(mapKeys(names)) {
+	for _, name := range slices.Sorted(mapKeys(declared)) {
 		if e.steps > exploreSteps {
 			break // place says so
 		}
@@ -718,22 +793,14 @@ func (e *explorer) children(c closure) []closure {
 		out = append(out, item(i, false))
 	}
 	out = append(out, item(prefix, true))
-	// Property names, and a string's content schema, are checked as
-	// values of their own.
-	names2 := closure{}
-	for k, n := range c {
-		for _, x := range []*jsonschema.Schema{nodes[k].PropertyNames, nodes[k].ContentSchema} {
-			if x != nil {
-				e.expand(names2, e.g.index[x], n)
-			}
-		}
-	}
-	return append(out, names2)
+	return out
 }
 
-// unannotate makes every format of a compiled schema an annotation (see
-// above).
-func unannotate(root *jsonschema.Schema) {
+// tame makes every format of a compiled schema an annotation (see
+// above), and checks its uniqueItems with okso's own check: the
+// validator's hashes crafted items alike (no lengths, no ends), and then
+// compares every pair.
+func tame(root *jsonschema.Schema) {
 	seen := map[*jsonschema.Schema]bool{}
 	var walk func(*jsonschema.Schema)
 	walk = func(s *jsonschema.Schema) {
@@ -742,11 +809,87 @@ func unannotate(root *jsonschema.Schema) {
 		}
 		seen[s] = true
 		s.Format = nil
+		if s.UniqueItems {
+			s.UniqueItems = false
+			s.Extensions = append(s.Extensions, uniqueItems{})
+		}
 		for _, sub := range all(s) {
 			walk(sub)
 		}
 	}
 	walk(root)
+}
+
+// uniqueItems checks that an array's items are unique as JSON Schema
+// means it (numbers equal by value, objects whatever their order), with
+// one exact key per item: linear in the array's contents.
+type uniqueItems struct{}
+
+func (uniqueItems) Validate(ctx *jsonschema.ValidatorContext, v any) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 2 {
+		return
+	}
+	seen := make(map[string]int, len(arr))
+	var b []byte
+	for i, item := range arr {
+		b = uniqueKey(b[:0], item)
+		if j, dup := seen[string(b)]; dup {
+			ctx.AddError(&kind.UniqueItems{Duplicates: [2]int{j, i}})
+			return
+		}
+		seen[string(b)] = i
+	}
+}
+
+// uniqueKey appends an exact encoding of v: two values have the same
+// key exactly when JSON Schema deems them equal.
+func uniqueKey(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case nil:
+		return append(b, 'n')
+	case bool:
+		if v {
+			return append(b, 't')
+		}
+		return append(b, 'f')
+	case string:
+		b = append(b, 's')
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		return append(b, v...)
+	case json.Number:
+		r, ok := new(big.Rat).SetString(string(v))
+		if !ok {
+			b = append(b, 'x')
+			b = strconv.AppendInt(b, int64(len(v)), 10)
+			b = append(b, ':')
+			return append(b, v...)
+		}
+		s := r.RatString()
+		b = append(b, 'd')
+		b = strconv.AppendInt(b, int64(len(s)), 10)
+		b = append(b, ':')
+		return append(b, s...)
+	case []any:
+		b = append(b, 'a')
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		for _, x := range v {
+			b = uniqueKey(b, x)
+		}
+		return b
+	case map[string]any:
+		b = append(b, 'o')
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		for _, k := range slices.Sorted(mapKeys(v)) {
+			b = uniqueKey(b, k)
+			b = uniqueKey(b, v[k])
+		}
+		return b
+	}
+	return append(b, '?') // no value Decode makes
 }
 
 // checkValue walks a decoded value for the bounds every check keeps (its

@@ -276,6 +276,7 @@ func BenchmarkBoundsWorst(b *testing.B) {
 			a.WriteByte(']')
 			return a.String()
 		}},
+		{"unique/collide", `{"uniqueItems":true}`, func(schemas.Work) string { return collidingItems(3000) }},
 		{"trivial/largest", `{"type":"array","items":{"type":"integer","minimum":0}}`, func(w schemas.Work) string {
 			return "[" + strings.Repeat(`1,`, most(w, 1, 1, schemas.NumberCost("1"), 2)-1) + "1]"
 		}},
@@ -450,4 +451,122 @@ func TestBoundsRefuseCostlyChecks(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestUniqueItems: okso's own uniqueItems check (the validator's hashes
+// crafted items alike, then compares every pair) finds what JSON Schema
+// deems equal, and only that.
+func TestUniqueItems(t *testing.T) {
+	f, err := schemas.CompileForeign(json.RawMessage(`{"uniqueItems":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for doc, unique := range map[string]bool{
+		`[1, 1.0]`:                           false,
+		`[1, 10e-1]`:                         false,
+		`[{"a":1,"b":2},{"b":2,"a":1}]`:      false,
+		`[[1,"a"],[1,"a"]]`:                  false,
+		`["a", "a"]`:                         false,
+		`[null, null]`:                       false,
+		`[["ab","c"],["a","bc"]]`:            true,
+		`[[[]],[[],[]]]`:                     true,
+		`[{"a":"bc"},{"ab":"c"}]`:            true,
+		`[1, "1", true, null, [1], {"1":1}]`: true,
+		`[0.1, 0.10000000000000001]`:         true,
+		`[]`:                                 true,
+	} {
+		if err := f.ValidateJSON([]byte(doc)); (err == nil) != unique {
+			t.Errorf("%s: %v, want unique %v", doc, err, unique)
+		}
+	}
+	if got := f.Explain(f.ValidateJSON([]byte(`[3, 3]`))); !strings.Contains(got, "unique") {
+		t.Errorf("Explain = %q", got)
+	}
+
+	// Distinct items the validator's hash would take for one another: a
+	// linear check now (see BenchmarkBoundsWorst/unique/collide).
+	if err := f.ValidateJSON([]byte(collidingItems(300))); err != nil {
+		t.Errorf("distinct items: %v", err)
+	}
+}
+
+// collidingItems is an array of n distinct items that the validator's
+// own uniqueItems hash takes for one another: ten zeros, then a tree of
+// nine nested empty arrays, each a different shape.
+func collidingItems(n int) string {
+	var trees []string
+	var shapes func(nodes int) []string
+	shapes = func(nodes int) []string { // the forests of nodes empty arrays
+		if nodes == 0 {
+			return []string{""}
+		}
+		var out []string
+		for first := 1; first <= nodes && len(out) < n; first++ {
+			for _, inside := range shapes(first - 1) {
+				for _, rest := range shapes(nodes - first) {
+					tree := "[" + inside + "]"
+					if rest != "" {
+						tree += "," + rest
+					}
+					out = append(out, tree)
+					if len(out) >= n {
+						return out
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, forest := range shapes(9) {
+		trees = append(trees, "[0,0,0,0,0,0,0,0,0,0,"+forest+"]")
+	}
+	return "[" + strings.Join(trees[:min(n, len(trees))], ",") + "]"
+}
+
+// TestBoundsRefuseCostlyChecksAgain: what a second review found.
+func TestBoundsRefuseCostlyChecksAgain(t *testing.T) {
+	names := func(n int) string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf(`"n%d"`, i)
+		}
+		return strings.Join(out, ",")
+	}
+	items := func(item string, n int) string {
+		return "[" + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + "]"
+	}
+	for _, c := range []struct {
+		name, schema, bound string
+		value               string // refused as too large, when the schema compiles
+	}{
+		{"a draft-07 enum of colliding arrays", `{"$schema":"http://json-schema.org/draft-07/schema#","enum":` + collidingItems(100) + `}`, "enum", ""},
+		{"dependencies lists", `{"type":"object","properties":{"x":{"type":"array","items":{"dependencies":{"a":[` + names(5000) + `]}}}}}`, "",
+			`{"x":` + items(`{"a":0}`, 20000) + `}`},
+		{"required lists", `{"type":"array","items":{"required":[` + names(5000) + `]}}`, "", items(`{}`, 20000)},
+		{"a place met deeper", func() string {
+			chain := make([]string, 60)
+			for i := range chain {
+				chain[i] = fmt.Sprintf(`"c%d":{"type":"object","properties":{"y":{"$ref":"#/$defs/c%d"}}}`, i, i+1)
+			}
+			return `{"$defs":{` + strings.Join(chain, ",") + `,"c60":{"$ref":"#/$defs/x"},` +
+				`"x":{"type":"object","properties":{"y":{"type":"array","items":{"allOf":[` + strings.TrimSuffix(strings.Repeat(`{"type":"string"},`, 500), ",") + `]}}}}},` +
+				`"type":"object","properties":{"a":{"$ref":"#/$defs/x"},"b":{"$ref":"#/$defs/c0"}}}`
+		}(), "work", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := schemas.CompileForeign(json.RawMessage(c.schema))
+			if c.bound != "" {
+				if boundOf(err) != c.bound {
+					t.Fatalf("compiled: %v, want the %s bound", err, c.bound)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("compile: %v", err)
+			}
+			if got := f.Explain(f.ValidateJSON([]byte(c.value))); !strings.Contains(got, "too large for this schema to check") {
+				t.Errorf("%d bytes: %q, want refused as too large (work %+v)", len(c.value), got, f.Work())
+			}
+		})
+	}
 }

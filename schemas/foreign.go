@@ -74,7 +74,7 @@ func CompileForeign(raw json.RawMessage) (*Foreign, error) {
 	if err != nil {
 		return nil, err
 	}
-	unannotate(root)
+	tame(root)
 	f := &Foreign{root: root, lim: lim}
 	// The quick form reads its keywords as 2020-12 does: a schema that
 	// names another draft is left to the general validator.
