@@ -352,6 +352,26 @@ func FuzzCompileForeign(f *testing.F) {
 	})
 }
 
+// costly is a schema the bounds refuse: at compile, past the bound
+// named, or else its value, unchecked, as too large for it.
+type costly struct{ name, schema, bound, value string }
+
+func (c costly) check(t *testing.T) {
+	f, err := schemas.CompileForeign(json.RawMessage(c.schema))
+	if c.bound != "" {
+		if boundOf(err) != c.bound {
+			t.Fatalf("compiled: %v, want the %s bound", err, c.bound)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	if got := f.Explain(f.ValidateJSON([]byte(c.value))); !strings.Contains(got, "too large for this schema to check") {
+		t.Errorf("%d bytes: %q, want refused as too large (work %+v)", len(c.value), got, f.Work())
+	}
+}
+
 // TestBoundsRefuseCostlyChecks: the ways a small schema admitted by
 // the bounds could still make a check of a value within the gateway's
 // 1 MiB cost seconds, or gigabytes, are refused: at compile, or as a
@@ -364,10 +384,7 @@ func TestBoundsRefuseCostlyChecks(t *testing.T) {
 		zeros[i] = "0"
 	}
 	big := "1." + strings.Repeat("3", 90) + "e400"
-	for _, c := range []struct {
-		name, schema, bound string
-		value               string // refused as too large, when the schema compiles
-	}{
+	for _, c := range []costly{
 		{"numbers in an enum", `{"type":"array","items":{"enum":[` + strings.Join(zeros, ",") + `]}}`, "work", ""},
 		{"numbers compared", `{"type":"array","items":{"allOf":[` + repeat(`{"type":"integer","multipleOf":3.7e-400,"minimum":-3.7e-400}`, 100) + `]}}`, "",
 			"[" + repeat(big, 2600) + "]"},
@@ -418,21 +435,7 @@ func TestBoundsRefuseCostlyChecks(t *testing.T) {
 			return strings.Join(pats, ",")
 		}() + `}}`, "complexity", ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			f, err := schemas.CompileForeign(json.RawMessage(c.schema))
-			if c.bound != "" {
-				if boundOf(err) != c.bound {
-					t.Fatalf("compiled: %v, want the %s bound", err, c.bound)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("compile: %v", err)
-			}
-			if got := f.Explain(f.ValidateJSON([]byte(c.value))); !strings.Contains(got, "too large for this schema to check") {
-				t.Errorf("%d bytes: %q, want refused as too large (work %+v)", len(c.value), got, f.Work())
-			}
-		})
+		t.Run(c.name, c.check)
 	}
 
 	// Formats are annotations: drafts 4 to 7 would check them, a
@@ -535,10 +538,7 @@ func TestBoundsRefuseCostlyChecksAgain(t *testing.T) {
 	items := func(item string, n int) string {
 		return "[" + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + "]"
 	}
-	for _, c := range []struct {
-		name, schema, bound string
-		value               string // refused as too large, when the schema compiles
-	}{
+	for _, c := range []costly{
 		{"a draft-07 enum of colliding arrays", `{"$schema":"http://json-schema.org/draft-07/schema#","enum":` + collidingItems(100) + `}`, "enum", ""},
 		{"dependencies lists", `{"type":"object","properties":{"x":{"type":"array","items":{"dependencies":{"a":[` + names(5000) + `]}}}}}`, "",
 			`{"x":` + items(`{"a":0}`, 20000) + `}`},
@@ -553,20 +553,6 @@ func TestBoundsRefuseCostlyChecksAgain(t *testing.T) {
 				`"type":"object","properties":{"a":{"$ref":"#/$defs/x"},"b":{"$ref":"#/$defs/c0"}}}`
 		}(), "work", ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			f, err := schemas.CompileForeign(json.RawMessage(c.schema))
-			if c.bound != "" {
-				if boundOf(err) != c.bound {
-					t.Fatalf("compiled: %v, want the %s bound", err, c.bound)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("compile: %v", err)
-			}
-			if got := f.Explain(f.ValidateJSON([]byte(c.value))); !strings.Contains(got, "too large for this schema to check") {
-				t.Errorf("%d bytes: %q, want refused as too large (work %+v)", len(c.value), got, f.Work())
-			}
-		})
+		t.Run(c.name, c.check)
 	}
 }
