@@ -21,8 +21,10 @@ import (
 // refused where it is declared (a caller tool's declaration, an
 // upstream's listing) instead of being checked at all:
 //
-//   - its size (MaxForeignSchema bytes), the nesting of its document
-//     (MaxForeignDepth), and its numbers (as a value's, below);
+//   - its document: its size (MaxForeignSchema bytes), values
+//     (MaxForeignValues), nesting (MaxForeignDepth), the pointers to its
+//     values (MaxForeignPointer), its lists of arrays or objects, and its
+//     numbers (as a value's, below), so that compiling it costs little;
 //   - its expansion: how many subschemas apply to any one place in a
 //     value, counting every path through $ref, allOf, anyOf, oneOf, not,
 //     if/then/else, dependentSchemas and the applicators that descend into
@@ -58,8 +60,13 @@ import (
 
 // Bounds on a foreign schema and on the values it checks.
 const (
-	// MaxForeignDepth bounds the nesting of a foreign schema's document.
-	MaxForeignDepth = 64
+	// MaxForeignDepth bounds the nesting of a foreign schema's document,
+	// MaxForeignValues its values, and MaxForeignPointer the JSON
+	// pointer to any of them, in bytes: the largest of the common public
+	// servers' has 265 values, and pointers of 99 bytes.
+	MaxForeignDepth   = 64
+	MaxForeignValues  = 4096
+	MaxForeignPointer = 256
 	// MaxForeignExpansion bounds the subschemas that apply to any one
 	// place in a value: at 512, checking {} against the worst schema
 	// admitted costs well under a millisecond.
@@ -110,20 +117,21 @@ const (
 	nameSteps = 6
 )
 
-// maxEnumContainers bounds the enum of a schema that has arrays or
-// objects among its values: drafts 4 to 7 check that an enum's values
-// are unique with the validator's own hash, in which crafted values
-// collide, before okso can look at the schema.
-const maxEnumContainers = 20
+// maxListContainers bounds a list of a schema (other than a list of
+// schemas) that has arrays or objects among its values: the metaschemas
+// check enum (drafts 4 to 7), required and type lists unique with the
+// validator's own hash, in which crafted values collide, before okso can
+// look at the schema.
+const maxListContainers = 20
 
 // exploreSteps bounds the work of finding a schema's expansion: a schema
 // whose places are too many to visit is refused as too complex.
-const exploreSteps = 1 << 21
+const exploreSteps = 1 << 16
 
 // BoundError says that a foreign schema is past one of okso's bounds.
 type BoundError struct {
-	// Bound is "size", "depth", "number", "enum", "cycle", "dynamic",
-	// "expansion", "pattern", "work" or "complexity".
+	// Bound is "size", "values", "depth", "pointer", "number", "list",
+	// "cycle", "dynamic", "expansion", "pattern", "work" or "complexity".
 	Bound string
 	Limit int
 }
@@ -143,8 +151,12 @@ func (e *BoundError) Error() string {
 		what = "refers to itself without descending into the value"
 	case "dynamic":
 		what = "uses $dynamicRef or $recursiveRef"
-	case "enum":
-		what = fmt.Sprintf("has an enum of more than %d values with arrays or objects among them", e.Limit)
+	case "list":
+		what = fmt.Sprintf("has a list of more than %d values with arrays or objects among them (an enum, say)", e.Limit)
+	case "values":
+		what = fmt.Sprintf("has more than %d values in its document", e.Limit)
+	case "pointer":
+		what = fmt.Sprintf("has a value whose JSON pointer is longer than %d bytes", e.Limit)
 	case "pattern":
 		what = fmt.Sprintf("has patterns that compile to more than %d instructions", e.Limit)
 	case "work":
@@ -245,26 +257,47 @@ func (p *patternSizer) compile(s string) (jsonschema.Regexp, error) {
 	return regexp.Compile(s)
 }
 
-// checkDoc checks a foreign schema's document for the bounds on its
-// nesting and on its numbers (an enum's or a const's are read as
-// fractions on every check, as a value's are).
-func checkDoc(v any, depth int) error {
+// checkDoc checks a foreign schema's document, before the compiler sees
+// it, for the bounds on its nesting, its values and the pointers to them,
+// its lists and its numbers (an enum's or a const's are read as fractions
+// on every check, as a value's are). The compiler's own work grows faster
+// than the document: it checks the document against its draft's
+// metaschema building each subschema's pointer anew, looks each one up
+// in a list, and checks lists such as enum, required and type unique
+// with a hash in which crafted values collide.
+func checkDoc(doc any) error {
+	var w docWalk
+	return w.walk(doc, 1, 0, false)
+}
+
+// docWalk is a walk of a schema's document.
+type docWalk struct{ values int }
+
+// walk checks v, at depth, with a pointer of ptr bytes to it; schemas:
+// v is a list of schemas (allOf, anyOf, oneOf, prefixItems, items).
+func (w *docWalk) walk(v any, depth, ptr int, schemas bool) error {
+	if w.values++; w.values > MaxForeignValues {
+		return &BoundError{Bound: "values", Limit: MaxForeignValues}
+	}
 	if depth > MaxForeignDepth {
 		return &BoundError{Bound: "depth", Limit: MaxForeignDepth}
 	}
+	if ptr > MaxForeignPointer {
+		return &BoundError{Bound: "pointer", Limit: MaxForeignPointer}
+	}
 	switch v := v.(type) {
 	case map[string]any:
-		if enum, ok := v["enum"].([]any); ok && len(enum) > maxEnumContainers && slices.ContainsFunc(enum, isContainer) {
-			return &BoundError{Bound: "enum", Limit: maxEnumContainers}
-		}
-		for _, x := range v {
-			if err := checkDoc(x, depth+1); err != nil {
+		for k, x := range v {
+			if err := w.walk(x, depth+1, ptr+1+len(k)+strings.Count(k, "~")+strings.Count(k, "/"), schemaList(k)); err != nil {
 				return err
 			}
 		}
 	case []any:
-		for _, x := range v {
-			if err := checkDoc(x, depth+1); err != nil {
+		if !schemas && len(v) > maxListContainers && slices.ContainsFunc(v, isContainer) {
+			return &BoundError{Bound: "list", Limit: maxListContainers}
+		}
+		for i, x := range v {
+			if err := w.walk(x, depth+1, ptr+1+len(strconv.Itoa(i)), false); err != nil {
 				return err
 			}
 		}
@@ -274,6 +307,15 @@ func checkDoc(v any, depth int) error {
 		}
 	}
 	return nil
+}
+
+// schemaList reports whether a keyword's array holds schemas.
+func schemaList(keyword string) bool {
+	switch keyword {
+	case "allOf", "anyOf", "oneOf", "prefixItems", "items":
+		return true
+	}
+	return false
 }
 
 func isContainer(v any) bool {

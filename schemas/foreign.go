@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -51,7 +52,7 @@ func CompileForeign(raw json.RawMessage) (*Foreign, error) {
 	if _, ok := doc.(map[string]any); !ok {
 		return nil, errors.New("schema is not a JSON object")
 	}
-	if err := checkDoc(doc, 1); err != nil {
+	if err := checkDoc(doc); err != nil {
 		return nil, err
 	}
 	patterns := &patternSizer{size: map[string]int{}}
@@ -67,7 +68,7 @@ func CompileForeign(raw json.RawMessage) (*Foreign, error) {
 		if patterns.past != nil {
 			return nil, patterns.past
 		}
-		return nil, fmt.Errorf("schema does not compile: %w", err)
+		return nil, compileError(err)
 	}
 	patterns.done = true
 	lim, err := analyse(root, patterns)
@@ -123,7 +124,41 @@ func (f *Foreign) Validate(v any) error {
 	if f.quick != nil && f.quick.accepts(v) {
 		return nil
 	}
-	return f.root.Validate(v)
+	if err := f.root.Validate(v); err != nil {
+		return &checkError{root: f.root, err: err}
+	}
+	return nil
+}
+
+// checkError is a value's failure of a foreign schema. Its text is
+// short, and never the value's: the validator's own says every failure
+// of every subschema, as long as the value times the schema.
+type checkError struct {
+	root *jsonschema.Schema
+	err  error
+}
+
+func (e *checkError) Error() string { return "fails its schema: " + Explain(e.root, e.err) }
+func (e *checkError) Unwrap() error { return e.err }
+
+// compileError says why the compiler refused a schema, briefly: its
+// error for a schema that fails its metaschema lists every failure.
+func compileError(err error) error {
+	var meta *jsonschema.SchemaValidationError
+	if errors.As(err, &meta) {
+		var ve *jsonschema.ValidationError
+		if errors.As(meta.Err, &ve) {
+			leaf := firstLeaf(ve)
+			return fmt.Errorf("schema is not valid against its draft's metaschema at %q (%s)",
+				printable("/"+strings.Join(leaf.InstanceLocation, "/"), 80), printable(strings.Join(leaf.ErrorKind.KeywordPath(), "/"), 40))
+		}
+		return errors.New("schema is not valid against its draft's metaschema")
+	}
+	msg := err.Error()
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	return errors.New("schema does not compile: " + msg)
 }
 
 // Work is the most checking a value against the schema costs, in steps
