@@ -166,6 +166,9 @@ func TestTypeScriptSDK(t *testing.T) {
 		if strings.Contains(e.Message, "zzz_secret") {
 			t.Errorf("echo with an undeclared argument: %q repeats the caller's name zzz_secret", e.Message)
 		}
+		if e.Code != "" && !strings.Contains(e.Message, "(it declares: message)") {
+			t.Errorf("echo with an undeclared argument: %q does not list the declared arguments", e.Message)
+		}
 		wantError(t, "pin.write with a read-only token", out[2], "E_SAFETY_DENIED")
 		wantError(t, "subscribe without a progressToken", out[3], "E_BAD_REQUEST")
 

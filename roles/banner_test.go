@@ -144,8 +144,8 @@ func TestBanner(t *testing.T) {
 		!slices.Contains(mintRow, dataDir) || !slices.Contains(mintRow, auth.ScopeMutating) {
 		t.Fatalf("token mint row %q", mintRow)
 	}
-	var minted bytes.Buffer
-	root := NewRoot(&minted, &minted)
+	var minted, mintErr bytes.Buffer
+	root := NewRoot(&minted, &mintErr)
 	root.SetArgs(mintRow[i:])
 	if err := root.Execute(); err != nil {
 		t.Fatalf("okso %s: %v", strings.Join(mintRow[i:], " "), err)

@@ -17,8 +17,8 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("OKSO_DATA_DIR", dir)
 	t.Setenv("OKSO_TENANT", "from-env")
-	var out bytes.Buffer
-	root := NewRoot(&out, &out)
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
 	root.SetArgs([]string{"token", "mint", "--subject", "someone"})
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	}
 
 	out.Reset()
-	root = NewRoot(&out, &out)
+	root = NewRoot(&out, &errOut)
 	root.SetArgs([]string{"token", "mint", "--tenant", "from-flag"})
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)

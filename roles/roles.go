@@ -58,7 +58,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		remoteCmd(stderr),
 		mockFleetCmd(stderr),
 		agentCmd(stderr),
-		tokenCmd(stdout),
+		tokenCmd(stdout, stderr),
 		natsCmd(stdout),
 		endpointCmd(stdout),
 		benchCmd(stdout, stderr),

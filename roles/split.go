@@ -444,7 +444,19 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
-func tokenCmd(stdout io.Writer) *cobra.Command {
+const (
+	// agentTokenTTL is how long an agent token minted without --ttl is
+	// valid: long enough to be pasted into an agent host's configuration
+	// and keep working there.
+	agentTokenTTL = 30 * 24 * time.Hour
+	// deviceTokenTTL is how long a device token minted without --ttl is
+	// valid.
+	deviceTokenTTL = time.Hour
+)
+
+// tokenCmd prints tokens on stdout, bare, for scripts to capture; what
+// a person needs to know about one (its validity) goes to stderr.
+func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Manage okso tokens"}
 	var (
 		o       auth.MintOptions
@@ -473,6 +485,9 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 				}
 				o.Subject = nodeID
 				o.Scopes = []string{auth.ScopeDeviceConnect}
+				if !cmd.Flags().Changed("ttl") {
+					o.TTL = deviceTokenTTL
+				}
 				if o.Audience == "" {
 					o.Audience = auth.AudienceDevice
 				}
@@ -497,14 +512,24 @@ func tokenCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			c, err := auth.UnverifiedClaims(tok)
+			if err != nil {
+				return fmt.Errorf("read the minted token: %w", err)
+			}
 			fmt.Fprintln(stdout, tok)
+			kind := "agent"
+			if isDev {
+				kind = "device"
+			}
+			fmt.Fprintf(stderr, "%s token valid for %s, until %s (--ttl to change)\n",
+				kind, validity(o.TTL), c.ExpiresAt.UTC().Format(time.RFC3339))
 			return nil
 		},
 	}
 	fs := mint.Flags()
 	fs.StringVar(&o.Tenant, "tenant", DefaultTenant, "tenant of the token")
 	fs.StringSliceVar(&o.Scopes, "scope", nil, "scopes (repeatable, or space separated); default tools:call:read_only")
-	fs.DurationVar(&o.TTL, "ttl", time.Hour, "validity")
+	fs.DurationVar(&o.TTL, "ttl", agentTokenTTL, "validity of the token: 720h (30 days) for an agent token, 1h with --device")
 	fs.StringVar(&o.Subject, "subject", "agent", "subject (sub) of an agent token")
 	fs.StringVar(&o.Audience, "audience", "", "audience (default okso-mcp, or okso-device with --device)")
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
@@ -611,4 +636,16 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 	addNATSClientFlags(fs, &sec)
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
 	return cmd
+}
+
+// validity says how long a token is valid, in days when it is whole days.
+func validity(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d == day:
+		return "1 day"
+	case d > day && d%day == 0:
+		return fmt.Sprintf("%d days", d/day)
+	}
+	return d.String()
 }

@@ -19,10 +19,12 @@ import (
 // 1000". err is what [Set.ValidateJSON] returned for them.
 //
 // An argument is named only when the schema declares it: a name the
-// caller made up is never echoed ("an argument the schema does not
-// declare"), nor is any value the caller sent. What is named comes from
-// the schema, in printable ASCII. When several rules fail, the first by
-// location is told.
+// caller made up is never echoed, nor is any value the caller sent. In
+// its place the message lists what the schema declares there, so the
+// caller can correct itself: "an argument the schema does not declare
+// (it declares: interval_ms, message)". What is named comes from the
+// schema, in printable ASCII, and is bounded (at most [maxDeclared]
+// names). When several rules fail, the first by location is told.
 func (s *Set) Explain(id string, err error) string {
 	return Explain(s.compiled[id], err)
 }
@@ -31,14 +33,12 @@ func (s *Set) Explain(id string, err error) string {
 func Explain(root *jsonschema.Schema, err error) string {
 	var past *ValueError
 	if errors.As(err, &past) {
-		where, declared := argumentPath(root, past.Location)
+		where, at, declared := argumentPath(root, past.Location)
 		switch {
 		case len(past.Location) == 0:
 			return "arguments: " + past.Why
-		case !declared && where == "":
-			return "an argument the schema does not declare: " + past.Why
 		case !declared:
-			return "argument " + where + ": a property the schema does not declare: " + past.Why
+			return undeclared(where, at) + ": " + past.Why
 		}
 		return "argument " + where + ": " + past.Why
 	}
@@ -50,20 +50,14 @@ func Explain(root *jsonschema.Schema, err error) string {
 		return "arguments are not one JSON object without duplicate keys"
 	}
 	leaf := firstLeaf(ve)
-	where, declared := argumentPath(root, leaf.InstanceLocation)
+	where, at, declared := argumentPath(root, leaf.InstanceLocation)
 	if !declared {
-		if where == "" {
-			return "an argument the schema does not declare fails it"
-		}
-		return "argument " + where + ": a property the schema does not declare fails it"
+		return undeclared(where, at) + " fails it"
 	}
 	rule := ruleOf(leaf.ErrorKind)
 	switch k := leaf.ErrorKind.(type) {
 	case *kind.AdditionalProperties:
-		if where == "" {
-			return "an argument the schema does not declare"
-		}
-		return "argument " + where + ": a property the schema does not declare"
+		return undeclared(where, at)
 	case *kind.Required:
 		// The missing names are the schema's own.
 		missing := slices.Sorted(slices.Values(k.Missing))
@@ -103,17 +97,60 @@ func firstLeaf(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
 	})
 }
 
+// undeclared words a member the schema does not declare in the object
+// at where (the top level when where is empty), whose schema is at, and
+// lists the members it does declare; never the caller's name.
+func undeclared(where string, at *jsonschema.Schema) string {
+	names := declaredNames(at)
+	switch {
+	case where == "" && names == "":
+		return "an argument the schema does not declare (it declares none)"
+	case where == "":
+		return "an argument the schema does not declare (it declares: " + names + ")"
+	case names == "":
+		names = "none"
+	}
+	return "argument " + where + ": a property the schema does not declare (declared: " + names + ")"
+}
+
+// maxDeclared bounds how many declared names a message lists.
+const maxDeclared = 16
+
+// declaredNames lists the names s declares in properties ($ref
+// followed), sorted, in printable ASCII, at most maxDeclared of them;
+// "…" stands for the rest, and for names with nothing printable. It is
+// "" when s declares none.
+func declaredNames(s *jsonschema.Schema) string {
+	s = deref(s)
+	if s == nil || len(s.Properties) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(s.Properties))
+	for name := range s.Properties {
+		if p := printable(name, 64); p != "" {
+			names = append(names, p)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > maxDeclared || len(names) < len(s.Properties) {
+		return strings.Join(append(names[:min(len(names), maxDeclared)], "…"), ", ")
+	}
+	return strings.Join(names, ", ")
+}
+
 // argumentPath follows an instance location through the schema: it
 // returns the location as "a.b[2]" while each member is one the schema
 // declares in properties (and each index one of a declared array), and
 // reports false, with the declared part only, where it stops being so.
-func argumentPath(root *jsonschema.Schema, loc []string) (string, bool) {
+// It also returns the schema it reached: that of the whole location, or
+// of the declared part where it stopped.
+func argumentPath(root *jsonschema.Schema, loc []string) (string, *jsonschema.Schema, bool) {
 	var b strings.Builder
 	s := root
 	for _, seg := range loc {
 		s = deref(s)
 		if s == nil {
-			return b.String(), false
+			return b.String(), nil, false
 		}
 		if p, ok := s.Properties[seg]; ok {
 			if b.Len() > 0 {
@@ -130,9 +167,9 @@ func argumentPath(root *jsonschema.Schema, loc []string) (string, bool) {
 				continue
 			}
 		}
-		return b.String(), false
+		return b.String(), s, false
 	}
-	return b.String(), true
+	return b.String(), deref(s), true
 }
 
 // deref follows $ref, as far as it goes.
