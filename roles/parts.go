@@ -949,7 +949,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.C
 			once.Do(func() { f.connected.Add(1) })
 			link.ready()
 		}
-		o.OnLost = link.lost
+		o.OnLost, o.OnFail = link.lost, link.failed
 		d, err := agent.New(o)
 		if err != nil {
 			return nil, err
@@ -1013,7 +1013,11 @@ func (f *fleetPart) progress(ctx context.Context) {
 			return
 		case <-t.C:
 			if c := f.connected.Load(); c < n { // else the line above, at once
-				f.log.Info("mock devices connecting", "connected", c, "of", n)
+				args := []any{"connected", c, "of", n}
+				if failing, why := f.watch.failing(); failing > 0 {
+					args = append(args, "failing", failing, "err", why)
+				}
+				f.log.Info("mock devices connecting", args...)
 			}
 		}
 	}
@@ -1064,7 +1068,7 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })
 		link.ready()
 	}
-	o.OnLost = link.lost
+	o.OnLost, o.OnFail = link.lost, link.failed
 	d, err := agent.New(o)
 	if err != nil {
 		return nil, err
