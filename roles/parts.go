@@ -913,6 +913,7 @@ type fleetPart struct {
 	watch     *linkWatch    // says when the tier goes away and comes back
 	links     []*deviceLink // each device's, in watch
 	connected atomic.Int64  // devices that got their first announce_ok
+	refused   atomic.Int64  // devices a tier refused for good
 	// rate is how many devices start dialling per second (0: all at once).
 	rate int
 }
@@ -984,7 +985,14 @@ func (f *fleetPart) actors(g *run.Group) {
 			}
 			wg.Go(func() {
 				if err := d.Run(ctx); err != nil {
-					f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
+					// A fleet's devices are refused alike (a token of
+					// another key): the first says why, the progress line
+					// counts them all.
+					if f.refused.Add(1) == 1 {
+						f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
+					} else {
+						f.log.Debug("mock device stopped", "node_id", d.NodeID(), "err", err)
+					}
 					f.links[i].refused()
 				}
 			})
@@ -1014,6 +1022,9 @@ func (f *fleetPart) progress(ctx context.Context) {
 		case <-t.C:
 			if c := f.connected.Load(); c < n { // else the line above, at once
 				args := []any{"connected", c, "of", n}
+				if r := f.refused.Load(); r > 0 {
+					args = append(args, "refused", r)
+				}
 				if failing, why := f.watch.failing(); failing > 0 {
 					args = append(args, "failing", failing, "err", why)
 				}

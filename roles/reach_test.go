@@ -133,3 +133,37 @@ func TestUnreachableTierRewarnsOncePerMinute(t *testing.T) {
 		w.stop()
 	})
 }
+
+// TestFleetRefusedSaysSoOnce runs a fleet whose tokens are signed by a
+// key the tier does not know: the first device refused says why, with
+// the close code and its meaning, in one error line for the fleet, and
+// the progress line counts the refused devices.
+func TestFleetRefusedSaysSoOnce(t *testing.T) {
+	const devices = 3
+	logs := newLogSink()
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	c, err := loadCommon(log, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	strange, err := loadCommon(log, t.TempDir()) // another signing key
+	if err != nil {
+		t.Fatal(err)
+	}
+	np, err := openNATS(t.Context(), natsConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(np.close)
+	tier, _ := startTier(t, c, np, "127.0.0.1:0")
+	fleet, err := newFleetPart(strange, devices, DefaultTenant, []string{tier.url()}, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runParts(t, fleet.actors)
+	logs.wait(t, "every device refused", line("mock devices connecting", "role", "mock-fleet", "refused", float64(devices)))
+	stop()
+	if n := logs.count(saying("mock device stopped", "mock-fleet", "4401 (authentication failed or late)")); n != 1 {
+		t.Errorf("%d lines say a device was refused with 4401 and why, want 1:\n%s", n, logs)
+	}
+}
