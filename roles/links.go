@@ -13,14 +13,20 @@ import (
 // thousands of sessions over a moment, and the line counts them all.
 const fleetLinkWindow = 2 * time.Second
 
+// rewarnEvery is how often, at most, a linkWatch says again that its
+// devices still cannot reach their tier.
+const rewarnEvery = time.Minute
+
 // linkWatch turns the tier links of a set of devices, one agent or a fleet
-// of thousands, into two log lines per outage whatever their number:
+// of thousands, into a few log lines per outage whatever their number:
 // "device tier unreachable" window after the first device lost its link
-// (at once for a zero window), counting every device the outage took, and
-// "device tier back" once each of them has its link again or was refused
-// for good. A device stopped by its owner is no loss. After stop it writes
-// nothing, and no timer of its runs. Make one with newLinkWatch; it is
-// safe for concurrent use.
+// or failed to get one (at once for a zero window), counting every device
+// the outage took and saying the most common reason; again at most once
+// a minute while devices keep failing to reach the tier, with the
+// attempts that failed meanwhile; and "device tier back" once each of
+// them has its link again or was refused for good. A device stopped by
+// its owner is no loss. After stop it writes nothing, and no timer of its
+// runs. Make one with newLinkWatch; it is safe for concurrent use.
 type linkWatch struct {
 	log    *slog.Logger
 	window time.Duration
@@ -43,6 +49,10 @@ type outage struct {
 	err      error // why the first one lost it
 	reported bool  // the unreachable line is written
 	timer    *time.Timer
+	// reasons counts the devices down in it by why they last failed.
+	reasons  map[string]int
+	attempts int       // connection attempts failed since the last line
+	said     time.Time // when the last unreachable line was written
 }
 
 // deviceLink is one device of a linkWatch. Its methods are called in turn
@@ -51,8 +61,9 @@ type outage struct {
 type deviceLink struct {
 	w      *linkWatch
 	up     bool
-	down   bool // lost its link in the current outage and not back
-	outage int  // number of the last outage that counted it
+	isDown bool   // lost its link in the current outage and not back
+	outage int    // number of the last outage that counted it
+	reason string // why it is down, while down
 }
 
 func newLinkWatch(log *slog.Logger, window time.Duration) *linkWatch {
@@ -100,10 +111,33 @@ func (d *deviceLink) lost(err error) {
 		d.up = false
 		w.connected--
 	}
+	d.down(err)
+}
+
+// failed records that an attempt of the device to reach its tier failed
+// for err: a device that never had its link is down as much as one that
+// lost it.
+func (d *deviceLink) failed(err error) {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d.down(err)
+	o := w.out
+	o.attempts++
+	if o.reported && !w.stopped && time.Since(o.said) >= rewarnEvery {
+		o.reported = false
+		w.report()
+	}
+}
+
+// down counts the device down for err in the current outage, beginning
+// one if none is; w.mu is held.
+func (d *deviceLink) down(err error) {
+	w := d.w
 	o := w.out
 	if o == nil {
 		w.outages++
-		o = &outage{n: w.outages, start: time.Now(), err: err}
+		o = &outage{n: w.outages, start: time.Now(), err: err, reasons: map[string]int{}}
 		w.out = o
 		if w.window > 0 && !w.stopped {
 			w.timers.Add(1)
@@ -121,13 +155,25 @@ func (d *deviceLink) lost(err error) {
 		d.outage = o.n
 		o.lost++
 	}
-	if !d.down {
-		d.down = true
+	if !d.isDown {
+		d.isDown = true
 		o.down++
+	} else {
+		o.reasons[d.reason]--
 	}
-	if w.window <= 0 && !o.reported {
+	d.reason = reason(err)
+	o.reasons[d.reason]++
+	if w.window <= 0 && !o.reported && o.said.IsZero() {
 		w.report()
 	}
+}
+
+// reason is what a log line says of err.
+func reason(err error) string {
+	if err == nil {
+		return "closed"
+	}
+	return err.Error()
 }
 
 // refused records that the tier refused the device for good: it is waited
@@ -147,12 +193,43 @@ func (d *deviceLink) refused() {
 // settle takes the device out of the outage it is down in, if any; w.mu
 // is held.
 func (d *deviceLink) settle() {
-	if !d.down {
+	if !d.isDown {
 		return
 	}
-	d.down = false
-	d.w.out.down--
+	d.isDown = false
+	o := d.w.out
+	o.down--
+	if o.reasons[d.reason]--; o.reasons[d.reason] <= 0 {
+		delete(o.reasons, d.reason)
+	}
+	d.reason = ""
 	d.w.back()
+}
+
+// failing returns how many devices are down in the current outage and
+// the most common reason among them.
+func (w *linkWatch) failing() (n int, why string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.out == nil {
+		return 0, ""
+	}
+	return w.out.down, w.out.commonReason()
+}
+
+// commonReason is why most of the devices down in o are; the first in
+// order of a tie.
+func (o *outage) commonReason() string {
+	why, most := "", 0
+	for r, n := range o.reasons {
+		if n > most || n == most && r < why {
+			why, most = r, n
+		}
+	}
+	if why == "" {
+		return reason(o.err)
+	}
+	return why
 }
 
 // report writes the unreachable line of the current outage, and the back
@@ -163,8 +240,13 @@ func (w *linkWatch) report() {
 		return
 	}
 	o.reported = true
-	w.log.Warn("device tier unreachable", "disconnected", o.lost, "connected", w.connected, "of", w.devices,
-		"err", o.err)
+	args := []any{"disconnected", o.lost, "connected", w.connected, "of", w.devices, "failing", o.down}
+	if !o.said.IsZero() {
+		args = append(args, "attempts_failed", o.attempts,
+			"down_for", time.Since(o.start).Round(time.Second).String())
+	}
+	o.said, o.attempts = time.Now(), 0
+	w.log.Warn("device tier unreachable", append(args, "err", o.commonReason())...)
 	w.back()
 }
 

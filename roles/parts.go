@@ -913,6 +913,7 @@ type fleetPart struct {
 	watch     *linkWatch    // says when the tier goes away and comes back
 	links     []*deviceLink // each device's, in watch
 	connected atomic.Int64  // devices that got their first announce_ok
+	refused   atomic.Int64  // devices a tier refused for good
 	// rate is how many devices start dialling per second (0: all at once).
 	rate int
 }
@@ -949,7 +950,7 @@ func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.C
 			once.Do(func() { f.connected.Add(1) })
 			link.ready()
 		}
-		o.OnLost = link.lost
+		o.OnLost, o.OnFail = link.lost, link.failed
 		d, err := agent.New(o)
 		if err != nil {
 			return nil, err
@@ -984,7 +985,14 @@ func (f *fleetPart) actors(g *run.Group) {
 			}
 			wg.Go(func() {
 				if err := d.Run(ctx); err != nil {
-					f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
+					// A fleet's devices are refused alike (a token of
+					// another key): the first says why, the progress line
+					// counts them all.
+					if f.refused.Add(1) == 1 {
+						f.log.Error("mock device stopped", "node_id", d.NodeID(), "err", err)
+					} else {
+						f.log.Debug("mock device stopped", "node_id", d.NodeID(), "err", err)
+					}
 					f.links[i].refused()
 				}
 			})
@@ -1013,7 +1021,14 @@ func (f *fleetPart) progress(ctx context.Context) {
 			return
 		case <-t.C:
 			if c := f.connected.Load(); c < n { // else the line above, at once
-				f.log.Info("mock devices connecting", "connected", c, "of", n)
+				args := []any{"connected", c, "of", n}
+				if r := f.refused.Load(); r > 0 {
+					args = append(args, "refused", r)
+				}
+				if failing, why := f.watch.failing(); failing > 0 {
+					args = append(args, "failing", failing, "err", why)
+				}
+				f.log.Info("mock devices connecting", args...)
 			}
 		}
 	}
@@ -1064,7 +1079,7 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })
 		link.ready()
 	}
-	o.OnLost = link.lost
+	o.OnLost, o.OnFail = link.lost, link.failed
 	d, err := agent.New(o)
 	if err != nil {
 		return nil, err

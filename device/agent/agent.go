@@ -82,6 +82,12 @@ type Options struct {
 	// the device waits to reconnect. OnReady and OnLost are called in
 	// turn from the goroutine of Run, never at once.
 	OnLost func(err error)
+	// OnFail, if set, is called after each connection attempt that did
+	// not get as far as OnReady (the tier unreachable, the upgrade or the
+	// handshake refused), with why, before the device waits to try again;
+	// not for a refusal for good, which Run returns. It is called from the
+	// goroutine of Run, in turn with OnReady and OnLost.
+	OnFail func(err error)
 	// PingInterval is how often the device pings its tier (30 s): a
 	// connection that died without a close (a crashed host, a NAT that
 	// forgot it) is noticed and replaced.
@@ -105,6 +111,9 @@ type CloseError struct {
 }
 
 func (e *CloseError) Error() string {
+	if m := wire.CloseMeaning(e.Code); m != "" {
+		return fmt.Sprintf("device tier closed the session with %d (%s): %s", e.Code, m, e.Reason)
+	}
 	return fmt.Sprintf("device tier closed the session with %d: %s", e.Code, e.Reason)
 }
 
@@ -159,6 +168,9 @@ func (d *Device) Run(ctx context.Context) error {
 		var ce *CloseError
 		if errors.As(err, &ce) {
 			return err
+		}
+		if !ready && d.o.OnFail != nil {
+			d.o.OnFail(err)
 		}
 		if ready {
 			backoff = d.o.MinBackoff
@@ -285,8 +297,14 @@ func (c *conn) refuse(err error) error {
 
 func closeErr(err error) error {
 	var ce websocket.CloseError
-	if errors.As(err, &ce) && permanent(ce.Code) {
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if permanent(ce.Code) {
 		return &CloseError{Code: int(ce.Code), Reason: ce.Reason}
+	}
+	if m := wire.CloseMeaning(int(ce.Code)); m != "" {
+		return fmt.Errorf("device tier closed the connection with %d (%s): %w", ce.Code, m, err)
 	}
 	return err
 }

@@ -66,6 +66,32 @@ const (
 	CloseTooMany    = 4429 // too many connection attempts
 )
 
+// CloseMeaning says what a close code of the protocol means, for a log
+// line; "" for a code the protocol does not define.
+func CloseMeaning(code int) string {
+	switch code {
+	case CloseNormal:
+		return "normal closure"
+	case CloseGoingAway:
+		return "tier shutting down"
+	case CloseMalformed:
+		return "malformed or unexpected frame"
+	case CloseAuthFailed:
+		return "authentication failed or late"
+	case CloseForbidden:
+		return "token valid but not allowed"
+	case CloseLiveness:
+		return "missed pings"
+	case CloseReplaced:
+		return "a newer session of the same node"
+	case CloseTooLarge:
+		return "frame larger than the limit"
+	case CloseTooMany:
+		return "too many connection attempts"
+	}
+	return ""
+}
+
 // FeatureDeadlineAt, in an announce's features, says the device reads
 // auth_ok's server_time_ms and refuses a cmd whose deadline_at_ms has
 // passed. Devices that do not announce it get cmds without deadline_at_ms,
