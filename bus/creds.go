@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/okso-io/okso/internal/secretfile"
 )
 
 // Credentials are the NATS identities of okso's roles: an nkey (a user
@@ -75,7 +77,7 @@ func LoadCredentials(dir string) (*Credentials, error) {
 	c := &Credentials{keys: map[Role]nkeys.KeyPair{}}
 	for _, r := range Roles {
 		file := filepath.Join(dir, SeedFileName(r))
-		b, err := keepFile(file, func() ([]byte, error) {
+		b, err := secretfile.Keep(file, func() ([]byte, error) {
 			kp, err := nkeys.CreateUser()
 			if err != nil {
 				return nil, err
@@ -85,7 +87,7 @@ func LoadCredentials(dir string) (*Credentials, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats credential of %s: %w", r, err)
 		}
-		if err := ownerOnly(file); err != nil {
+		if err := secretfile.OwnerOnly(file); err != nil {
 			return nil, fmt.Errorf("nats credential of %s: %w", r, err)
 		}
 		kp, err := nkeys.ParseDecoratedUserNKey(b)
@@ -94,14 +96,14 @@ func LoadCredentials(dir string) (*Credentials, error) {
 		}
 		c.keys[r] = kp
 	}
-	b, err := keepFile(filepath.Join(dir, routeSecretFile), func() ([]byte, error) {
+	b, err := secretfile.Keep(filepath.Join(dir, routeSecretFile), func() ([]byte, error) {
 		s, err := newRouteSecret()
 		return []byte(s + "\n"), err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("nats route secret: %w", err)
 	}
-	if err := ownerOnly(filepath.Join(dir, routeSecretFile)); err != nil {
+	if err := secretfile.OwnerOnly(filepath.Join(dir, routeSecretFile)); err != nil {
 		return nil, fmt.Errorf("nats route secret: %w", err)
 	}
 	if c.routeSecret = strings.TrimSpace(string(b)); c.routeSecret == "" {
@@ -181,52 +183,6 @@ func RotateCredential(dir string, role Role) (string, error) {
 	}
 	pub, _ := kp.PublicKey()
 	return pub, nil
-}
-
-// ownerOnly refuses a secret file that others than its owner may read
-// (copied with the wrong mode, say), as ssh does a private key.
-func ownerOnly(file string) error {
-	fi, err := os.Stat(file)
-	if err != nil {
-		return err
-	}
-	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("%s is readable by others than its owner (mode %#o): a secret; chmod 600 it", file, m)
-	}
-	return nil
-}
-
-// keepFile returns the contents of file, first writing make's when it
-// does not exist.
-func keepFile(file string, make func() ([]byte, error)) ([]byte, error) {
-	b, err := os.ReadFile(file)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		return b, err
-	}
-	data, err := make()
-	if err != nil {
-		return nil, err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".tmp-*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return nil, err
-	}
-	if err := tmp.Sync(); err != nil { // whole on disk before it has its name
-		tmp.Close()
-		return nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, err
-	}
-	if err := os.Link(tmp.Name(), file); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, err
-	}
-	return os.ReadFile(file) // ours, or the one that won
 }
 
 func newRouteSecret() (string, error) {

@@ -86,7 +86,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if a.remote, err = newRemotePart(ctx, c, a.nats, cfg.Remote, "--remotes"); err != nil {
 		return nil, err
 	}
-	if a.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, a.tier.ownTLS(), cfg.Seed); err != nil {
+	if a.fleet, err = newFleetPart(c, fleetAllInOne, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, a.tier.ownTLS(), cfg.Seed); err != nil {
 		return nil, err
 	}
 	if cfg.LocalAgent {
@@ -169,7 +169,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	addNATSServerFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key (created on first start) and of the NATS store (nats/: revocations)")
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
-	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
 	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")

@@ -77,7 +77,7 @@ func TestVerifyOnlyKey(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pubOnly, auth.KeyFile)); err == nil {
 		t.Error("a verify-only load created a private key")
 	}
-	if _, err := newFleetPart(v, 1, DefaultTenant, []string{"ws://127.0.0.1:1/v1/device/ws"}, nil, 1); err == nil {
+	if _, err := newFleetPart(v, fleetMock, 1, DefaultTenant, []string{"ws://127.0.0.1:1/v1/device/ws"}, nil, 1); err == nil {
 		t.Error("simulated devices started without a signing key")
 	}
 }

@@ -162,7 +162,7 @@ func startRelayed(t *testing.T) *relayed {
 		t.Fatal(err)
 	}
 	t.Cleanup(gp.close)
-	fleet, err := newFleetPart(c, 1, DefaultTenant, []string{tp.url()}, nil, 1)
+	fleet, err := newFleetPart(c, fleetMock, 1, DefaultTenant, []string{tp.url()}, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 	addr := tier.http.addr()
 	urls := []string{tier.url()}
 
-	fleet, err := newFleetPart(c, devices, DefaultTenant, urls, nil, 1)
+	fleet, err := newFleetPart(c, fleetMock, devices, DefaultTenant, urls, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -449,6 +449,7 @@ type common struct {
 	public  ed25519.PublicKey // verifies tokens
 	extra   []ed25519.PublicKey
 	audit   auditLog
+	dataDir string // of the signing key, and of the mock node ids' key
 }
 
 // auditLog says whether and how the auditors of a role log.
@@ -493,7 +494,7 @@ func loadCommon(log *slog.Logger, dataDir string) (*common, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &common{log: log, schemas: set, signer: signer, public: signer.Public(), extra: extra}, nil
+	return &common{log: log, schemas: set, signer: signer, public: signer.Public(), extra: extra, dataDir: dataDir}, nil
 }
 
 // loadVerifier is loadCommon for a role that only verifies tokens: with no
@@ -520,7 +521,7 @@ func loadVerifier(log *slog.Logger, dataDir string) (*common, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &common{log: log, schemas: set, public: pub, extra: extra}, nil
+	return &common{log: log, schemas: set, public: pub, extra: extra, dataDir: dataDir}, nil
 }
 
 // openRevocations opens the shared revocation set.
@@ -920,8 +921,10 @@ type fleetPart struct {
 
 // newFleetPart makes n simulated devices of tenant dialling urls, with
 // tlsConf for wss:// ones (nil: the system's roots). The first devices
-// are the nodes ids, if given; the others get new node ids.
-func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.Config, seed uint64, ids ...string) (*fleetPart, error) {
+// are the nodes ids, if given; the others get node ids derived from the
+// data dir's mock key, kind, tenant and seed ([mockNodeIDs]), the same at
+// each start.
+func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string, tlsConf *tls.Config, seed uint64, ids ...string) (*fleetPart, error) {
 	if !schemas.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
@@ -930,11 +933,12 @@ func newFleetPart(c *common, n int, tenant string, urls []string, tlsConf *tls.C
 	if n > 0 && c.signer == nil {
 		return nil, errors.New("simulated devices need the signing key (signing.key) in the data dir")
 	}
-	for i := range n {
-		id := wire.NewNodeID()
-		if i < len(ids) {
-			id = ids[i]
-		}
+	derived, err := mockNodeIDs(c.dataDir, kind, tenant, seed, len(ids), n)
+	if err != nil {
+		return nil, err
+	}
+	ids = append(ids[:len(ids):len(ids)], derived...)
+	for _, id := range ids[:n] {
 		tok, err := c.signer.Mint(auth.MintOptions{
 			Subject: id, Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 			Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour,

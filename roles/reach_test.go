@@ -43,7 +43,7 @@ func TestDeviceRolesSayWhyTheyCannotReachTheTier(t *testing.T) {
 	addr := closedAddr(t)
 	urls := []string{"ws://" + addr + wire.Path}
 
-	fleet, err := newFleetPart(c, devices, DefaultTenant, urls, nil, 1)
+	fleet, err := newFleetPart(c, fleetMock, devices, DefaultTenant, urls, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestFleetRefusedSaysSoOnce(t *testing.T) {
 	}
 	t.Cleanup(np.close)
 	tier, _ := startTier(t, c, np, "127.0.0.1:0")
-	fleet, err := newFleetPart(strange, devices, DefaultTenant, []string{tier.url()}, nil, 1)
+	fleet, err := newFleetPart(strange, fleetMock, devices, DefaultTenant, []string{tier.url()}, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 	if d.tier, err = newTierPart(ctx, c, d.nats, cfg.Tier); err != nil {
 		return nil, err
 	}
-	if d.fleet, err = newFleetPart(c, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, d.tier.ownTLS(), cfg.Seed); err != nil {
+	if d.fleet, err = newFleetPart(c, fleetDevice, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, d.tier.ownTLS(), cfg.Seed); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -235,7 +235,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 	addNATSFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
 	fs.IntVar(&cfg.Mock, "mock", 0, "number of simulated devices to run against this tier")
-	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	logs.add(fs)
 	return cmd
@@ -289,7 +289,7 @@ func NewMockFleet(log *slog.Logger, cfg MockFleetConfig) (*MockFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	fleet, err := newFleetPart(c, cfg.Count, cfg.Tenant, cfg.Connect, tlsConf, cfg.Seed, ids...)
+	fleet, err := newFleetPart(c, fleetMock, cfg.Count, cfg.Tenant, cfg.Connect, tlsConf, cfg.Seed, ids...)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +326,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.StringSliceVar(&urls, "connect", nil, "device tier URL, ws://HOST:PORT"+wire.Path+" or wss:// (repeatable: tried in turn)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices")
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
-	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way) and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.IntVar(&cfg.Rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
 	addClientFlags(fs, &cfg.TLS)
 	logs.add(fs)

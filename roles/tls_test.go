@@ -72,8 +72,8 @@ func TestTLS(t *testing.T) {
 	runRoot(t, fleetOut, fleetOut, "mock-fleet", "-n", "1", "--tenant", "other", "--data-dir", dataDir,
 		"--connect", deviceURL, "--ca", caFile)
 	fleetOut.wait(t, "the fleet over wss:// with --ca", line("mock devices connected"))
-	noCA := newLogSink()
-	runRoot(t, noCA, noCA, "mock-fleet", "-n", "1", "--tenant", "other", "--data-dir", dataDir,
+	noCA := newLogSink() // another seed: not the first fleet's node id, on its data dir
+	runRoot(t, noCA, noCA, "mock-fleet", "-n", "1", "--tenant", "other", "--data-dir", dataDir, "--seed", "2",
 		"--connect", deviceURL, "--log-level", "debug")
 	noCA.wait(t, "the fleet without --ca refused at the handshake", func(m map[string]any) bool {
 		err, _ := m["err"].(string)

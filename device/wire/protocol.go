@@ -195,6 +195,16 @@ func NewMsgID() string { return ulid.Make().String() }
 // NewNodeID returns a fresh node id: a ULID in lower case.
 func NewNodeID() string { return strings.ToLower(ulid.Make().String()) }
 
+// DerivedNodeID returns the node id whose ULID has a zero timestamp and
+// entropy as its random part: a node id made from a key rather than
+// drawn, the same for the same entropy (a simulated device's across
+// restarts). Its leading zeros tell it from a drawn one.
+func DerivedNodeID(entropy [10]byte) string {
+	var u ulid.ULID
+	copy(u[6:], entropy[:])
+	return strings.ToLower(u.String())
+}
+
 // ErrMalformed is wrapped by every decoding failure.
 var ErrMalformed = errors.New("malformed envelope")
 

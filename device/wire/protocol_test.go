@@ -315,3 +315,20 @@ func FuzzDecodePayloadExact(f *testing.F) {
 		}
 	})
 }
+
+// TestDerivedNodeID: a node id made from entropy is a node id, the same
+// for the same entropy and another for another.
+func TestDerivedNodeID(t *testing.T) {
+	for _, e := range [][10]byte{{}, {1}, {9: 0xff}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}} {
+		id := wire.DerivedNodeID(e)
+		if !schemas.ValidNodeID(id) {
+			t.Errorf("DerivedNodeID(%x) = %q: not a node id", e, id)
+		}
+		if again := wire.DerivedNodeID(e); again != id {
+			t.Errorf("DerivedNodeID(%x) = %q, then %q", e, id, again)
+		}
+	}
+	if a, b := wire.DerivedNodeID([10]byte{1}), wire.DerivedNodeID([10]byte{2}); a == b {
+		t.Errorf("two entropies, one node id %q", a)
+	}
+}
