@@ -57,6 +57,8 @@ type unlistings struct {
 // unlisted says that a source's tools (or one tool) left the catalog,
 // and why, and counts it; attrs name what left.
 func (g *Gateway) unlisted(source, reason string, attrs ...any) {
+	// Said before counted: whoever sees the count finds the line written.
+	g.log.Log(context.Background(), unlistLevel(reason), source+" tools unlisted: "+reason, attrs...)
 	u := &g.unlistings
 	u.mu.Lock()
 	if u.n == nil {
@@ -64,7 +66,6 @@ func (g *Gateway) unlisted(source, reason string, attrs ...any) {
 	}
 	u.n[source+"/"+reason]++
 	u.mu.Unlock()
-	g.log.Log(context.Background(), unlistLevel(reason), source+" tools unlisted: "+reason, attrs...)
 	g.changed() // Wait sees the count
 }
 
