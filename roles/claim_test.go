@@ -233,16 +233,7 @@ func TestRelayClaimTakeover(t *testing.T) {
 			t.Fatal("a gateway never listed the new listen's tools")
 		}
 	}
-	out := make(chan *sdk.CallToolResult, 1)
-	go func() {
-		r, _ := b.CallTool(t.Context(), &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"y"}`)})
-		out <- r
-	}()
-	ev := next.next(t)
-	respond(t, f.relayClient(f.a.MCPURL(), tokA, nil), next.id, ev.RequestID, `"result":{"by":"next"}`)
-	if r := <-out; r == nil || r.IsError {
-		t.Errorf("the call to the new listen: %+v", r)
-	}
+	f.answeredBy(t, b, next, tokA, "next")
 
 	// Its end releases the claim: another agent may take the id.
 	gone := claimGone(t, f, "a")

@@ -190,16 +190,7 @@ func startTier(t *testing.T, c *common, np *natsPart, addr string) (*tierPart, f
 // itself. Stopping them afterwards is no outage.
 func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 	const devices = 20
-	logs := newLogSink()
-	c, err := loadCommon(slog.New(slog.NewJSONHandler(logs, nil)), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	np, err := openNATS(t.Context(), natsConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(np.close) // after the parts' own cleanups
+	logs, c, np := deviceRolesBase(t)
 	tier, stopTier := startTier(t, c, np, "127.0.0.1:0")
 	addr := tier.http.addr()
 	urls := []string{tier.url()}
@@ -317,4 +308,21 @@ func TestLinkWatch(t *testing.T) {
 			t.Errorf("%d lines %q, want 2:\n%s", n, msg, logs)
 		}
 	}
+}
+
+// deviceRolesBase is what the device roles' tests stand on: a log they
+// read, the common parts of a fresh data dir, and an embedded NATS.
+func deviceRolesBase(t *testing.T) (*logSink, *common, *natsPart) {
+	t.Helper()
+	logs := newLogSink()
+	c, err := loadCommon(slog.New(slog.NewJSONHandler(logs, nil)), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	np, err := openNATS(t.Context(), natsConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(np.close) // after the parts' own cleanups
+	return logs, c, np
 }

@@ -30,16 +30,7 @@ func saying(msg, role, want string) func(map[string]any) bool {
 // comes up there, each says once that it is back.
 func TestDeviceRolesSayWhyTheyCannotReachTheTier(t *testing.T) {
 	const devices = 5
-	logs := newLogSink()
-	c, err := loadCommon(slog.New(slog.NewJSONHandler(logs, nil)), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	np, err := openNATS(t.Context(), natsConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(np.close) // after the parts' own cleanups
+	logs, c, np := deviceRolesBase(t)
 	addr := closedAddr(t)
 	urls := []string{"ws://" + addr + wire.Path}
 
@@ -110,12 +101,12 @@ func TestUnreachableTierRewarnsOncePerMinute(t *testing.T) {
 		if n := logs.count(unreachable); n != 1 {
 			t.Fatalf("%d warnings after the first attempt, want 1:\n%s", n, logs)
 		}
-		time.Sleep(rewarnEvery - time.Second)
+		time.Sleep(rewarnEvery - time.Second) // the bubble's clock: no real wait
 		synctest.Wait()
 		if n := logs.count(unreachable); n != 1 {
 			t.Fatalf("%d warnings within the minute, want 1:\n%s", n, logs)
 		}
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the bubble's clock
 		synctest.Wait()
 		if n := logs.count(unreachable); n != 2 {
 			t.Fatalf("%d warnings after the minute, want 2:\n%s", n, logs)

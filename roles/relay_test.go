@@ -120,6 +120,22 @@ func waitTool(t *testing.T, gw *mcp.Gateway, tenant, name string, listed bool) {
 	}
 }
 
+// answeredBy calls a_send through b, has listener l answer it with a
+// token of its agent, and checks that the caller got the answer.
+func (f *fixture) answeredBy(t *testing.T, b *sdk.ClientSession, l *listener, tok, by string) {
+	t.Helper()
+	out := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		r, _ := b.CallTool(t.Context(), &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"y"}`)})
+		out <- r
+	}()
+	ev := l.next(t)
+	respond(t, f.relayClient(f.a.MCPURL(), tok, nil), l.id, ev.RequestID, `"result":{"by":"`+by+`"}`)
+	if r := <-out; r == nil || r.IsError {
+		t.Errorf("the call answered by the %s listen: %+v", by, r)
+	}
+}
+
 func respond(t *testing.T, s *sdk.ClientSession, listenID, requestID, body string) *sdk.CallToolResult {
 	t.Helper()
 	args := fmt.Sprintf(`{"listen_id":%q,"request_id":%q,%s}`, listenID, requestID, body)
@@ -418,16 +434,7 @@ func TestRelayLifetimes(t *testing.T) {
 		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.ListenOf(DefaultTenant, "a") == second.id }); err != nil {
 			t.Fatal("the gateway never listed the second listen's tools")
 		}
-		out := make(chan *sdk.CallToolResult, 1)
-		go func() {
-			r, _ := b.CallTool(t.Context(), &sdk.CallToolParams{Name: "a_send", Arguments: json.RawMessage(`{"text":"y"}`)})
-			out <- r
-		}()
-		ev := second.next(t)
-		respond(t, f.relayClient(f.a.MCPURL(), tokA, nil), second.id, ev.RequestID, `"result":{"by":"second"}`)
-		if r := <-out; r == nil || r.IsError {
-			t.Errorf("the call to the second listen: %+v", r)
-		}
+		f.answeredBy(t, b, second, tokA, "second")
 		second.stop()
 		waitTool(t, f.a.gw.gw, DefaultTenant, "a_send", false)
 	})

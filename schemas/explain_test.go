@@ -63,15 +63,7 @@ func TestExplainNested(t *testing.T) {
 		{`{"z":10,"a":{"b":"x"}}`, "argument a.b: shorter than 3"},
 		{`{"z":10}`, "argument z: not below 10"},
 	} {
-		v, err := schemas.Decode([]byte(tc.args))
-		if err != nil {
-			t.Fatal(err)
-		}
-		verr := sch.Validate(v)
-		if verr == nil {
-			t.Fatalf("%s: valid, want %q", tc.args, tc.want)
-		}
-		got := schemas.Explain(sch, verr)
+		got := explainFor(t, sch, tc.args)
 		if got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.args, got, tc.want)
 		}
@@ -126,15 +118,7 @@ func TestExplainUndeclared(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sch := compile(t, c.schema)
-			v, err := schemas.Decode([]byte(c.args))
-			if err != nil {
-				t.Fatal(err)
-			}
-			verr := sch.Validate(v)
-			if verr == nil {
-				t.Fatalf("%s: valid, want %q", c.args, c.want)
-			}
-			got := schemas.Explain(sch, verr)
+			got := explainFor(t, sch, c.args)
 			if got != c.want {
 				t.Errorf("%s:\n%q\nwant\n%q", c.args, got, c.want)
 			}
@@ -168,4 +152,18 @@ func compile(t *testing.T, schema string) *jsonschema.Schema {
 		t.Fatal(err)
 	}
 	return sch
+}
+
+// explainFor is Explain's words for args, which must fail sch.
+func explainFor(t *testing.T, sch *jsonschema.Schema, args string) string {
+	t.Helper()
+	v, err := schemas.Decode([]byte(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verr := sch.Validate(v)
+	if verr == nil {
+		t.Fatalf("%s: valid, want it refused", args)
+	}
+	return schemas.Explain(sch, verr)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -84,19 +86,13 @@ func TestDeviceSaysWhyItFailed(t *testing.T) {
 	t.Run("4429 after hello", func(t *testing.T) {
 		rt := newRawTier(t, set)
 		fails, _ := run(t, rt.url)
-		tc := rt.accept(t)
-		tc.send(t, wire.TypeHello, "", wire.Hello{Proto: wire.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
-		tc.recv(t, wire.TypeAuth, nil)
-		tc.c.Close(wire.CloseTooMany, "slow down")
+		closeAfterAuth(t, rt, wire.CloseTooMany, "slow down")
 		firstFail(t, fails, "4429 (too many connection attempts)")
 	})
 	t.Run("4401 refuses for good", func(t *testing.T) {
 		rt := newRawTier(t, set)
 		fails, done := run(t, rt.url)
-		tc := rt.accept(t)
-		tc.send(t, wire.TypeHello, "", wire.Hello{Proto: wire.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
-		tc.recv(t, wire.TypeAuth, nil)
-		tc.c.Close(wire.CloseAuthFailed, "token expired")
+		closeAfterAuth(t, rt, wire.CloseAuthFailed, "token expired")
 		select {
 		case err := <-done:
 			var ce *agent.CloseError
@@ -113,4 +109,14 @@ func TestDeviceSaysWhyItFailed(t *testing.T) {
 		default:
 		}
 	})
+}
+
+// closeAfterAuth accepts a device on rt, says hello, reads its auth, and
+// closes the session with code and reason.
+func closeAfterAuth(t *testing.T, rt *rawTier, code websocket.StatusCode, reason string) {
+	t.Helper()
+	tc := rt.accept(t)
+	tc.send(t, wire.TypeHello, "", wire.Hello{Proto: wire.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
+	tc.recv(t, wire.TypeAuth, nil)
+	tc.c.Close(code, reason)
 }
