@@ -66,7 +66,22 @@ type Claims struct {
 	jwt.RegisteredClaims
 	Tenant string `json:"tenant"`
 	Scope  string `json:"scope,omitempty"` // space separated
+	// ToolNames, when set, is the form in which the gateway lists tools
+	// to this agent ([ToolNamesSafe] or [ToolNamesSeed]), whatever the
+	// gateway's own setting.
+	ToolNames string `json:"tool_names,omitempty"`
 }
+
+// The forms of listed tool names (DESIGN.md §8): safe replaces each dot of
+// a canonical name with a dash, for the agent hosts that accept only
+// ^[A-Za-z0-9_-]{1,64}$; seed is seed 000's dotted canonical form.
+const (
+	ToolNamesSafe = "safe"
+	ToolNamesSeed = "seed"
+)
+
+// ValidToolNames reports whether s names a form of listed tool names.
+func ValidToolNames(s string) bool { return s == ToolNamesSafe || s == ToolNamesSeed }
 
 // callScopes are the call scopes from the weakest up: each implies the
 // ones before it (destructive ⊃ mutating ⊃ read_only, DESIGN.md §5).
@@ -214,6 +229,8 @@ type MintOptions struct {
 	Audience string
 	TTL      time.Duration
 	Now      time.Time // zero: the current time
+	// ToolNames sets the tool_names claim ("": none, the gateway decides).
+	ToolNames string
 }
 
 // Mint signs a token.
@@ -231,6 +248,9 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	if o.ToolNames != "" && !ValidToolNames(o.ToolNames) {
+		return "", fmt.Errorf("mint token: unknown tool names form %q (want %s or %s)", o.ToolNames, ToolNamesSafe, ToolNamesSeed)
+	}
 	for _, sc := range o.Scopes {
 		if !KnownScope(sc) {
 			return "", fmt.Errorf("mint token: unknown scope %q (want %s, %s, %s or %s)",
@@ -247,8 +267,9 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 			NotBefore: jwt.NewNumericDate(now.Add(-time.Second)),
 			ID:        strings.ToLower(ulid.Make().String()),
 		},
-		Tenant: o.Tenant,
-		Scope:  strings.Join(o.Scopes, " "),
+		Tenant:    o.Tenant,
+		Scope:     strings.Join(o.Scopes, " "),
+		ToolNames: o.ToolNames,
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
 	t.Header["kid"] = s.kid
@@ -387,6 +408,8 @@ func (v *Verifier) verify(token string) (*Claims, error) {
 		return nil, fmt.Errorf("%w: its tenant is missing or malformed", ErrInvalid)
 	case c.ID == "":
 		return nil, fmt.Errorf("%w: it has no token id (jti)", ErrInvalid)
+	case c.ToolNames != "" && !ValidToolNames(c.ToolNames):
+		return nil, fmt.Errorf("%w: its tool_names claim is neither %s nor %s", ErrInvalid, ToolNamesSafe, ToolNamesSeed)
 	}
 	return &c, nil
 }

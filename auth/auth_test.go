@@ -109,6 +109,8 @@ func TestVerifyRejects(t *testing.T) {
 		"tenant - and _":       ed(with("tenant", "a-b_C9")),
 		"just under size cap":  ed(with("scope", strings.Repeat("x", 5800))),
 		"exp just in the past": ed(with("exp", now.Add(-2*time.Second).Unix())),
+		"tool_names seed":      ed(with("tool_names", "seed")),
+		"tool_names safe":      ed(with("tool_names", "safe")),
 	} {
 		if _, err := v.Verify(tok); err != nil {
 			t.Errorf("control %s: %v", name, err)
@@ -174,6 +176,8 @@ func TestVerifyRejects(t *testing.T) {
 		"empty sub":          ed(with("sub", "")),
 		"missing jti":        ed(with("jti", nil)),
 		"empty jti":          ed(with("jti", "")),
+		"tool_names unknown": ed(with("tool_names", "dotted")),
+		"tool_names number":  ed(with("tool_names", 1)),
 		"tampered tenant":    edParts[0] + "." + b64(with("tenant", "other")) + "." + edParts[2],
 		"tampered signature": edParts[0] + "." + edParts[1] + "." + flip(edParts[2]),
 		"signature dropped":  edParts[0] + "." + edParts[1] + ".",
@@ -556,6 +560,30 @@ func TestScopesImply(t *testing.T) {
 				t.Errorf("%q HasScope(%q) = %v, want %v", c.granted, s, got, c.want[s])
 			}
 		}
+	}
+}
+
+// TestMintToolNames: the tool_names claim is minted as asked, read back
+// by the verifier, and a form okso does not know is refused at once.
+func TestMintToolNames(t *testing.T) {
+	s, err := auth.LoadOrCreateSigner(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := auth.NewVerifier(s.Public(), auth.AudienceGateway)
+	for _, form := range []string{"", auth.ToolNamesSafe, auth.ToolNamesSeed} {
+		tok, err := s.Mint(auth.MintOptions{Subject: "a", Tenant: "demo", ToolNames: form})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := v.Verify(tok)
+		if err != nil || c.ToolNames != form {
+			t.Errorf("minted with tool names %q: verified %+v, %v", form, c, err)
+		}
+	}
+	if _, err := s.Mint(auth.MintOptions{Subject: "a", Tenant: "demo", ToolNames: "dots"}); err == nil ||
+		!strings.Contains(err.Error(), `unknown tool names form "dots"`) {
+		t.Errorf("mint with tool names dots: %v", err)
 	}
 }
 

@@ -803,7 +803,7 @@ func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, a
 		return loc, loc, shown() + " is not one of " + strings.Join(want, ", ")
 	case *kind.Not:
 		if strings.HasSuffix(e.SchemaURL, "/$defs/upstream_name") {
-			return loc, loc, shown() + " is reserved for okso's own tools (fleet, okso, caller)"
+			return loc, loc, shown() + " is reserved for okso's own tools (fleet, okso, caller) and device kinds (sysecho, sys, gpio, local)"
 		}
 		return loc, loc, shown() + " is not allowed here"
 	case *kind.Pattern:

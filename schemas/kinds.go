@@ -70,6 +70,26 @@ var kinds = map[string]Kind{
 	}},
 }
 
+// localShort is the kind_short of seed 002's local tools (DESIGN.md §12),
+// taken before the kind itself lands so that no upstream is named so.
+const localShort = "local"
+
+// IsKindShort reports whether name is the kind_short of a kind: the first
+// segment of a device tool's name. Upstream names share that namespace
+// (DESIGN.md §8): the listed (safe) names of a device's tools and of an
+// upstream's could otherwise be the same.
+func IsKindShort(name string) bool {
+	if name == localShort {
+		return true
+	}
+	for _, k := range kinds {
+		if k.Short == name {
+			return true
+		}
+	}
+	return false
+}
+
 // LookupKind returns the table entry for a kind name.
 func LookupKind(name string) (Kind, bool) {
 	k, ok := kinds[name]

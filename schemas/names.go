@@ -21,6 +21,27 @@ func ValidToken(s string) bool {
 // MaxToolName is the longest projected tool name (seed 000 §2).
 const MaxToolName = 64
 
+// SafeToolName is the listed form of a canonical tool name: each '.'
+// becomes '-' (DESIGN.md §8), so that agent hosts which accept only
+// ^[A-Za-z0-9_-]{1,64}$ take it. No segment of a canonical name okso
+// projects has a '-', so the mapping is exact for devices, okso's own tools
+// and upstreams' undotted tools; where it is not (an upstream's tools
+// "a.b" and "a-b"), the catalog refuses the second. A safe name is never
+// parsed back: the catalog records each entry's.
+func SafeToolName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if c == '.' {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// ValidListedName reports whether s is a name every agent host accepts:
+// ^[A-Za-z0-9_-]{1,64}$.
+func ValidListedName(s string) bool { return ValidToken(s) }
+
 // ValidNodeID reports whether s is a node id: a lower-case ULID.
 func ValidNodeID(s string) bool { return ValidID(s) }
 

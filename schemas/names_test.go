@@ -162,7 +162,32 @@ func FuzzParseToolName(f *testing.F) {
 				t.Fatalf("accepted segment %q in %q", p, s)
 			}
 		}
+		// Its listed name is one every agent host accepts, and names no
+		// other device tool: its segments hold no dash.
+		safe := schemas.SafeToolName(s)
+		if !schemas.ValidListedName(safe) || strings.Join(strings.Split(safe, "-"), ".") != s {
+			t.Fatalf("SafeToolName(%q) = %q", s, safe)
+		}
 	})
+}
+
+func TestSafeToolName(t *testing.T) {
+	for in, want := range map[string]string{
+		"sysecho." + node + ".echo.invoke": "sysecho-" + node + "-echo-invoke",
+		"everything.get-sum":               "everything-get-sum",
+		"web.v1.search":                    "web-v1-search",
+		"okso.find_tools":                  "okso-find_tools",
+		"ant_send_note":                    "ant_send_note",
+	} {
+		if got := schemas.SafeToolName(in); got != want || !schemas.ValidListedName(got) {
+			t.Errorf("SafeToolName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "a b", strings.Repeat("a", 65), "é"} {
+		if schemas.ValidListedName(bad) {
+			t.Errorf("ValidListedName(%q) = true", bad)
+		}
+	}
 }
 
 // FuzzValidTenant: the hand check is the regexp it replaced.

@@ -21,7 +21,7 @@ func IsReserved(name string) bool { return slices.Contains(reserved, name) }
 const MaxUpstreamName = 16
 
 // ValidUpstream reports whether name can name an upstream:
-// ^[a-z][a-z0-9_]{0,15}$, and not reserved.
+// ^[a-z][a-z0-9_]{0,15}$, neither reserved nor a kind_short.
 func ValidUpstream(name string) bool {
 	if len(name) == 0 || len(name) > MaxUpstreamName || name[0] < 'a' || name[0] > 'z' {
 		return false
@@ -31,7 +31,7 @@ func ValidUpstream(name string) bool {
 			return false
 		}
 	}
-	return !IsReserved(name)
+	return !IsReserved(name) && !IsKindShort(name)
 }
 
 // toolNameByte reports whether c may appear in a tool name: every name
@@ -40,11 +40,13 @@ func toolNameByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
 }
 
-// RemoteToolName projects an upstream's tool as {upstream}.{tool}. It
-// never truncates: a tool whose projected name would break the rules of
-// DESIGN.md §8 (at most 64 characters of [A-Za-z0-9_.-], two segments)
-// is refused, and the error says why, in words okso wrote (the tool's
-// name is not echoed: an upstream wrote it).
+// RemoteToolName projects an upstream's tool as {upstream}.{tool}: two
+// segments split at the first dot, the tool's name as the upstream wrote
+// it (dots included: its listed name maps them, [SafeToolName]). It never
+// truncates: a tool whose projected name would break the rules of
+// DESIGN.md §8 (at most 64 characters of [A-Za-z0-9_.-]) is refused, and
+// the error says why, in words okso wrote (the tool's name is not echoed:
+// an upstream wrote it).
 func RemoteToolName(upstream, tool string) (string, error) {
 	if !ValidUpstream(upstream) {
 		return "", errors.New("upstream name is not valid")
@@ -53,8 +55,8 @@ func RemoteToolName(upstream, tool string) (string, error) {
 		return "", errors.New("tool name is empty")
 	}
 	for i := 0; i < len(tool); i++ {
-		if c := tool[i]; c == '.' || !toolNameByte(c) {
-			return "", errors.New("tool name has a character outside [A-Za-z0-9_-]")
+		if !toolNameByte(tool[i]) {
+			return "", errors.New("tool name has a character outside [A-Za-z0-9_.-]")
 		}
 	}
 	name := upstream + "." + tool

@@ -28,7 +28,11 @@ func TestValidUpstream(t *testing.T) {
 		"okso":                     false,
 		"caller":                   false,
 		"fleet2":                   true,
-		"sysecho":                  true,
+		"sysecho":                  false, // a kind_short
+		"sys":                      false,
+		"gpio":                     false,
+		"local":                    false,
+		"system":                   true,
 		"web\n":                    false,
 		"wéb":                      false,
 		strings.Repeat("é", 3)[:2]: false,
@@ -40,14 +44,14 @@ func TestValidUpstream(t *testing.T) {
 }
 
 // FuzzValidUpstream: the hand check is DESIGN.md §9.1's regexp, less the
-// reserved names.
+// reserved names and the kind_shorts.
 func FuzzValidUpstream(f *testing.F) {
 	re := regexp.MustCompile(`^[a-z][a-z0-9_]{0,15}$`)
 	for _, s := range []string{"everything", "", "fleet", "a_1", "A", strings.Repeat("a", 17), "é"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		want := re.MatchString(s) && !schemas.IsReserved(s)
+		want := re.MatchString(s) && !schemas.IsReserved(s) && !schemas.IsKindShort(s)
 		if got := schemas.ValidUpstream(s); got != want {
 			t.Fatalf("ValidUpstream(%q) = %v, the rule says %v", s, got, want)
 		}
@@ -61,6 +65,8 @@ func TestRemoteToolName(t *testing.T) {
 		{"ext", "echo_external"}:         "ext.echo_external",
 		{"web", "Search_V2"}:             "web.Search_V2",
 		{"web", strings.Repeat("x", 60)}: "web." + strings.Repeat("x", 60), // 64
+		{"web", "a.b"}:                   "web.a.b",                        // listed as web-a-b
+		{"web", "v1.search-all"}:         "web.v1.search-all",
 	}
 	for in, want := range ok {
 		got, err := schemas.RemoteToolName(in[0], in[1])
@@ -74,10 +80,10 @@ func TestRemoteToolName(t *testing.T) {
 	}
 	for in, wantErr := range map[[2]string]string{
 		{"web", strings.Repeat("x", 61)}: "projected tool name would be 65 characters, over 64",
-		{"web", "a.b"}:                   "tool name has a character outside [A-Za-z0-9_-]",
-		{"web", "a b"}:                   "tool name has a character outside [A-Za-z0-9_-]",
-		{"web", "a/b"}:                   "tool name has a character outside [A-Za-z0-9_-]",
-		{"web", "é"}:                     "tool name has a character outside [A-Za-z0-9_-]",
+		{"web", "a b"}:                   "tool name has a character outside [A-Za-z0-9_.-]",
+		{"web", "a/b"}:                   "tool name has a character outside [A-Za-z0-9_.-]",
+		{"web", "é"}:                     "tool name has a character outside [A-Za-z0-9_.-]",
+		{"sys", "x"}:                     "upstream name is not valid",
 		{"web", ""}:                      "tool name is empty",
 		{"fleet", "nodes"}:               "upstream name is not valid",
 		{"Web", "x"}:                     "upstream name is not valid",
@@ -87,7 +93,7 @@ func TestRemoteToolName(t *testing.T) {
 			t.Errorf("RemoteToolName(%q, %q) = %q, %v; want the error %q", in[0], in[1], got, err, wantErr)
 		}
 	}
-	for _, name := range []string{"", "web", "web.", ".x", "web.a.b", "fleet.nodes", "sysecho.01hzx9k3m4p7q8r9s0t1v2w3xy.echo.invoke"} {
+	for _, name := range []string{"", "web", "web.", ".x", "fleet.nodes", "sys.snapshot", "sysecho.01hzx9k3m4p7q8r9s0t1v2w3xy.echo.invoke"} {
 		if u, tool, ok := schemas.ParseRemoteToolName(name); ok {
 			t.Errorf("ParseRemoteToolName(%q) = %q, %q", name, u, tool)
 		}
