@@ -494,10 +494,14 @@ func listMatching(ctx context.Context, c *client, pattern string) ([]string, str
 }
 
 // match reports whether name matches pattern, in which each "*" stands for
-// any run of characters (none included) and everything else for itself; a
-// prefix ending in "*" is the common case. Tool names hold no "*" of
-// their own, so none needs escaping.
+// any run of characters (none included), a "." or "-" for either (okso
+// lists "sysecho-<node>-echo-invoke" by default, "sysecho.<node>.echo.invoke"
+// in the seed form, and a pattern of either form matches both), and
+// everything else for itself; a prefix ending in "*" is the common case.
+// Tool names hold no "*" of their own, so none needs escaping.
 func match(pattern, name string) bool {
+	dash := func(s string) string { return strings.ReplaceAll(s, ".", "-") }
+	pattern, name = dash(pattern), dash(name)
 	parts := strings.Split(pattern, "*")
 	if len(parts) == 1 {
 		return name == pattern

@@ -382,6 +382,10 @@ func TestMatch(t *testing.T) {
 		{"a*b*c", "acb", false},
 		{"echo.a", "echo.a", true},
 		{"echo.a", "echo.ab", false},
+		{"sysecho.*", "sysecho-n1-echo-invoke", true}, // okso's listed (safe) form
+		{"sys.*.metrics.subscribe", "sys-n1-metrics-subscribe", true},
+		{"sys-*-metrics-subscribe", "sys.n1.metrics.subscribe", true},
+		{"sys.*.metrics.subscribe", "sys-n1-metrics-snapshot", false},
 	}
 	for _, tt := range tests {
 		if got := match(tt.pattern, tt.name); got != tt.want {

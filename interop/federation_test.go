@@ -16,6 +16,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 // everythingJS is the entry point of @modelcontextprotocol/server-everything.
@@ -62,8 +64,9 @@ func startEverythingHTTP(t *testing.T) string {
 	return fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 }
 
-// waitTools lists tools with the Go SDK's client until every name in want
-// is listed, and returns the listed tools by name.
+// waitTools lists tools with the Go SDK's client until every tool in want
+// (canonical names) is listed, and returns the listed tools by their
+// listed name.
 func (o *okso) waitTools(t *testing.T, token string, want ...string) map[string]*sdk.Tool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -88,7 +91,7 @@ func (o *okso) waitTools(t *testing.T, token string, want ...string) map[string]
 			}
 			tools[tool.Name] = tool
 		}
-		missing := slices.DeleteFunc(slices.Clone(want), func(n string) bool { return tools[n] != nil })
+		missing := slices.DeleteFunc(slices.Clone(want), func(n string) bool { return tools[listedName(n)] != nil })
 		if len(missing) == 0 {
 			return tools
 		}
@@ -142,18 +145,21 @@ func TestFederation(t *testing.T) {
 	tools := o.waitTools(t, o.token, "everything.echo", "everything.get-sum", "everything.get-structured-content",
 		"web.echo", "web.get-sum", "ext.echo_external")
 	for name := range tools {
-		if strings.HasPrefix(name, "everything.") && !slices.Contains([]string{"everything.echo", "everything.get-sum",
-			"everything.get-structured-content"}, name) {
+		if !schemas.ValidListedName(name) {
+			t.Errorf("listed %q, which agent hosts refuse", name)
+		}
+		if strings.HasPrefix(name, "everything-") && !slices.Contains([]string{"everything-echo", "everything-get-sum",
+			"everything-get-structured-content"}, name) {
 			t.Errorf("a tool outside the allow list is listed: %s", name)
 		}
 	}
-	if a := tools["everything.echo"].Annotations; a == nil || !a.ReadOnlyHint {
+	if a := tools["everything-echo"].Annotations; a == nil || !a.ReadOnlyHint {
 		t.Errorf("everything.echo annotations %+v, want the configured read_only class", a)
 	}
 
 	calls := []map[string]any{
 		{"name": "everything.echo", "arguments": map[string]any{"message": "hi"}},
-		{"name": "web.get-sum", "arguments": map[string]any{"a": 1, "b": 2}},
+		{"name": "web-get-sum", "arguments": map[string]any{"a": 1, "b": 2}}, // by its listed name; the others by their seed name
 		{"name": "everything.get-structured-content", "arguments": map[string]any{"location": "Chicago"}},
 		{"name": "ext.echo_external", "arguments": map[string]any{"message": "hi"}},
 		{"name": "everything.get-sum", "arguments": map[string]any{"a": "x", "b": 2}},

@@ -56,7 +56,7 @@ func TestInspectorCLI(t *testing.T) {
 
 	t.Run("tools/call", func(t *testing.T) {
 		t.Parallel()
-		out, errOut, code := inspector(t, "--method", "tools/call", "--tool-name", echoTool(node), "--tool-arg", "message=ping")
+		out, errOut, code := inspector(t, "--method", "tools/call", "--tool-name", listedName(echoTool(node)), "--tool-arg", "message=ping")
 		if code != 0 {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 		}
@@ -75,7 +75,7 @@ func TestInspectorCLI(t *testing.T) {
 
 	t.Run("tools/call with a bad argument", func(t *testing.T) {
 		t.Parallel()
-		out, errOut, code := inspector(t, "--method", "tools/call", "--tool-name", echoTool(node),
+		out, errOut, code := inspector(t, "--method", "tools/call", "--tool-name", listedName(echoTool(node)),
 			"--tool-arg", "message=x", "zzz_secret=1")
 		if !strings.Contains(out+errOut, "E_MANIFEST_INVALID") {
 			t.Errorf("the Inspector's output does not show E_MANIFEST_INVALID (exit %d)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

@@ -183,10 +183,17 @@ func (o *okso) mint(t *testing.T, scopes ...string) string {
 // mint`).
 func (o *okso) mintAs(t *testing.T, subject string, scopes ...string) string {
 	t.Helper()
-	args := []string{"token", "mint", "--data-dir", o.dataDir, "--tenant", tenant, "--scope", strings.Join(scopes, " ")}
+	var flags []string
 	if subject != "" {
-		args = append(args, "--subject", subject)
+		flags = []string{"--subject", subject}
 	}
+	return o.mintWith(t, flags, scopes...)
+}
+
+// mintWith is mint with more flags of `okso token mint`.
+func (o *okso) mintWith(t *testing.T, flags []string, scopes ...string) string {
+	t.Helper()
+	args := append([]string{"token", "mint", "--data-dir", o.dataDir, "--tenant", tenant, "--scope", strings.Join(scopes, " ")}, flags...)
 	out, err := exec.Command(binary, args...).Output()
 	if err != nil {
 		t.Fatalf("okso token mint --scope %q: %v %s", scopes, err, stderrOf(err))
@@ -241,9 +248,11 @@ func (o *okso) waitListed(t *testing.T, mock int) {
 	}
 }
 
-// echoNode returns the node id of a name sysecho.<node>.echo.invoke.
+// echoNode returns the node id of a listed name sysecho-<node>-echo-invoke
+// (or, in the seed form, sysecho.<node>.echo.invoke). A test may read a
+// listed name; okso never parses one.
 func echoNode(name string) (string, bool) {
-	parts := strings.Split(name, ".")
+	parts := strings.FieldsFunc(name, func(r rune) bool { return r == '.' || r == '-' })
 	if len(parts) != 4 || parts[0] != "sysecho" || parts[2] != "echo" || parts[3] != "invoke" {
 		return "", false
 	}

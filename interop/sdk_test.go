@@ -12,6 +12,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // The tools of a simulated device (README, Capabilities).
@@ -21,10 +22,16 @@ func subscribeTool(node string) string { return "sys." + node + ".metrics.subscr
 func pinReadTool(node string) string   { return "gpio." + node + ".pin.read" }
 func pinWriteTool(node string) string  { return "gpio." + node + ".pin.write" }
 
-// readOnlyTools are the tools of a node a token with only
-// tools:call:read_only lists; a token that may mutate lists pin.write too.
+// listedName is how tools/list names a tool by default: its safe form
+// (each dot a dash), which every agent host accepts. A call by either
+// name works.
+func listedName(canonical string) string { return schemas.SafeToolName(canonical) }
+
+// readOnlyTools are the listed names of the tools of a node a token with
+// only tools:call:read_only lists; a token that may mutate lists
+// pin.write too.
 func readOnlyTools(node string) []string {
-	return []string{echoTool(node), snapshotTool(node), subscribeTool(node), pinReadTool(node)}
+	return []string{listedName(echoTool(node)), listedName(snapshotTool(node)), listedName(subscribeTool(node)), listedName(pinReadTool(node))}
 }
 
 // streamEnd bounds how long the gateway may take to end a stream its
@@ -260,7 +267,7 @@ func TestTypeScriptSDK(t *testing.T) {
 			for _, n := range o.nodes {
 				want = append(want, readOnlyTools(n)...)
 				if c.mutates {
-					want = append(want, pinWriteTool(n))
+					want = append(want, listedName(pinWriteTool(n)))
 				}
 			}
 			if c.mutates { // the caller-tool relay's own tools

@@ -173,6 +173,14 @@ func v2ListAndCalls(t *testing.T, o *okso, m v2Mode, node string) {
 				t.Errorf("echo answered %+v, want ping from %s", echo, node)
 			}
 		}},
+		{"device tool by its listed name", call{listedName(echoTool(node)), map[string]any{"message": "listed"}}, func(t *testing.T, oc outcome) {
+			var echo struct {
+				Message string `json:"message"`
+			}
+			if wantResult(t, "echo", oc, &echo) && echo.Message != "listed" {
+				t.Errorf("echo answered %+v", echo)
+			}
+		}},
 		{"upstream tool", call{upstreamEcho, map[string]any{"message": "federated"}}, func(t *testing.T, oc outcome) {
 			// The upstream's own answer, passed through: text only.
 			if oc.Error != nil {

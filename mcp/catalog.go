@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -66,7 +67,12 @@ func (v embedded) explain(err error) string  { return v.set.Explain(v.id, err) }
 // entry is one tool as the catalog holds it. Entries are read-only once
 // put: a change is a new entry.
 type entry struct {
-	name   string
+	// name is the canonical name (DESIGN.md §8): what the device wire,
+	// audit events, metrics and error messages say.
+	name string
+	// safe is the name's listed form (schemas.SafeToolName), recorded by
+	// the catalog when the entry is first put, and never parsed.
+	safe   string
 	source source
 	class  string // safety class
 	scope  string // the scope a caller needs (auth.ScopeFor(class))
@@ -94,15 +100,52 @@ type entry struct {
 	// through every door (its result a document, as a device's).
 	local localCall
 	serve unaryCall
-	// desc is the tool as tools/list shows it.
-	desc *sdk.Tool
+	// desc is the tool as tools/list shows it under its canonical name,
+	// its schemas as JSON documents; listed holds it under each form's
+	// name (made when the entry is first put).
+	desc   *sdk.Tool
+	listed [formCount]*sdk.Tool
+}
+
+// nameForm is a form in which tools/list names tools (DESIGN.md §8).
+type nameForm uint8
+
+const (
+	// formSafe: each dot of the canonical name a dash, which every agent
+	// host accepts (^[A-Za-z0-9_-]{1,64}$). The default.
+	formSafe nameForm = iota
+	// formSeed: seed 000's dotted canonical form.
+	formSeed
+	formCount
+)
+
+// formOf is the form a token asks for, or else the gateway's.
+func formOf(claim string, gateway nameForm) nameForm {
+	switch claim {
+	case auth.ToolNamesSafe:
+		return formSafe
+	case auth.ToolNamesSeed:
+		return formSeed
+	}
+	return gateway
+}
+
+// names are the names a call may use for the entry: its canonical name
+// and its listed one (the same for names without a dot).
+func (e *entry) names() []string {
+	if e.safe == e.name {
+		return []string{e.name}
+	}
+	return []string{e.name, e.safe}
 }
 
 // view is what one caller may see: a tenant's tools, filtered by the
-// call scopes of the caller's token. Each view has its own cached server.
+// call scopes of the caller's token, named in one form. Each view has its
+// own cached list (pages.go).
 type view struct {
 	tenant string
 	scopes uint8 // scopeBit of every call scope the token grants
+	form   nameForm
 }
 
 // scopeBit maps a call scope to its bit in view.scopes; 0 for none.
@@ -118,8 +161,8 @@ func scopeBit(scope string) uint8 {
 	return 0
 }
 
-func viewOf(c *auth.Claims) view {
-	v := view{tenant: c.Tenant}
+func viewOf(c *auth.Claims, form nameForm) view {
+	v := view{tenant: c.Tenant, form: formOf(c.ToolNames, form)}
 	for _, s := range [...]string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive} {
 		if c.HasScope(s) { // granted, or implied by a wider scope
 			v.scopes |= scopeBit(s)
@@ -134,21 +177,21 @@ func (v view) allows(scope string) bool {
 	return b != 0 && v.scopes&b != 0
 }
 
-// catalog holds every tenant's tools and the MCP servers of their views.
-// It is safe for concurrent use; the zero value is not: use newCatalog.
+// catalog holds every tenant's tools, the cached lists of their views,
+// and an MCP server per tenant for its sessions. It is safe for
+// concurrent use; the zero value is not: use newCatalog.
 type catalog struct {
 	newServer func() *sdk.Server
-
-	// sdkMu orders the changes made to the SDK servers: a source's put or
-	// drop, and the filling of a new view, each hold it throughout, so a
-	// view never misses a change nor sees one twice.
-	sdkMu sync.Mutex
+	// refused is told of each entry a put refused: one of its names is
+	// another tool's (taken names it).
+	refused func(e *entry, taken string)
 
 	mu      sync.RWMutex
-	tenants map[string]map[string]*entry // tenant → name → entry
+	tenants map[string]map[string]*entry // tenant → canonical and listed names → entry
 	keys    map[string]keyed             // source key → what it put
-	holders map[string]int               // name → tenants listing it
-	views   map[view]*sdk.Server         // made on a caller's first request
+	holders map[string]int               // name → tenants holding it
+	lists   map[view]*toolList           // made on a view's first tools/list after a change
+	servers map[string]*sdk.Server       // by tenant, made on its first request
 }
 
 // anyTenant is the tenant of tools every tenant sees (an upstream
@@ -161,38 +204,28 @@ type keyed struct {
 	entries []*entry
 }
 
-func newCatalog(newServer func() *sdk.Server) *catalog {
+func newCatalog(newServer func() *sdk.Server, refused func(e *entry, taken string)) *catalog {
 	return &catalog{
 		newServer: newServer,
+		refused:   refused,
 		tenants:   map[string]map[string]*entry{},
 		keys:      map[string]keyed{},
 		holders:   map[string]int{},
-		views:     map[view]*sdk.Server{},
+		lists:     map[view]*toolList{},
+		servers:   map[string]*sdk.Server{},
 	}
 }
 
 // put makes entries the tools key holds for tenant (or for every tenant:
-// anyTenant), replacing what key held before. The entries are visible to
-// lookups only once every view of the tenant lists them.
+// anyTenant), replacing what key held before. An entry one of whose
+// names (canonical or listed) another tool of the tenant holds already,
+// or one put before it in entries, is refused: a call by that name could
+// otherwise reach either. The tenant's sessions are told the list changed.
 func (c *catalog) put(key, tenant string, entries []*entry) {
-	c.sdkMu.Lock()
-	defer c.sdkMu.Unlock()
-	c.mu.RLock()
-	old, had := c.keys[key]
-	c.mu.RUnlock()
-	if had {
-		c.unlist(old)
-	}
-	for v, srv := range c.viewsOf(tenant) {
-		for _, e := range entries {
-			if v.allows(e.scope) {
-				srv.AddTool(e.desc, unreachable)
-			}
-		}
-	}
+	var refused []*entry
+	var taken []string
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if had {
+	if old, had := c.keys[key]; had {
 		c.forget(old)
 	}
 	tools := c.tenants[tenant]
@@ -200,57 +233,110 @@ func (c *catalog) put(key, tenant string, entries []*entry) {
 		tools = map[string]*entry{}
 		c.tenants[tenant] = tools
 	}
+	kept := make([]*entry, 0, len(entries))
+	batch := map[string]bool{} // the names of kept
 	for _, e := range entries {
-		if tools[e.name] == nil {
-			c.holders[e.name]++
+		if e.safe == "" { // first put: no one else sees it yet
+			e.safe = schemas.SafeToolName(e.name)
+			e.listed[formSeed] = e.desc
+			e.listed[formSafe] = e.desc
+			if e.safe != e.name {
+				safe := *e.desc
+				safe.Name = e.safe
+				e.listed[formSafe] = &safe
+			}
 		}
-		tools[e.name] = e
+		name := c.taken(tenant, e)
+		for _, n := range e.names() {
+			if batch[n] {
+				name = n
+			}
+		}
+		if name != "" {
+			refused, taken = append(refused, e), append(taken, name)
+			continue
+		}
+		for _, n := range e.names() {
+			if tools[n] == nil {
+				c.holders[n]++
+			}
+			tools[n] = e
+			batch[n] = true
+		}
+		kept = append(kept, e)
 	}
-	c.keys[key] = keyed{tenant: tenant, entries: entries}
+	c.keys[key] = keyed{tenant: tenant, entries: kept}
+	c.changed(tenant)
+	servers := c.serversOf(tenant)
+	c.mu.Unlock()
+	for i, e := range refused {
+		c.refused(e, taken[i])
+	}
+	notify(servers)
+}
+
+// taken returns a name of e that another owner's tool, which e's tenant
+// sees, holds already (mu is held); "" if none. A tool of the same owner
+// is not another: a source puts its tools under a new key (an upstream
+// configured for other tenants) before it drops the old one.
+func (c *catalog) taken(tenant string, e *entry) string {
+	other := func(x *entry) bool { return x != nil && x.owner() != e.owner() }
+	for _, n := range e.names() {
+		if other(c.tenants[tenant][n]) || tenant != anyTenant && other(c.tenants[anyTenant][n]) {
+			return n
+		}
+		if tenant == anyTenant && c.holders[n] > 0 {
+			for _, tools := range c.tenants {
+				if other(tools[n]) {
+					return n
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// owner names what serves the entry: its node, upstream, listen, or okso.
+func (e *entry) owner() string {
+	switch {
+	case e.nodeID != "":
+		return "node/" + e.nodeID
+	case e.upstream != "":
+		return "upstream/" + e.upstream
+	case e.listenID != "":
+		return "listen/" + e.listenID
+	}
+	return "okso"
 }
 
 // drop removes every tool key holds.
 func (c *catalog) drop(key string) {
-	c.sdkMu.Lock()
-	defer c.sdkMu.Unlock()
-	c.mu.RLock()
+	c.mu.Lock()
 	old, had := c.keys[key]
-	c.mu.RUnlock()
 	if !had {
+		c.mu.Unlock()
 		return
 	}
-	c.unlist(old)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.forget(old)
 	delete(c.keys, key)
-}
-
-// unlist takes k's tools out of its tenant's views; sdkMu is held.
-func (c *catalog) unlist(k keyed) {
-	for v, srv := range c.viewsOf(k.tenant) {
-		var names []string
-		for _, e := range k.entries {
-			if v.allows(e.scope) {
-				names = append(names, e.name)
-			}
-		}
-		if len(names) > 0 {
-			srv.RemoveTools(names...)
-		}
-	}
+	c.changed(old.tenant)
+	servers := c.serversOf(old.tenant)
+	c.mu.Unlock()
+	notify(servers)
 }
 
 // forget takes k's tools out of the lookup maps; mu is held.
 func (c *catalog) forget(k keyed) {
 	tools := c.tenants[k.tenant]
 	for _, e := range k.entries {
-		if tools[e.name] != e {
-			continue // put again meanwhile, by another key
-		}
-		delete(tools, e.name)
-		if c.holders[e.name]--; c.holders[e.name] <= 0 {
-			delete(c.holders, e.name)
+		for _, n := range e.names() {
+			if tools[n] != e {
+				continue // put again meanwhile, by another key
+			}
+			delete(tools, n)
+			if c.holders[n]--; c.holders[n] <= 0 {
+				delete(c.holders, n)
+			}
 		}
 	}
 	if len(tools) == 0 {
@@ -258,22 +344,34 @@ func (c *catalog) forget(k keyed) {
 	}
 }
 
-// viewsOf returns the servers of a tenant's views (of every view, for
-// anyTenant).
-func (c *catalog) viewsOf(tenant string) map[view]*sdk.Server {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	m := map[view]*sdk.Server{}
-	for v, srv := range c.views {
+// changed drops the cached lists a change of tenant's tools makes stale
+// (every view's, for anyTenant); mu is held.
+func (c *catalog) changed(tenant string) {
+	for v := range c.lists {
 		if v.tenant == tenant || tenant == anyTenant {
-			m[v] = srv
+			delete(c.lists, v)
 		}
 	}
-	return m
 }
 
-// lookup returns a tenant's tool by name; when the tenant has none of
-// that name, elsewhere says whether another tenant has.
+// serversOf returns the servers of a tenant's sessions (of every tenant,
+// for anyTenant); mu is held.
+func (c *catalog) serversOf(tenant string) []*sdk.Server {
+	if tenant != anyTenant {
+		if srv := c.servers[tenant]; srv != nil {
+			return []*sdk.Server{srv}
+		}
+		return nil
+	}
+	out := make([]*sdk.Server, 0, len(c.servers))
+	for _, srv := range c.servers {
+		out = append(out, srv)
+	}
+	return out
+}
+
+// lookup returns a tenant's tool by either of its names; when the tenant
+// has none of that name, elsewhere says whether another tenant has.
 func (c *catalog) lookup(tenant, name string) (e *entry, elsewhere bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -286,37 +384,39 @@ func (c *catalog) lookup(tenant, name string) (e *entry, elsewhere bool) {
 	return nil, c.holders[name] > 0
 }
 
-// server returns the cached MCP server of a view, filled with the tools
-// of its tenant that it allows.
-func (c *catalog) server(v view) *sdk.Server {
+// server returns the MCP server of a tenant's sessions. It holds no
+// tools: tools/list and tools/call are answered before it would
+// ([Gateway.intercept]); it carries the sessions, and the list_changed
+// notifications that reach them (notify).
+func (c *catalog) server(tenant string) *sdk.Server {
 	c.mu.RLock()
-	srv := c.views[v]
+	srv := c.servers[tenant]
 	c.mu.RUnlock()
 	if srv != nil {
 		return srv
 	}
-	c.sdkMu.Lock()
-	defer c.sdkMu.Unlock()
 	c.mu.Lock()
-	if srv = c.views[v]; srv != nil {
-		c.mu.Unlock()
-		return srv
-	}
-	srv = c.newServer()
-	c.views[v] = srv
-	var descs []*sdk.Tool
-	for _, tenant := range [...]string{v.tenant, anyTenant} {
-		for _, e := range c.tenants[tenant] {
-			if v.allows(e.scope) {
-				descs = append(descs, e.desc)
-			}
-		}
-	}
-	c.mu.Unlock()
-	for _, d := range descs {
-		srv.AddTool(d, unreachable)
+	defer c.mu.Unlock()
+	if srv = c.servers[tenant]; srv == nil {
+		srv = c.newServer()
+		c.servers[tenant] = srv
 	}
 	return srv
+}
+
+// changeMarker is the tool a server holds for an instant to tell its
+// sessions the list changed: the SDK sends list_changed (debounced, to
+// the sessions that subscribed, on every revision's channel) only when
+// its own list changes. No one lists or calls it: the gateway answers
+// both methods itself.
+var changeMarker = &sdk.Tool{Name: "okso-list-changed", InputSchema: json.RawMessage(`{"type":"object"}`)}
+
+// notify tells the sessions of servers that their tool list changed.
+func notify(servers []*sdk.Server) {
+	for _, srv := range servers {
+		srv.AddTool(changeMarker, unreachable)
+		srv.RemoveTools(changeMarker.Name)
+	}
 }
 
 // errNotIntercepted would mean a tools/call reached the SDK's own handler.

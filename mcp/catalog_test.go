@@ -1,53 +1,60 @@
 package mcp
 
 import (
+	"context"
+	"encoding/json"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/schemas"
 )
 
 func testEntry(name, class string) *entry {
 	return &entry{name: name, class: class, scope: auth.ScopeFor(class),
-		desc: &sdk.Tool{Name: name, InputSchema: &jsonschema.Schema{Type: "object"}}}
+		desc: &sdk.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }
 
-// listedBy returns the names a view's server lists, through a real client.
+func testCatalog(testing.TB) (*catalog, *[]string) {
+	var refused []string
+	c := newCatalog(func() *sdk.Server {
+		return sdk.NewServer(&sdk.Implementation{Name: "t", Version: "1"},
+			&sdk.ServerOptions{Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}}})
+	}, func(e *entry, taken string) { refused = append(refused, e.name+" by "+taken) })
+	return c, &refused
+}
+
+// listedBy returns the names a view lists, following its pages.
 func listedBy(t *testing.T, c *catalog, v view) []string {
 	t.Helper()
-	ct, st := sdk.NewInMemoryTransports()
-	ss, err := c.server(v).Connect(t.Context(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(t.Context(), ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
 	var names []string
-	for tl, err := range cs.Tools(t.Context(), nil) {
+	cursor := ""
+	for {
+		res, err := c.page(v, cursor)
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, tl.Name)
+		for _, tl := range res.Tools {
+			names = append(names, tl.Name)
+		}
+		if cursor = res.NextCursor; cursor == "" {
+			return names
+		}
 	}
-	slices.Sort(names)
-	return names
 }
 
 // TestCatalog: a source's key owns what it put; putting again replaces it
-// (in lookups and in every view, made before or after), dropping removes
-// it; a name held by another tenant is told apart from no tool at all;
-// views list only what their scopes allow.
+// (in lookups and in every view's list, made before or after), dropping
+// removes it; a name held by another tenant is told apart from no tool at
+// all; views list only what their scopes allow.
 func TestCatalog(t *testing.T) {
-	c := newCatalog(func() *sdk.Server { return sdk.NewServer(&sdk.Implementation{Name: "t", Version: "1"}, nil) })
-	ro := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
-	rw := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating)}
+	c, _ := testCatalog(t)
+	ro := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly), form: formSeed}
+	rw := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating), form: formSeed}
 	if got := listedBy(t, c, ro); len(got) != 0 {
 		t.Fatalf("empty catalog lists %v", got)
 	}
@@ -66,17 +73,22 @@ func TestCatalog(t *testing.T) {
 	if e, elsewhere := c.lookup("a", "x.2.read"); e != nil || !elsewhere {
 		t.Errorf("another tenant's tool: %+v elsewhere %v, want none, elsewhere", e, elsewhere)
 	}
+	if e, elsewhere := c.lookup("a", "x-2-read"); e != nil || !elsewhere {
+		t.Errorf("another tenant's tool by its listed name: %+v elsewhere %v, want none, elsewhere", e, elsewhere)
+	}
 	if e, elsewhere := c.lookup("a", "nope"); e != nil || elsewhere {
 		t.Errorf("no tool: %+v elsewhere %v", e, elsewhere)
 	}
 
-	// Put again: the key's tools are replaced, in views made before.
+	// Put again: the key's tools are replaced, in lists made before.
 	c.put("node/1", "a", []*entry{testEntry("x.1.read", "read_only"), testEntry("x.1.more", "read_only")})
 	if got := listedBy(t, c, rw); !slices.Equal(got, []string{"x.1.more", "x.1.read"}) {
 		t.Errorf("after put again: %v", got)
 	}
-	if e, _ := c.lookup("a", "x.1.write"); e != nil {
-		t.Errorf("x.1.write still looked up after its key replaced it: %+v", e)
+	for _, name := range []string{"x.1.write", "x-1-write"} {
+		if e, _ := c.lookup("a", name); e != nil {
+			t.Errorf("%s still looked up after its key replaced it: %+v", name, e)
+		}
 	}
 
 	c.drop("node/1")
@@ -90,9 +102,174 @@ func TestCatalog(t *testing.T) {
 	if e, _ := c.lookup("b", "x.2.read"); e == nil {
 		t.Error("another key's tool went with the drop")
 	}
-	// A view made after the changes starts from the catalog as it is.
 	fresh := view{tenant: "b", scopes: scopeBit(auth.ScopeReadOnly)}
-	if got := listedBy(t, c, fresh); !slices.Equal(got, []string{"x.2.read"}) {
+	if got := listedBy(t, c, fresh); !slices.Equal(got, []string{"x-2-read"}) {
 		t.Errorf("a new view lists %v", got)
+	}
+}
+
+// TestCatalogNames: each tool is listed under its safe name by default and
+// its canonical name in the seed form, is found by either, and a tool one
+// of whose names another tool of the tenant holds is refused and said,
+// whatever the order the two came in.
+func TestCatalogNames(t *testing.T) {
+	c, refused := testCatalog(t)
+	dev := "sysecho.01hzx9k3m4p7q8r9s0t1v2w3xy.echo.invoke"
+	c.put("node/1", "a", []*entry{testEntry(dev, "read_only")})
+	c.put("okso/caller", anyTenant, []*entry{testEntry("caller_tools_listen", "mutating")})
+	webTools := []*entry{
+		testEntry("web.v1.search", "read_only"),
+		testEntry("web.v1-search", "read_only"), // the same safe name: refused
+		testEntry("web.get-sum", "read_only"),
+	}
+	for _, e := range webTools {
+		e.upstream = "web"
+	}
+	c.put("remote/web/a", "a", webTools)
+	safe := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating)}
+	want := []string{"caller_tools_listen", "sysecho-01hzx9k3m4p7q8r9s0t1v2w3xy-echo-invoke", "web-get-sum", "web-v1-search"}
+	if got := listedBy(t, c, safe); !slices.Equal(got, want) {
+		t.Errorf("safe names %v, want %v", got, want)
+	}
+	for _, name := range listedBy(t, c, safe) {
+		if !schemas.ValidListedName(name) {
+			t.Errorf("listed %q, which agent hosts refuse", name)
+		}
+	}
+	seed := safe
+	seed.form = formSeed
+	want = []string{"caller_tools_listen", dev, "web.get-sum", "web.v1.search"}
+	if got := listedBy(t, c, seed); !slices.Equal(got, want) {
+		t.Errorf("seed names %v, want %v", got, want)
+	}
+	for _, name := range []string{dev, schemas.SafeToolName(dev), "web.v1.search", "web-v1-search", "caller_tools_listen"} {
+		if e, _ := c.lookup("a", name); e == nil {
+			t.Errorf("no tool found by %s", name)
+		}
+	}
+	if e, _ := c.lookup("a", "web.v1-search"); e != nil {
+		t.Errorf("the refused tool is found: %+v", e)
+	}
+	if !slices.Equal(*refused, []string{"web.v1-search by web-v1-search"}) {
+		t.Errorf("refused %v", *refused)
+	}
+
+	// Another key's tool whose name a tool of the tenant holds (one of
+	// every tenant's, here) is refused too, and the first stays.
+	mine := testEntry("caller_tools_listen", "read_only")
+	mine.listenID = "x"
+	c.put("caller/x", "a", []*entry{mine})
+	if e, _ := c.lookup("a", "caller_tools_listen"); e == nil || e.scope != auth.ScopeMutating {
+		t.Errorf("the first caller_tools_listen was replaced: %+v", e)
+	}
+	if len(*refused) != 2 {
+		t.Errorf("refused %v", *refused)
+	}
+	// And a tool of every tenant whose name one tenant's tool holds.
+	all := testEntry(dev, "read_only")
+	all.upstream = "all"
+	c.put("remote/all", anyTenant, []*entry{all})
+	if len(*refused) != 3 {
+		t.Errorf("refused %v", *refused)
+	}
+	// A source putting its tools under a new key before it drops the old
+	// one (an upstream configured for every tenant now) is not refused.
+	web := func() []*entry {
+		e := testEntry("web.get-sum", "read_only")
+		e.upstream = "web"
+		return []*entry{e}
+	}
+	c.put("remote/web/*", anyTenant, web())
+	c.drop("remote/web/a")
+	if e, _ := c.lookup("b", "web-get-sum"); e == nil || len(*refused) != 3 {
+		t.Errorf("web moved to every tenant: %+v, refused %v", e, *refused)
+	}
+}
+
+// TestCatalogPages: a view's list comes in pages of pageSize, each
+// following the last name of the one before, even across a change; a
+// cursor that is not one is refused.
+func TestCatalogPages(t *testing.T) {
+	c, _ := testCatalog(t)
+	var entries []*entry
+	for i := range 2*pageSize + 10 {
+		entries = append(entries, testEntry("t.n"+strconv.Itoa(10000+i), "read_only"))
+	}
+	c.put("k", "a", entries)
+	v := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
+	first, err := c.page(v, "")
+	if err != nil || len(first.Tools) != pageSize || first.NextCursor == "" {
+		t.Fatalf("first page: %d tools, cursor %q, %v", len(first.Tools), first.NextCursor, err)
+	}
+	if first.CacheScope != "private" {
+		t.Errorf("cache scope %q", first.CacheScope)
+	}
+	// A tool before the cursor goes: the next page starts where it would have.
+	c.put("k", "a", entries[1:])
+	second, err := c.page(v, first.NextCursor)
+	if err != nil || len(second.Tools) != pageSize || second.Tools[0].Name != "t-n"+strconv.Itoa(10000+pageSize) {
+		t.Fatalf("second page: %d tools from %s, %v", len(second.Tools), second.Tools[0].Name, err)
+	}
+	third, err := c.page(v, second.NextCursor)
+	if err != nil || len(third.Tools) != 10 || third.NextCursor != "" {
+		t.Fatalf("last page: %d tools, cursor %q, %v", len(third.Tools), third.NextCursor, err)
+	}
+	if got := listedBy(t, c, v); len(got) != 2*pageSize+9 {
+		t.Errorf("listed %d", len(got))
+	}
+	for _, bad := range []string{"!", "=="} {
+		if _, err := c.page(v, bad); err == nil {
+			t.Errorf("cursor %q accepted", bad)
+		}
+	}
+	empty, err := c.page(view{tenant: "none"}, "")
+	if err != nil || empty.Tools == nil {
+		t.Errorf("an empty view: %+v, %v", empty, err)
+	}
+}
+
+// TestCatalogNotifies: a session of a tenant hears that its list changed
+// when a source puts or drops its tools, and a session of another tenant
+// does not.
+func TestCatalogNotifies(t *testing.T) {
+	c, _ := testCatalog(t)
+	connect := func(tenant string) chan struct{} {
+		ch := make(chan struct{}, 16)
+		ct, st := sdk.NewInMemoryTransports()
+		ss, err := c.server(tenant).Connect(t.Context(), st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ss.Close() })
+		cl := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, &sdk.ClientOptions{
+			ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { ch <- struct{}{} },
+		})
+		cs, err := cl.Connect(t.Context(), ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		return ch
+	}
+	a, b := connect("a"), connect("b")
+	wait := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no list_changed after %s", what)
+		}
+	}
+	c.put("node/1", "a", []*entry{testEntry("x.1.read", "read_only")})
+	wait(a, "a put")
+	c.drop("node/1")
+	wait(a, "a drop")
+	c.put("remote/all", anyTenant, []*entry{testEntry("u.x", "read_only")})
+	wait(a, "a put for every tenant")
+	wait(b, "a put for every tenant")
+	select {
+	case <-b:
+		t.Error("tenant b heard of tenant a's changes")
+	default:
 	}
 }

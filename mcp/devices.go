@@ -333,7 +333,7 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 			Name:        t.Name,
 			Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
 			Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, v.Name, rec.NodeID, class),
-			InputSchema: g.toolSchema(v.Input),
+			InputSchema: g.toolDoc(v.Input),
 			Annotations: &sdk.ToolAnnotations{
 				Title:          v.Title,
 				ReadOnlyHint:   class == schemas.SafetyReadOnly,
@@ -353,11 +353,11 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 			st.Annotations.DestructiveHint = &no
 		}
 		if v.Stream {
-			st.OutputSchema = g.toolSchema(v.Result)
+			st.OutputSchema = g.toolDoc(v.Result)
 			st.Description += " Streams each frame as a progress notification (send a progressToken) " +
 				"until cancelled; the result tells how the stream ended."
 		} else {
-			st.OutputSchema = g.toolSchema(v.Output)
+			st.OutputSchema = g.toolDoc(v.Output)
 		}
 		entries = append(entries, &entry{
 			name:    t.Name,

@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -74,6 +73,10 @@ type Options struct {
 	AllowedOrigins []string
 	// Version is reported to MCP clients.
 	Version string
+	// ToolNames is the form in which tools/list names tools for a token
+	// without a tool_names claim: auth.ToolNamesSafe (the default) or
+	// auth.ToolNamesSeed. A call by either form works whatever it is.
+	ToolNames string
 	// Revoked, when set, says whether a token id was revoked: such a token
 	// is refused (401) and its calls denied.
 	Revoked interface{ Revoked(jti string) bool }
@@ -134,11 +137,11 @@ type Gateway struct {
 	busDown    atomic.Bool // the NATS connection is down (see followLink)
 	draining   atomic.Bool // see Drain
 
-	schemaMu    sync.Mutex
-	toolSchemas map[string]*jsonschema.Schema // by $id, shared read-only
-	// listedSchemas holds each of toolSchemas as its compact document,
-	// which is what tools/list writes (see listed).
-	listedSchemas map[*jsonschema.Schema]json.RawMessage
+	// form is the form of listed names for tokens that do not say.
+	form nameForm
+
+	schemaMu sync.Mutex
+	toolDocs map[string]json.RawMessage // embedded schemas by $id, compact, shared read-only
 
 	serverInfo []byte   // the gateway's sdk.Implementation as JSON
 	fastMeta   metaMemo // the fast path's decodes of _meta values
@@ -175,6 +178,9 @@ func New(o Options) (*Gateway, error) {
 	if o.CallerTimeout <= 0 {
 		o.CallerTimeout = DefaultCallerTimeout
 	}
+	if o.ToolNames != "" && !auth.ValidToolNames(o.ToolNames) {
+		return nil, fmt.Errorf("gateway: tool names %q: want %s or %s", o.ToolNames, auth.ToolNamesSafe, auth.ToolNamesSeed)
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -194,9 +200,8 @@ func New(o Options) (*Gateway, error) {
 		listens:       map[string]*listen{},
 		relayWaits:    map[string]map[*relayWait]struct{}{},
 
-		toolSchemas:   map[string]*jsonschema.Schema{},
-		listedSchemas: map[*jsonschema.Schema]json.RawMessage{},
-		probes:        make(chan struct{}, 64),
+		toolDocs: map[string]json.RawMessage{},
+		probes:   make(chan struct{}, 64),
 
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
@@ -204,7 +209,8 @@ func New(o Options) (*Gateway, error) {
 	if o.Remotes == nil {
 		close(g.remotesSynced)
 	}
-	g.cat = newCatalog(g.newServer)
+	g.form = formOf(o.ToolNames, formSafe)
+	g.cat = newCatalog(g.newServer, g.nameTaken)
 	if o.Callers == nil {
 		close(g.callersSynced)
 	} else {
@@ -501,21 +507,38 @@ func claimsOf(ti *sdkauth.TokenInfo) *auth.Claims {
 	return c
 }
 
-// server returns the cached MCP server of the caller's view: the tools of
-// its tenant that its token may call, and no others.
+// server returns the MCP server of the caller's tenant, which carries its
+// sessions (the tools each may see are its view's: see intercept).
 func (g *Gateway) server(r *http.Request) *sdk.Server {
 	c := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
 	if c == nil {
 		return nil
 	}
-	return g.cat.server(viewOf(c))
+	return g.cat.server(c.Tenant)
+}
+
+// nameTaken says that the catalog refused a tool: one of its names is
+// another tool's.
+func (g *Gateway) nameTaken(e *entry, taken string) {
+	source, attrs := sourceNameDevice, []any{"node_id", e.nodeID}
+	switch {
+	case e.upstream != "":
+		source, attrs = sourceNameUpstream, []any{"upstream", e.upstream}
+	case e.callerID != "":
+		source, attrs = sourceNameCaller, []any{"caller_id", e.callerID}
+	case e.source == sourceOkso:
+		source, attrs = "okso", nil
+	}
+	attrs = append(attrs, "tool", e.name, "err", "its name "+taken+" is another tool's")
+	g.unlisted(source, reasonToolRefused, attrs...)
 }
 
 func (g *Gateway) newServer() *sdk.Server {
 	srv := sdk.NewServer(g.implementation(),
 		&sdk.ServerOptions{
-			Instructions: "Each tool is one capability of one device of your fleet, " +
-				"named {kind}.{node_id}.{capability}.{verb}.",
+			Instructions: "Each device tool is one capability of one device of your fleet, " +
+				"named {kind}-{node_id}-{capability}-{verb} ({kind}.{node_id}.{capability}.{verb} " +
+				"in seed 000's dotted form, by which it may be called too).",
 			// Tools, and logging: clients of the 2025 revisions set a
 			// log level (logging/setLevel) and expect it accepted, though
 			// okso sends no log notifications yet.
@@ -553,6 +576,8 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 		case method == "tools/list" && g.registryDown():
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgRegistryDown,
 				Data: schemas.NewError(schemas.CodeInternal, msgRegistryDown).JSON()}
+		case method == "tools/list":
+			return g.listTools(req)
 		case undeclared(method):
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: okso serves tools only"}
 		}
@@ -561,8 +586,6 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 			return res, err
 		}
 		switch r := res.(type) {
-		case *sdk.ListToolsResult:
-			g.listed(r)
 		case *sdk.InitializeResult:
 			// A stateless session lives for one request: before 2026-07-28
 			// (subscriptions/listen) nothing can carry list_changed to it.
@@ -613,54 +636,37 @@ func undeclared(method string) bool {
 		method == "completion/complete"
 }
 
-// listed has a tools/list page carry each tool's schemas as documents.
-// The SDK's servers hold them as *jsonschema.Schema, which AddTool checks
-// cheaply, but which encode by reflection: five times the cost of the rest
-// of a 1,000-tool page. The page gets copies of its tools (the SDK made
-// the slice for this answer; the tools themselves are shared and stay as
-// they are) whose schemas are the same documents, compact
-// (TestListedSchemas).
-func (g *Gateway) listed(r *sdk.ListToolsResult) {
-	copies := make([]sdk.Tool, len(r.Tools))
-	g.schemaMu.Lock()
-	defer g.schemaMu.Unlock()
-	document := func(schema any) any {
-		if s, ok := schema.(*jsonschema.Schema); ok && g.listedSchemas[s] != nil {
-			return g.listedSchemas[s]
-		}
-		return schema // another type, or none
+// listTools answers tools/list from the caller's view (pages.go).
+func (g *Gateway) listTools(req sdk.Request) (sdk.Result, error) {
+	c := claimsOf(req.GetExtra().TokenInfo)
+	if c == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "no verified token"}
 	}
-	for i, t := range r.Tools {
-		copies[i] = *t
-		copies[i].InputSchema = document(t.InputSchema)
-		copies[i].OutputSchema = document(t.OutputSchema)
-		r.Tools[i] = &copies[i]
+	var cursor string
+	if p, ok := req.GetParams().(*sdk.ListToolsParams); ok && p != nil {
+		cursor = p.Cursor
 	}
+	return g.cat.page(viewOf(c, g.form), cursor)
 }
 
-// toolSchema returns the embedded schema id as the SDK's schema type,
-// decoded once and shared by every tool that uses it: handed a raw
-// document, the SDK would re-encode it on every AddTool (seconds for a
-// view of 40,000 tools).
-func (g *Gateway) toolSchema(id string) *jsonschema.Schema {
+// toolDoc returns an embedded schema as the compact JSON document a tool
+// carries, made once and shared by every tool that uses it.
+func (g *Gateway) toolDoc(id string) json.RawMessage {
 	g.schemaMu.Lock()
 	defer g.schemaMu.Unlock()
-	if s, ok := g.toolSchemas[id]; ok {
-		return s
+	if d, ok := g.toolDocs[id]; ok {
+		return d
 	}
 	raw, _ := g.o.Schemas.Raw(id)
-	s := new(jsonschema.Schema)
-	if err := json.Unmarshal(raw, s); err != nil {
-		g.log.Error("embedded schema does not decode", "id", id, "err", err)
-		s = &jsonschema.Schema{Type: "object"}
-	} else {
-		var compact bytes.Buffer
-		if json.Compact(&compact, raw) == nil {
-			g.listedSchemas[s] = compact.Bytes()
-		}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		g.log.Error("embedded schema does not compact", "id", id, "err", err)
+		compact.Reset()
+		compact.WriteString(`{"type":"object"}`)
 	}
-	g.toolSchemas[id] = s
-	return s
+	d := json.RawMessage(compact.Bytes())
+	g.toolDocs[id] = d
+	return d
 }
 
 func trimASCII(s string, max int) string {

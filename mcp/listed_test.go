@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/schemas"
 )
@@ -20,12 +22,12 @@ func listingGateway(t testing.TB) *Gateway {
 		t.Fatal(err)
 	}
 	return &Gateway{o: Options{Schemas: set}, log: slog.New(slog.DiscardHandler),
-		toolSchemas: map[string]*jsonschema.Schema{}, listedSchemas: map[*jsonschema.Schema]json.RawMessage{},
-		changedCh: make(chan struct{})}
+		toolDocs: map[string]json.RawMessage{}, changedCh: make(chan struct{})}
 }
 
-// TestListedSchemas: every schema a tool carries is written by tools/list
-// as the same JSON value the SDK's schema type encodes to.
+// TestListedSchemas: every schema a device tool carries is listed as its
+// embedded document, compact, which the SDK's schema type reads back to
+// the same value.
 func TestListedSchemas(t *testing.T) {
 	g := listingGateway(t)
 	n := 0
@@ -39,25 +41,23 @@ func TestListedSchemas(t *testing.T) {
 				if id == "" {
 					continue
 				}
-				s := g.toolSchema(id)
-				want, err := json.Marshal(s)
-				if err != nil {
-					t.Fatal(err)
+				doc := g.toolDoc(id)
+				raw, _ := g.o.Schemas.Raw(id)
+				var compact bytes.Buffer
+				if err := json.Compact(&compact, raw); err != nil || !bytes.Equal(doc, compact.Bytes()) {
+					t.Fatalf("%s: listed %s, want the embedded document", id, doc)
 				}
-				page := &sdk.ListToolsResult{Tools: []*sdk.Tool{{Name: "t", InputSchema: s, OutputSchema: s}}}
-				g.listed(page)
-				in, inOK := page.Tools[0].InputSchema.(json.RawMessage)
-				out, outOK := page.Tools[0].OutputSchema.(json.RawMessage)
-				if !inOK || !outOK || in == nil || out == nil {
-					t.Fatalf("%s: listed without its document", id)
+				s := new(jsonschema.Schema)
+				if err := json.Unmarshal(doc, s); err != nil {
+					t.Fatalf("%s: the SDK's schema type does not read it: %v", id, err)
 				}
-				got, err := json.Marshal(page.Tools[0].InputSchema)
+				back, err := json.Marshal(s)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var a, b any
-				if json.Unmarshal(want, &a) != nil || json.Unmarshal(got, &b) != nil || !reflect.DeepEqual(a, b) {
-					t.Errorf("%s:\nSDK type %s\nlisted   %s", id, want, got)
+				if json.Unmarshal(doc, &a) != nil || json.Unmarshal(back, &b) != nil || !reflect.DeepEqual(a, b) {
+					t.Errorf("%s:\nlisted   %s\nSDK type %s", id, doc, back)
 				}
 				n++
 			}
@@ -68,35 +68,30 @@ func TestListedSchemas(t *testing.T) {
 	}
 }
 
-// BenchmarkListPage encodes a page of 1,000 tools as the SDK holds them
-// (schemas) and as tools/list writes them (documents).
+// BenchmarkListPage answers and encodes one page of 1,000 device tools.
 func BenchmarkListPage(b *testing.B) {
 	g := listingGateway(b)
-	in, out := g.toolSchema(schemas.EchoInput), g.toolSchema(schemas.EchoOutput)
-	tools := make([]*sdk.Tool, 1000)
-	for i := range tools {
-		tools[i] = &sdk.Tool{Name: fmt.Sprintf("sysecho.n%05d.echo.invoke", i), Title: "Echo a message (node n)",
+	c, _ := testCatalog(nil)
+	in, out := g.toolDoc(schemas.EchoInput), g.toolDoc(schemas.EchoOutput)
+	entries := make([]*entry, 1000)
+	for i := range entries {
+		name := fmt.Sprintf("sysecho.n%05d.echo.invoke", i)
+		entries[i] = &entry{name: name, scope: auth.ScopeReadOnly, desc: &sdk.Tool{Name: name, Title: "Echo a message (node n)",
 			Description: "system.echo invoke on node n. Safety class: read_only.", InputSchema: in, OutputSchema: out,
 			Annotations: &sdk.ToolAnnotations{Title: "Echo a message", ReadOnlyHint: true, IdempotentHint: true},
-			Meta:        sdk.Meta{"io.okso/node_id": "n", "io.okso/kind": "system.echo", "io.okso/safety_class": "read_only"}}
+			Meta:        sdk.Meta{"io.okso/node_id": "n", "io.okso/kind": "system.echo", "io.okso/safety_class": "read_only"}}}
 	}
-	for _, docs := range []bool{false, true} {
-		name := "schemas"
-		if docs {
-			name = "documents"
+	c.put("k", "a", entries)
+	v := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
+	b.ReportAllocs()
+	for b.Loop() {
+		page, err := c.page(v, "")
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				page := &sdk.ListToolsResult{Tools: append([]*sdk.Tool(nil), tools...)}
-				if docs {
-					g.listed(page)
-				}
-				if _, err := json.Marshal(page); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		if _, err := json.Marshal(page); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

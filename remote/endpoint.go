@@ -122,7 +122,9 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 			if err != nil {
 				return nil, rpcError(err)
 			}
-			if t.Name == req.Tool {
+			// Asked by either form of its name (DESIGN.md §8): the gateway
+			// lists one, and no two of its tools share a safe name.
+			if schemas.SafeToolName(t.Name) == schemas.SafeToolName(req.Tool) {
 				return map[string]any{"type": "result", "tool": descriptorOf(t, o.URL)}, nil
 			}
 		}

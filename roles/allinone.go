@@ -256,7 +256,7 @@ func (b banner) write(w io.Writer) error {
 	more("(tenant %s, scope %s, valid %s: lists and calls read-only tools)", b.tenant, auth.ScopeReadOnly, b.ttl)
 	row("token mint", "%s token mint --data-dir %s --tenant %s --scope %s",
 		b.self, shellQuote(b.dataDir), shellQuote(b.tenant), auth.ScopeMutating)
-	more("(prints a token that may also call mutating tools, such as gpio.<node>.pin.write)")
+	more("(prints a token that may also call mutating tools, such as gpio-<node>-pin-write)")
 	row("try it", "npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
 		"--header \"Authorization: Bearer %s\" --method tools/list", inspectorVersion, b.mcpURL, b.token)
 	more("(MCP Inspector %s needs Node.js >= %s)", inspectorVersion, inspectorNode)

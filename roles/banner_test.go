@@ -16,6 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/schemas"
 )
 
 // runRoot runs the okso command with args in this process until stop,
@@ -85,7 +86,7 @@ func toolsOf(t *testing.T, s *sdk.ClientSession, suffix string) []string {
 	}
 	var names []string
 	for _, tl := range list.Tools {
-		if strings.HasSuffix(tl.Name, suffix) {
+		if strings.HasSuffix(tl.Name, schemas.SafeToolName(suffix)) {
 			names = append(names, tl.Name)
 		}
 	}

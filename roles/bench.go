@@ -22,7 +22,8 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: "okso bench opens --sessions MCP client sessions (official Go SDK, Streamable HTTP) to --url\n" +
 			"and keeps --concurrency requests in flight over them for --warmup, not counted, then for\n" +
 			"--duration. --tool is an exact tool name, or a pattern in which * stands for any run of\n" +
-			"characters, which spreads the calls round-robin over every listed tool it matches (e.g.\n" +
+			"characters and a . or - for either (okso lists safe names, sysecho-<node>-echo-invoke, or seed\n" +
+			"names), which spreads the calls round-robin over every listed tool it matches (e.g.\n" +
 			"'sysecho.*' calls every node's echo, 'sys.*.metrics.subscribe' every node's metric stream).\n" +
 			"--mode list times full tools/list listings instead, following every page.\n\n" +
 			"--mode subscribe holds --concurrency streams open on okso's streaming door (POST\n" +

@@ -269,8 +269,8 @@ func listedNodes(t *testing.T, s *sdk.ClientSession, n int) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if name, ok := schemas.ParseToolName(tl.Name); ok && name.KindShort == "sysecho" {
-				ids = append(ids, name.NodeID)
+			if strings.HasPrefix(tl.Name, "sysecho-") {
+				ids = append(ids, nodeOf(tl))
 			}
 		}
 		if len(ids) == n {

@@ -108,7 +108,7 @@ func TestConsoleOnATerminal(t *testing.T) {
 					t.Fatalf("the call's audit events were not published: %v", err)
 				}
 				var e bus.AuditEvent
-				if json.Unmarshal(m.Data, &e) == nil && e.Tool == echo[0] && e.Decision == bus.DecisionAllowed {
+				if json.Unmarshal(m.Data, &e) == nil && listedName(e.Tool) == echo[0] && e.Decision == bus.DecisionAllowed {
 					allowed[e.Actor] = true
 				}
 			}

@@ -217,6 +217,16 @@ func (f *fixture) connectDevice(tenant string, edit func(id string, o *agent.Opt
 
 func echoName(node string) string { return "sysecho." + node + ".echo.invoke" }
 
+// listedName is how tools/list names a tool by default: its safe form.
+func listedName(canonical string) string { return schemas.SafeToolName(canonical) }
+
+// nodeOf is the node a device tool belongs to, as its _meta says (a
+// listed name is never parsed).
+func nodeOf(tl *sdk.Tool) string {
+	id, _ := tl.Meta[schemas.MetaNodeID].(string)
+	return id
+}
+
 // envelope returns the error envelope of a failed call, checking its
 // form (DESIGN.md §5): isError, the envelope as the only text content and
 // in _meta["io.okso/error"], and no structuredContent.
@@ -253,9 +263,11 @@ func TestEndToEndEcho(t *testing.T) {
 				t.Fatal(err)
 			}
 			var names []string
+			nodes := map[string]string{} // listed name → node id
 			for _, tl := range list.Tools {
-				if strings.HasPrefix(tl.Name, "sysecho.") {
+				if strings.HasPrefix(tl.Name, "sysecho-") && schemas.ValidListedName(tl.Name) {
 					names = append(names, tl.Name)
+					nodes[tl.Name] = nodeOf(tl)
 				}
 				if tl.Annotations == nil || !tl.Annotations.ReadOnlyHint || tl.Title == "" ||
 					tl.InputSchema == nil || tl.OutputSchema == nil {
@@ -281,9 +293,8 @@ func TestEndToEndEcho(t *testing.T) {
 				}
 				var out agent.EchoResult
 				_ = json.Unmarshal(b, &out)
-				node, _ := schemas.ParseToolName(name)
-				if out.Message != "ping" || out.NodeID != node.NodeID {
-					t.Errorf("result %s: want message ping from node %s", b, node.NodeID)
+				if node := nodes[name]; out.Message != "ping" || out.NodeID != node {
+					t.Errorf("result %s: want message ping from node %s", b, node)
 				}
 				var fromText agent.EchoResult
 				txt := res.Content[0].(*sdk.TextContent).Text
@@ -612,8 +623,8 @@ func TestToolsFollowDevices(t *testing.T) {
 	f.waitNodes(DefaultTenant, 1)
 	list, err := s.ListTools(t.Context(), nil)
 	// A read-only token sees the pin's read, not its write.
-	want := map[string]bool{echoName(id): true, "sys." + id + ".metrics.snapshot": true,
-		"sys." + id + ".metrics.subscribe": true, "gpio." + id + ".pin.read": true}
+	want := map[string]bool{listedName(echoName(id)): true, "sys-" + id + "-metrics-snapshot": true,
+		"sys-" + id + "-metrics-subscribe": true, "gpio-" + id + "-pin-read": true}
 	if err != nil || len(list.Tools) != len(want) {
 		for _, tl := range list.Tools {
 			t.Log(tl.Name)

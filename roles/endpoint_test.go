@@ -47,7 +47,7 @@ func TestEndpoint(t *testing.T) {
 	a := askEndpoint(t, url, reader, `{"action":"list_tools"}`)
 	var found *remote.Descriptor
 	for i, d := range a.Tools {
-		if d.Name == echo {
+		if d.Name == listedName(echo) {
 			found = &a.Tools[i]
 		}
 	}
@@ -58,10 +58,12 @@ func TestEndpoint(t *testing.T) {
 		!json.Valid(found.InputSchema) || !json.Valid(found.ResultSchema) || found.Description == "" {
 		t.Errorf("descriptor %+v", found)
 	}
-	a = askEndpoint(t, url, reader, `{"action":"describe_tool","tool":"`+echo+`"}`)
-	var d remote.Descriptor
-	if a.Type != "result" || json.Unmarshal(a.Tool, &d) != nil || d.Name != echo {
-		t.Errorf("describe_tool = %+v", a)
+	for _, name := range []string{echo, listedName(echo)} { // either form
+		a = askEndpoint(t, url, reader, `{"action":"describe_tool","tool":"`+name+`"}`)
+		var d remote.Descriptor
+		if a.Type != "result" || json.Unmarshal(a.Tool, &d) != nil || d.Name != listedName(echo) {
+			t.Errorf("describe_tool %s = %+v", name, a)
+		}
 	}
 	a = askEndpoint(t, url, reader, `{"action":"call_tool","tool":"`+echo+`","arguments":{"message":"hi"}}`)
 	var res struct {
@@ -118,12 +120,15 @@ func TestEndpointRoundTrip(t *testing.T) {
 	url, reader := f.a.MCPURL(), f.token(auth.MintOptions{})
 
 	a := askEndpoint(t, url, reader, `{"action":"list_tools"}`)
-	if len(a.Tools) != 1 || a.Tools[0].Name != "ext.echo_external" || !strings.HasPrefix(a.Tools[0].Safety, "read_only") {
+	if len(a.Tools) != 1 || a.Tools[0].Name != "ext-echo_external" || !strings.HasPrefix(a.Tools[0].Safety, "read_only") {
 		t.Fatalf("list_tools = %+v", a)
 	}
-	a = askEndpoint(t, url, reader, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":"round trip"}}`)
-	if a.Type != "result" || string(a.Result) != `{"echo":"round trip"}` {
-		t.Errorf("call_tool = %+v (%s)", a, a.Result)
+	// Called by its listed name and by its seed name alike.
+	for _, name := range []string{"ext-echo_external", "ext.echo_external"} {
+		a = askEndpoint(t, url, reader, `{"action":"call_tool","tool":"`+name+`","arguments":{"message":"round trip"}}`)
+		if a.Type != "result" || string(a.Result) != `{"echo":"round trip"}` {
+			t.Errorf("call_tool %s = %+v (%s)", name, a, a.Result)
+		}
 	}
 	a = askEndpoint(t, url, reader, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":1}}`)
 	if a.Type != "error" || a.Error.Category != "invalid_arguments" {

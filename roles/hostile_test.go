@@ -95,7 +95,7 @@ func echoWorks(t *testing.T, s *sdk.ClientSession, node string) {
 	}
 	listed := false
 	for _, tl := range list.Tools {
-		listed = listed || tl.Name == echoName(node)
+		listed = listed || tl.Name == listedName(echoName(node))
 	}
 	if !listed {
 		t.Fatalf("bystander list lacks %s", echoName(node))
@@ -471,8 +471,7 @@ func TestHostileCrossTenant(t *testing.T) {
 		if e.Code != schemas.CodeSafetyDenied {
 			t.Errorf("MCP %s: %s, want E_SAFETY_DENIED", tl.name, e.Code)
 		}
-		n, _ := schemas.ParseToolName(tl.name)
-		observed = append(observed, "MCP "+n.KindShort+".B."+n.CapID+"."+n.Verb+" "+e.Code)
+		observed = append(observed, "MCP "+strings.Replace(tl.name, nodeB, "B", 1)+" "+e.Code)
 	}
 	sse := f.post(t.Context(), tokA, "text/event-stream", subscribeBody(nodeB, `{"interval_ms":1000}`))
 	sseStatus := sse.StatusCode

@@ -200,7 +200,7 @@ func (r *relayed) list() mcpAnswer {
 
 func (r *relayed) listsNode() bool {
 	b, _ := json.Marshal(r.list().message)
-	return strings.Contains(string(b), echoName(r.node))
+	return strings.Contains(string(b), listedName(echoName(r.node)))
 }
 
 // call makes one tools/call and returns its result (nil for none).

@@ -248,7 +248,7 @@ func callEcho(t *testing.T, dataDir, mcpURL, message string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(tl.Name, "sysecho.") {
+		if !strings.HasPrefix(tl.Name, "sysecho-") {
 			continue
 		}
 		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tl.Name, Arguments: map[string]any{"message": message}})

@@ -551,6 +551,7 @@ type gatewayConfig struct {
 	Budget              time.Duration
 	Stateful            bool
 	NoFastPath          bool
+	ToolNames           string // the form of listed tool names: safe or seed
 	AllowedOrigins      []string
 	Audience            string
 	Version             string
@@ -661,6 +662,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Budget:         cfg.Budget,
 		Stateful:       cfg.Stateful,
 		NoFastPath:     cfg.NoFastPath,
+		ToolNames:      cfg.ToolNames,
 		AllowedOrigins: cfg.AllowedOrigins,
 		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,

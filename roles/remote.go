@@ -217,7 +217,7 @@ func endpointCmd(stdout io.Writer) *cobra.Command {
 		Short: "Answer one seed-002 action request (list_tools, describe_tool, call_tool) from stdin, for the tools --token may call",
 		Long: "okso endpoint reads one JSON request on stdin and writes one JSON answer on stdout:\n" +
 			`  echo '{"action":"list_tools"}' | okso endpoint --url http://127.0.0.1:8080/mcp --token "$T"` + "\n" +
-			`  echo '{"action":"call_tool","tool":"sysecho.<node>.echo.invoke","arguments":{"message":"hi"}}' | okso endpoint ...` + "\n" +
+			`  echo '{"action":"call_tool","tool":"sysecho-<node>-echo-invoke","arguments":{"message":"hi"}}' | okso endpoint ...` + "\n" +
 			"Answers are {\"type\":\"result\",...} or {\"type\":\"error\",\"error\":{name,category,message}}.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

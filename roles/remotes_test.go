@@ -142,12 +142,12 @@ func TestRemoteTools(t *testing.T) {
 			var names []string
 			for _, tl := range lt.Tools {
 				names = append(names, tl.Name)
-				if tl.Name == "up.echo" && (tl.Annotations == nil || !tl.Annotations.ReadOnlyHint || tl.OutputSchema == nil) {
+				if tl.Name == "up-echo" && (tl.Annotations == nil || !tl.Annotations.ReadOnlyHint || tl.OutputSchema == nil) {
 					t.Errorf("up.echo listed as %+v", tl)
 				}
 			}
 			slices.Sort(names)
-			if want := []string{"up.echo", "up.fails", "up.liar"}; !slices.Equal(names, want) {
+			if want := []string{"up-echo", "up-fails", "up-liar"}; !slices.Equal(names, want) {
 				t.Errorf("a read-only token lists %v, want %v (no mutating tool, none that cannot be listed)", names, want)
 			}
 
@@ -319,7 +319,7 @@ func TestRemoteToolsListChanged(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == tool }) == listed {
+				if slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == listedName(tool) }) == listed {
 					break
 				}
 			}

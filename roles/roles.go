@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
 )
@@ -147,6 +148,8 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.DurationVar(&c.Budget, "budget", 5*time.Second, "end-to-end deadline of one tool call")
 	fs.BoolVar(&c.Stateful, "stateful", false, "serve MCP sessions (single replica only); default stateless")
 	fs.BoolVar(&c.NoFastPath, "no-fast-path", false, "answer every tools/call through the MCP SDK's per-request session (SSE) instead of okso's JSON fast path")
+	fs.StringVar(&c.ToolNames, "tool-names", auth.ToolNamesSafe, "how tools/list names tools: safe (dots as dashes, sysecho-<node>-echo-invoke, which every agent host accepts) "+
+		"or seed (sysecho.<node>.echo.invoke); a token's tool_names claim wins, and a call by either form works")
 	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
 	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
 	fs.DurationVar(&c.AuditRetention, "audit-retention", 0, "keep audit events (okso.v1.audit.>) in the JetStream stream okso_audit this long (0: publish only)")

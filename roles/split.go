@@ -508,6 +508,9 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 				}
 			}
 			o.Scopes = scopes
+			if o.ToolNames != "" && (isDev || !auth.ValidToolNames(o.ToolNames)) {
+				return fmt.Errorf("--tool-names %q: want %s or %s, for an agent token", o.ToolNames, auth.ToolNamesSafe, auth.ToolNamesSeed)
+			}
 			tok, err := signer.Mint(o)
 			if err != nil {
 				return err
@@ -533,6 +536,7 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.Subject, "subject", "agent", "subject (sub) of an agent token")
 	fs.StringVar(&o.Audience, "audience", "", "audience (default okso-mcp, or okso-device with --device)")
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
+	fs.StringVar(&o.ToolNames, "tool-names", "", "how the gateway lists tools to this agent: safe (sysecho-<node>-echo-invoke) or seed (sysecho.<node>.echo.invoke); default: the gateway's --tool-names")
 	fs.StringVar(&nodeID, "node-id", "", "node id of a device token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key (created if missing)")
 	var rotateDir string

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/okso-io/okso/schemas"
 )
 
 // buildOnce builds the okso binary for the process tests.
@@ -203,7 +202,7 @@ func TestSplitMode(t *testing.T) {
 		t.Fatalf("listed %d tools, want %d", len(list.Tools), 4*n)
 	}
 	for _, tl := range list.Tools {
-		if !strings.HasPrefix(tl.Name, "sysecho.") {
+		if !strings.HasPrefix(tl.Name, "sysecho-") {
 			continue
 		}
 		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: tl.Name, Arguments: map[string]any{"message": "split"}})
@@ -216,8 +215,7 @@ func TestSplitMode(t *testing.T) {
 		}
 		b, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(b, &out)
-		name, _ := schemas.ParseToolName(tl.Name)
-		if out.Message != "split" || out.NodeID != name.NodeID {
+		if out.Message != "split" || out.NodeID != nodeOf(tl) {
 			t.Errorf("call %s: result %s", tl.Name, b)
 		}
 	}

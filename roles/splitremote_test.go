@@ -197,7 +197,7 @@ func toolListed(t *testing.T, s *sdk.ClientSession, tool string, listed bool, wi
 		if err != nil {
 			t.Fatalf("tools/list: %v", err)
 		}
-		has := slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == tool })
+		has := slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == listedName(tool) })
 		if has == listed {
 			return time.Since(start)
 		}
@@ -328,7 +328,7 @@ func TestSplitFederation(t *testing.T) {
 				listerErr <- err
 				return
 			}
-			if !slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == tool }) {
+			if !slices.ContainsFunc(lt.Tools, func(tl *sdk.Tool) bool { return tl.Name == listedName(tool) }) {
 				select {
 				case unlisted <- time.Now():
 				default:

@@ -307,10 +307,11 @@ func list(ctx context.Context, s *mcp.ClientSession) listing {
 		}
 		for _, t := range r.Tools {
 			l.tools++
-			if strings.HasPrefix(t.Name, "sysecho.") && strings.HasSuffix(t.Name, ".echo.invoke") {
+			// Either form of listed names (okso's safe default, or seed).
+			if dashed := strings.ReplaceAll(t.Name, ".", "-"); strings.HasPrefix(dashed, "sysecho-") && strings.HasSuffix(dashed, "-echo-invoke") {
 				l.echo = append(l.echo, t.Name)
 			} else {
-				prefix, _, _ := strings.Cut(t.Name, ".")
+				prefix, _, _ := strings.Cut(dashed, "-")
 				l.other[prefix]++
 			}
 		}

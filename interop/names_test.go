@@ -1,0 +1,102 @@
+package interop
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/schemas"
+)
+
+// TestToolNamesInClients: the official TypeScript SDK's client and the
+// Inspector's CLI list okso's tools by names every agent host accepts
+// (^[A-Za-z0-9_-]{1,64}$), list them by seed 000's dotted names for a
+// token minted with --tool-names seed, and call a tool by the name they
+// were given (the SDK's client by either name, whichever form it was
+// given; the Inspector calls only what it lists).
+func TestToolNamesInClients(t *testing.T) {
+	o := startOkso(t, 2)
+	seedToken := o.mintWith(t, []string{"--tool-names", auth.ToolNamesSeed}, auth.ScopeReadOnly)
+	var safe, seed []string
+	for _, n := range o.nodes {
+		safe = append(safe, readOnlyTools(n)...)
+		seed = append(seed, echoTool(n), snapshotTool(n), subscribeTool(n), pinReadTool(n))
+	}
+	slices.Sort(safe)
+	slices.Sort(seed)
+	node := o.nodes[0]
+
+	t.Run("TypeScript SDK", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			token string
+			want  []string
+		}{{o.token, safe}, {seedToken, seed}} {
+			var l listed
+			runScript(t, clientEnv(o.mcpURL, c.token), &l, "list.mjs")
+			if got := slices.Sorted(slices.Values(l.names())); !slices.Equal(got, c.want) {
+				t.Errorf("lists %v, want %v", got, c.want)
+			}
+		}
+		for _, name := range safe {
+			if !schemas.ValidListedName(name) {
+				t.Errorf("%q is no name agent hosts accept", name)
+			}
+		}
+		for _, token := range []string{o.token, seedToken} {
+			out := callTools(t, o, token, false,
+				call{listedName(echoTool(node)), map[string]any{"message": "safe"}},
+				call{echoTool(node), map[string]any{"message": "seed"}})
+			for i, want := range []string{"safe", "seed"} {
+				var echo struct {
+					Message string `json:"message"`
+				}
+				if wantResult(t, "echo by its "+want+" name", out[i], &echo) && echo.Message != want {
+					t.Errorf("echo by its %s name answered %q", want, echo.Message)
+				}
+			}
+		}
+	})
+
+	t.Run("Inspector", func(t *testing.T) {
+		t.Parallel()
+		inspect := func(token string, method ...string) string {
+			t.Helper()
+			args := append([]string{"--cli", o.mcpURL, "--transport", "http", "--header", "Authorization: Bearer " + token}, method...)
+			out, errOut, err := runNode(t, nil, "inspector", args...)
+			if err != nil {
+				t.Fatalf("inspector %v: %v\n%s", method, err, errOut)
+			}
+			return string(out)
+		}
+		for _, c := range []struct {
+			token string
+			want  []string
+		}{{o.token, safe}, {seedToken, seed}} {
+			var l listed
+			if err := json.Unmarshal([]byte(inspect(c.token, "--method", "tools/list")), &l); err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Sorted(slices.Values(l.names())); !slices.Equal(got, c.want) {
+				t.Errorf("the Inspector lists %v, want %v", got, c.want)
+			}
+		}
+		// The Inspector calls only a tool it finds in the list: each
+		// token by the form it lists.
+		for _, c := range []struct{ token, name string }{
+			{o.token, listedName(echoTool(node))}, {seedToken, echoTool(node)},
+		} {
+			var r callResult
+			if err := json.Unmarshal([]byte(inspect(c.token, "--method", "tools/call", "--tool-name", c.name, "--tool-arg", "message=ping")), &r); err != nil {
+				t.Fatal(err)
+			}
+			var echo struct {
+				NodeID string `json:"node_id"`
+			}
+			if wantResult(t, "echo by "+c.name, outcome{Result: &r}, &echo) && echo.NodeID != node {
+				t.Errorf("echo by %s answered from %s", c.name, echo.NodeID)
+			}
+		}
+	})
+}

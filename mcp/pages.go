@@ -1,0 +1,84 @@
+package mcp
+
+import (
+	"encoding/base64"
+	"slices"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// tools/list is answered from okso's own lists, one per view (tenant ×
+// scopes × name form), made on the view's first request after a change
+// and kept until the next: sorted by listed name and paged by a cursor
+// that names the last tool of the page before, so a page follows the one
+// before it even when the list changed in between (as the SDK's own
+// lists do). No SDK server holds a copy of every tool of every view.
+
+// pageSize is how many tools one tools/list page holds (the SDK's default).
+const pageSize = 1000
+
+// toolList is one view's tools, sorted by listed name. Read-only once made.
+type toolList struct {
+	names []string
+	tools []*sdk.Tool
+}
+
+// list returns a view's tools, from the cache or made now.
+func (c *catalog) list(v view) *toolList {
+	c.mu.RLock()
+	l := c.lists[v]
+	c.mu.RUnlock()
+	if l != nil {
+		return l
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l = c.lists[v]; l != nil {
+		return l
+	}
+	l = &toolList{}
+	for _, tenant := range [...]string{v.tenant, anyTenant} {
+		for name, e := range c.tenants[tenant] {
+			if name == e.name && v.allows(e.scope) { // once per entry
+				l.tools = append(l.tools, e.listed[v.form])
+			}
+		}
+	}
+	slices.SortFunc(l.tools, func(a, b *sdk.Tool) int { return strings.Compare(a.Name, b.Name) })
+	l.names = make([]string, len(l.tools))
+	for i, t := range l.tools {
+		l.names[i] = t.Name
+	}
+	c.lists[v] = l
+	return l
+}
+
+// page answers one tools/list request of a view: the page after cursor
+// ("" for the first), and the cursor of the next ("" after the last).
+func (c *catalog) page(v view, cursor string) (*sdk.ListToolsResult, error) {
+	l := c.list(v)
+	start := 0
+	if cursor != "" {
+		last, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil || len(last) == 0 {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid cursor: pass the nextCursor of the page before"}
+		}
+		start, _ = slices.BinarySearch(l.names, string(last))
+		if start < len(l.names) && l.names[start] == string(last) {
+			start++
+		}
+	}
+	end := min(start+pageSize, len(l.tools))
+	res := &sdk.ListToolsResult{Tools: l.tools[start:end:end]}
+	if res.Tools == nil {
+		res.Tools = []*sdk.Tool{} // [], not null
+	}
+	if end < len(l.tools) {
+		res.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(l.names[end-1]))
+	}
+	// Per tenant and scope, and changing as devices come and go.
+	res.CacheScope, res.TTLMs = "private", 0
+	return res, nil
+}
