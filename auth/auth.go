@@ -66,6 +66,10 @@ type Claims struct {
 	jwt.RegisteredClaims
 	Tenant string `json:"tenant"`
 	Scope  string `json:"scope,omitempty"` // space separated
+	// Labels, in a device token, are the operator's labels for the
+	// node: they win over the ones the device announces, key by key.
+	// auth does not check them; the tier does, by the label rules.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // callScopes are the call scopes from the weakest up: each implies the
@@ -214,6 +218,8 @@ type MintOptions struct {
 	Audience string
 	TTL      time.Duration
 	Now      time.Time // zero: the current time
+	// Labels of a device token's node (the claim labels); nil: none.
+	Labels map[string]string
 }
 
 // Mint signs a token.
@@ -249,6 +255,7 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 		},
 		Tenant: o.Tenant,
 		Scope:  strings.Join(o.Scopes, " "),
+		Labels: o.Labels,
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
 	t.Header["kid"] = s.kid

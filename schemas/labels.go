@@ -63,20 +63,20 @@ func CheckLabelKey(k string) error {
 		name = prefix
 	} else {
 		if len(prefix) > MaxLabelPrefix {
-			return fmt.Errorf("the prefix of a label key is longer than %d characters", MaxLabelPrefix)
+			return fmt.Errorf("label key prefix longer than %d characters", MaxLabelPrefix)
 		}
 		if !dnsSubdomain(prefix) {
-			return errors.New("the prefix of a label key is not a DNS subdomain (lower-case [a-z0-9-] parts joined by dots)")
+			return errors.New("label key prefix not a DNS subdomain ([a-z0-9-] parts joined by dots)")
 		}
 	}
 	if name == "" {
-		return errors.New("a label key has no name")
+		return errors.New("label key without a name")
 	}
 	if len(name) > MaxLabelName {
-		return fmt.Errorf("the name of a label key is longer than %d characters", MaxLabelName)
+		return fmt.Errorf("label key name longer than %d characters", MaxLabelName)
 	}
 	if !labelText(name) {
-		return errors.New("the name of a label key is not [A-Za-z0-9-_.] beginning and ending alphanumeric")
+		return errors.New("label key name not [A-Za-z0-9-_.] starting and ending alphanumeric")
 	}
 	return nil
 }
@@ -86,10 +86,10 @@ func CheckLabelKey(k string) error {
 // rule broken, never the value.
 func CheckLabelValue(v string) error {
 	if len(v) > MaxLabelName {
-		return fmt.Errorf("a label value is longer than %d characters", MaxLabelName)
+		return fmt.Errorf("label value longer than %d characters", MaxLabelName)
 	}
 	if v != "" && !labelText(v) {
-		return errors.New("a label value is not [A-Za-z0-9-_.] beginning and ending alphanumeric")
+		return errors.New("label value not [A-Za-z0-9-_.] starting and ending alphanumeric")
 	}
 	return nil
 }
@@ -109,10 +109,10 @@ func CheckLabels(labels map[string]string) error {
 	slices.Sort(keys)
 	for i, k := range keys {
 		if err := CheckLabelKey(k); err != nil {
-			return fmt.Errorf("label %d of %d (sorted by key): %w", i+1, len(keys), err)
+			return fmt.Errorf("label %d of %d by key: %w", i+1, len(keys), err)
 		}
 		if err := CheckLabelValue(labels[k]); err != nil {
-			return fmt.Errorf("label %d of %d (sorted by key): %w", i+1, len(keys), err)
+			return fmt.Errorf("label %d of %d by key: %w", i+1, len(keys), err)
 		}
 	}
 	return nil

@@ -70,7 +70,7 @@ func TestCheckLabels(t *testing.T) {
 	for _, tc := range []struct {
 		k, v, rule string
 	}{
-		{"", "v", "no name"},
+		{"", "v", "without a name"},
 		{"/n", "v", "not a DNS subdomain"},
 		{"Example.com/n", "v", "not a DNS subdomain"},
 		{"ex_ample.com/n", "v", "not a DNS subdomain"},
@@ -78,18 +78,18 @@ func TestCheckLabels(t *testing.T) {
 		{"ex..com/n", "v", "not a DNS subdomain"},
 		{"ex.com-/n", "v", "not a DNS subdomain"},
 		{prefix253 + "q/n", "v", "longer than 253"},
-		{"ex.com/", "v", "no name"},
+		{"ex.com/", "v", "without a name"},
 		{"a/b/c", "v", "not [A-Za-z0-9-_.]"},
 		{strings.Repeat("k", 64), "v", "longer than 63"},
 		{"-k", "v", "not [A-Za-z0-9-_.]"},
 		{"k-", "v", "not [A-Za-z0-9-_.]"},
 		{"k k", "v", "not [A-Za-z0-9-_.]"},
-		{"k", "-v", "value is not"},
-		{"k", "v.", "value is not"},
-		{"k", "v v", "value is not"},
-		{"k", "é", "value is not"},
-		{"k", "<script>", "value is not"},
-		{"k", strings.Repeat("v", 64), "value is longer than 63"},
+		{"k", "-v", "value not"},
+		{"k", "v.", "value not"},
+		{"k", "v v", "value not"},
+		{"k", "é", "value not"},
+		{"k", "<script>", "value not"},
+		{"k", strings.Repeat("v", 64), "value longer than 63"},
 	} {
 		err := schemas.CheckLabels(map[string]string{tc.k: tc.v})
 		if err == nil || !strings.Contains(err.Error(), tc.rule) {

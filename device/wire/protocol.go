@@ -134,10 +134,10 @@ type (
 	// read the deadline_at_ms of later cmds; a tier older than it sends
 	// none.
 	//
-	// Features are the announce features the tier takes beyond
-	// deadline_at (which server_time_ms implies): a device names one in
-	// its announce only when its tier listed it here. Devices read
-	// auth_ok leniently, so older ones ignore the list.
+	// Features are the announce features the tier takes: a device names
+	// one in its announce only when its tier listed it here (deadline_at
+	// excepted, which server_time_ms implies: it came before the list).
+	// Devices read auth_ok leniently, so older ones ignore the list.
 	AuthOK struct {
 		NodeID       string   `json:"node_id"`
 		Tenant       string   `json:"tenant"`
