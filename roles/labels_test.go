@@ -170,3 +170,30 @@ func TestLabelFlags(t *testing.T) {
 		t.Fatalf("minted claims %+v, %v", c, err)
 	}
 }
+
+// TestLocalAgentNamedForHost: all-in-one's own agent announces this
+// host's name, and its tools are described by it.
+func TestLocalAgentNamedForHost(t *testing.T) {
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.LocalAgent = true })
+	f.waitNodes(DefaultTenant, 1)
+	node := f.a.agent.d.NodeID()
+	on := node
+	if host := agent.HostName(); host != "" {
+		on = host + " (" + node + ")"
+	}
+	s := f.client(f.token(auth.MintOptions{}), "")
+	list, err := s.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Echo a message on node " + on + ". Safety class: read_only."
+	for _, tl := range list.Tools {
+		if tl.Name == "sysecho."+node+".echo.invoke" {
+			if tl.Description != want {
+				t.Fatalf("description %q, want %q", tl.Description, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("no echo tool of this host's node %s", node)
+}
