@@ -70,6 +70,10 @@ type Claims struct {
 	// to this agent ([ToolNamesSafe] or [ToolNamesSeed]), whatever the
 	// gateway's own setting.
 	ToolNames string `json:"tool_names,omitempty"`
+	// Labels, in a device token, are the operator's labels for the
+	// node: they win over the ones the device announces, key by key.
+	// auth does not check them; the tier does, by the label rules.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // The forms of listed tool names (DESIGN.md §8): safe replaces each dot of
@@ -231,6 +235,8 @@ type MintOptions struct {
 	Now      time.Time // zero: the current time
 	// ToolNames sets the tool_names claim ("": none, the gateway decides).
 	ToolNames string
+	// Labels of a device token's node (the claim labels); nil: none.
+	Labels map[string]string
 }
 
 // Mint signs a token.
@@ -270,6 +276,7 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 		Tenant:    o.Tenant,
 		Scope:     strings.Join(o.Scopes, " "),
 		ToolNames: o.ToolNames,
+		Labels:    o.Labels,
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
 	t.Header["kid"] = s.kid

@@ -25,6 +25,11 @@ type Node struct {
 	Agent        schemas.Agent        `json:"agent"`
 	Capabilities []schemas.Capability `json:"capabilities"`
 	ConnectedAt  time.Time            `json:"connected_at"`
+	// Name and Labels are the node's, as the tier settled them: the
+	// device's own, the operator's winning key by key. Left out when
+	// empty, so that readers older than them see the record they know.
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Capability returns the node's capability with the given cap_id.

@@ -332,7 +332,7 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 		st := &sdk.Tool{
 			Name:        t.Name,
 			Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
-			Description: fmt.Sprintf("%s %s on node %s. Safety class: %s.", c.Kind, v.Name, rec.NodeID, class),
+			Description: describeDeviceTool(c.Kind, v, class, rec),
 			InputSchema: g.toolDoc(v.Input),
 			Annotations: &sdk.ToolAnnotations{
 				Title:          v.Title,

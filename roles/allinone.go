@@ -90,7 +90,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 		return nil, err
 	}
 	if cfg.LocalAgent {
-		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, ""); err != nil {
+		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, "", "", nil); err != nil {
 			return nil, err
 		}
 	}

@@ -200,7 +200,7 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.watch.window = 200 * time.Millisecond
-	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "")
+	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

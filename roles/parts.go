@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -763,6 +764,9 @@ type tierConfig struct {
 	NodeBindingTTL    time.Duration
 	MaxToolsPerTenant int
 	MaxClockSkew      time.Duration
+	// NodeLabels is the --node-labels file: the operator's names and
+	// labels of nodes ([loadNodeLabels]).
+	NodeLabels string
 	// AuditTick, if set, ends each period of the audit log's repeats
 	// (default: every --log-repeats).
 	AuditTick <-chan time.Time
@@ -776,6 +780,10 @@ const deviceConnSlack = 1024
 // newTierPart binds the device listener, then connects to np, opens the
 // registry, the revocations and the node bindings and builds the tier.
 func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (_ *tierPart, err error) {
+	nodes, err := loadNodeLabels(cfg.NodeLabels)
+	if err != nil {
+		return nil, err
+	}
 	maxConns := cfg.MaxConnections
 	if maxConns == 0 && cfg.MaxSessions > 0 {
 		maxConns = cfg.MaxSessions + deviceConnSlack
@@ -845,6 +853,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 
 		MaxToolsPerTenant: cfg.MaxToolsPerTenant,
 		MaxClockSkew:      cfg.MaxClockSkew,
+		Nodes:             nodes,
 
 		ConnRatePerIP:     cfg.ConnRatePerIP,
 		ConnBurstPerIP:    cfg.ConnBurstPerIP,
@@ -940,7 +949,7 @@ func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string
 		return nil, err
 	}
 	ids = append(ids[:len(ids):len(ids)], derived...)
-	for _, id := range ids[:n] {
+	for i, id := range ids[:n] {
 		tok, err := c.signer.Mint(auth.MintOptions{
 			Subject: id, Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
 			Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour,
@@ -950,6 +959,7 @@ func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string
 		}
 		o := agent.MockOptions(id, c.schemas, seed)
 		o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, tok, f.log
+		o.Name, o.Labels = mockName(i), mockLabels(i)
 		var once sync.Once
 		link := f.watch.add()
 		o.OnReady = func([]string) {
@@ -965,6 +975,18 @@ func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string
 		f.links = append(f.links, link)
 	}
 	return f, nil
+}
+
+// mockName is the name of the i-th simulated device of a fleet. Fleets
+// share names (each has a mock-0): a name is for people and filters, the
+// node id is the identity.
+func mockName(i int) string { return "mock-" + strconv.Itoa(i) }
+
+// mockLabels are the labels of the i-th simulated device of a fleet:
+// fleet=mock on all, and a zone of three taken in turn (a, b, c), so
+// that a fleet filter has something to choose among.
+func mockLabels(i int) map[string]string {
+	return map[string]string{"fleet": "mock", "zone": string(rune('a' + i%3))}
 }
 
 func (f *fleetPart) actors(g *run.Group) {
@@ -1053,7 +1075,11 @@ type agentPart struct {
 // node id kept in the data dir, so this host keeps its node id.
 // tlsConf is for wss:// URLs (nil: the system's roots). nodeID, if set,
 // is the node id of the minted token (that of a client certificate).
-func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant, nodeID string) (*agentPart, error) {
+//
+// name and labels are the agent's own (--name, --label); name "" is the
+// host's ([agent.HostName]).
+func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant, nodeID, name string,
+	labels map[string]string) (*agentPart, error) {
 	var id string
 	if token != "" {
 		var err error
@@ -1080,6 +1106,10 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 	link := watch.add()
 	o := agent.HostOptions(id, c.schemas, Version)
 	o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, token, log
+	if name != "" {
+		o.Name = name
+	}
+	o.Labels = labels
 	var once sync.Once
 	o.OnReady = func(tools []string) {
 		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })

@@ -39,7 +39,7 @@ func TestDeviceRolesSayWhyTheyCannotReachTheTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.watch.window = 200 * time.Millisecond
-	ag, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "")
+	ag, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

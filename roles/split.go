@@ -357,6 +357,10 @@ type AgentConfig struct {
 	// TLS: --ca, and the client certificate of --client-cert, for a tier
 	// that asks for one. Without Token, the node id is the certificate's.
 	TLS clientFiles
+	// Name and Labels are announced to a tier that takes them (--name,
+	// --label k=v); Name "" is the host name, as a node name.
+	Name   string
+	Labels []string
 }
 
 // Agent is okso agent: the device agent of this host.
@@ -365,6 +369,13 @@ type Agent struct{ agent *agentPart }
 // NewAgent loads the agent's token and node id; [Agent.Run] runs it.
 func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 	if err := checkConnect(cfg.Connect); err != nil {
+		return nil, err
+	}
+	if cfg.Name != "" && !schemas.ValidNodeName(cfg.Name) {
+		return nil, fmt.Errorf("--name %q: want ^[a-z0-9][a-z0-9.-]{0,62}$ (lower-case letters, digits, . and -)", cfg.Name)
+	}
+	labels, err := parseLabels(cfg.Labels)
+	if err != nil {
 		return nil, err
 	}
 	set, err := schemas.Load()
@@ -395,7 +406,7 @@ func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID)
+	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID, cfg.Name, labels)
 	if err != nil {
 		return nil, err
 	}
@@ -413,6 +424,8 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		tenant  string
 		dataDir string
 		files   clientFiles
+		name    string
+		labels  []string
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -426,7 +439,8 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
-				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files})
+				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files,
+					Name: name, Labels: labels})
 				if err != nil {
 					return nil, err
 				}
@@ -439,6 +453,8 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&token, "token", "", "device token (its subject is the node id)")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the minted token, without --token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")
+	fs.StringVar(&name, "name", "", "name of this node, ^[a-z0-9][a-z0-9.-]{0,62}$ (default: the host name, lower-cased, other characters made -)")
+	fs.StringArrayVar(&labels, "label", nil, "label of this node, key=value (repeatable, at most 16); the operator's labels (token, tier) win")
 	addClientFlags(fs, &files)
 	logs.add(fs)
 	return cmd
@@ -463,6 +479,7 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 		dataDir string
 		isDev   bool
 		nodeID  string
+		labels  []string
 	)
 	mint := &cobra.Command{
 		Use:   "mint",
@@ -485,14 +502,22 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 				}
 				o.Subject = nodeID
 				o.Scopes = []string{auth.ScopeDeviceConnect}
+				if o.Labels, err = parseLabels(labels); err != nil {
+					return err
+				}
 				if !cmd.Flags().Changed("ttl") {
 					o.TTL = deviceTokenTTL
 				}
 				if o.Audience == "" {
 					o.Audience = auth.AudienceDevice
 				}
-			} else if !cmd.Flags().Changed("scope") {
-				o.Scopes = []string{auth.ScopeReadOnly}
+			} else {
+				if len(labels) > 0 {
+					return errors.New("--label is a device token's: use --device --node-id")
+				}
+				if !cmd.Flags().Changed("scope") {
+					o.Scopes = []string{auth.ScopeReadOnly}
+				}
 			}
 			var scopes []string
 			for _, s := range o.Scopes {
@@ -538,6 +563,7 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
 	fs.StringVar(&o.ToolNames, "tool-names", "", "how the gateway lists tools to this agent: safe (sysecho-<node>-echo-invoke) or seed (sysecho.<node>.echo.invoke); default: the gateway's --tool-names")
 	fs.StringVar(&nodeID, "node-id", "", "node id of a device token")
+	fs.StringArrayVar(&labels, "label", nil, "label of a device token's node, key=value (repeatable, at most 16): it wins over the device's own")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key (created if missing)")
 	var rotateDir string
 	rotate := &cobra.Command{

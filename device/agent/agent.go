@@ -32,6 +32,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,10 +61,18 @@ type Options struct {
 	// tried in turn.
 	URLs []string
 	// TLS is the client config of wss:// URLs (nil: the system's roots).
-	TLS          *tls.Config
-	Token        string
-	NodeID       string
-	Agent        schemas.Agent
+	TLS    *tls.Config
+	Token  string
+	NodeID string
+	Agent  schemas.Agent
+	// Name and Labels are announced to a tier that takes the feature
+	// labels, and left out for one that does not (an older tier would
+	// refuse the announce). Name must be a valid node name
+	// ([schemas.ValidNodeName]) or ""; Labels must pass
+	// [schemas.CheckLabels]. The operator's labels, from the token or
+	// the tier, win over these.
+	Name         string
+	Labels       map[string]string
 	Capabilities []schemas.Capability
 	// Handlers and Streams by "cap_id.verb".
 	Handlers map[string]Handler
@@ -121,6 +130,12 @@ func (e *CloseError) Error() string {
 func New(o Options) (*Device, error) {
 	if len(o.URLs) == 0 || o.Token == "" || !schemas.ValidNodeID(o.NodeID) || o.Schemas == nil {
 		return nil, errors.New("device agent: URLs, Token, a valid NodeID and Schemas are required")
+	}
+	if o.Name != "" && !schemas.ValidNodeName(o.Name) {
+		return nil, fmt.Errorf("device agent: name %q is not ^[a-z0-9][a-z0-9.-]{0,62}$", o.Name)
+	}
+	if err := schemas.CheckLabels(o.Labels); err != nil {
+		return nil, fmt.Errorf("device agent: %w", err)
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = time.Second
@@ -338,16 +353,23 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	if err != nil {
 		return false, err
 	}
-	announce := map[string]any{"node_id": d.o.NodeID, "agent": d.o.Agent, "capabilities": d.o.Capabilities}
-	// Leniently: only the clock matters here, and a newer tier may say more.
+	announce := wire.Announce{NodeID: d.o.NodeID, Agent: d.o.Agent, Capabilities: d.o.Capabilities}
+	// Leniently: only the clock and the features matter here, and a
+	// newer tier may say more.
 	var ok struct {
-		ServerTimeMs int64 `json:"server_time_ms"`
+		ServerTimeMs int64    `json:"server_time_ms"`
+		Features     []string `json:"features"`
 	}
 	if json.Unmarshal(e.Payload, &ok) == nil && ok.ServerTimeMs > 0 {
 		// A tier that sends its clock takes the features that need it; an
 		// older one would refuse an announce that names any.
 		cn.clock = tierClock{ms: ok.ServerTimeMs, at: time.Now()}
-		announce["features"] = []string{wire.FeatureDeadlineAt}
+		announce.Features = []string{wire.FeatureDeadlineAt}
+		// Name and labels go only to a tier that says it takes them.
+		if slices.Contains(ok.Features, wire.FeatureLabels) && (d.o.Name != "" || len(d.o.Labels) > 0) {
+			announce.Features = append(announce.Features, wire.FeatureLabels)
+			announce.Name, announce.Labels = d.o.Name, d.o.Labels
+		}
 	}
 	if err := cn.send(hctx, wire.TypeAnnounce, "", announce); err != nil {
 		return false, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
 	"sync"
 	"time"
 
@@ -80,10 +81,12 @@ func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
 }
 
 // HostOptions returns the options of a real device agent (okso agent):
-// echo, and the metrics of the host it runs on.
+// echo, and the metrics of the host it runs on, named for the host
+// ([HostName]).
 func HostOptions(nodeID string, set *schemas.Set, version string) Options {
 	return withMetrics(Options{
 		NodeID:       nodeID,
+		Name:         HostName(),
 		Agent:        schemas.Agent{Name: "okso-agent", Version: version},
 		Capabilities: []schemas.Capability{EchoCapability()},
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
@@ -148,4 +151,14 @@ func GPIO(nodeID string) map[string]Handler {
 			return result{NodeID: nodeID, Pin: "pin", Level: level, Previous: &prev, TsMs: time.Now().UnixMilli()}, nil
 		},
 	}
+}
+
+// HostName is this host's name as a node name ([schemas.NodeNameOf]):
+// "" when the host has none, or none that maps to one.
+func HostName() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return schemas.NodeNameOf(h)
 }

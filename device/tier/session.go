@@ -30,6 +30,10 @@ import (
 // closeGrace bounds a close handshake.
 const closeGrace = 2 * time.Second
 
+// maxCloseReason is the longest reason a close frame carries (RFC 6455
+// §5.5: a control frame's payload is at most 125 bytes, 2 of them the code).
+const maxCloseReason = 123
+
 // errClosed means the session has been closed by the tier; the read loop
 // stops without closing again.
 var errClosed = errors.New("session closed")
@@ -64,6 +68,11 @@ type session struct {
 	// deadlineAt: the device announced it checks deadline_at_ms, so cmds
 	// carry it.
 	deadlineAt bool
+	// tokenLabels are the labels claim of the device's token; name and
+	// labels are the node's as settled at announce ([session.settle]).
+	tokenLabels map[string]string
+	name        string
+	labels      map[string]string
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -186,6 +195,11 @@ func (s *session) close(code int, errCode, reason string) {
 		// Close waits for the peer's close and reads the rest of a frame
 		// left half-read; a peer that stalls must not pin the session.
 		force := time.AfterFunc(closeGrace, s.drop)
+		// A close frame's reason is at most 123 bytes, or the close is
+		// not sent at all; the error frame above carried all of it.
+		if len(reason) > maxCloseReason {
+			reason = reason[:maxCloseReason]
+		}
 		if err := s.c.Close(websocket.StatusCode(code), reason); err != nil {
 			s.t.log.Debug("close device connection", "session", s.id, "code", code, "err", err)
 		}
@@ -312,7 +326,7 @@ func (s *session) run(ctx context.Context) {
 	s.clockAt = time.Now()
 	s.clockMs = s.clockAt.UnixMilli()
 	if s.write(ctx, wire.TypeAuthOK, "", wire.AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
-		ServerTimeMs: s.clockMs}) != nil {
+		ServerTimeMs: s.clockMs, Features: []string{wire.FeatureDeadlineAt, wire.FeatureLabels}}) != nil {
 		return
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
@@ -393,6 +407,11 @@ func (s *session) authenticate(ctx context.Context) bool {
 		s.close(wire.CloseForbidden, "", "token subject is not a node id")
 		return false
 	}
+	if err := schemas.CheckLabels(claims.Labels); err != nil {
+		s.close(wire.CloseForbidden, "", "token labels claim: "+err.Error())
+		return false
+	}
+	s.tokenLabels = claims.Labels
 	s.mu.Lock()
 	s.nodeID = claims.Subject
 	s.mu.Unlock()
@@ -472,17 +491,20 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		return nil
 	}
 	if err := s.t.o.Schemas.ValidateJSON(schemas.Manifest, e.Payload); err != nil {
+		msg := labelsRefusal(e.Payload)
+		if msg == "" {
+			msg = "announce fails the manifest schema"
+		}
+		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, msg)
+		return nil
+	}
+	var a wire.Announce
+	if err := wire.DecodePayload(e, &a); err != nil {
 		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
 		return nil
 	}
-	var a struct {
-		NodeID       string               `json:"node_id"`
-		Agent        schemas.Agent        `json:"agent"`
-		Capabilities []schemas.Capability `json:"capabilities"`
-		Features     []string             `json:"features"`
-	}
-	if err := wire.DecodePayload(e, &a); err != nil {
-		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, "announce fails the manifest schema")
+	if msg := checkAnnounceLabels(&a); msg != "" {
+		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, msg)
 		return nil
 	}
 	if a.NodeID != s.nodeID {
@@ -496,6 +518,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
 	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
+	s.name, s.labels = s.settle(&a)
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
@@ -767,6 +790,8 @@ func (s *session) record() bus.Node {
 		Agent:        s.agent,
 		Capabilities: s.manifest,
 		ConnectedAt:  time.Now().UTC(),
+		Name:         s.name,
+		Labels:       s.labels,
 	}
 }
 

@@ -102,6 +102,11 @@ type Options struct {
 	// ago than that is refused, and one that has not runs at most until
 	// then.
 	MaxClockSkew time.Duration
+	// Nodes are the operator's names and labels of nodes, by node id
+	// (okso device --node-labels): they win over what a device
+	// announces and over its token's labels, key by key. Read-only once
+	// the tier is made.
+	Nodes map[string]NodeSettings
 }
 
 // DefaultMaxClockSkew is the clock skew between gateway and tier hosts a
@@ -156,6 +161,9 @@ const cmdQueue = 1 << 16
 
 // New checks o and returns a tier ready to serve.
 func New(o Options) (*Tier, error) {
+	if err := checkNodes(o.Nodes); err != nil {
+		return nil, fmt.Errorf("device tier: %w", err)
+	}
 	if o.NC == nil || o.Registry == nil || o.Bindings == nil || o.Schemas == nil || o.Verifier == nil {
 		return nil, errors.New("device tier: NC, Registry, Bindings, Schemas and Verifier are required")
 	}

@@ -98,6 +98,12 @@ func CloseMeaning(code int) string {
 // which a strict decoder of the older protocol would refuse.
 const FeatureDeadlineAt = "deadline_at"
 
+// FeatureLabels, in an announce's features, says the announce may carry
+// the node's name and labels ([Announce]). A device sends it, and them,
+// only to a tier whose auth_ok lists it in [AuthOK].Features: an older
+// tier decodes the announce strictly and would refuse the session.
+const FeatureLabels = "labels"
+
 // Defaults of the protocol.
 const (
 	DefaultMaxFrameBytes = 64 << 10
@@ -127,11 +133,28 @@ type (
 	// (Unix milliseconds) as it sends the frame, which a device keeps to
 	// read the deadline_at_ms of later cmds; a tier older than it sends
 	// none.
+	//
+	// Features are the announce features the tier takes: a device names
+	// one in its announce only when its tier listed it here (deadline_at
+	// excepted, which server_time_ms implies: it came before the list).
+	// Devices read auth_ok leniently, so older ones ignore the list.
 	AuthOK struct {
-		NodeID       string `json:"node_id"`
-		Tenant       string `json:"tenant"`
-		SessionID    string `json:"session_id"`
-		ServerTimeMs int64  `json:"server_time_ms,omitempty"`
+		NodeID       string   `json:"node_id"`
+		Tenant       string   `json:"tenant"`
+		SessionID    string   `json:"session_id"`
+		ServerTimeMs int64    `json:"server_time_ms,omitempty"`
+		Features     []string `json:"features,omitempty"`
+	}
+	// Announce is the device's manifest (the schema manifest@1.0.0).
+	// Name and Labels go only with [FeatureLabels] in Features, which
+	// goes only to a tier that offered it.
+	Announce struct {
+		NodeID       string               `json:"node_id"`
+		Agent        schemas.Agent        `json:"agent"`
+		Capabilities []schemas.Capability `json:"capabilities"`
+		Features     []string             `json:"features,omitempty"`
+		Name         string               `json:"name,omitempty"`
+		Labels       map[string]string    `json:"labels,omitempty"`
 	}
 	AnnounceOK struct {
 		Tools []string `json:"tools"`

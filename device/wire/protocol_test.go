@@ -15,8 +15,9 @@ import (
 )
 
 const (
-	id1 = "01JZ3K9V7Q8R2S4T6W8X0Y2Z4A"
-	id2 = "01jz3k9v7q8r2s4t6w8x0y2z4b"
+	id1  = "01JZ3K9V7Q8R2S4T6W8X0Y2Z4A"
+	id2  = "01jz3k9v7q8r2s4t6w8x0y2z4b"
+	node = "01hzx9k3m4p7q8r9s0t1v2w3xy"
 )
 
 // loadSchemas returns the embedded schemas, which DecodeEnvelope checks
@@ -330,5 +331,66 @@ func TestDerivedNodeID(t *testing.T) {
 	}
 	if a, b := wire.DerivedNodeID([10]byte{1}), wire.DerivedNodeID([10]byte{2}); a == b {
 		t.Errorf("two entropies, one node id %q", a)
+	}
+}
+
+// TestLabelsRoundTrip: auth_ok's features and an announce's name and
+// labels survive Encode, DecodeEnvelope and DecodePayload, and the
+// announce is one the manifest schema accepts.
+func TestLabelsRoundTrip(t *testing.T) {
+	set := loadSchemas(t)
+	b, err := wire.Encode(wire.TypeAuthOK, "", wire.AuthOK{NodeID: node, Tenant: "demo", SessionID: id1,
+		ServerTimeMs: 1, Features: []string{wire.FeatureDeadlineAt, wire.FeatureLabels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := wire.DecodeEnvelope(set, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok wire.AuthOK
+	if err := wire.DecodePayload(e, &ok); err != nil || !slices.Equal(ok.Features, []string{"deadline_at", "labels"}) {
+		t.Fatalf("auth_ok round trip: %+v, %v", ok, err)
+	}
+
+	in := wire.Announce{NodeID: node, Agent: schemas.Agent{Name: "okso-agent", Version: "1"},
+		Capabilities: []schemas.Capability{{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
+			Verbs: []string{"invoke"}, SafetyClass: schemas.SafetyReadOnly}},
+		Features: []string{wire.FeatureLabels}, Name: "kitchen-pi",
+		Labels: map[string]string{"site": "paris", "example.com/rack": "r-12", "spare": ""}}
+	if b, err = wire.Encode(wire.TypeAnnounce, "", in); err != nil {
+		t.Fatal(err)
+	}
+	if e, err = wire.DecodeEnvelope(set, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.ValidateJSON(schemas.Manifest, e.Payload); err != nil {
+		t.Fatalf("the manifest schema refuses the announce: %v\n%s", err, e.Payload)
+	}
+	var out wire.Announce
+	if err := wire.DecodePayload(e, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("announce round trip:\n in %+v\nout %+v", in, out)
+	}
+
+	// Without the feature the fields are left out, not sent empty: an
+	// older tier's strict decoder never sees them.
+	in.Features, in.Name, in.Labels = nil, "", nil
+	if b, err = wire.Encode(wire.TypeAnnounce, "", in); err != nil {
+		t.Fatal(err)
+	}
+	if e, err = wire.DecodeEnvelope(set, b); err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(e.Payload, &top); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"features", "name", "labels"} {
+		if _, ok := top[k]; ok {
+			t.Errorf("announce without the feature carries %s: %s", k, b)
+		}
 	}
 }
