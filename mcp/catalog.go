@@ -193,9 +193,9 @@ type catalog struct {
 	holders map[string]holders           // name → the tenants holding it
 	// gens counts the changes of each tenant's tools, so that a list made
 	// outside the lock is kept only if none came meanwhile.
-	gens map[string]uint64
-	lists   map[view]*toolList           // made on a view's first tools/list after a change
-	servers map[string]*sdk.Server       // by tenant, made on its first request
+	gens    map[string]uint64
+	lists   map[view]*toolList     // made on a view's first tools/list after a change
+	servers map[string]*sdk.Server // by tenant, made on its first request
 }
 
 // anyTenant is the tenant of tools every tenant sees (an upstream
