@@ -172,7 +172,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
-	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")
+	fs.DurationVar(&ttl, "token-ttl", agentTokenTTL, "validity of the printed agent token (as long as okso token mint's by default)")
 	logs.add(fs)
 	return cmd
 }
@@ -186,9 +186,13 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 	if err != nil {
 		return err
 	}
+	c, err := auth.UnverifiedClaims(token)
+	if err != nil {
+		return fmt.Errorf("read the minted token: %w", err)
+	}
 	b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
 		natsURL: a.NATSURL(), natsSecured: a.nats.secured, dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
-		token: token, ttl: ttl, logFormat: logs.format, auditLog: logs.audit}
+		token: token, ttl: ttl, expires: c.ExpiresAt.UTC(), logFormat: logs.format, auditLog: logs.audit}
 	if abs, err := filepath.Abs(b.dataDir); err == nil {
 		b.dataDir = abs
 	}
@@ -224,6 +228,7 @@ type banner struct {
 	hostNode    string // "" without the local agent
 	token       string
 	ttl         time.Duration
+	expires     time.Time // the token's exp
 	logFormat   string
 	auditLog    bool
 }
@@ -253,7 +258,8 @@ func (b banner) write(w io.Writer) error {
 		row("this host", "node %s (okso agent)", b.hostNode)
 	}
 	row("agent token", "%s", b.token)
-	more("(tenant %s, scope %s, valid %s: lists and calls read-only tools)", b.tenant, auth.ScopeReadOnly, b.ttl)
+	more("(tenant %s, scope %s, valid %s, until %s: lists and calls read-only tools)",
+		b.tenant, auth.ScopeReadOnly, validity(b.ttl), b.expires.Format(time.RFC3339))
 	row("token mint", "%s token mint --data-dir %s --tenant %s --scope %s",
 		b.self, shellQuote(b.dataDir), shellQuote(b.tenant), auth.ScopeMutating)
 	more("(prints a token that may also call mutating tools, such as gpio.<node>.pin.write)")

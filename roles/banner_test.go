@@ -126,6 +126,19 @@ func TestBanner(t *testing.T) {
 		t.Errorf("logs row %q: stderr is no terminal here", logs)
 	}
 	token := bannerRow(t, stdout, "agent token")
+	// The printed token lasts as long as one okso token mint prints, and
+	// its row says until when, as token mint does.
+	claims, err := auth.UnverifiedClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(claims.ExpiresAt.Time); left < agentTokenTTL-time.Minute || left > agentTokenTTL {
+		t.Errorf("the printed token expires in %s, want %s", left, agentTokenTTL)
+	}
+	wantValid := "valid 30 days, until " + claims.ExpiresAt.UTC().Format(time.RFC3339) + ":"
+	if !strings.Contains(stdout.String(), wantValid) {
+		t.Errorf("the banner does not say %q:\n%s", wantValid, stdout)
+	}
 
 	inspector := bannerRow(t, stdout, "try it")
 	wantInspector := fmt.Sprintf("npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
