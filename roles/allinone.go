@@ -206,7 +206,9 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 }
 
 // The MCP Inspector release the banner and the README name, and the
-// Node.js it needs (its package.json engines).
+// Node.js its package.json engines ask for: npm only warns about an older
+// one, and its CLI runs on Node 20 (TestInspectorCLI runs it on the
+// machine's Node).
 const (
 	inspectorVersion = "2.12.0"
 	inspectorNode    = "22.19"
@@ -265,7 +267,7 @@ func (b banner) write(w io.Writer) error {
 	more("(prints a token that may also call mutating tools, such as gpio.<node>.pin.write)")
 	row("try it", "npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
 		"--header \"Authorization: Bearer %s\" --method tools/list", inspectorVersion, b.mcpURL, b.token)
-	more("(MCP Inspector %s needs Node.js >= %s)", inspectorVersion, inspectorNode)
+	more("(MCP Inspector %s asks for Node.js >= %s; on Node 20 npx warns EBADENGINE and it works all the same)", inspectorVersion, inspectorNode)
 	if b.auditLog {
 		row("logs", "stderr, %s, with a line per audit event", b.logFormat)
 	} else {

@@ -147,7 +147,7 @@ func TestBanner(t *testing.T) {
 		t.Errorf("try it row\n%s\nwant\n%s", inspector, wantInspector)
 	}
 	if !strings.Contains(stdout.String(), "Node.js >= "+inspectorNode) {
-		t.Errorf("the banner does not say the Inspector needs Node.js >= %s:\n%s", inspectorNode, stdout)
+		t.Errorf("the banner does not say the Inspector asks for Node.js >= %s:\n%s", inspectorNode, stdout)
 	}
 
 	// The token mint row, run as printed (after the command that names okso).
@@ -201,7 +201,7 @@ func TestSelfCommand(t *testing.T) {
 }
 
 // TestReadmeNamesTheBannersInspector: the README's Inspector commands use
-// the release the banner names, and say the Node.js it needs.
+// the release the banner names, and say the Node.js it asks for.
 func TestReadmeNamesTheBannersInspector(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
@@ -213,6 +213,6 @@ func TestReadmeNamesTheBannersInspector(t *testing.T) {
 		t.Errorf("the README names the Inspector %d times, not all as release %s", n, inspectorVersion)
 	}
 	if !strings.Contains(readme, "Node.js >= "+inspectorNode) {
-		t.Errorf("the README does not say the Inspector needs Node.js >= %s", inspectorNode)
+		t.Errorf("the README does not say the Inspector asks for Node.js >= %s", inspectorNode)
 	}
 }
