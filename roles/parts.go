@@ -1078,10 +1078,16 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 	link := watch.add()
 	o := agent.HostOptions(id, c.schemas, Version)
 	o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, token, log
-	var once sync.Once
+	connected := false // OnReady is called in turn, from Run's goroutine
 	o.OnReady = func(tools []string) {
-		once.Do(func() { log.Info("agent connected", "tools", len(tools)) })
-		link.ready()
+		if connected {
+			link.ready() // "device tier back", if it was lost
+			return
+		}
+		connected = true
+		// One line, also when it ends the outage of a tier that was not
+		// up yet: "agent connected", not that and "device tier back".
+		link.readyAs("agent connected", "tools", len(tools))
 	}
 	o.OnLost, o.OnFail = link.lost, link.failed
 	d, err := agent.New(o)
