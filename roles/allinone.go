@@ -35,6 +35,9 @@ type AllInOneConfig struct {
 	TLS tlsFiles
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
+	// Replace takes the data dir's node over from another process
+	// serving it (--replace), rather than refuse to start.
+	Replace bool
 	auditLog
 }
 
@@ -90,7 +93,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 		return nil, err
 	}
 	if cfg.LocalAgent {
-		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, ""); err != nil {
+		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, "", cfg.Replace); err != nil {
 			return nil, err
 		}
 	}
@@ -120,6 +123,7 @@ func (a *AllInOne) Run(ctx context.Context) error {
 }
 
 func (a *AllInOne) close() {
+	a.agent.close()
 	if a.gw != nil {
 		a.gw.close()
 	}
@@ -171,6 +175,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
+	fs.BoolVar(&cfg.Replace, "replace", false, "take this host's node over from another process serving it on --data-dir (okso agent), which stops serving it")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
 	fs.DurationVar(&ttl, "token-ttl", agentTokenTTL, "validity of the printed agent token (as long as okso token mint's by default)")
 	logs.add(fs)

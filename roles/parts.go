@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -1044,14 +1045,26 @@ type agentPart struct {
 	d     *agent.Device
 	link  *deviceLink
 	watch *linkWatch
+	// claim is the data dir's hold on the node; nil when the node is its
+	// --token's.
+	claim *nodeClaim
+	// endsRole: a replaced agent ends its role (okso agent, which has
+	// nothing else to serve), rather than wait for it to end.
+	endsRole bool
+
+	// Set and read on the goroutine of its actor (and of d.Run's hooks).
+	stopDevice context.CancelFunc
+	replaced   bool
 }
 
 // newAgentPart builds the agent. With a token, the node id is the token's
 // subject; without, it mints a device token with the data dir's key for a
-// node id kept in the data dir, so this host keeps its node id.
+// node id kept in the data dir, so this host keeps its node id, and holds
+// that node in the data dir (a nodeClaim; replace takes it over).
 // tlsConf is for wss:// URLs (nil: the system's roots). nodeID, if set,
 // is the node id of the minted token (that of a client certificate).
-func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant, nodeID string) (*agentPart, error) {
+func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant, nodeID string, replace bool) (_ *agentPart, err error) {
+	var claim *nodeClaim
 	var id string
 	if token != "" {
 		var err error
@@ -1072,29 +1085,71 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 			Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour}); err != nil {
 			return nil, err
 		}
+		if claim, err = claimNode(c.log, dataDir, id, replace); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				claim.release()
+			}
+		}()
 	}
 	log := c.log.With("role", "agent", "node_id", id)
 	watch := newLinkWatch(log, 0) // one device: say it at once
-	link := watch.add()
+	a := &agentPart{log: log, link: watch.add(), watch: watch, claim: claim}
 	o := agent.HostOptions(id, c.schemas, Version)
 	o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, token, log
 	connected := false // OnReady is called in turn, from Run's goroutine
 	o.OnReady = func(tools []string) {
 		if connected {
-			link.ready() // "device tier back", if it was lost
+			a.link.ready() // "device tier back", if it was lost
 			return
 		}
 		connected = true
 		// One line, also when it ends the outage of a tier that was not
 		// up yet: "agent connected", not that and "device tier back".
-		link.readyAs("agent connected", "tools", len(tools))
+		a.link.readyAs("agent connected", "tools", len(tools))
 	}
-	o.OnLost, o.OnFail = link.lost, link.failed
-	d, err := agent.New(o)
-	if err != nil {
+	o.OnLost = func(err error) {
+		if !a.giveUp(err) {
+			a.link.lost(err)
+		}
+	}
+	o.OnFail = func(err error) {
+		if !a.giveUp(err) {
+			a.link.failed(err)
+		}
+	}
+	if a.d, err = agent.New(o); err != nil {
 		return nil, err
 	}
-	return &agentPart{log: log, d: d, link: link, watch: watch}, nil
+	return a, nil
+}
+
+// giveUp stops the agent when its node was taken from it: the tier
+// closed its session for a newer one of the node (4409), or another
+// process marked the data dir's node as its own (--replace). Coming back
+// would take the node back in turn, every backoff, so it says why once
+// and stops serving the node. It is called from d.Run's hooks, after a
+// connection ended for err.
+func (a *agentPart) giveUp(err error) bool {
+	var why string
+	var ce websocket.CloseError
+	if c, ok := a.claim.takenOver(); ok {
+		why = fmt.Sprintf("process %d took it over (--replace)", c.PID)
+	} else if errors.As(err, &ce) && ce.Code == wire.CloseReplaced {
+		why = "the device tier closed its session for a newer session of the node (4409)"
+	} else {
+		return false
+	}
+	args := []any{"reason", why}
+	if a.claim != nil {
+		args = append(args, "data_dir", a.claim.dir)
+	}
+	a.log.Warn("node taken over: this agent stops serving it", args...)
+	a.replaced = true
+	a.stopDevice()
+	return true
 }
 
 // hostNodeID reads this host's node id from the data dir, creating it once.
@@ -1122,12 +1177,38 @@ func (a *agentPart) actors(g *run.Group) {
 		return
 	}
 	contextActor(g, func(ctx context.Context) error {
-		if err := a.d.Run(ctx); err != nil {
+		defer a.claim.release()
+		dctx, stop := context.WithCancel(ctx)
+		defer stop()
+		a.stopDevice = stop
+		var holding sync.WaitGroup
+		if a.claim != nil && !a.claim.held() {
+			holding.Go(func() { a.claim.hold(dctx) })
+		}
+		err := a.d.Run(dctx)
+		stop()
+		holding.Wait()
+		switch {
+		case err != nil:
 			a.log.Error("agent stopped", "err", err)
 			a.link.refused()
+		case a.replaced:
+			a.link.refused()
+			a.claim.release() // now: the process taking over waits for it
+			if a.endsRole {
+				a.watch.stop()
+				return nil
+			}
 		}
 		<-ctx.Done() // an agent that was refused does not stop its role
 		a.watch.stop()
 		return nil
 	})
+}
+
+// close lets go of what newAgentPart took, for an agent that never runs.
+func (a *agentPart) close() {
+	if a != nil {
+		a.claim.release()
+	}
 }

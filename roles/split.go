@@ -357,6 +357,9 @@ type AgentConfig struct {
 	// TLS: --ca, and the client certificate of --client-cert, for a tier
 	// that asks for one. Without Token, the node id is the certificate's.
 	TLS clientFiles
+	// Replace takes the data dir's node over from another process serving
+	// it (--replace), rather than refuse to start.
+	Replace bool
 }
 
 // Agent is okso agent: the device agent of this host.
@@ -395,15 +398,17 @@ func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID)
+	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID, cfg.Replace)
 	if err != nil {
 		return nil, err
 	}
+	a.endsRole = true
 	return &Agent{agent: a}, nil
 }
 
 // Run runs the agent until ctx ends: a refused agent says so in the log
-// and waits.
+// and waits; an agent whose node another process took over says so and
+// returns.
 func (a *Agent) Run(ctx context.Context) error { return runGroup(ctx, a.agent.actors) }
 
 func agentCmd(stderr io.Writer) *cobra.Command {
@@ -413,6 +418,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		tenant  string
 		dataDir string
 		files   clientFiles
+		replace bool
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -422,11 +428,13 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			"jittered exponential backoff after a loss), authenticates with --token, and serves\n" +
 			"system.echo and system.metrics with this host's real figures. Without --token it\n" +
 			"mints a device token with the signing key in --data-dir, for a node id it keeps there\n" +
-			"(or, with --client-cert, its certificate's node id).",
+			"(or, with --client-cert, its certificate's node id). One process serves a data dir's\n" +
+			"node: a second refuses to start, unless --replace, which takes the node over (the\n" +
+			"first stops serving it).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
-				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files})
+				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files, Replace: replace})
 				if err != nil {
 					return nil, err
 				}
@@ -439,6 +447,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&token, "token", "", "device token (its subject is the node id)")
 	fs.StringVar(&tenant, "tenant", DefaultTenant, "tenant of the minted token, without --token")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")
+	fs.BoolVar(&replace, "replace", false, "take the data dir's node over from another process serving it (okso agent, all-in-one), which stops serving it")
 	addClientFlags(fs, &files)
 	logs.add(fs)
 	return cmd
