@@ -3,7 +3,6 @@ package roles
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,7 +156,8 @@ func freeAddr(t *testing.T) (addr, port string) {
 // here as written, and is listed below: addresses (free ports on
 // 127.0.0.1, also for the defaults a line relies on, set through
 // OKSO_* variables), paths (/srv/... in the temp dir; HOME is the temp
-// dir, so ~/.okso is in it) and the files a user brings (certificates).
+// dir, so ~/.okso is in it) and the files a user brings (certificates);
+// OKSO_LOG_LEVEL=debug lets the test wait for each node to be listed.
 func TestReadmeRolesRun(t *testing.T) {
 	bin := oksoBinary(t)
 	blocks := readmeBlocks(t, "Roles")
@@ -191,8 +191,9 @@ func TestReadmeRolesRun(t *testing.T) {
 			"127.0.0.1:8081", deviceAddr, // --connect to the default --device-addr
 			":8443", ":"+tlsPort, "tier.example.com", "127.0.0.1", // the TLS tier's address
 		),
-		// The defaults a line relies on (127.0.0.1:8080, :8081), elsewhere.
-		env: []string{"OKSO_MCP_ADDR=" + mcpAddr, "OKSO_DEVICE_ADDR=" + deviceAddr},
+		// The defaults a line relies on (127.0.0.1:8080, :8081), elsewhere;
+		// and debug lines, for the gateways' "node online".
+		env: []string{"OKSO_MCP_ADDR=" + mcpAddr, "OKSO_DEVICE_ADDR=" + deviceAddr, "OKSO_LOG_LEVEL=debug"},
 	}
 	// okso's binary is named okso on PATH, as the README writes it.
 	if filepath.Base(bin) != "okso" {
@@ -203,14 +204,14 @@ func TestReadmeRolesRun(t *testing.T) {
 	// data dir.
 	split := sh.run(blocks[0])
 	token := mintToken(t, bin, dir+"/srv/okso")
-	callThroughGateway(t, "http://"+mcpAddr+"/mcp", token, 50)
+	callThroughGateway(t, split["gateway"], "http://"+mcpAddr+"/mcp", token, 50)
 
 	// A gateway on a data dir of its own, with its role's credential and
 	// the signing key's public half: the first gateway stops, so that
 	// this one takes its (default) address.
 	split["gateway"].stop()
 	other := sh.run(blocks[1])
-	callThroughGateway(t, "http://"+mcpAddr+"/mcp", token, 50)
+	callThroughGateway(t, other["gateway"], "http://"+mcpAddr+"/mcp", token, 50)
 	other["gateway"].stop()
 	split["mock-fleet"].stop()
 	split["device"].stop()
@@ -260,31 +261,36 @@ func mintToken(t *testing.T, bin, dataDir string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// callThroughGateway waits for the gateway at url to be ready and to list
-// the echo tool of nodes nodes, then calls one of them.
-func callThroughGateway(t *testing.T, url, token string, nodes int) {
-	t.Helper()
-	ready := strings.TrimSuffix(url, "/mcp") + "/readyz"
-	s := mcpSession(t, url, token)
-	var echo []string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if r, err := http.Get(ready); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				if echo = toolsOf(t, s, ".echo.invoke"); len(echo) == nodes {
-					break
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway %s lists %d echo tools after 30 s, want %d", url, len(echo), nodes)
-		}
+// waitLog waits until cond holds of p's log so far, looking again at
+// each line p writes, for up to 30 s.
+func (p *proc) waitLog(what string, cond func(log string) bool) {
+	p.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for !cond(p.log()) { // a line is in p.log() before it is sent on p.lines
 		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(50 * time.Millisecond): // the registry follows NATS: ask again
+		case <-p.lines:
+		case <-p.exited:
+			if !cond(p.log()) {
+				p.t.Fatalf("%s exited (%v) before %s:\n%s", p.name, p.err, what, p.log())
+			}
+		case <-timeout:
+			p.t.Fatalf("%s: no %s within 30 s:\n%s", p.name, what, p.log())
 		}
+	}
+}
+
+// callThroughGateway waits for gw to list nodes nodes (its debug line
+// "node online" for each), then lists the echo tools through it and
+// calls one.
+func callThroughGateway(t *testing.T, gw *proc, url, token string, nodes int) {
+	t.Helper()
+	gw.waitLog(fmt.Sprintf("%d nodes online", nodes), func(log string) bool {
+		return strings.Count(log, `"msg":"node online"`) >= nodes
+	})
+	s := mcpSession(t, url, token)
+	echo := toolsOf(t, s, ".echo.invoke")
+	if len(echo) != nodes {
+		t.Fatalf("the gateway %s lists %d echo tools, want %d", url, len(echo), nodes)
 	}
 	res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo[0], Arguments: map[string]any{"message": "readme"}})
 	if err != nil || res.IsError {
