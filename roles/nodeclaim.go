@@ -82,13 +82,15 @@ func (n *nodeClaim) hold(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+		n.mu.Lock() // takenOver must not read the new claim before n.own is it
 		l, err := pidlock.TryLock(n.path)
+		if err == nil {
+			n.lock, n.own = l, l.Claim()
+		}
+		n.mu.Unlock()
 		if err != nil {
 			continue // still held
 		}
-		n.mu.Lock()
-		n.lock, n.own = l, l.Claim()
-		n.mu.Unlock()
 		n.log.Info("node taken over: the other process let it go", "data_dir", n.dir, "node_id", n.node, "from_pid", n.from)
 	}
 }
@@ -99,9 +101,9 @@ func (n *nodeClaim) takenOver() (pidlock.Claim, bool) {
 	if n == nil {
 		return pidlock.Claim{}, false
 	}
-	c, err := pidlock.Read(n.path)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	c, err := pidlock.Read(n.path)
 	return c, err == nil && c.ID != "" && c.ID != n.own.ID
 }
 

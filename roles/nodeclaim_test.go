@@ -1,10 +1,12 @@
 package roles
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -89,4 +91,49 @@ func TestReplaceAnAgentThatCannotReachItsTier(t *testing.T) {
 	if err := stopOld(); err != nil {
 		t.Errorf("the replaced agent: %v", err)
 	}
+}
+
+// TestAllInOneReplacesAnAgent runs okso agent on a data dir, connected to
+// a tier of another NATS, then all-in-one on that data dir: refused
+// without --replace, with it all-in-one's own agent takes the node over.
+// No 4409 reaches the old agent (its tier is another NATS's); it sees the
+// mark in the data dir, says so, and its okso agent ends on its own.
+func TestAllInOneReplacesAnAgent(t *testing.T) {
+	dataDir := t.TempDir()
+	tierLog := newLogSink()
+	runRoot(t, newLogSink(), tierLog, "device", "--data-dir", dataDir, "--device-addr", "127.0.0.1:0")
+	deviceURL, _ := tierLog.wait(t, "the tier listening", line("listening"))["device_url"].(string)
+
+	agentLog := newLogSink()
+	root := NewRoot(newLogSink(), agentLog)
+	root.SetArgs([]string{"agent", "--data-dir", dataDir, "--connect", deviceURL})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan error, 1)
+	go func() { ended <- root.ExecuteContext(ctx) }()
+	connected := agentLog.wait(t, "the agent connected", line("agent connected"))
+	node, _ := connected["node_id"].(string)
+
+	allInOne := []string{"all-in-one", "--data-dir", dataDir, "--mcp-addr", "127.0.0.1:0",
+		"--device-addr", "127.0.0.1:0", "--mock", "0"}
+	refused := NewRoot(newLogSink(), newLogSink())
+	refused.SetArgs(allInOne)
+	if err := refused.Execute(); err == nil || !strings.Contains(err.Error(),
+		fmt.Sprintf("its node %s is already served by a running process (pid %d); --replace takes it over", node, os.Getpid())) {
+		t.Fatalf("all-in-one on the agent's data dir: %v, want a refusal naming the node and --replace", err)
+	}
+
+	aioLog := newLogSink()
+	runRoot(t, newLogSink(), aioLog, append(allInOne, "--replace")...)
+	aioLog.wait(t, "all-in-one's agent connected", line("agent connected", "node_id", node))
+	agentLog.wait(t, "the old agent gives the node up", line("node taken over: this agent stops serving it", "level", "WARN"))
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the replaced okso agent ended with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the replaced okso agent did not end")
+	}
+	aioLog.wait(t, "all-in-one holds the node", line("node taken over: the other process let it go", "node_id", node))
 }

@@ -1052,9 +1052,9 @@ type agentPart struct {
 	// nothing else to serve), rather than wait for it to end.
 	endsRole bool
 
-	// Set and read on the goroutine of its actor (and of d.Run's hooks).
-	stopDevice context.CancelFunc
-	replaced   bool
+	stopDevice context.CancelFunc // set before d runs
+	replaced   atomic.Bool        // its node was taken from it
+	gaveUp     sync.Once
 }
 
 // newAgentPart builds the agent. With a token, the node id is the token's
@@ -1128,28 +1128,53 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 
 // giveUp stops the agent when its node was taken from it: the tier
 // closed its session for a newer one of the node (4409), or another
-// process marked the data dir's node as its own (--replace). Coming back
-// would take the node back in turn, every backoff, so it says why once
-// and stops serving the node. It is called from d.Run's hooks, after a
-// connection ended for err.
+// process marked the data dir's node as its own (--replace). It is
+// called from d.Run's hooks, after a connection ended for err, so that
+// the device tries no more.
 func (a *agentPart) giveUp(err error) bool {
-	var why string
 	var ce websocket.CloseError
 	if c, ok := a.claim.takenOver(); ok {
-		why = fmt.Sprintf("process %d took it over (--replace)", c.PID)
+		a.takenOver(fmt.Sprintf("process %d took it over (--replace)", c.PID))
 	} else if errors.As(err, &ce) && ce.Code == wire.CloseReplaced {
-		why = "the device tier closed its session for a newer session of the node (4409)"
+		a.takenOver("the device tier closed its session for a newer session of the node (4409)")
 	} else {
 		return false
 	}
-	args := []any{"reason", why}
-	if a.claim != nil {
-		args = append(args, "data_dir", a.claim.dir)
-	}
-	a.log.Warn("node taken over: this agent stops serving it", args...)
-	a.replaced = true
-	a.stopDevice()
 	return true
+}
+
+// watchClaim stops the agent when another process marks the data dir's
+// node as its own while the agent is connected: the two may be on tiers
+// of different NATS, where no 4409 tells. It looks once a second until
+// ctx ends.
+func (a *agentPart) watchClaim(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if c, ok := a.claim.takenOver(); ok {
+				a.takenOver(fmt.Sprintf("process %d took it over (--replace)", c.PID))
+				return
+			}
+		}
+	}
+}
+
+// takenOver stops the agent serving its node, saying why once: coming
+// back would take the node back in turn, every backoff.
+func (a *agentPart) takenOver(why string) {
+	a.gaveUp.Do(func() {
+		args := []any{"reason", why}
+		if a.claim != nil {
+			args = append(args, "data_dir", a.claim.dir)
+		}
+		a.log.Warn("node taken over: this agent stops serving it", args...)
+		a.replaced.Store(true)
+		a.stopDevice()
+	})
 }
 
 // hostNodeID reads this host's node id from the data dir, creating it once.
@@ -1181,18 +1206,21 @@ func (a *agentPart) actors(g *run.Group) {
 		dctx, stop := context.WithCancel(ctx)
 		defer stop()
 		a.stopDevice = stop
-		var holding sync.WaitGroup
-		if a.claim != nil && !a.claim.held() {
-			holding.Go(func() { a.claim.hold(dctx) })
+		var claiming sync.WaitGroup
+		if a.claim != nil {
+			if !a.claim.held() {
+				claiming.Go(func() { a.claim.hold(dctx) })
+			}
+			claiming.Go(func() { a.watchClaim(dctx) })
 		}
 		err := a.d.Run(dctx)
 		stop()
-		holding.Wait()
+		claiming.Wait()
 		switch {
 		case err != nil:
 			a.log.Error("agent stopped", "err", err)
 			a.link.refused()
-		case a.replaced:
+		case a.replaced.Load():
 			a.link.refused()
 			a.claim.release() // now: the process taking over waits for it
 			if a.endsRole {
