@@ -77,13 +77,18 @@ type readmeShell struct {
 }
 
 // roleUp is the log line that says a role started in the background is
-// up: the line scripts and tests wait for.
-var roleUp = map[string]string{
-	"device":     "listening",
-	"gateway":    "listening",
-	"remote":     "listening",
-	"mock-fleet": "mock devices connected",
-	"agent":      "agent connected",
+// up, the line scripts and tests wait for; "" for a command that is no
+// long-running role.
+func roleUp(role string) string {
+	switch role {
+	case "device", "gateway", "remote":
+		return "listening"
+	case "mock-fleet":
+		return "mock devices connected"
+	case "agent":
+		return "agent connected"
+	}
+	return ""
 }
 
 var assignment = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=(.*)$`)
@@ -113,9 +118,9 @@ func (sh *readmeShell) run(block readmeBlock) map[string]*proc {
 		}
 		t.Logf("$ %s", line)
 		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "okso" && roleUp[f[1]] != "" {
+		if len(f) >= 2 && f[0] == "okso" && roleUp(f[1]) != "" {
 			p := startProc(t, "/bin/bash", f[1], "-c", sh.prelude()+"exec "+line)
-			p.wait(msgIs(roleUp[f[1]]))
+			p.wait(msgIs(roleUp(f[1])))
 			procs[f[1]] = p
 			continue
 		}
