@@ -171,7 +171,7 @@ func TestReadmeRolesRun(t *testing.T) {
 	want := []string{
 		"okso device  --data-dir /srv/okso --nats-listen 127.0.0.1:4222",
 		"okso nats creds --data-dir /srv/okso --role gateway > gateway.nk",
-		"# on host1; host2 and host3",
+		"# once: the data dir k all members share",
 		"okso device --tls-cert tier.pem --tls-key tier-key.pem --device-addr :8443",
 		"okso device --tls-cert tier.pem --tls-key tier-key.pem --client-ca devices-ca.pem --device-addr :8443",
 	}
@@ -221,9 +221,22 @@ func TestReadmeRolesRun(t *testing.T) {
 	split["mock-fleet"].stop()
 	split["device"].stop()
 
-	// blocks[2], a member of a three-host NATS cluster, does not run on
-	// one machine as written: its three members use the same ports on
-	// their own hosts. TestClusterFailover runs such a cluster.
+	// A member of a three-host NATS cluster: the data dir they share is
+	// made as written; the member itself does not run on one machine as
+	// written (the three use the same ports, each on its own host), and
+	// TestClusterFailures runs such a cluster.
+	var shared readmeBlock
+	for _, l := range blocks[2].lines {
+		if !strings.HasPrefix(l, "okso device ") {
+			shared.lines = append(shared.lines, l)
+		}
+	}
+	sh.run(shared)
+	for _, f := range []string{"k/signing.key", "k/nats/creds/route.secret", "k/nats/creds/device.nk"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the cluster's shared data dir: %v", err)
+		}
+	}
 
 	// TLS, and device mTLS: the files a user brings are made here (a CA,
 	// the tier's certificate for 127.0.0.1, and node.pem for the node of
