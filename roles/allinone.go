@@ -163,6 +163,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg.Gateway)
+	addOAuthFlags(fs, &cfg.Gateway.OAuth, true)
 	addTierFlags(fs, &cfg.Tier)
 	addTLSFlags(fs, &cfg.TLS, "both the MCP endpoint (https://) and the device tier (wss://)")
 	fs.StringVar(&cfg.Tier.ClientCA, "client-ca", "", clientCAUsage+"; needs --mock 0 --local-agent=false")

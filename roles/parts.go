@@ -578,6 +578,8 @@ type gatewayConfig struct {
 	// AuditTick, if set, ends each period of the audit log's repeats
 	// (default: every --log-repeats).
 	AuditTick <-chan time.Time
+	// OAuth is okso's own authorization server (--oauth-server).
+	OAuth oauthConfig
 }
 
 // newGatewayPart binds the MCP listener, then connects to np, opens the
@@ -643,6 +645,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 			return nil, err
 		}
 	}
+	var oauth *mcp.OAuthServer
+	if cfg.OAuth.Server {
+		if oauth, err = newOAuthServer(ctx, c, nc, np, cfg.OAuth); err != nil {
+			return nil, err
+		}
+	}
 	aud := cfg.Audience
 	if aud == "" {
 		aud = auth.AudienceGateway
@@ -669,6 +677,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,
 		Revoked:        revoked,
+		OAuth:          oauth,
 
 		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant,
 		PingInterval:        cfg.StreamPing,
