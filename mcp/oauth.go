@@ -267,7 +267,11 @@ func (s *OAuthServer) Verify(ctx context.Context, token, base string) (*auth.Cla
 	if !ok {
 		return nil, fmt.Errorf("%w: its subject is not an OAuth grant's", auth.ErrInvalid)
 	}
-	if !s.grantLive(ctx, grant) {
+	live, err := s.grantLive(ctx, grant)
+	if err != nil {
+		return nil, fmt.Errorf("%w: its grant cannot be checked now (%v); try again", auth.ErrInvalid, err)
+	}
+	if !live {
 		return nil, fmt.Errorf("%w: its grant was revoked; sign in again", auth.ErrInvalid)
 	}
 	return c, nil
@@ -275,14 +279,15 @@ func (s *OAuthServer) Verify(ctx context.Context, token, base string) (*auth.Cla
 
 // grantLive reports whether grant still exists, from what was read of it
 // within grantRecheck. When the bucket cannot be read, a grant seen live
-// stays so: a NATS outage does not sign every agent out.
-func (s *OAuthServer) grantLive(ctx context.Context, grant string) bool {
+// stays so (a NATS outage does not sign every agent out); one never seen
+// is refused with the error.
+func (s *OAuthServer) grantLive(ctx context.Context, grant string) (bool, error) {
 	now := s.o.Now()
 	s.grantMu.Lock()
 	seen, ok := s.grants[grant]
 	s.grantMu.Unlock()
 	if ok && now.Sub(seen.at) < grantRecheck {
-		return seen.live
+		return seen.live, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -290,7 +295,10 @@ func (s *OAuthServer) grantLive(ctx context.Context, grant string) bool {
 	live := err == nil
 	if err != nil && !errors.Is(err, bus.ErrOAuthNotFound) {
 		s.log.Warn("oauth: read grant", "grant", grant, "err", err)
-		live = !ok || seen.live
+		if !ok {
+			return false, err
+		}
+		live = seen.live
 	}
 	s.grantMu.Lock()
 	if len(s.grants) >= maxTokenInfos {
@@ -298,7 +306,7 @@ func (s *OAuthServer) grantLive(ctx context.Context, grant string) bool {
 	}
 	s.grants[grant] = grantSeen{at: now, live: live}
 	s.grantMu.Unlock()
-	return live
+	return live, nil
 }
 
 // forget drops what this replica knows of grant: revoked here, it is

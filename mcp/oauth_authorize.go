@@ -111,6 +111,13 @@ func (s *OAuthServer) serveAuthorize(w http.ResponseWriter, r *http.Request, bas
 // Until client and redirect URI are known good, errors are shown on the
 // page and never sent to the redirect URI (RFC 6749 §4.1.2.1).
 func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, base string) {
+	// Before anything else: a request may fetch a client's metadata
+	// document, and is kept in the bucket.
+	if !s.requests.Allow() {
+		w.Header().Set("Retry-After", "60")
+		s.page(w, http.StatusTooManyRequests, pageData{Error: "Too many sign-in requests at once. Try again in a minute."}, "")
+		return
+	}
 	q := r.URL.Query()
 	ctx := r.Context()
 	clientID, redirect := q.Get("client_id"), q.Get("redirect_uri")
@@ -163,10 +170,6 @@ func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, bas
 			return
 		}
 	}
-	if !s.requests.Allow() {
-		fail(oauthTemporarilyDown, "too many sign-in requests at once; try again in a minute")
-		return
-	}
 	csrf := randomToken()
 	req := OAuthRequest{
 		ClientID: c.ID, ClientName: c.Name, Document: c.Document, RedirectURI: redirect,
@@ -215,6 +218,9 @@ func (s *OAuthServer) continueAuthorize(w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	req, _, err := s.request(ctx, code)
+	if err == nil && !s.o.Now().Before(req.Expires) {
+		err = errors.New("expired") // its key's TTL is about to take it
+	}
 	if err != nil {
 		s.page(w, http.StatusBadRequest, pageData{Error: "This sign-in request expired or was used. Start again from your MCP client."}, "")
 		return
