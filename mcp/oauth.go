@@ -83,6 +83,9 @@ type OAuthServerOptions struct {
 	// CIMD is how client metadata documents are fetched (zero value: the
 	// safe defaults).
 	CIMD CIMDOptions
+	// Auditor, when set, records each grant made, refreshed or revoked
+	// for a reuse, on its tenant's audit subject.
+	Auditor *bus.Auditor
 	// Now is the clock (time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -307,6 +310,20 @@ func (s *OAuthServer) grantLive(ctx context.Context, grant string) (bool, error)
 	s.grants[grant] = grantSeen{at: now, live: live}
 	s.grantMu.Unlock()
 	return live, nil
+}
+
+// Audit codes of the authorization server's decisions.
+const (
+	auditGrant    = "oauth_grant"
+	auditRefresh  = "oauth_refresh"
+	auditReplayed = "oauth_code_replayed"
+	auditReused   = "oauth_refresh_reused"
+)
+
+// audit records a decision on grant g (the auditor drops it when unset).
+func (s *OAuthServer) audit(decision, code, tenant, client, grant, jti string) {
+	s.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Tenant: tenant, Subject: oauthSubject(client, grant), JTI: jti,
+		Decision: decision, Code: code})
 }
 
 // forget drops what this replica knows of grant: revoked here, it is

@@ -178,6 +178,7 @@ func (s *OAuthServer) redeemCode(ctx context.Context, c *oauthClient, code, redi
 			return nil, errUnavailable
 		}
 		s.log.Warn("oauth code replayed: its grant is revoked", "client_id", c.ID, "grant", rec.GrantID)
+		s.audit(bus.DecisionRevoked, auditReplayed, rec.Tenant, c.ID, rec.GrantID, "")
 		_ = s.revokeGrant(ctx, rec.GrantID)
 		return nil, &grantError{oauthInvalidGrant, "the code was used already; the grant it made is revoked"}
 	}
@@ -197,6 +198,7 @@ func (s *OAuthServer) redeemCode(ctx context.Context, c *oauthClient, code, redi
 		return nil, errUnavailable
 	}
 	s.log.Info("oauth grant issued", "client_id", c.ID, "grant", g.ID, "tenant", g.Tenant, "scope", g.Scope)
+	s.audit(bus.DecisionAllowed, auditGrant, g.Tenant, c.ID, g.ID, g.Access[len(g.Access)-1].JTI)
 	return resp, nil
 }
 
@@ -259,6 +261,7 @@ func (s *OAuthServer) refresh(ctx context.Context, c *oauthClient, token, resour
 			return nil, &grantError{oauthInvalidGrant, "the grant was made at another address of this server"}
 		case slices.Contains(g.Used, h):
 			s.log.Warn("oauth refresh token reused: its grant is revoked", "client_id", c.ID, "grant", g.ID)
+			s.audit(bus.DecisionRevoked, auditReused, g.Tenant, c.ID, g.ID, "")
 			_ = s.revokeGrant(ctx, g.ID)
 			return nil, &grantError{oauthInvalidGrant, "the refresh token was used already; its grant is revoked: sign in again"}
 		case subtle.ConstantTimeCompare([]byte(h), []byte(g.Refresh)) != 1:
@@ -284,6 +287,7 @@ func (s *OAuthServer) refresh(ctx context.Context, c *oauthClient, token, resour
 			s.log.Error("oauth: rotate", "err", err)
 			return nil, errUnavailable
 		}
+		s.audit(bus.DecisionAllowed, auditRefresh, g.Tenant, c.ID, g.ID, g.Access[len(g.Access)-1].JTI)
 		return resp, nil
 	}
 	return nil, errUnavailable

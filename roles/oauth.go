@@ -48,7 +48,7 @@ func addOAuthFlags(fs *pflag.FlagSet, c *oauthConfig, on bool) {
 }
 
 // newOAuthServer opens the authorization server's bucket and key.
-func newOAuthServer(ctx context.Context, c *common, nc *nats.Conn, np *natsPart, cfg oauthConfig) (*mcp.OAuthServer, error) {
+func newOAuthServer(ctx context.Context, c *common, nc *nats.Conn, np *natsPart, cfg oauthConfig, audit *bus.Auditor) (*mcp.OAuthServer, error) {
 	store, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.OAuthStore, error) {
 		return bus.OpenOAuth(ctx, nc, bus.OAuthOptions{Replicas: np.replicas, BindOnly: np.bindOnly()})
 	})
@@ -65,6 +65,7 @@ func newOAuthServer(ctx context.Context, c *common, nc *nats.Conn, np *natsPart,
 		AccessTTL:  cfg.AccessTTL,
 		MaxClients: cfg.MaxClients,
 		CIMD:       mcp.CIMDOptions{AllowLoopback: cfg.CIMDAllowLoopback, TLS: cfg.CIMDTLS},
+		Auditor:    audit,
 		Logger:     c.log.With("role", "gateway", "part", "oauth"),
 	})
 }

@@ -329,6 +329,12 @@ func TestOAuthServerFlow(t *testing.T) {
 	// The code again, at the other replica: refused.
 	st, out = tokenAt(t, f.base, redeem)
 	wantOAuthError(t, "replayed code", st, out, http.StatusBadRequest, "invalid_grant")
+	// Replica A's audit: the grant, and its revocation for the reuse,
+	// on the tenant's subject.
+	eventually(t, "audit events of the grant's life", func() bool {
+		logs := f.logs.String()
+		return strings.Contains(logs, `"code":"oauth_refresh_reused"`) && strings.Contains(logs, `"subject":"oauth:`+client+`:`)
+	})
 }
 
 // A replayed code revokes the grant the first redemption made, at the

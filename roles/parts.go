@@ -645,12 +645,6 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 			return nil, err
 		}
 	}
-	var oauth *mcp.OAuthServer
-	if cfg.OAuth.Server {
-		if oauth, err = newOAuthServer(ctx, c, nc, np, cfg.OAuth); err != nil {
-			return nil, err
-		}
-	}
 	aud := cfg.Audience
 	if aud == "" {
 		aud = auth.AudienceGateway
@@ -658,6 +652,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
 	audit := c.auditor(nc, cfg.AuditTick)
 	audit.Observe = summary.observe
+	var oauth *mcp.OAuthServer
+	if cfg.OAuth.Server {
+		if oauth, err = newOAuthServer(ctx, c, nc, np, cfg.OAuth, audit); err != nil {
+			return nil, err
+		}
+	}
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
 		Registry:       reg,
