@@ -175,12 +175,31 @@ func NewOAuthServer(o OAuthServerOptions) (*OAuthServer, error) {
 // routes adds the server's endpoints to mux; base is the gateway's URL
 // for a request (its issuer).
 func (s *OAuthServer) routes(mux *http.ServeMux, base func(*http.Request) string) {
-	mux.HandleFunc(OAuthMetadataPath, func(w http.ResponseWriter, r *http.Request) { s.serveMetadata(w, r, base(r)) })
-	mux.HandleFunc(OAuthMetadataPath+"/mcp", func(w http.ResponseWriter, r *http.Request) { s.serveMetadata(w, r, base(r)) })
-	mux.HandleFunc("GET "+OAuthJWKSPath, s.serveJWKS)
-	mux.HandleFunc(OAuthRegisterPath, func(w http.ResponseWriter, r *http.Request) { s.serveRegister(w, r) })
+	meta := func(w http.ResponseWriter, r *http.Request) { s.serveMetadata(w, r, base(r)) }
+	mux.Handle(OAuthMetadataPath, cors(meta))
+	mux.Handle(OAuthMetadataPath+"/mcp", cors(meta))
+	mux.Handle(OAuthJWKSPath, cors(s.serveJWKS))
+	mux.Handle(OAuthRegisterPath, cors(s.serveRegister))
 	mux.HandleFunc(OAuthAuthorizePath, func(w http.ResponseWriter, r *http.Request) { s.serveAuthorize(w, r, base(r)) })
-	mux.HandleFunc(OAuthTokenPath, func(w http.ResponseWriter, r *http.Request) { s.serveToken(w, r, base(r)) })
+	mux.Handle(OAuthTokenPath, cors(func(w http.ResponseWriter, r *http.Request) { s.serveToken(w, r, base(r)) }))
+}
+
+// cors lets MCP clients that run in a browser (the Inspector's web UI)
+// discover, register and get tokens: these endpoints take no cookie and
+// answer only what their request's own parameters earn, so any origin
+// may read the answers. The authorize page, which has a cookie, has none.
+func cors(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
+			w.Header().Set("Access-Control-Allow-Headers", "Content-Type, Authorization, MCP-Protocol-Version")
+			w.Header().Set("Access-Control-Max-Age", "3600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h(w, r)
+	})
 }
 
 // resourceOf is the resource a gateway's tokens are for: its MCP
@@ -210,13 +229,15 @@ func (s *OAuthServer) serveMetadata(w http.ResponseWriter, r *http.Request, base
 		oauthError(w, http.StatusMethodNotAllowed, oauthInvalidRequest, "use GET")
 		return
 	}
-	w.Header().Set("Access-Control-Allow-Origin", "*") // public metadata: browser-based clients read it
 	writeJSON(w, http.StatusOK, s.metadata(base))
 }
 
-func (s *OAuthServer) serveJWKS(w http.ResponseWriter, _ *http.Request) {
+func (s *OAuthServer) serveJWKS(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		oauthError(w, http.StatusMethodNotAllowed, oauthInvalidRequest, "use GET")
+		return
+	}
 	pub := s.o.Signer.Public()
-	w.Header().Set("Access-Control-Allow-Origin", "*")
 	writeJSON(w, http.StatusOK, map[string]any{"keys": []map[string]string{{
 		"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "use": "sig",
 		"kid": s.o.Signer.KeyID(), "x": base64.RawURLEncoding.EncodeToString(pub),

@@ -202,3 +202,25 @@ func TestOAuthGrantRecheck(t *testing.T) {
 		t.Error("a token verified for another gateway URL")
 	}
 }
+
+// Browser-based clients may discover, register and get tokens from any
+// origin; the authorize page, which sets a cookie, is not readable
+// cross-origin.
+func TestOAuthCORS(t *testing.T) {
+	rs, _ := startAS(t, 1, &clock{t: time.Now()})
+	for _, path := range []string{OAuthMetadataPath, OAuthJWKSPath, OAuthRegisterPath, OAuthTokenPath, OAuthAuthorizePath} {
+		req, _ := http.NewRequest(http.MethodOptions, rs[0].url+path, nil)
+		req.Header.Set("Origin", "http://inspector.example")
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "content-type")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		allowed := resp.Header.Get("Access-Control-Allow-Origin") == "*"
+		if want := path != OAuthAuthorizePath; allowed != want || want && resp.StatusCode != http.StatusNoContent {
+			t.Errorf("preflight of %s: %s, allowed %v, want %v", path, resp.Status, allowed, want)
+		}
+	}
+}
