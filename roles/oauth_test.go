@@ -270,6 +270,8 @@ func TestOAuthServerFlow(t *testing.T) {
 	}{
 		{"no verifier", "code_verifier", "", "invalid_request"},
 		{"wrong verifier", "code_verifier", strings.Repeat("x", 43), "invalid_grant"},
+		{"plain verifier (the challenge itself)", "code_verifier", challenge, "invalid_grant"},
+		{"short verifier", "code_verifier", "abc", "invalid_request"},
 		{"no resource", "resource", "", "invalid_request"},
 		{"another resource", "resource", "https://evil.example/mcp", "invalid_target"},
 		{"another redirect", "redirect_uri", "http://127.0.0.1:7777/other", "invalid_grant"},
@@ -326,9 +328,11 @@ func TestOAuthServerFlow(t *testing.T) {
 	if s := mcpStatus(t, f.base, access2); s != http.StatusUnauthorized {
 		t.Errorf("/mcp at the replica that revoked the grant, with its access token: %d, want 401", s)
 	}
-	// The code again, at the other replica: refused.
-	st, out = tokenAt(t, f.base, redeem)
-	wantOAuthError(t, "replayed code", st, out, http.StatusBadRequest, "invalid_grant")
+	// The code again, at either replica: refused.
+	for _, replica := range []string{f.base, f.replicaB} {
+		st, out = tokenAt(t, replica, redeem)
+		wantOAuthError(t, "replayed code at "+replica, st, out, http.StatusBadRequest, "invalid_grant")
+	}
 	// Replica A's audit: the grant, and its revocation for the reuse,
 	// on the tenant's subject.
 	eventually(t, "audit events of the grant's life", func() bool {
