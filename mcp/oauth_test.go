@@ -1,8 +1,11 @@
 package mcp
 
 import (
+	"encoding/json"
 	"net/netip"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
 // Exact redirect URIs, but for the port of an http redirect on a
@@ -158,5 +161,28 @@ func FuzzIssued(f *testing.F) {
 			}
 		}()
 		_ = s.issuedKid(token, "x")
+	})
+}
+
+// What a client says of itself (registration, metadata document) is
+// checked without a panic, and what is kept passes the redirect checks.
+func FuzzCheckClientMetadata(f *testing.F) {
+	f.Add(`{"redirect_uris":["https://claude.ai/api/mcp/auth_callback"],"client_name":"Claude"}`)
+	f.Add(`{"redirect_uris":["http://127.0.0.1:1/cb"],"token_endpoint_auth_method":"none","grant_types":["authorization_code"]}`)
+	f.Add(`{"redirect_uris":["javascript:alert(1)"]}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		var m oauthex.ClientRegistrationMetadata
+		if json.Unmarshal([]byte(doc), &m) != nil {
+			return
+		}
+		c, _, err := checkClientMetadata(&m)
+		if err != nil {
+			return
+		}
+		for _, u := range c.RedirectURIs {
+			if checkRedirectURI(u) != nil || !redirectMatches(c.RedirectURIs, u) {
+				t.Fatalf("kept redirect URI %q fails the checks", u)
+			}
+		}
 	})
 }

@@ -231,7 +231,7 @@ func oauthCmd(stdout io.Writer) *cobra.Command {
 
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the live grants and the registered clients",
+		Short: "List the live grants, the pending sign-in requests and the number of registered clients",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return with(cmd, func(ctx context.Context, _ *nats.Conn, st *bus.OAuthStore) error {
@@ -248,11 +248,26 @@ func oauthCmd(stdout io.Writer) *cobra.Command {
 					g := grants[id]
 					fmt.Fprintf(stdout, "grant %s client %s tenant %s scope %q refreshed %s\n", id, g.ClientID, g.Tenant, g.Scope, g.Refreshed.Format(time.RFC3339))
 				}
+				reqs, err := st.List(ctx, bus.OAuthRequest)
+				if err != nil {
+					return err
+				}
+				codes := make([]string, 0, len(reqs))
+				for code := range reqs {
+					codes = append(codes, code)
+				}
+				sort.Strings(codes)
+				for _, code := range codes {
+					if req, _, err := mcp.ReadOAuthRequest(ctx, st, code); err == nil {
+						fmt.Fprintf(stdout, "pending %s client %s asks %q until %s\n", mcp.ShowUserCode(code), clientLabel(req),
+							req.Scope, req.Expires.Format(time.RFC3339))
+					}
+				}
 				clients, err := st.List(ctx, bus.OAuthClient)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(stdout, "%d grants, %d registered clients\n", len(grants), len(clients))
+				fmt.Fprintf(stdout, "%d grants, %d pending requests, %d registered clients\n", len(grants), len(codes), len(clients))
 				return nil
 			})
 		},

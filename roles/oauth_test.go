@@ -234,6 +234,9 @@ func TestOAuthServerFlow(t *testing.T) {
 	if code == "" {
 		t.Fatalf("authorize: %s", resp.Status)
 	}
+	if out, err := f.oauthCLI("list"); err != nil || !strings.Contains(out, "pending "+code+` client "okso test client"`) {
+		t.Errorf("okso oauth list does not show the pending request %s: %v\n%s", code, err, out)
+	}
 	// Before the operator approves, Continue shows the page again.
 	if resp := f.cont(b, code, csrf); resp.StatusCode != http.StatusOK {
 		t.Fatalf("continue before approval: %s", resp.Status)
