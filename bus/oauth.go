@@ -197,6 +197,35 @@ func (s *OAuthStore) List(ctx context.Context, kind string) (map[string][]byte, 
 	return out, nil
 }
 
+// WatchGone calls gone with the id of each record of kind deleted or
+// expired while it runs, on its goroutine, until ctx ends (then it
+// returns nil) or the subscription fails. It follows the bucket's
+// republished messages, at most once: a record whose deletion NATS lost
+// is not reported, so use it to act sooner, not as the only check.
+func (s *OAuthStore) WatchGone(ctx context.Context, kind string, gone func(id string)) error {
+	sub, err := s.nc.SubscribeSync(stateSubject(BucketOAuth, kind+".>"))
+	if err != nil {
+		return fmt.Errorf("follow kv %s: %w", BucketOAuth, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("follow kv %s: %w", BucketOAuth, err)
+		}
+		key, _, _, value, _, ok := republished(BucketOAuth, m)
+		if !ok || value != nil {
+			continue
+		}
+		if id, ok := strings.CutPrefix(key, kind+"."); ok {
+			gone(id)
+		}
+	}
+}
+
 // wholeSeconds rounds a TTL up to whole seconds, at least one: NATS
 // message TTLs count whole seconds.
 func wholeSeconds(d time.Duration) time.Duration {

@@ -111,6 +111,8 @@ type OAuthServer struct {
 	// access tokens are refused within grantRecheck.
 	grantMu sync.Mutex
 	grants  map[string]grantSeen
+	// goneHook, when set (tests), is told of each grant Run saw go.
+	goneHook func(grant string)
 }
 
 type grantSeen struct {
@@ -347,10 +349,37 @@ func (s *OAuthServer) audit(decision, code, tenant, client, grant, jti string) {
 		Decision: decision, Code: code})
 }
 
+// Run follows the grants revoked at any replica until ctx ends, so that
+// their access tokens are refused here at once rather than within
+// grantRecheck. A watch that fails is logged and started again a second
+// later. It returns nil once ctx ends.
+func (s *OAuthServer) Run(ctx context.Context) error {
+	for {
+		err := s.o.Store.WatchGone(ctx, bus.OAuthGrant, func(grant string) {
+			s.forget(grant)
+			if s.goneHook != nil {
+				s.goneHook(grant)
+			}
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("oauth: watch of revoked grants ended, following again in 1s", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // forget drops what this replica knows of grant: revoked here, it is
 // refused at once.
 func (s *OAuthServer) forget(grant string) {
 	s.grantMu.Lock()
+	if len(s.grants) >= maxTokenInfos {
+		clear(s.grants)
+	}
 	s.grants[grant] = grantSeen{at: s.o.Now(), live: false}
 	s.grantMu.Unlock()
 }

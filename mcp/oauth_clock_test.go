@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -222,5 +223,47 @@ func TestOAuthCORS(t *testing.T) {
 		if want := path != OAuthAuthorizePath; allowed != want || want && resp.StatusCode != http.StatusNoContent {
 			t.Errorf("preflight of %s: %s, allowed %v, want %v", path, resp.Status, allowed, want)
 		}
+	}
+}
+
+// With Run, a grant revoked at one replica is refused at another as soon
+// as the deletion arrives, before grantRecheck has passed.
+func TestOAuthRunFollowsRevocations(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	rs, base := startAS(t, 2, clk)
+	gone := make(chan string, 1)
+	rs[1].s.goneHook = func(g string) { gone <- g }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- rs[1].s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	st, tok := signInAS(t, rs[0], rs[1], base, nil, nil)
+	if st != http.StatusOK {
+		t.Fatalf("sign in: %d %v", st, tok)
+	}
+	access := tok["access_token"].(string)
+	if _, err := rs[1].s.Verify(t.Context(), access, base); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := auth.UnverifiedClaims(access)
+	_, grant, _ := subjectGrant(c.Subject)
+	if err := rs[0].s.revokeGrant(t.Context(), grant); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-gone:
+		if g != grant {
+			t.Fatalf("Run saw grant %s go, want %s", g, grant)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run never saw the grant go")
+	}
+	if _, err := rs[1].s.Verify(t.Context(), access, base); err == nil {
+		t.Error("the other replica accepts a revoked grant's token after Run saw it go")
 	}
 }

@@ -331,6 +331,10 @@ func TestOAuthServerFlow(t *testing.T) {
 	if s := mcpStatus(t, f.base, access2); s != http.StatusUnauthorized {
 		t.Errorf("/mcp at the replica that revoked the grant, with its access token: %d, want 401", s)
 	}
+	// The other replica hears of it at once (grantRecheck is 10 s).
+	eventually(t, "the other replica refuses the revoked grant's access token", func() bool {
+		return mcpStatus(t, f.replicaB, access2) == http.StatusUnauthorized
+	})
 	// The code again, at either replica: refused.
 	for _, replica := range []string{f.base, f.replicaB} {
 		st, out = tokenAt(t, replica, redeem)

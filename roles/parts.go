@@ -542,6 +542,7 @@ type gatewayPart struct {
 	gw      *mcp.Gateway
 	http    *httpPart
 	revoked *bus.Revocations
+	oauth   *mcp.OAuthServer // nil without --oauth-server
 	summary *callSummary
 	tick    <-chan time.Time // of the summary; nil: every summaryPeriod
 	drain   time.Duration    // unready but serving, before the stop
@@ -688,7 +689,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	hp.handle(c.log.With("role", "gateway"), gw.Handler())
 	audit.Start()
-	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, drain: cfg.ShutdownDrain,
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, oauth: oauth, drain: cfg.ShutdownDrain,
 		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
@@ -698,6 +699,9 @@ func (p *gatewayPart) url() string {
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
+	if p.oauth != nil {
+		contextActor(g, p.oauth.Run)
+	}
 	contextActor(g, func(ctx context.Context) error {
 		tick := p.tick
 		if tick == nil {
