@@ -327,11 +327,14 @@ func (s *OAuthServer) grantLive(ctx context.Context, grant string) (bool, error)
 		live = seen.live
 	}
 	s.grantMu.Lock()
+	defer s.grantMu.Unlock()
+	if cur, ok := s.grants[grant]; ok && !cur.live && !cur.at.Before(now) {
+		return false, nil // revoked (forget) while it was being read
+	}
 	if len(s.grants) >= maxTokenInfos {
 		clear(s.grants)
 	}
 	s.grants[grant] = grantSeen{at: now, live: live}
-	s.grantMu.Unlock()
 	return live, nil
 }
 
@@ -434,7 +437,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // mint signs an access token of grant g for the gateway at base.
-func (s *OAuthServer) mint(g *grantRecord, base string) (token, jti string, exp time.Time, err error) {
+func (s *OAuthServer) mint(g *OAuthGrant, base string) (token, jti string, exp time.Time, err error) {
 	now := s.o.Now()
 	token, err = s.o.Signer.Mint(auth.MintOptions{
 		Issuer:   base,

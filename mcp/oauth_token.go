@@ -41,8 +41,6 @@ type Issued struct {
 	Expires time.Time `json:"exp"`
 }
 
-type grantRecord = OAuthGrant
-
 // maxUsed bounds the rotated-away refresh tokens a grant remembers (a
 // reuse of one older still fails, but revokes nothing); maxTokenForm
 // the token endpoint's body.
