@@ -145,12 +145,15 @@ func (s *Stdio) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	if hello.ServerInfo != nil {
 		impl = hello.ServerInfo
 	}
-	server := sdk.NewServer(impl, &sdk.ServerOptions{
-		Instructions: hello.Instructions,
-		// Tools only, as okso serves: list_changed is always declared,
-		// since this session can always carry it to the host.
-		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
-	})
+	// Tools, as okso serves, with list_changed, which this session can
+	// always carry to the host; and logging if the gateway declares it
+	// (hosts of the 2025 revisions set a level and expect it accepted).
+	caps := &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}}
+	if hello.Capabilities != nil {
+		//lint:ignore SA1019 deprecated from 2026-07-28, declared by the gateway for the 2025 revisions' clients
+		caps.Logging = hello.Capabilities.Logging
+	}
+	server := sdk.NewServer(impl, &sdk.ServerOptions{Instructions: hello.Instructions, Capabilities: caps})
 	server.AddReceivingMiddleware(s.forward)
 	s.srv.Store(server)
 
