@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/certfile/certtest"
 )
 
@@ -239,4 +241,72 @@ func TestStdioGatewayRestart(t *testing.T) {
 	}
 	f.connectDevice(DefaultTenant, nil)
 	waitChanged("a device connected to the restarted gateway")
+}
+
+// TestStdioCancel: the metric stream's frames reach the host as progress
+// of its own token, and the host's notifications/cancelled reaches the
+// gateway as a cancellation of that call (its relay on NATS), which ends
+// the device's stream while okso stdio stays connected.
+func TestStdioCancel(t *testing.T) {
+	f := startAllInOne(t, 1, nil)
+	cancels, err := f.nc.SubscribeSync(bus.CallCancel("*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit, err := f.nc.SubscribeSync(bus.Audit(DefaultTenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStdio(slog.New(slog.DiscardHandler), StdioConfig{URL: f.a.MCPURL(), Token: f.token(auth.MintOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	progress := make(chan *sdk.ProgressNotificationParams, 16)
+	host := stdioSessionWith(t, s, "2025-11-25", &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) { progress <- req.Params },
+	})
+	var stream string
+	for tl, err := range host.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(tl.Name, "metrics.subscribe") || strings.HasSuffix(tl.Name, "metrics-subscribe") {
+			stream = tl.Name
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := host.CallTool(ctx, &sdk.CallToolParams{Name: stream, Arguments: map[string]any{"interval_ms": 1000},
+			Meta: sdk.Meta{"progressToken": "host-token-7"}})
+		done <- err
+	}()
+	select {
+	case p := <-progress:
+		if p.ProgressToken != "host-token-7" || !strings.Contains(p.Message, `"node_id"`) {
+			t.Errorf("progress %+v: want a metrics frame for the host's token host-token-7", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no progress within 10 s of the stream's call")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled call returned %v", err)
+	}
+	if _, err := cancels.NextMsg(5 * time.Second); err != nil {
+		t.Fatalf("no cancellation of the call reached the gateway within 5 s: %v", err)
+	}
+	for {
+		m, err := audit.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("the cancelled stream did not end within 5 s: %v", err)
+		}
+		var e bus.AuditEvent
+		if json.Unmarshal(m.Data, &e) == nil && e.Decision == bus.DecisionStreamClosed && e.Tool == strings.ReplaceAll(stream, "-", ".") {
+			break
+		}
+	}
 }
