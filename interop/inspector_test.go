@@ -95,7 +95,7 @@ func TestInspectorCLI(t *testing.T) {
 		}
 		cmd := exec.CommandContext(ctx, nodeBin, filepath.Join(nodeModules(t), ".bin", "inspector"), "--cli", o.mcpURL,
 			"--transport", "http", "--header", "Authorization: Bearer "+o.token,
-			"--method", "tools/call", "--tool-name", echoTool(node), "--tool-arg", "message=ping")
+			"--method", "tools/call", "--tool-name", listedName(echoTool(node)), "--tool-arg", "message=ping")
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "NO_COLOR=1")
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut
