@@ -49,11 +49,7 @@ func TestInspectorCLI(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &l); err != nil {
 			t.Fatalf("stdout is not the list (%v):\n%s", err, out)
 		}
-		var want []string
-		for _, n := range o.nodes {
-			want = append(want, readOnlyTools(n)...)
-		}
-		slices.Sort(want)
+		want := readOnlyToolsOf(o.nodes)
 		if got := slices.Sorted(slices.Values(l.names())); !slices.Equal(got, want) {
 			t.Errorf("the Inspector lists %v, want %v", got, want)
 		}

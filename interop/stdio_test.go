@@ -159,11 +159,7 @@ func TestStdio(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("okso stdio lists\n%s\nthe gateway lists\n%s", mustJSON(got), mustJSON(want))
 		}
-		var names []string
-		for _, n := range o.nodes {
-			names = append(names, readOnlyTools(n)...)
-		}
-		slices.Sort(names)
+		names := readOnlyToolsOf(o.nodes)
 		if g := slices.Sorted(slices.Values(got.names())); !slices.Equal(g, names) {
 			t.Errorf("okso stdio lists %v, want %v", g, names)
 		}
