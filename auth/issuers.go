@@ -81,6 +81,7 @@ var externalAlgorithms = []string{"RS256", "ES256", "EdDSA"}
 type Issuers struct {
 	byIss map[string]*issuer
 	urls  []string // in the configured order
+	stop  context.CancelFunc
 }
 
 // issuer is one trusted issuer, discovered and with its key set loaded.
@@ -93,8 +94,8 @@ type issuer struct {
 // NewIssuers discovers each issuer (its OpenID configuration) and fetches
 // its key set, and fails when any of that fails: a gateway that started
 // with an issuer it cannot reach would refuse all its users with no sign
-// of why but in its log. The key sets are refreshed in the background
-// until ctx is done.
+// of why but in its log. ctx bounds that start; the key sets are then
+// refreshed in the background until [Issuers.Close].
 //
 // Issuer and key set URLs must be https, or http on a loopback address
 // (traffic that never leaves the host, such as a local test provider).
@@ -118,7 +119,17 @@ func NewIssuers(ctx context.Context, cfgs []IssuerConfig, o IssuersOptions) (*Is
 			return fetchable(r.URL)
 		},
 	}
-	is := &Issuers{byIss: map[string]*issuer{}}
+	// The key sets outlive ctx, which only bounds the start: their
+	// refreshes (and the refetches of unknown key ids) run under bg.
+	bg, stop := context.WithCancel(context.Background())
+	defer context.AfterFunc(ctx, stop)()
+	is := &Issuers{byIss: map[string]*issuer{}, stop: stop}
+	ok := false
+	defer func() {
+		if !ok {
+			stop()
+		}
+	}()
 	for _, c := range cfgs {
 		if c.Issuer == Issuer {
 			return nil, fmt.Errorf("issuer %s: %q is okso's own issuer", c.Name, c.Issuer)
@@ -133,7 +144,7 @@ func NewIssuers(ctx context.Context, cfgs []IssuerConfig, o IssuersOptions) (*Is
 		log := o.Logger.With("issuer", c.Name)
 		store, err := jwkset.NewStorageFromHTTP(jwksURL, jwkset.HTTPClientStorageOptions{
 			Client:          client,
-			Ctx:             ctx,
+			Ctx:             bg,
 			HTTPTimeout:     o.Timeout,
 			RefreshInterval: o.Refresh,
 			RefreshErrorHandler: func(_ context.Context, err error) {
@@ -156,7 +167,7 @@ func NewIssuers(ctx context.Context, cfgs []IssuerConfig, o IssuersOptions) (*Is
 		}
 		// Keys meant for encryption are not signing keys; keys that
 		// do not say what they are for count as signing keys.
-		kf, err := keyfunc.New(keyfunc.Options{Ctx: ctx, Storage: keys, UseWhitelist: []jwkset.USE{jwkset.UseSig, ""}})
+		kf, err := keyfunc.New(keyfunc.Options{Ctx: bg, Storage: keys, UseWhitelist: []jwkset.USE{jwkset.UseSig, ""}})
 		if err != nil {
 			return nil, fmt.Errorf("issuer %s: %w", c.Name, err)
 		}
@@ -174,7 +185,16 @@ func NewIssuers(ctx context.Context, cfgs []IssuerConfig, o IssuersOptions) (*Is
 		}
 		is.urls = append(is.urls, c.Issuer)
 	}
+	ok = true
 	return is, nil
+}
+
+// Close stops refreshing the key sets; tokens with a key id not fetched
+// yet are refused from then on. A nil *Issuers may be closed.
+func (is *Issuers) Close() {
+	if is != nil && is.stop != nil {
+		is.stop()
+	}
 }
 
 // URLs returns the trusted issuers' URLs, in the configured order: the
@@ -256,6 +276,16 @@ func discover(ctx context.Context, client *http.Client, iss string) (string, err
 		return "", fmt.Errorf("discovery: jwks_uri: %w", err)
 	}
 	return doc.JWKSURI, nil
+}
+
+// FetchableURL reports why okso would not fetch an issuer's discovery
+// document or keys from s (nil: it would).
+func FetchableURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	return fetchable(u)
 }
 
 // fetchable refuses URLs okso must not fetch keys from: anything but
@@ -350,8 +380,9 @@ func (i *issuer) verify(token string) (*Claims, error) {
 // scopes returns okso's call scopes among those the token grants, renamed
 // as configured.
 func (i *issuer) scopes(mc jwt.MapClaims) []string {
-	raw, ok := mc[i.cfg.ScopeClaim]
+	raw := mc[i.cfg.ScopeClaim]
 	if i.cfg.ScopeClaim == "" {
+		var ok bool
 		if raw, ok = mc["scope"]; !ok {
 			raw = mc["scp"]
 		}

@@ -36,7 +36,7 @@ type idp struct {
 	fetches atomic.Int32             // of the key set
 }
 
-func newIDP(t *testing.T) *idp {
+func newIDP(t testing.TB) *idp {
 	t.Helper()
 	p := &idp{keys: map[string]crypto.Signer{}}
 	mux := http.NewServeMux()
@@ -64,7 +64,7 @@ func newIDP(t *testing.T) *idp {
 }
 
 // addKey makes a key of alg's kind under kid, published or not.
-func (p *idp) addKey(t *testing.T, kid, alg string, publish bool) {
+func (p *idp) addKey(t testing.TB, kid, alg string, publish bool) {
 	t.Helper()
 	var k crypto.Signer
 	var err error
@@ -147,6 +147,7 @@ func newTrust(t *testing.T, ctx context.Context, o auth.IssuersOptions, cfgs ...
 	if err != nil {
 		t.Fatalf("NewIssuers: %v", err)
 	}
+	t.Cleanup(is.Close)
 	s := newSigner(t)
 	return auth.NewTrust(auth.NewVerifier(s.Public(), auth.AudienceGateway), is), s, is
 }
@@ -274,11 +275,9 @@ func TestIssuersRotation(t *testing.T) {
 	p.addKey(t, "new", "EdDSA", false)
 	p.addKey(t, "later", "RS256", false)
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
 		// No kept connections: their readers would block on the network
 		// inside the bubble, and fake time would never move on.
-		tr, _, _ := newTrust(t, ctx, auth.IssuersOptions{Transport: &http.Transport{DisableKeepAlives: true}}, p.config("kc"))
+		tr, _, _ := newTrust(t, t.Context(), auth.IssuersOptions{Transport: &http.Transport{DisableKeepAlives: true}}, p.config("kc"))
 		if n := p.fetches.Load(); n != 1 {
 			t.Fatalf("%d fetches at start; want 1", n)
 		}
@@ -314,7 +313,6 @@ func TestIssuersRotation(t *testing.T) {
 		if n := p.fetches.Load(); n != 3 {
 			t.Fatalf("%d fetches a minute later; want 3", n)
 		}
-		cancel()
 	})
 }
 
@@ -345,7 +343,8 @@ func TestIssuersStart(t *testing.T) {
 		}, "configure the issuer exactly as it names itself"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := auth.NewIssuers(t.Context(), []auth.IssuerConfig{tc.cfg()}, auth.IssuersOptions{Timeout: 5 * time.Second})
+			is, err := auth.NewIssuers(t.Context(), []auth.IssuerConfig{tc.cfg()}, auth.IssuersOptions{Timeout: 5 * time.Second})
+			is.Close()
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "issuer kc") {
 				t.Fatalf("NewIssuers: %v; want an error about issuer kc saying %q", err, tc.want)
 			}
