@@ -1,12 +1,17 @@
 package interop
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // inspectorToolError is the exit code of the Inspector's CLI for a tool
@@ -70,6 +75,42 @@ func TestInspectorCLI(t *testing.T) {
 		}
 		if wantResult(t, "echo", outcome{Result: &r}, &echo) && (echo.Message != "ping" || echo.NodeID != node) {
 			t.Errorf("echo answered %+v, want ping from %s", echo, node)
+		}
+	})
+
+	// The README says the Inspector, which asks for Node >= 22.19, lists
+	// and calls all the same on an older Node (npx only warns): run it as
+	// npx does, with the machine's own node, whichever it is.
+	t.Run("tools/call on the machine's Node", func(t *testing.T) {
+		t.Parallel()
+		nodeBin, err := exec.LookPath("node")
+		if err != nil {
+			t.Fatalf("no node on PATH: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		version, err := exec.CommandContext(ctx, nodeBin, "--version").Output()
+		if err != nil {
+			t.Fatalf("node --version: %v", err)
+		}
+		cmd := exec.CommandContext(ctx, nodeBin, filepath.Join(nodeModules(t), ".bin", "inspector"), "--cli", o.mcpURL,
+			"--transport", "http", "--header", "Authorization: Bearer "+o.token,
+			"--method", "tools/call", "--tool-name", listedName(echoTool(node)), "--tool-arg", "message=ping")
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "NO_COLOR=1")
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("the Inspector on node %s: %v\nstdout:\n%s\nstderr:\n%s", bytes.TrimSpace(version), err, &out, &errOut)
+		}
+		var r callResult
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("stdout is not the result (%v):\n%s", err, &out)
+		}
+		var echo struct {
+			Message string `json:"message"`
+		}
+		if wantResult(t, "echo on node "+string(bytes.TrimSpace(version)), outcome{Result: &r}, &echo) && echo.Message != "ping" {
+			t.Errorf("echo answered %q, want ping", echo.Message)
 		}
 	})
 

@@ -73,7 +73,7 @@ type callCtx struct {
 	claims      *auth.Claims
 	name        string
 	entry       *entry // the tool, from the one lookup of the call; nil: none
-	elsewhere   bool   // no tool of the caller's tenant, but another tenant's
+	elsewhere   string // no tool of the caller's tenant, but another tenant's: its canonical name
 	requestID   string
 	traceparent string
 	ev          bus.AuditEvent
@@ -121,8 +121,8 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 	}
 	e := c.entry
 	switch {
-	case e == nil && c.elsewhere:
-		c.ev.Tool = c.name // a name the catalog holds
+	case e == nil && c.elsewhere != "":
+		c.ev.Tool = c.elsewhere // canonical, whichever name the caller used
 		return nil, c.fail(schemas.CodeSafetyDenied, "tool belongs to another tenant")
 	case e == nil:
 		c.ev.Tool = trimASCII(c.name, schemas.MaxToolName) // what the caller asked for, bounded

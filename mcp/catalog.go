@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -189,14 +190,24 @@ type catalog struct {
 	mu      sync.RWMutex
 	tenants map[string]map[string]*entry // tenant → canonical and listed names → entry
 	keys    map[string]keyed             // source key → what it put
-	holders map[string]int               // name → tenants holding it
-	lists   map[view]*toolList           // made on a view's first tools/list after a change
-	servers map[string]*sdk.Server       // by tenant, made on its first request
+	holders map[string]holders           // name → the tenants holding it
+	// gens counts the changes of each tenant's tools, so that a list made
+	// outside the lock is kept only if none came meanwhile.
+	gens    map[string]uint64
+	lists   map[view]*toolList     // made on a view's first tools/list after a change
+	servers map[string]*sdk.Server // by tenant, made on its first request
 }
 
 // anyTenant is the tenant of tools every tenant sees (an upstream
 // configured for "*"); no tenant can be named so.
 const anyTenant = "*"
+
+// holders are the tenants holding one name: how many, and the canonical
+// name of the tool it names (the same in each: a name is made of it).
+type holders struct {
+	n         int
+	canonical string
+}
 
 // keyed is what one source key put in the catalog.
 type keyed struct {
@@ -210,7 +221,8 @@ func newCatalog(newServer func() *sdk.Server, refused func(e *entry, taken strin
 		refused:   refused,
 		tenants:   map[string]map[string]*entry{},
 		keys:      map[string]keyed{},
-		holders:   map[string]int{},
+		holders:   map[string]holders{},
+		gens:      map[string]uint64{},
 		lists:     map[view]*toolList{},
 		servers:   map[string]*sdk.Server{},
 	}
@@ -224,9 +236,14 @@ func newCatalog(newServer func() *sdk.Server, refused func(e *entry, taken strin
 func (c *catalog) put(key, tenant string, entries []*entry) {
 	var refused []*entry
 	var taken []string
+	var moved []*sdk.Server // of the tenant the key's tools leave
 	c.mu.Lock()
 	if old, had := c.keys[key]; had {
 		c.forget(old)
+		if old.tenant != tenant { // a node id freed and taken by another tenant
+			c.changed(old.tenant)
+			moved = c.serversOf(old.tenant)
+		}
 	}
 	tools := c.tenants[tenant]
 	if tools == nil {
@@ -243,6 +260,11 @@ func (c *catalog) put(key, tenant string, entries []*entry) {
 			if e.safe != e.name {
 				safe := *e.desc
 				safe.Name = e.safe
+				safe.Meta = maps.Clone(e.desc.Meta)
+				if safe.Meta == nil {
+					safe.Meta = sdk.Meta{}
+				}
+				safe.Meta[schemas.MetaName] = e.name
 				e.listed[formSafe] = &safe
 			}
 		}
@@ -258,7 +280,7 @@ func (c *catalog) put(key, tenant string, entries []*entry) {
 		}
 		for _, n := range e.names() {
 			if tools[n] == nil {
-				c.holders[n]++
+				c.holders[n] = holders{n: c.holders[n].n + 1, canonical: e.name}
 			}
 			tools[n] = e
 			batch[n] = true
@@ -273,6 +295,7 @@ func (c *catalog) put(key, tenant string, entries []*entry) {
 		c.refused(e, taken[i])
 	}
 	notify(servers)
+	notify(moved)
 }
 
 // taken returns a name of e that another owner's tool, which e's tenant
@@ -285,7 +308,7 @@ func (c *catalog) taken(tenant string, e *entry) string {
 		if other(c.tenants[tenant][n]) || tenant != anyTenant && other(c.tenants[anyTenant][n]) {
 			return n
 		}
-		if tenant == anyTenant && c.holders[n] > 0 {
+		if tenant == anyTenant && c.holders[n].n > 0 {
 			for _, tools := range c.tenants {
 				if other(tools[n]) {
 					return n
@@ -334,8 +357,11 @@ func (c *catalog) forget(k keyed) {
 				continue // put again meanwhile, by another key
 			}
 			delete(tools, n)
-			if c.holders[n]--; c.holders[n] <= 0 {
+			if h := c.holders[n]; h.n <= 1 {
 				delete(c.holders, n)
+			} else {
+				h.n--
+				c.holders[n] = h
 			}
 		}
 	}
@@ -347,6 +373,7 @@ func (c *catalog) forget(k keyed) {
 // changed drops the cached lists a change of tenant's tools makes stale
 // (every view's, for anyTenant); mu is held.
 func (c *catalog) changed(tenant string) {
+	c.gens[tenant]++
 	for v := range c.lists {
 		if v.tenant == tenant || tenant == anyTenant {
 			delete(c.lists, v)
@@ -371,17 +398,18 @@ func (c *catalog) serversOf(tenant string) []*sdk.Server {
 }
 
 // lookup returns a tenant's tool by either of its names; when the tenant
-// has none of that name, elsewhere says whether another tenant has.
-func (c *catalog) lookup(tenant, name string) (e *entry, elsewhere bool) {
+// has none of that name, elsewhere is the canonical name of another
+// tenant's tool it names ("" if none).
+func (c *catalog) lookup(tenant, name string) (e *entry, elsewhere string) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if e = c.tenants[tenant][name]; e != nil {
-		return e, false
+		return e, ""
 	}
 	if e = c.tenants[anyTenant][name]; e != nil {
-		return e, false
+		return e, ""
 	}
-	return nil, c.holders[name] > 0
+	return nil, c.holders[name].canonical
 }
 
 // server returns the MCP server of a tenant's sessions. It holds no

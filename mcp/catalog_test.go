@@ -47,6 +47,16 @@ func listedBy(t *testing.T, c *catalog, v view) []string {
 	}
 }
 
+// listedFull returns the tools a view lists (its first page).
+func listedFull(t *testing.T, c *catalog, v view) []*sdk.Tool {
+	t.Helper()
+	res, err := c.page(v, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Tools
+}
+
 // TestCatalog: a source's key owns what it put; putting again replaces it
 // (in lookups and in every view's list, made before or after), dropping
 // removes it; a name held by another tenant is told apart from no tool at
@@ -70,13 +80,13 @@ func TestCatalog(t *testing.T) {
 	if e, _ := c.lookup("a", "x.1.write"); e == nil || e.scope != auth.ScopeMutating {
 		t.Errorf("lookup a x.1.write: %+v", e)
 	}
-	if e, elsewhere := c.lookup("a", "x.2.read"); e != nil || !elsewhere {
+	if e, elsewhere := c.lookup("a", "x.2.read"); e != nil || elsewhere != "x.2.read" {
 		t.Errorf("another tenant's tool: %+v elsewhere %v, want none, elsewhere", e, elsewhere)
 	}
-	if e, elsewhere := c.lookup("a", "x-2-read"); e != nil || !elsewhere {
-		t.Errorf("another tenant's tool by its listed name: %+v elsewhere %v, want none, elsewhere", e, elsewhere)
+	if e, elsewhere := c.lookup("a", "x-2-read"); e != nil || elsewhere != "x.2.read" {
+		t.Errorf("another tenant's tool by its listed name: %+v elsewhere %q, want none, elsewhere its canonical name", e, elsewhere)
 	}
-	if e, elsewhere := c.lookup("a", "nope"); e != nil || elsewhere {
+	if e, elsewhere := c.lookup("a", "nope"); e != nil || elsewhere != "" {
 		t.Errorf("no tool: %+v elsewhere %v", e, elsewhere)
 	}
 
@@ -96,7 +106,7 @@ func TestCatalog(t *testing.T) {
 	if got := listedBy(t, c, rw); len(got) != 0 {
 		t.Errorf("after drop: %v", got)
 	}
-	if e, elsewhere := c.lookup("a", "x.1.read"); e != nil || elsewhere {
+	if e, elsewhere := c.lookup("a", "x.1.read"); e != nil || elsewhere != "" {
 		t.Errorf("dropped tool: %+v elsewhere %v", e, elsewhere)
 	}
 	if e, _ := c.lookup("b", "x.2.read"); e == nil {
@@ -142,6 +152,11 @@ func TestCatalogNames(t *testing.T) {
 	if got := listedBy(t, c, seed); !slices.Equal(got, want) {
 		t.Errorf("seed names %v, want %v", got, want)
 	}
+	for _, tl := range listedFull(t, c, safe) {
+		if canonical, _ := tl.Meta[schemas.MetaName].(string); tl.Name != "caller_tools_listen" && schemas.SafeToolName(canonical) != tl.Name {
+			t.Errorf("%s is listed with the canonical name %q", tl.Name, canonical)
+		}
+	}
 	for _, name := range []string{dev, schemas.SafeToolName(dev), "web.v1.search", "web-v1-search", "caller_tools_listen"} {
 		if e, _ := c.lookup("a", name); e == nil {
 			t.Errorf("no tool found by %s", name)
@@ -183,6 +198,66 @@ func TestCatalogNames(t *testing.T) {
 	c.drop("remote/web/a")
 	if e, _ := c.lookup("b", "web-get-sum"); e == nil || len(*refused) != 3 {
 		t.Errorf("web moved to every tenant: %+v, refused %v", e, *refused)
+	}
+}
+
+// TestCatalogKeyMovesTenant: a key put again for another tenant (a node
+// id freed and taken by another tenant) leaves the first tenant's list,
+// and its sessions hear of it.
+func TestCatalogKeyMovesTenant(t *testing.T) {
+	c, _ := testCatalog(t)
+	a := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
+	c.put("node/1", "a", []*entry{testEntry("x.n1.r", "read_only")})
+	if got := listedBy(t, c, a); !slices.Equal(got, []string{"x-n1-r"}) {
+		t.Fatalf("a lists %v", got)
+	}
+	heard := make(chan struct{}, 4)
+	ct, st := sdk.NewInMemoryTransports()
+	ss, err := c.server("a").Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { heard <- struct{}{} },
+	}).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	c.put("node/1", "b", []*entry{testEntry("x.n1.r", "read_only")})
+	if got := listedBy(t, c, a); len(got) != 0 {
+		t.Errorf("tenant a still lists %v", got)
+	}
+	if e, elsewhere := c.lookup("a", "x-n1-r"); e != nil || elsewhere != "x.n1.r" {
+		t.Errorf("tenant a finds %+v, elsewhere %q", e, elsewhere)
+	}
+	select {
+	case <-heard:
+	case <-time.After(10 * time.Second):
+		t.Error("tenant a's session heard nothing")
+	}
+}
+
+// TestCatalogListsOnce: while a source moves its tools from one key to
+// another (an upstream now configured for every tenant), a list names
+// each tool once.
+func TestCatalogListsOnce(t *testing.T) {
+	c, _ := testCatalog(t)
+	mk := func() []*entry {
+		e := testEntry("web.get-sum", "read_only")
+		e.upstream = "web"
+		return []*entry{e}
+	}
+	c.put("remote/web/a", "a", mk())
+	c.put("remote/web/*", anyTenant, mk())
+	v := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
+	if got := listedBy(t, c, v); !slices.Equal(got, []string{"web-get-sum"}) {
+		t.Errorf("listed %v", got)
+	}
+	c.drop("remote/web/a")
+	if got := listedBy(t, c, v); !slices.Equal(got, []string{"web-get-sum"}) {
+		t.Errorf("after the move, listed %v", got)
 	}
 }
 

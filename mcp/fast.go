@@ -538,7 +538,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	switch {
 	case c.entry != nil && (c.entry.stream || c.entry.local != nil):
 		return false
-	case c.entry == nil && !c.elsewhere && sessionless:
+	case c.entry == nil && c.elsewhere == "" && sessionless:
 		return false // the SDK answers an unknown tool with an HTTP status of its own
 	}
 	buf := fastBufs.Get().(*bytes.Buffer)

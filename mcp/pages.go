@@ -25,33 +25,41 @@ type toolList struct {
 	tools []*sdk.Tool
 }
 
-// list returns a view's tools, from the cache or made now.
+// list returns a view's tools, from the cache or made now. It is made
+// under the read lock and sorted under none, so that a view of tens of
+// thousands of tools holds no call's lookup; it is kept only if no
+// change came meanwhile (the next request makes it again otherwise).
 func (c *catalog) list(v view) *toolList {
 	c.mu.RLock()
-	l := c.lists[v]
-	c.mu.RUnlock()
-	if l != nil {
+	if l := c.lists[v]; l != nil {
+		c.mu.RUnlock()
 		return l
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if l = c.lists[v]; l != nil {
-		return l
-	}
-	l = &toolList{}
+	gen, genAll := c.gens[v.tenant], c.gens[anyTenant]
+	own := c.tenants[v.tenant]
+	l := &toolList{}
 	for _, tenant := range [...]string{v.tenant, anyTenant} {
 		for name, e := range c.tenants[tenant] {
-			if name == e.name && v.allows(e.scope) { // once per entry
-				l.tools = append(l.tools, e.listed[v.form])
+			if name != e.name || !v.allows(e.scope) { // once per entry
+				continue
 			}
+			if tenant == anyTenant && (own[e.name] != nil || own[e.safe] != nil) {
+				continue // the tenant's own, of the same owner, while it moves between keys
+			}
+			l.tools = append(l.tools, e.listed[v.form])
 		}
 	}
+	c.mu.RUnlock()
 	slices.SortFunc(l.tools, func(a, b *sdk.Tool) int { return strings.Compare(a.Name, b.Name) })
 	l.names = make([]string, len(l.tools))
 	for i, t := range l.tools {
 		l.names[i] = t.Name
 	}
-	c.lists[v] = l
+	c.mu.Lock()
+	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {
+		c.lists[v] = l
+	}
+	c.mu.Unlock()
 	return l
 }
 

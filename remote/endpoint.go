@@ -122,9 +122,10 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 			if err != nil {
 				return nil, rpcError(err)
 			}
-			// Asked by either form of its name (DESIGN.md §8): the gateway
-			// lists one, and no two of its tools share a safe name.
-			if schemas.SafeToolName(t.Name) == schemas.SafeToolName(req.Tool) {
+			// Asked by either of its names (DESIGN.md §8): the listed one,
+			// or the canonical one the gateway gives in _meta beside a
+			// safe name.
+			if canonical, _ := t.Meta[schemas.MetaName].(string); req.Tool == t.Name || req.Tool == canonical && canonical != "" {
 				return map[string]any{"type": "result", "tool": descriptorOf(t, o.URL)}, nil
 			}
 		}

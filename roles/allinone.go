@@ -35,6 +35,9 @@ type AllInOneConfig struct {
 	TLS tlsFiles
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
+	// Replace takes the data dir's node over from another process
+	// serving it (--replace), rather than refuse to start.
+	Replace bool
 	auditLog
 }
 
@@ -90,7 +93,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 		return nil, err
 	}
 	if cfg.LocalAgent {
-		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, "", "", nil); err != nil {
+		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, "", "", nil, cfg.Replace); err != nil {
 			return nil, err
 		}
 	}
@@ -120,6 +123,7 @@ func (a *AllInOne) Run(ctx context.Context) error {
 }
 
 func (a *AllInOne) close() {
+	a.agent.close()
 	if a.gw != nil {
 		a.gw.close()
 	}
@@ -171,8 +175,9 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
+	fs.BoolVar(&cfg.Replace, "replace", false, "take this host's node over from another process serving it on --data-dir (okso agent), which stops serving it")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
-	fs.DurationVar(&ttl, "token-ttl", 24*time.Hour, "validity of the printed agent token")
+	fs.DurationVar(&ttl, "token-ttl", agentTokenTTL, "validity of the printed agent token (as long as okso token mint's by default)")
 	logs.add(fs)
 	return cmd
 }
@@ -186,9 +191,13 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 	if err != nil {
 		return err
 	}
+	c, err := auth.UnverifiedClaims(token)
+	if err != nil {
+		return fmt.Errorf("read the minted token: %w", err)
+	}
 	b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
 		natsURL: a.NATSURL(), natsSecured: a.nats.secured, dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
-		token: token, ttl: ttl, logFormat: logs.format, auditLog: logs.audit}
+		token: token, ttl: ttl, expires: c.ExpiresAt.UTC(), logFormat: logs.format, auditLog: logs.audit}
 	if abs, err := filepath.Abs(b.dataDir); err == nil {
 		b.dataDir = abs
 	}
@@ -202,7 +211,9 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 }
 
 // The MCP Inspector release the banner and the README name, and the
-// Node.js it needs (its package.json engines).
+// Node.js its package.json engines ask for: npm only warns about an older
+// one, and its CLI runs on Node 20 (TestInspectorCLI runs it on the
+// machine's Node).
 const (
 	inspectorVersion = "2.12.0"
 	inspectorNode    = "22.19"
@@ -224,6 +235,7 @@ type banner struct {
 	hostNode    string // "" without the local agent
 	token       string
 	ttl         time.Duration
+	expires     time.Time // the token's exp
 	logFormat   string
 	auditLog    bool
 }
@@ -253,13 +265,14 @@ func (b banner) write(w io.Writer) error {
 		row("this host", "node %s (okso agent)", b.hostNode)
 	}
 	row("agent token", "%s", b.token)
-	more("(tenant %s, scope %s, valid %s: lists and calls read-only tools)", b.tenant, auth.ScopeReadOnly, b.ttl)
+	more("(tenant %s, scope %s, valid %s, until %s: lists and calls read-only tools)",
+		b.tenant, auth.ScopeReadOnly, validity(b.ttl), b.expires.Format(time.RFC3339))
 	row("token mint", "%s token mint --data-dir %s --tenant %s --scope %s",
 		b.self, shellQuote(b.dataDir), shellQuote(b.tenant), auth.ScopeMutating)
 	more("(prints a token that may also call mutating tools, such as gpio-<node>-pin-write)")
 	row("try it", "npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
 		"--header \"Authorization: Bearer %s\" --method tools/list", inspectorVersion, b.mcpURL, b.token)
-	more("(MCP Inspector %s needs Node.js >= %s)", inspectorVersion, inspectorNode)
+	more("(MCP Inspector %s asks for Node.js >= %s; on Node 20 npx warns EBADENGINE and it works all the same)", inspectorVersion, inspectorNode)
 	if b.auditLog {
 		row("logs", "stderr, %s, with a line per audit event", b.logFormat)
 	} else {

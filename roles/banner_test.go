@@ -127,6 +127,19 @@ func TestBanner(t *testing.T) {
 		t.Errorf("logs row %q: stderr is no terminal here", logs)
 	}
 	token := bannerRow(t, stdout, "agent token")
+	// The printed token lasts as long as one okso token mint prints, and
+	// its row says until when, as token mint does.
+	claims, err := auth.UnverifiedClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(claims.ExpiresAt.Time); left < agentTokenTTL-time.Minute || left > agentTokenTTL {
+		t.Errorf("the printed token expires in %s, want %s", left, agentTokenTTL)
+	}
+	wantValid := "valid 30 days, until " + claims.ExpiresAt.UTC().Format(time.RFC3339) + ":"
+	if !strings.Contains(stdout.String(), wantValid) {
+		t.Errorf("the banner does not say %q:\n%s", wantValid, stdout)
+	}
 
 	inspector := bannerRow(t, stdout, "try it")
 	wantInspector := fmt.Sprintf("npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
@@ -135,7 +148,7 @@ func TestBanner(t *testing.T) {
 		t.Errorf("try it row\n%s\nwant\n%s", inspector, wantInspector)
 	}
 	if !strings.Contains(stdout.String(), "Node.js >= "+inspectorNode) {
-		t.Errorf("the banner does not say the Inspector needs Node.js >= %s:\n%s", inspectorNode, stdout)
+		t.Errorf("the banner does not say the Inspector asks for Node.js >= %s:\n%s", inspectorNode, stdout)
 	}
 
 	// The token mint row, run as printed (after the command that names okso).
@@ -189,7 +202,7 @@ func TestSelfCommand(t *testing.T) {
 }
 
 // TestReadmeNamesTheBannersInspector: the README's Inspector commands use
-// the release the banner names, and say the Node.js it needs.
+// the release the banner names, and say the Node.js it asks for.
 func TestReadmeNamesTheBannersInspector(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
@@ -201,6 +214,6 @@ func TestReadmeNamesTheBannersInspector(t *testing.T) {
 		t.Errorf("the README names the Inspector %d times, not all as release %s", n, inspectorVersion)
 	}
 	if !strings.Contains(readme, "Node.js >= "+inspectorNode) {
-		t.Errorf("the README does not say the Inspector needs Node.js >= %s", inspectorNode)
+		t.Errorf("the README does not say the Inspector asks for Node.js >= %s", inspectorNode)
 	}
 }

@@ -58,6 +58,10 @@ func TestEndpoint(t *testing.T) {
 		!json.Valid(found.InputSchema) || !json.Valid(found.ResultSchema) || found.Description == "" {
 		t.Errorf("descriptor %+v", found)
 	}
+	mixed := strings.Replace(echo, ".echo.", "-echo.", 1) // neither name: no tool
+	if a := askEndpoint(t, url, reader, `{"action":"describe_tool","tool":"`+mixed+`"}`); a.Type != "error" {
+		t.Errorf("describe_tool %s = %+v, want an error", mixed, a)
+	}
 	for _, name := range []string{echo, listedName(echo)} { // either form
 		a = askEndpoint(t, url, reader, `{"action":"describe_tool","tool":"`+name+`"}`)
 		var d remote.Descriptor

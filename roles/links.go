@@ -102,6 +102,27 @@ func (d *deviceLink) ready() {
 	d.settle()
 }
 
+// readyAs records that the device's link is up, like ready, and writes
+// one line msg with args: when the link ends an outage, that line says
+// what "device tier back" would have (connected, of, lost, down_for) and
+// stands for it, so a device that connects for the first time after
+// failing to reach its tier writes one line, not two.
+func (d *deviceLink) readyAs(msg string, args ...any) {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !d.up {
+		d.up = true
+		w.connected++
+	}
+	if d.leave() && w.backAs(msg, args) {
+		return
+	}
+	if !w.stopped {
+		w.log.Info(msg, args...)
+	}
+}
+
 // lost records that the device's link went down for err.
 func (d *deviceLink) lost(err error) {
 	w := d.w
@@ -193,8 +214,16 @@ func (d *deviceLink) refused() {
 // settle takes the device out of the outage it is down in, if any; w.mu
 // is held.
 func (d *deviceLink) settle() {
+	if d.leave() {
+		d.w.back()
+	}
+}
+
+// leave takes the device out of the outage it is down in, reporting
+// whether it was in one; w.mu is held.
+func (d *deviceLink) leave() bool {
 	if !d.isDown {
-		return
+		return false
 	}
 	d.isDown = false
 	o := d.w.out
@@ -203,7 +232,7 @@ func (d *deviceLink) settle() {
 		delete(o.reasons, d.reason)
 	}
 	d.reason = ""
-	d.w.back()
+	return true
 }
 
 // failing returns how many devices are down in the current outage and
@@ -252,14 +281,19 @@ func (w *linkWatch) report() {
 
 // back ends the current outage once it is reported and no device is down
 // in it any more; w.mu is held.
-func (w *linkWatch) back() {
+func (w *linkWatch) back() { w.backAs("device tier back", nil) }
+
+// backAs is back writing msg, with args before the outage's figures;
+// it reports whether it wrote the line.
+func (w *linkWatch) backAs(msg string, args []any) bool {
 	o := w.out
 	if w.stopped || o == nil || !o.reported || o.down > 0 {
-		return
+		return false
 	}
 	w.out = nil
-	w.log.Info("device tier back", "connected", w.connected, "of", w.devices, "lost", o.lost,
-		"down_for", time.Since(o.start).Round(time.Millisecond).String())
+	w.log.Info(msg, append(args, "connected", w.connected, "of", w.devices, "lost", o.lost,
+		"down_for", time.Since(o.start).Round(time.Millisecond).String())...)
+	return true
 }
 
 // logNATSLink logs one line when nc loses its NATS server and one when it

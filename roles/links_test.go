@@ -200,7 +200,7 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.watch.window = 200 * time.Millisecond
-	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil)
+	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +226,41 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 				t.Errorf("%d lines %q of %s, want 1", n, msg, role)
 			}
 		}
+	}
+}
+
+// TestAgentConnectsInOneLine starts an agent before its tier: it says at
+// once that the tier is unreachable, then that it is connected in one
+// line (with how long it waited) rather than that and "device tier back";
+// a later reconnect is the one "device tier back" line.
+func TestAgentConnectsInOneLine(t *testing.T) {
+	logs, c, np := deviceRolesBase(t)
+	tier, stopTier := startTier(t, c, np, "127.0.0.1:0")
+	addr, urls := tier.http.addr(), []string{tier.url()}
+	stopTier()
+
+	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopAgent := runParts(t, agent.actors)
+	logs.wait(t, "agent cannot reach the tier", line("device tier unreachable", "role", "agent"))
+	_, stopTier = startTier(t, c, np, addr)
+	connected := logs.wait(t, "agent connected", line("agent connected", "role", "agent"))
+	if connected["connected"] != 1.0 || connected["down_for"] == nil || connected["tools"] == nil {
+		t.Errorf("agent connected %v: want tools, connected 1 and how long it was down", connected)
+	}
+	if n := logs.count(line("device tier back", "role", "agent")); n != 0 {
+		t.Errorf("the first connection wrote %d lines device tier back as well", n)
+	}
+
+	stopTier()
+	logs.wait(t, "agent lost the tier", line("device tier unreachable", "role", "agent", "disconnected", 1.0))
+	_, _ = startTier(t, c, np, addr)
+	logs.wait(t, "agent back", line("device tier back", "role", "agent", "connected", 1.0))
+	stopAgent()
+	if n := logs.count(line("agent connected")); n != 1 {
+		t.Errorf("%d lines agent connected, want 1:\n%s", n, logs)
 	}
 }
 

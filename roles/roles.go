@@ -1,6 +1,6 @@
 // Package roles is okso's composition root: one cobra command per role
 // (all-in-one, gateway, device, remote, mock-fleet, agent, token, nats,
-// endpoint, bench), flags and OKSO_*
+// endpoint, bench, stdio), flags and OKSO_*
 // environment variables turned into config, and the parts wired and run
 // in one run group. Nothing else in okso reads flags.
 package roles
@@ -63,6 +63,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		natsCmd(stdout),
 		endpointCmd(stdout),
 		benchCmd(stdout, stderr),
+		stdioCmd(stderr),
 	)
 	return root
 }

@@ -361,6 +361,9 @@ type AgentConfig struct {
 	// --label k=v); Name "" is the host name, as a node name.
 	Name   string
 	Labels []string
+	// Replace takes the data dir's node over from another process serving
+	// it (--replace), rather than refuse to start.
+	Replace bool
 }
 
 // Agent is okso agent: the device agent of this host.
@@ -406,15 +409,17 @@ func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID, cfg.Name, labels)
+	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID, cfg.Name, labels, cfg.Replace)
 	if err != nil {
 		return nil, err
 	}
+	a.endsRole = true
 	return &Agent{agent: a}, nil
 }
 
 // Run runs the agent until ctx ends: a refused agent says so in the log
-// and waits.
+// and waits; an agent whose node another process took over says so and
+// returns.
 func (a *Agent) Run(ctx context.Context) error { return runGroup(ctx, a.agent.actors) }
 
 func agentCmd(stderr io.Writer) *cobra.Command {
@@ -426,6 +431,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		files   clientFiles
 		name    string
 		labels  []string
+		replace bool
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -435,12 +441,14 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			"jittered exponential backoff after a loss), authenticates with --token, and serves\n" +
 			"system.echo and system.metrics with this host's real figures. Without --token it\n" +
 			"mints a device token with the signing key in --data-dir, for a node id it keeps there\n" +
-			"(or, with --client-cert, its certificate's node id).",
+			"(or, with --client-cert, its certificate's node id). One process serves a data dir's\n" +
+			"node: a second refuses to start, unless --replace, which takes the node over (the\n" +
+			"first stops serving it).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
 				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files,
-					Name: name, Labels: labels})
+					Name: name, Labels: labels, Replace: replace})
 				if err != nil {
 					return nil, err
 				}
@@ -455,6 +463,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "signing key and node id, without --token")
 	fs.StringVar(&name, "name", "", "name of this node, ^[a-z0-9][a-z0-9.-]{0,62}$ (default: the host name, lower-cased, other characters made -)")
 	fs.StringArrayVar(&labels, "label", nil, "label of this node, key=value (repeatable, at most 16); the operator's labels (token, tier) win")
+	fs.BoolVar(&replace, "replace", false, "take the data dir's node over from another process serving it (okso agent, all-in-one), which stops serving it")
 	addClientFlags(fs, &files)
 	logs.add(fs)
 	return cmd

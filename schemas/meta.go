@@ -17,4 +17,7 @@ const (
 	MetaNodeID      = "io.okso/node_id"
 	MetaKind        = "io.okso/kind"
 	MetaUpstream    = "io.okso/upstream"
+	// MetaName is a listed tool's canonical name, when it is listed by
+	// another (its safe name): a call by either works.
+	MetaName = "io.okso/name"
 )

