@@ -56,9 +56,12 @@ type Options struct {
 	// reached one any other way is dropped. Nil: any request.
 	Relayers []bus.Role
 	Schemas  *schemas.Set
-	Verifier *auth.Verifier // for agent tokens
-	Auditor  *bus.Auditor
-	Logger   *slog.Logger
+	Verifier TokenVerifier // for agent tokens: an *auth.Verifier, or an *auth.Trust with external issuers
+	// AuthorizationServers are the issuers listed in the protected-resource
+	// metadata: where a client gets a token the Verifier accepts.
+	AuthorizationServers []string
+	Auditor              *bus.Auditor
+	Logger               *slog.Logger
 
 	// Budget is the end-to-end deadline of one call (5 s).
 	Budget time.Duration
@@ -360,11 +363,24 @@ func (g *Gateway) baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
+// TokenVerifier checks agent tokens. Verify returns a token's claims or
+// an error wrapping [auth.ErrInvalid] that says why in one sentence;
+// Cached is a cheap look at what Verify accepted before, with the token's
+// id. Implementations are safe for concurrent use.
+type TokenVerifier interface {
+	Verify(token string) (*auth.Claims, error)
+	Cached(token string) (jti string, ok bool)
+}
+
 func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) {
 	base := g.baseURL(r)
+	servers := g.o.AuthorizationServers
+	if servers == nil {
+		servers = []string{}
+	}
 	sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               base + "/mcp",
-		AuthorizationServers:   []string{},
+		AuthorizationServers:   servers,
 		ScopesSupported:        []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive},
 		BearerMethodsSupported: []string{"header"},
 		ResourceName:           "okso MCP gateway",
