@@ -27,7 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	gateway "github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/schemas"
 )
 
 // Modes of [Options.Mode].
@@ -665,10 +665,10 @@ func classifyErr(ctx context.Context, err error) (code, msg string) {
 }
 
 // classifyResult names an isError result by the code of its envelope:
-// okso's in _meta (gateway.MetaError), another server's in its
+// okso's in _meta (schemas.MetaError), another server's in its
 // structuredContent or its text content.
 func classifyResult(r *mcp.CallToolResult) (code, msg string) {
-	if m, ok := r.Meta[gateway.MetaError].(map[string]any); ok {
+	if m, ok := r.Meta[schemas.MetaError].(map[string]any); ok {
 		if c, ok := m["code"].(string); ok && c != "" {
 			msg, _ := m["message"].(string)
 			return c, msg

@@ -91,11 +91,12 @@ const responseSchema = `{
 }`
 
 // relayEntries are the relay's two tools, which every tenant lists.
-func (g *Gateway) relayEntries() []*entry {
+func (g *Gateway) relayEntries() ([]*entry, error) {
+	var bad error // of the first schema that does not compile (a bug of okso's)
 	mk := func(name, title, desc, schema string, local localCall, serve unaryCall) *entry {
 		f, err := schemas.CompileForeign(json.RawMessage(schema))
-		if err != nil {
-			panic(fmt.Sprintf("relay tool %s: %v", name, err))
+		if err != nil && bad == nil {
+			bad = fmt.Errorf("relay tool %s: %w", name, err)
 		}
 		no := false
 		return &entry{
@@ -112,7 +113,7 @@ func (g *Gateway) relayEntries() []*entry {
 			},
 		}
 	}
-	return []*entry{
+	entries := []*entry{
 		mk(ToolCallerListen, "Offer your own tools to your tenant's agents",
 			"Declares tools you implement yourself; the other agents of your tenant see them as {caller_id}_{tool}. "+
 				"The call stays open: each call of one of your tools reaches you on it as a caller_tool_request "+
@@ -124,6 +125,7 @@ func (g *Gateway) relayEntries() []*entry {
 				"Each request is answered once.",
 			responseSchema, nil, g.respond),
 	}
+	return entries, bad
 }
 
 // localCall serves a tool of okso's own on the gateway, after the call's

@@ -217,7 +217,11 @@ func New(o Options) (*Gateway, error) {
 	if o.Callers == nil {
 		close(g.callersSynced)
 	} else {
-		g.cat.put("okso/caller", anyTenant, g.relayEntries())
+		relay, err := g.relayEntries()
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.cat.put("okso/caller", anyTenant, relay)
 	}
 	g.serverInfo, _ = json.Marshal(g.implementation())
 	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &g.complete); err != nil {
