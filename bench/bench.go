@@ -27,6 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -221,18 +222,6 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// bearer adds the token to every request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 // client opens MCP sessions to one endpoint.
 type client struct {
 	o    *Options
@@ -324,7 +313,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		tr = t
 	}
 	if o.Token != "" {
-		tr = bearer{o.Token, tr}
+		tr = bearer.Transport{Token: o.Token, Base: tr}
 	}
 	c := &client{o: &o, http: &http.Client{Transport: tr},
 		mcp: mcp.NewClient(&mcp.Implementation{Name: "okso-bench", Version: "1"}, nil)}

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/internal/certfile/certtest"
 )
 
@@ -221,7 +222,7 @@ func (o *okso) waitListed(t *testing.T, mock int) {
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-interop-wait", Version: "1"}, nil)
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{
 		Endpoint:   o.mcpURL,
-		HTTPClient: &http.Client{Transport: bearer{o.token, tr}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: o.token, Base: tr}},
 		MaxRetries: -1,
 	}, nil)
 	if err != nil {
@@ -262,18 +263,6 @@ func echoNode(name string) (string, bool) {
 		return "", false
 	}
 	return parts[1], true
-}
-
-// bearer sends a bearer token with every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
 }
 
 // followAudit subscribes to the tenant's audit events on the NATS server
