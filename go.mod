@@ -3,6 +3,9 @@ module github.com/okso-io/okso
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/MicahParks/jwkset v0.11.4
+	github.com/MicahParks/keyfunc/v3 v3.9.1
 	github.com/coder/websocket v1.8.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/jsonschema-go v0.4.3

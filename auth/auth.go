@@ -302,8 +302,7 @@ type Verifier struct {
 
 	// A client sends the same token on every request: its verified claims
 	// are kept (until the token expires) so the signature is checked once.
-	mu    sync.Mutex
-	cache map[string]*Claims
+	cache verified
 }
 
 // leeway is the clock skew tolerated on exp, nbf and iat.
@@ -339,7 +338,6 @@ func NewVerifier(key ed25519.PublicKey, audience string) *Verifier {
 	return &Verifier{
 		key:      key,
 		keys:     map[string]ed25519.PublicKey{KeyID(key): key},
-		cache:    map[string]*Claims{},
 		audience: audience,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
@@ -357,28 +355,14 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 	if len(token) > 8192 {
 		return nil, fmt.Errorf("%w: it is longer than 8192 bytes", ErrInvalid)
 	}
-	v.mu.Lock()
-	c, ok := v.cache[token]
-	v.mu.Unlock()
-	if ok {
-		if time.Now().Before(c.ExpiresAt.Time.Add(leeway)) {
-			cc := *c // callers get their own copy
-			return &cc, nil
-		}
-		v.mu.Lock()
-		delete(v.cache, token)
-		v.mu.Unlock()
+	if c, ok := v.cache.get(token); ok {
+		return c, nil
 	}
 	c, err := v.verify(token)
 	if err != nil {
 		return nil, err
 	}
-	v.mu.Lock()
-	if len(v.cache) >= verifiedCacheSize {
-		clear(v.cache)
-	}
-	v.cache[token] = c
-	v.mu.Unlock()
+	v.cache.put(token, c)
 	cc := *c
 	return &cc, nil
 }
@@ -386,14 +370,49 @@ func (v *Verifier) Verify(token string) (*Claims, error) {
 // Cached reports whether token was verified and has not expired since,
 // with its id (jti): a cheap look at the cache of [Verifier.Verify], for a
 // caller that only wants to know whether Verify would accept it.
-func (v *Verifier) Cached(token string) (jti string, ok bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	c, ok := v.cache[token]
-	if !ok || !time.Now().Before(c.ExpiresAt.Time.Add(leeway)) {
+func (v *Verifier) Cached(token string) (jti string, ok bool) { return v.cache.jti(token) }
+
+// verified keeps the claims of verified tokens, by token, until they
+// expire, at most [verifiedCacheSize] of them (it is emptied when full).
+// The zero value is an empty cache; it is safe for concurrent use.
+type verified struct {
+	mu sync.Mutex
+	m  map[string]*Claims
+}
+
+// get returns a copy of a kept token's claims, if it has not expired.
+func (c *verified) get(token string) (*Claims, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl, ok := c.m[token]
+	if !ok {
+		return nil, false
+	}
+	if !time.Now().Before(cl.ExpiresAt.Time.Add(leeway)) {
+		delete(c.m, token)
+		return nil, false
+	}
+	cc := *cl // callers get their own copy
+	return &cc, true
+}
+
+func (c *verified) put(token string, cl *Claims) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= verifiedCacheSize {
+		c.m = make(map[string]*Claims)
+	}
+	c.m[token] = cl
+}
+
+func (c *verified) jti(token string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl, ok := c.m[token]
+	if !ok || !time.Now().Before(cl.ExpiresAt.Time.Add(leeway)) {
 		return "", false
 	}
-	return c.ID, true
+	return cl.ID, true
 }
 
 // verify checks a token's signature and claims.

@@ -2,6 +2,8 @@ package auth_test
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -105,6 +107,59 @@ func FuzzTenantRule(f *testing.F) {
 		_, err = v.Verify(tok)
 		if got, want := err == nil, schemas.ValidTenant(tenant); got != want {
 			t.Fatalf("tenant %q: verified %v, schemas.ValidTenant says %v (%v)", tenant, got, want, err)
+		}
+	})
+}
+
+// FuzzIssuerClaims feeds arbitrary claims, validly signed by a trusted
+// issuer's key, to the mapping of external tokens. It must never panic,
+// and a token it accepts must come out as the configuration says: the
+// subject under the issuer's name, a tenant of the allow-list, only
+// okso's call scopes, and an expiry.
+func FuzzIssuerClaims(f *testing.F) {
+	p := newIDP(f)
+	p.addKey(f, "k", "EdDSA", true)
+	is, err := auth.NewIssuers(f.Context(), []auth.IssuerConfig{p.config("kc")}, auth.IssuersOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(is.Close)
+	tr := auth.NewTrust(auth.NewVerifier(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)), auth.AudienceGateway), is)
+	now := time.Now()
+	for _, c := range []jwt.MapClaims{
+		p.claims(now),
+		{"iss": p.srv.URL, "sub": "a", "aud": []string{"x", testAudience}, "exp": now.Add(time.Hour).Unix(), "org": "globex", "scp": []string{"okso.write"}},
+		{"iss": p.srv.URL, "sub": "a", "aud": testAudience, "exp": "soon", "org": "acme"},
+		{"iss": p.srv.URL, "sub": 7, "aud": testAudience, "exp": now.Add(time.Hour).Unix(), "org": []string{"acme"}},
+	} {
+		b, _ := json.Marshal(c)
+		f.Add(string(b))
+	}
+	key := p.keys["k"].(ed25519.PrivateKey)
+	header := b64(map[string]string{"alg": "EdDSA", "kid": "k", "typ": "JWT"})
+	f.Fuzz(func(t *testing.T, claims string) {
+		signed := header + "." + base64.RawURLEncoding.EncodeToString([]byte(claims))
+		tok := signed + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(key, []byte(signed)))
+		c, err := tr.Verify(tok)
+		if err != nil {
+			if !errors.Is(err, auth.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if !strings.HasPrefix(c.Subject, "kc:") || len(c.Subject) == len("kc:") {
+			t.Fatalf("subject %q", c.Subject)
+		}
+		if c.Tenant != "acme" && c.Tenant != "globex" {
+			t.Fatalf("tenant %q outside the allow-list", c.Tenant)
+		}
+		for _, s := range c.Scopes() {
+			if s != auth.ScopeReadOnly && s != auth.ScopeMutating {
+				t.Fatalf("scope %q is not one the configuration maps to", s)
+			}
+		}
+		if c.ExpiresAt == nil {
+			t.Fatal("accepted without exp")
 		}
 	})
 }

@@ -27,7 +27,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	gateway "github.com/okso-io/okso/mcp"
+	"github.com/okso-io/okso/internal/bearer"
+	"github.com/okso-io/okso/schemas"
 )
 
 // Modes of [Options.Mode].
@@ -221,18 +222,6 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// bearer adds the token to every request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 // client opens MCP sessions to one endpoint.
 type client struct {
 	o    *Options
@@ -324,7 +313,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		tr = t
 	}
 	if o.Token != "" {
-		tr = bearer{o.Token, tr}
+		tr = bearer.Transport{Token: o.Token, Base: tr}
 	}
 	c := &client{o: &o, http: &http.Client{Transport: tr},
 		mcp: mcp.NewClient(&mcp.Implementation{Name: "okso-bench", Version: "1"}, nil)}
@@ -665,10 +654,10 @@ func classifyErr(ctx context.Context, err error) (code, msg string) {
 }
 
 // classifyResult names an isError result by the code of its envelope:
-// okso's in _meta (gateway.MetaError), another server's in its
+// okso's in _meta (schemas.MetaError), another server's in its
 // structuredContent or its text content.
 func classifyResult(r *mcp.CallToolResult) (code, msg string) {
-	if m, ok := r.Meta[gateway.MetaError].(map[string]any); ok {
+	if m, ok := r.Meta[schemas.MetaError].(map[string]any); ok {
 		if c, ok := m["code"].(string); ok && c != "" {
 			msg, _ := m["message"].(string)
 			return c, msg

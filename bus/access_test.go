@@ -54,7 +54,11 @@ func TestRolesOnNATS(t *testing.T) {
 		checkRoles(t, srv.ClientURL(), seeds)
 	})
 	t.Run("server-config", func(t *testing.T) {
-		checkRoles(t, startConfigured(t, creds.ServerConfig()), seeds)
+		conf, err := creds.ServerConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRoles(t, startConfigured(t, conf), seeds)
 	})
 }
 

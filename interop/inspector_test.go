@@ -49,11 +49,7 @@ func TestInspectorCLI(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &l); err != nil {
 			t.Fatalf("stdout is not the list (%v):\n%s", err, out)
 		}
-		var want []string
-		for _, n := range o.nodes {
-			want = append(want, readOnlyTools(n)...)
-		}
-		slices.Sort(want)
+		want := readOnlyToolsOf(o.nodes)
 		if got := slices.Sorted(slices.Values(l.names())); !slices.Equal(got, want) {
 			t.Errorf("the Inspector lists %v, want %v", got, want)
 		}
@@ -95,7 +91,7 @@ func TestInspectorCLI(t *testing.T) {
 		}
 		cmd := exec.CommandContext(ctx, nodeBin, filepath.Join(nodeModules(t), ".bin", "inspector"), "--cli", o.mcpURL,
 			"--transport", "http", "--header", "Authorization: Bearer "+o.token,
-			"--method", "tools/call", "--tool-name", echoTool(node), "--tool-arg", "message=ping")
+			"--method", "tools/call", "--tool-name", listedName(echoTool(node)), "--tool-arg", "message=ping")
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "NO_COLOR=1")
 		var out, errOut bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -126,7 +126,7 @@ func startScript(t *testing.T, env []string, script string, args ...string) *nod
 	}
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sc.Buffer(make([]byte, 1<<20), 16<<20) // a list of a thousand tools is a line of megabytes
 		for sc.Scan() {
 			p.lines <- bytes.Clone(sc.Bytes())
 		}

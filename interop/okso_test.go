@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/internal/certfile/certtest"
 )
 
@@ -32,14 +33,15 @@ const tenant = "demo"
 
 // okso is one `okso all-in-one` process, started as a user starts it.
 type okso struct {
-	mcpURL  string // the MCP endpoint, as the banner prints it
-	natsURL string // the exposed NATS server, as the banner prints it
-	token   string // the agent token the banner prints (tools:call:read_only)
-	dataDir string
-	roots   *x509.CertPool // trusted for https:// (nil: the system's)
-	nodes   []string       // node ids of the simulated devices, sorted
-	audit   *auditLog
-	stderr  *tailBuffer
+	mcpURL    string // the MCP endpoint, as the banner prints it
+	deviceURL string // the device tier, as the banner prints it
+	natsURL   string // the exposed NATS server, as the banner prints it
+	token     string // the agent token the banner prints (tools:call:read_only)
+	dataDir   string
+	roots     *x509.CertPool // trusted for https:// (nil: the system's)
+	nodes     []string       // node ids of the simulated devices, sorted
+	audit     *auditLog
+	stderr    *tailBuffer
 }
 
 // startOkso starts `okso all-in-one` with mock simulated devices and the
@@ -123,25 +125,29 @@ func (o *okso) start(t *testing.T, mock int, extra ...string) {
 
 var jwtRe = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
 
-// readBanner takes the MCP endpoint, the NATS URL and the agent token
-// from the lines all-in-one prints on start. The wording around them may
-// change: it keys on the labels "MCP endpoint", "NATS" and "agent token"
+// readBanner takes the MCP endpoint, the device tier, the NATS URL and
+// the agent token from the lines all-in-one prints on start. The wording
+// around them may change: it keys on the labels "MCP endpoint", "device
+// tier", "NATS" and "agent token"
 // at the start of a line and takes the first word after the label that
 // looks like the value.
 func (o *okso) readBanner(t *testing.T, lines <-chan string) {
 	t.Helper()
 	var banner strings.Builder
 	timeout := time.After(60 * time.Second)
-	for o.mcpURL == "" || o.natsURL == "" || o.token == "" {
+	for o.mcpURL == "" || o.deviceURL == "" || o.natsURL == "" || o.token == "" {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("okso all-in-one ended its output before naming the MCP endpoint, NATS and the agent token:\n%s\nlog:\n%s",
+				t.Fatalf("okso all-in-one ended its output before naming the MCP endpoint, the device tier, NATS and the agent token:\n%s\nlog:\n%s",
 					&banner, o.stderr)
 			}
 			banner.WriteString(l + "\n")
 			if v := labelled(l, "MCP endpoint", "http"); v != "" { // http:// or https://
 				o.mcpURL = v
+			}
+			if v := labelled(l, "device tier", "ws"); v != "" { // ws:// or wss://
+				o.deviceURL = v
 			}
 			if v := labelled(l, "NATS", "nats://"); v != "" {
 				o.natsURL = v
@@ -150,7 +156,7 @@ func (o *okso) readBanner(t *testing.T, lines <-chan string) {
 				o.token = v
 			}
 		case <-timeout:
-			t.Fatalf("okso all-in-one: no MCP endpoint, NATS and agent token in its banner after 60 s:\n%s\nlog:\n%s",
+			t.Fatalf("okso all-in-one: no MCP endpoint, device tier, NATS and agent token in its banner after 60 s:\n%s\nlog:\n%s",
 				&banner, o.stderr)
 		}
 	}
@@ -216,7 +222,7 @@ func (o *okso) waitListed(t *testing.T, mock int) {
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-interop-wait", Version: "1"}, nil)
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{
 		Endpoint:   o.mcpURL,
-		HTTPClient: &http.Client{Transport: bearer{o.token, tr}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: o.token, Base: tr}},
 		MaxRetries: -1,
 	}, nil)
 	if err != nil {
@@ -257,18 +263,6 @@ func echoNode(name string) (string, bool) {
 		return "", false
 	}
 	return parts[1], true
-}
-
-// bearer sends a bearer token with every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
 }
 
 // followAudit subscribes to the tenant's audit events on the NATS server

@@ -16,11 +16,7 @@ func TestListPages(t *testing.T) {
 	if len(l.Pages) < 2 {
 		t.Errorf("%d tools came in %d page(s); want more than one page", len(l.Tools), len(l.Pages))
 	}
-	var want []string
-	for _, n := range o.nodes {
-		want = append(want, readOnlyTools(n)...)
-	}
-	slices.Sort(want)
+	want := readOnlyToolsOf(o.nodes)
 	got := l.names()
 	slices.Sort(got)
 	if dup := duplicates(got); len(dup) > 0 {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/bearer"
 )
 
 // relayTool is the tool relay.mjs offers, as the other agents list it:
@@ -82,7 +83,7 @@ func connectCaller(t *testing.T, url, token string) *sdk.ClientSession {
 	t.Cleanup(tr.CloseIdleConnections)
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-interop-caller", Version: "1"}, nil)
 	s, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{
-		Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, tr}}, MaxRetries: -1,
+		Endpoint: url, HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}}, MaxRetries: -1,
 	}, nil)
 	if err != nil {
 		t.Fatalf("connect the Go SDK client to %s: %v", url, err)

@@ -27,6 +27,17 @@ func pinWriteTool(node string) string  { return "gpio." + node + ".pin.write" }
 // name works.
 func listedName(canonical string) string { return schemas.SafeToolName(canonical) }
 
+// readOnlyToolsOf are the listed names of the tools of nodes that a token
+// with only tools:call:read_only lists, sorted.
+func readOnlyToolsOf(nodes []string) []string {
+	var names []string
+	for _, n := range nodes {
+		names = append(names, readOnlyTools(n)...)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // readOnlyTools are the listed names of the tools of a node a token with
 // only tools:call:read_only lists; a token that may mutate lists
 // pin.write too.

@@ -18,7 +18,7 @@ func TestTypeScriptSDKOverHTTPS(t *testing.T) {
 	}
 	var l listed
 	runScript(t, clientEnv(o.mcpURL, o.token, "NODE_EXTRA_CA_CERTS="+caFile), &l, "list.mjs")
-	echo := "sysecho." + o.nodes[0] + ".echo.invoke"
+	echo := listedName(echoTool(o.nodes[0]))
 	if !slices.Contains(l.names(), echo) {
 		t.Fatalf("list.mjs over https lists %v, not %s", l.names(), echo)
 	}

@@ -91,11 +91,12 @@ const responseSchema = `{
 }`
 
 // relayEntries are the relay's two tools, which every tenant lists.
-func (g *Gateway) relayEntries() []*entry {
+func (g *Gateway) relayEntries() ([]*entry, error) {
+	var bad error // of the first schema that does not compile (a bug of okso's)
 	mk := func(name, title, desc, schema string, local localCall, serve unaryCall) *entry {
 		f, err := schemas.CompileForeign(json.RawMessage(schema))
-		if err != nil {
-			panic(fmt.Sprintf("relay tool %s: %v", name, err))
+		if err != nil && bad == nil {
+			bad = fmt.Errorf("relay tool %s: %w", name, err)
 		}
 		no := false
 		return &entry{
@@ -112,7 +113,7 @@ func (g *Gateway) relayEntries() []*entry {
 			},
 		}
 	}
-	return []*entry{
+	entries := []*entry{
 		mk(ToolCallerListen, "Offer your own tools to your tenant's agents",
 			"Declares tools you implement yourself; the other agents of your tenant see them as {caller_id}_{tool}. "+
 				"The call stays open: each call of one of your tools reaches you on it as a caller_tool_request "+
@@ -124,6 +125,7 @@ func (g *Gateway) relayEntries() []*entry {
 				"Each request is answered once.",
 			responseSchema, nil, g.respond),
 	}
+	return entries, bad
 }
 
 // localCall serves a tool of okso's own on the gateway, after the call's
@@ -526,9 +528,9 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	defer l.failWaiting()
 	c.audit(bus.DecisionAllowed, "")
 
-	out := &pusher{ctx: ctx, session: req.Session, token: req.Params.GetProgressToken()}
+	out := &pusher{session: req.Session, token: req.Params.GetProgressToken()}
 	ready, _ := json.Marshal(map[string]any{"type": "caller_tools_ready", "listen_id": l.id, "tools": names})
-	if err := out.push(ready); err != nil {
+	if err := out.push(ctx, ready); err != nil {
 		l.end("the client went away")
 	}
 	// The lease (the claim's and the declaration's) is refreshed on a
@@ -573,7 +575,7 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 		if ev == nil {
 			break
 		}
-		if err := out.push(ev); err != nil {
+		if err := out.push(ctx, ev); err != nil {
 			l.end("the client went away")
 		}
 	}
@@ -1022,14 +1024,13 @@ func validListenID(s string) bool {
 // to a client that set a log level) and, when the call carried a
 // progressToken, as a progress notification.
 type pusher struct {
-	ctx     context.Context
 	session *sdk.ServerSession
 	token   any
 	n       float64
 }
 
-func (p *pusher) push(ev []byte) error {
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+func (p *pusher) push(ctx context.Context, ev []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	//lint:ignore SA1019 deprecated from 2026-07-28; DESIGN.md §9.3 names notifications/message, and 2025 clients read it
 	if err := p.session.Log(ctx, &sdk.LoggingMessageParams{Logger: callerLogger, Level: "info", Data: json.RawMessage(ev)}); err != nil {

@@ -48,8 +48,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.keepWatching(ctx, "caller registry", g.watchCallers, callers, func() { once.Do(func() { close(g.callersSynced) }) })
 		})
 	}
+	nodesSynced := make(chan struct{})
+	wg.Go(func() { g.becomeReady(ctx, nodesSynced) })
 	var once sync.Once
-	g.keepWatching(ctx, "registry", g.watch, nodes, func() { once.Do(func() { g.markReady(ctx) }) })
+	g.keepWatching(ctx, "registry", g.watch, nodes, func() {
+		once.Do(func() { g.synced.Store(true); close(nodesSynced) })
+	})
 	return nil
 }
 
@@ -116,27 +120,34 @@ func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, res
 // registryDown reports whether the gateway cannot see the registry.
 func (g *Gateway) registryDown() bool { return g.busDown.Load() }
 
-// markReady closes Ready once the nodes of the initial state are probed
-// (or after a bound, for nodes whose tier is slow to answer) and the
-// upstreams of the initial state are listed.
-func (g *Gateway) markReady(ctx context.Context) {
-	g.synced.Store(true)
-	go func() {
-		done := make(chan struct{})
-		go func() { g.initialProbes.Wait(); close(done) }()
+// becomeReady closes Ready once the initial state of the registry is in
+// (nodesSynced), its nodes are probed (or after a bound, for nodes whose
+// tier is slow to answer), and the upstreams and callers of their
+// initial states are listed. It returns when ctx ends, if before; then
+// only after the probes it waited on ended (they end with ctx).
+func (g *Gateway) becomeReady(ctx context.Context, nodesSynced <-chan struct{}) {
+	select {
+	case <-nodesSynced:
+	case <-ctx.Done():
+		return
+	}
+	probed := make(chan struct{})
+	go func() { g.initialProbes.Wait(); close(probed) }()
+	defer func() { <-probed }()
+	select {
+	case <-probed:
+	case <-time.After(5 * time.Second):
+	case <-ctx.Done():
+		return
+	}
+	for _, synced := range []chan struct{}{g.remotesSynced, g.callersSynced} {
 		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-synced:
+		case <-ctx.Done():
+			return
 		}
-		for _, synced := range []chan struct{}{g.remotesSynced, g.callersSynced} {
-			select {
-			case <-synced:
-			case <-ctx.Done():
-				return
-			}
-		}
-		close(g.ready)
-	}()
+	}
+	close(g.ready)
 }
 
 // watch runs one registry watch; when its initial state is in, nodes the
@@ -193,7 +204,7 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 		g.mu.Unlock()
 		rec := *ev.Node
 		g.probeWG.Add(1)
-		initial := ev.Initial && !g.synced.Load() // of the first watch, before markReady waits
+		initial := ev.Initial && !g.synced.Load() // of the first watch, before becomeReady waits
 		if initial {
 			g.initialProbes.Add(1)
 		}

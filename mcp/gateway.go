@@ -56,9 +56,12 @@ type Options struct {
 	// reached one any other way is dropped. Nil: any request.
 	Relayers []bus.Role
 	Schemas  *schemas.Set
-	Verifier *auth.Verifier // for agent tokens
-	Auditor  *bus.Auditor
-	Logger   *slog.Logger
+	Verifier TokenVerifier // for agent tokens: an *auth.Verifier, or an *auth.Trust with external issuers
+	// AuthorizationServers are the issuers listed in the protected-resource
+	// metadata: where a client gets a token the Verifier accepts.
+	AuthorizationServers []string
+	Auditor              *bus.Auditor
+	Logger               *slog.Logger
 
 	// Budget is the end-to-end deadline of one call (5 s).
 	Budget time.Duration
@@ -218,7 +221,11 @@ func New(o Options) (*Gateway, error) {
 	if o.Callers == nil {
 		close(g.callersSynced)
 	} else {
-		g.cat.put("okso/caller", anyTenant, g.relayEntries())
+		relay, err := g.relayEntries()
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.cat.put("okso/caller", anyTenant, relay)
 	}
 	g.serverInfo, _ = json.Marshal(g.implementation())
 	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &g.complete); err != nil {
@@ -365,6 +372,15 @@ func (g *Gateway) baseURL(r *http.Request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host
+}
+
+// TokenVerifier checks agent tokens. Verify returns a token's claims or
+// an error wrapping [auth.ErrInvalid] that says why in one sentence;
+// Cached is a cheap look at what Verify accepted before, with the token's
+// id. Implementations are safe for concurrent use.
+type TokenVerifier interface {
+	Verify(token string) (*auth.Claims, error)
+	Cached(token string) (jti string, ok bool)
 }
 
 func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) {

@@ -468,10 +468,13 @@ func (g *Gateway) verifyToken(ctx context.Context, token string, r *http.Request
 }
 
 // authorizationServers are those the protected-resource metadata lists:
-// this gateway itself, when it is one.
+// the trusted external issuers (Options.AuthorizationServers), then this
+// gateway itself when it is one. Clients take the first: an operator who
+// names an identity provider of their own prefers it.
 func (g *Gateway) authorizationServers(base string) []string {
-	if g.o.OAuth == nil {
-		return []string{}
+	servers := append([]string{}, g.o.AuthorizationServers...)
+	if g.o.OAuth != nil {
+		servers = append(servers, base)
 	}
-	return []string{base}
+	return servers
 }

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -185,4 +186,28 @@ func FuzzCheckClientMetadata(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The protected-resource metadata lists the operator's identity
+// providers first (clients take the first), then the gateway itself.
+func TestAuthorizationServers(t *testing.T) {
+	for _, tc := range []struct {
+		issuers []string
+		own     bool
+		want    string
+	}{
+		{nil, false, "[]"},
+		{nil, true, "[http://gw]"},
+		{[]string{"https://idp"}, false, "[https://idp]"},
+		{[]string{"https://idp"}, true, "[https://idp http://gw]"},
+	} {
+		g := &Gateway{o: Options{AuthorizationServers: tc.issuers}}
+		if tc.own {
+			g.o.OAuth = &OAuthServer{}
+		}
+		got := g.authorizationServers("http://gw")
+		if got == nil || fmt.Sprint(got) != tc.want {
+			t.Errorf("issuers %v, own %v: %v, want %s (never null)", tc.issuers, tc.own, got, tc.want)
+		}
+	}
 }

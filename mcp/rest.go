@@ -158,7 +158,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	if errors.Is(err, errQuota) {
-		_ = out.send("close", closeData(bus.StreamRateLimited))
+		_ = out.send(r.Context(), "close", closeData(bus.StreamRateLimited))
 		return
 	}
 	_ = out.rc.Flush()
@@ -191,7 +191,7 @@ func newSSESink(w http.ResponseWriter) *sseSink {
 	return &sseSink{w: w, rc: http.NewResponseController(w)}
 }
 
-func (s *sseSink) send(event string, data []byte) error {
+func (s *sseSink) send(_ context.Context, event string, data []byte) error {
 	s.buf = append(s.buf[:0], "event: "...)
 	s.buf = append(s.buf, event...)
 	s.buf = append(s.buf, "\ndata: "...)
@@ -222,7 +222,7 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 	code := bus.StreamRateLimited
 	var frames int64
 	if !errors.Is(err, errQuota) {
-		out := &progressSink{ctx: ctx, session: req.Session, token: token}
+		out := &progressSink{session: req.Session, token: token}
 		if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !g.o.Stateful {
 			out.rc = hc.rc
 		}
@@ -244,7 +244,6 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 // progressSink sends metric events as progress notifications; pings and the
 // close event have no MCP form (the call's result carries the close).
 type progressSink struct {
-	ctx     context.Context
 	session *sdk.ServerSession
 	token   any
 	n       float64
@@ -258,14 +257,15 @@ type progressSink struct {
 	cancel   context.CancelFunc // of the send in progress
 }
 
-func (p *progressSink) send(event string, data []byte) error {
+func (p *progressSink) send(ctx context.Context, event string, data []byte) error {
 	if event != "metric" {
 		return nil
 	}
 	p.mu.Lock()
-	ctx, cancel := context.WithCancel(p.ctx)
+	parent := ctx
+	ctx, cancel := context.WithCancel(parent)
 	if !p.deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(p.ctx, p.deadline)
+		ctx, cancel = context.WithDeadline(parent, p.deadline)
 	}
 	p.cancel = cancel
 	p.mu.Unlock()

@@ -29,8 +29,9 @@ const (
 // sink is where one stream's events go: an SSE response, or the progress
 // notifications of an MCP call.
 type sink interface {
-	// send delivers one event; it returns once the event is written.
-	send(event string, data []byte) error
+	// send delivers one event, within ctx; it returns once the event is
+	// written.
+	send(ctx context.Context, event string, data []byte) error
 	// setWriteDeadline bounds the send in progress and later ones; a
 	// deadline in the past unblocks a stuck send.
 	setWriteDeadline(t time.Time) error
@@ -271,7 +272,7 @@ func (s *stream) pump(ctx context.Context, out sink, ping, idle time.Duration, f
 		if s.ended() { // end ran just before: keep its shorter deadline
 			_ = out.setWriteDeadline(time.Now().Add(closeWriteTimeout))
 		}
-		if err := out.send(event, data); err != nil {
+		if err := out.send(ctx, event, data); err != nil {
 			if errors.Is(err, errDeadline) || isTimeout(err) {
 				s.end(bus.StreamIdleTimeout) // no-op if backpressure came first
 			} else {
@@ -316,7 +317,7 @@ loop:
 		Code   int    `json:"code"`
 		Reason string `json:"reason"`
 	}{code, bus.StreamReason(code)})
-	_ = out.send("close", b)
+	_ = out.send(ctx, "close", b)
 	return code
 }
 

@@ -41,7 +41,7 @@ func metricFrame(node string) []byte {
 // writes block until the other end reads, like a full TCP window).
 type connSink struct{ c net.Conn }
 
-func (s connSink) send(event string, data []byte) error {
+func (s connSink) send(_ context.Context, event string, data []byte) error {
 	_, err := fmt.Fprintf(s.c, "event: %s\ndata: %s\n\n", event, data)
 	return err
 }

@@ -1,11 +1,9 @@
 package remote
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"regexp"
@@ -18,6 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/okso-io/okso/internal/yamlconf"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -37,9 +36,6 @@ const (
 	envEndpoint  = "MCP_ENDPOINT"
 	endpointName = "endpoint"
 )
-
-// maxValues bounds the values a config may expand to through YAML aliases.
-const maxValues = 100_000
 
 // Config is the remote tier's configuration: the upstreams it federates,
 // in the order the file lists them, then the MCP_ENDPOINT one if any.
@@ -100,11 +96,8 @@ func Parse(data []byte, name string, getenv func(string) (string, bool)) (*Confi
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
-	root, err := decodeYAML(data, name)
-	if err != nil {
-		return nil, err
-	}
-	v, err := (&converter{file: name}).value(root, nil)
+	f := form()
+	root, v, err := f.Read(data, name)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +110,7 @@ func Parse(data []byte, name string, getenv func(string) (string, bool)) (*Confi
 		if !errors.As(err, &ve) {
 			return nil, fmt.Errorf("%s: check against %s: %w", name, configSchema, err)
 		}
-		return nil, explain(name, root, v, ve)
+		return nil, f.Explain(name, root, v, ve)
 	}
 	c := &Config{}
 	ends, endsOK := endpoint(getenv)
@@ -395,253 +388,22 @@ func strMap(v any) map[string]string {
 	return out
 }
 
-// --- YAML, kept as a tree so that errors can name lines ---
+// --- YAML, kept as a tree so that errors can name lines (internal/yamlconf) ---
 
-// decodeYAML decodes the one YAML document of a config file.
-func decodeYAML(data []byte, file string) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: the file is empty; want upstreams: followed by a list", file)
-		}
-		return nil, yamlError(file, err)
-	}
-	var extra yaml.Node
-	switch err := dec.Decode(&extra); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		return nil, yamlError(file, err)
-	default:
-		return nil, &configError{file: file, line: extra.Line, msg: "a second YAML document; the config is one"}
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, fmt.Errorf("%s: not one YAML document", file)
-	}
-	return doc.Content[0], nil
+// form is the remote config's kind of file.
+func form() *yamlconf.Form {
+	return &yamlconf.Form{Empty: "want upstreams: followed by a list", IsIndex: isIndex, Describe: describe}
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
-
-// parserProblems are the YAML library's parser errors (as opposed to its
-// scanner errors): it gives their line counting from 0.
-var parserProblems = []string{
-	"did not find expected <stream-start>",
-	"did not find expected <document start>",
-	"did not find expected node content",
-	"did not find expected '-' indicator",
-	"did not find expected key",
-	"did not find expected ',' or ']'",
-	"did not find expected ',' or '}'",
-	"found undefined tag handle",
-	"found duplicate %YAML directive",
-	"found incompatible YAML document",
-	"found duplicate %TAG directive",
-}
-
-// yamlError rewrites a YAML syntax error in the config's form, with the
-// line the YAML library gives: that of the error, or where the list or
-// mapping it could not finish begins. For some errors it gives none, and
-// neither does the message then.
-func yamlError(file string, err error) error {
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		if slices.Contains(parserProblems, m[2]) {
-			line++
-		}
-		return &configError{file: file, line: line, msg: "not YAML: " + m[2]}
-	}
-	return &configError{file: file, msg: "not YAML: " + strings.TrimPrefix(msg, "yaml: ")}
-}
-
-// converter turns a YAML tree into the values the schema validator takes
-// (map[string]any, []any, string, bool, numbers, nil), refusing what JSON
-// cannot say or says twice.
-type converter struct {
-	file   string
-	values int
-}
-
-func (c *converter) value(n *yaml.Node, loc []string) (any, error) {
-	fail := func(line int, msg string) error {
-		return &configError{file: c.file, line: line, field: fieldPath(loc), msg: msg}
-	}
-	if c.values++; c.values > maxValues {
-		return nil, &configError{file: c.file, msg: fmt.Sprintf("the config expands to more than %d values (through aliases?)", maxValues)}
-	}
-	switch n.Kind {
-	case yaml.AliasNode:
-		return c.value(n.Alias, loc)
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		lines := make(map[string]int, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				return nil, fail(k.Line, "a key must be a plain name, not a list or a mapping")
-			}
-			if k.Tag == "!!merge" {
-				return nil, fail(k.Line, "merge keys (<<) are not supported; write the keys out")
-			}
-			at := append(slices.Clone(loc), k.Value)
-			if l, dup := lines[k.Value]; dup {
-				return nil, &configError{file: c.file, line: k.Line, field: fieldPath(at), msg: fmt.Sprintf("given twice, first at line %d", l)}
-			}
-			lines[k.Value] = k.Line
-			x, err := c.value(v, at)
-			if err != nil {
-				return nil, err
-			}
-			m[k.Value] = x
-		}
-		return m, nil
-	case yaml.SequenceNode:
-		l := make([]any, 0, len(n.Content))
-		for i, e := range n.Content {
-			x, err := c.value(e, append(slices.Clone(loc), strconv.Itoa(i)))
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, x)
-		}
-		return l, nil
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!null":
-			return nil, nil
-		case "!!bool", "!!int", "!!float":
-			var x any
-			if err := n.Decode(&x); err != nil {
-				return nil, fail(n.Line, "a value YAML cannot read: "+printable(err.Error()))
-			}
-			return x, nil
-		}
-		return n.Value, nil // strings, and timestamps or binary as written
-	}
-	return nil, fail(n.Line, "a YAML node the config cannot hold")
-}
-
-// find returns the key and value nodes at an instance location (mapping
-// keys and sequence indexes), following aliases; key is nil for the root
-// and for sequence items, and both are nil when the location is not in
-// the tree.
-func find(root *yaml.Node, loc []string) (key, val *yaml.Node) {
-	val = root
-	for _, seg := range loc {
-		for val != nil && val.Kind == yaml.AliasNode {
-			val = val.Alias
-		}
-		if val == nil {
-			return nil, nil
-		}
-		key = nil
-		switch val.Kind {
-		case yaml.MappingNode:
-			var next *yaml.Node
-			for i := 0; i+1 < len(val.Content); i += 2 {
-				if val.Content[i].Value == seg {
-					key, next = val.Content[i], val.Content[i+1]
-					break
-				}
-			}
-			val = next
-		case yaml.SequenceNode:
-			j, err := strconv.Atoi(seg)
-			if err != nil || j < 0 || j >= len(val.Content) {
-				return nil, nil
-			}
-			val = val.Content[j]
-		default:
-			return nil, nil
-		}
-	}
-	for val != nil && val.Kind == yaml.AliasNode {
-		val = val.Alias
-	}
-	return key, val
-}
-
-// lineOf returns the line of a location: its key's for a mapping member
-// (a block value starts on the next line), else its value's; 0 if unknown.
-func lineOf(root *yaml.Node, loc []string) int {
-	l, _ := position(root, loc)
-	return l
-}
-
-func position(root *yaml.Node, loc []string) (line, col int) {
-	k, v := find(root, loc)
-	switch {
-	case k != nil:
-		return k.Line, k.Column
-	case v != nil:
-		return v.Line, v.Column
-	}
-	return 0, 0
-}
-
-// keysByLine returns the keys of the mapping at loc in the file's order.
-func keysByLine(root *yaml.Node, loc []string) []string {
-	_, m := find(root, loc)
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	var keys []string
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		keys = append(keys, m.Content[i].Value)
-	}
-	return keys
-}
-
-// --- errors ---
-
-// configError is one config error: file:line: field: msg.
-type configError struct {
-	file  string
-	line  int // 0: unknown
-	field string
-	msg   string
-}
-
-func (e *configError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.file)
-	if e.line > 0 {
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(e.line))
-	}
-	b.WriteString(": ")
-	if e.field != "" {
-		b.WriteString(e.field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.msg)
-	return b.String()
-}
+func lineOf(root *yaml.Node, loc []string) int          { return yamlconf.LineOf(root, loc) }
+func keysByLine(root *yaml.Node, loc []string) []string { return yamlconf.KeysByLine(root, loc) }
+func valueAt(doc any, loc []string) any                 { return yamlconf.ValueAt(doc, loc) }
+func quote(s string) string                             { return yamlconf.Quote(s) }
+func printable(s string) string                         { return yamlconf.Printable(s) }
+func typeWords(types ...string) string                  { return yamlconf.TypeWords(types...) }
 
 func errAt(file string, root *yaml.Node, loc []string, format string, args ...any) error {
-	return &configError{file: file, line: lineOf(root, loc), field: fieldPath(loc), msg: fmt.Sprintf(format, args...)}
-}
-
-var plainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
-
-// fieldPath writes an instance location as upstreams[1].headers.Authorization.
-func fieldPath(loc []string) string {
-	var b strings.Builder
-	for i, seg := range loc {
-		switch {
-		case i > 0 && isIndex(loc, i):
-			b.WriteString("[" + seg + "]")
-		case plainKey.MatchString(seg):
-			if b.Len() > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(seg)
-		default:
-			b.WriteString("[" + quote(seg) + "]")
-		}
-	}
-	return b.String()
+	return form().ErrAt(file, root, loc, format, args...)
 }
 
 // isIndex reports whether loc[i] indexes a list: in this config, the
@@ -659,67 +421,13 @@ func isIndex(loc []string, i int) bool {
 	return false
 }
 
-// quote quotes an operator's string for a message, in ASCII and bounded.
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "..."
-	}
-	return strconv.QuoteToASCII(s)
-}
-
 // yamlName writes a tool name as a YAML flow mapping key: bare when it
 // can be, quoted otherwise.
 func yamlName(s string) string {
-	if plainKey.MatchString(s) {
+	if yamlconf.PlainKey(s) {
 		return s
 	}
 	return quote(s)
-}
-
-// printable keeps the printable ASCII of s, at most 64 bytes of it.
-func printable(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s) && b.Len() < 64; i++ {
-		if c := s[i]; c >= 0x20 && c <= 0x7e {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-// explain turns the schema's verdict into one configError: of all the
-// rules broken, the one earliest in the file, and a wrong value before a
-// missing one (a misspelt key is told as unknown rather than its right
-// spelling as missing).
-func explain(file string, root *yaml.Node, doc any, ve *jsonschema.ValidationError) error {
-	type found struct {
-		err       *configError
-		missing   int // 1 for a missing key
-		line, col int
-	}
-	var all []found
-	var walk func(*jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) > 0 {
-			for _, c := range e.Causes {
-				walk(c)
-			}
-			return
-		}
-		field, at, msg := describe(root, doc, e)
-		line, col := position(root, at)
-		f := found{err: &configError{file: file, line: line, field: fieldPath(field), msg: msg}, line: line, col: col}
-		if _, ok := e.ErrorKind.(*kind.Required); ok {
-			f.missing = 1
-		}
-		all = append(all, f)
-	}
-	walk(ve)
-	best := slices.MinFunc(all, func(a, b found) int {
-		return cmp.Or(cmp.Compare(a.missing, b.missing), cmp.Compare(a.line, b.line), cmp.Compare(a.col, b.col),
-			strings.Compare(a.err.field, b.err.field), strings.Compare(a.err.msg, b.err.msg))
-	})
-	return best.err
 }
 
 // upstreamKeys are an upstream's keys, in the schema's order.
@@ -842,48 +550,4 @@ func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, a
 		return loc, loc, "empty"
 	}
 	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + configSchema
-}
-
-// typeWords names JSON types as a YAML file shows them.
-func typeWords(types ...string) string {
-	var w []string
-	for _, t := range types {
-		switch t {
-		case "object":
-			w = append(w, "a mapping")
-		case "array":
-			w = append(w, "a list")
-		case "string":
-			w = append(w, "a string")
-		case "number", "integer":
-			w = append(w, "a number")
-		case "boolean":
-			w = append(w, "true or false")
-		case "null":
-			w = append(w, "nothing")
-		default:
-			w = append(w, t)
-		}
-	}
-	return strings.Join(w, " or ")
-}
-
-// valueAt returns the value at an instance location, nil if none.
-func valueAt(doc any, loc []string) any {
-	v := doc
-	for _, seg := range loc {
-		switch x := v.(type) {
-		case map[string]any:
-			v = x[seg]
-		case []any:
-			i, err := strconv.Atoi(seg)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil
-			}
-			v = x[i]
-		default:
-			return nil
-		}
-	}
-	return v
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -188,18 +189,6 @@ func decodeAction(raw []byte) (actionRequest, *ActionError) {
 	return req, nil
 }
 
-// bearerTransport adds the token to every request.
-type bearerTransport struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 func connectGateway(ctx context.Context, o EndpointOptions) (*sdk.ClientSession, *ActionError) {
 	hc := o.HTTPClient
 	if hc == nil {
@@ -210,7 +199,7 @@ func connectGateway(ctx context.Context, o EndpointOptions) (*sdk.ClientSession,
 		base = http.DefaultTransport
 	}
 	client := *hc
-	client.Transport = bearerTransport{o.Token, base}
+	client.Transport = bearer.Transport{Token: o.Token, Base: base}
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-endpoint", Version: cmpOr(o.Version, "dev")}, nil)
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: o.URL, HTTPClient: &client, MaxRetries: -1},
 		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})

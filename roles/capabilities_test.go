@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/internal/bearer"
 )
 
 // listChangedClient connects an MCP client to url that reports each
@@ -28,7 +29,7 @@ func (f *fixture) listChangedClient(url, token, version string) (*sdk.ClientSess
 	})
 	tr := &sdk.StreamableClientTransport{
 		Endpoint:   url,
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: http.DefaultTransport}},
 		MaxRetries: -1,
 	}
 	s, err := c.Connect(f.t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: version})

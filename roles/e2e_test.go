@@ -23,6 +23,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -139,24 +140,12 @@ func (f *fixture) token(o auth.MintOptions) string {
 	return tok
 }
 
-// bearer adds a token to every request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 func (f *fixture) client(token, version string) *sdk.ClientSession {
 	f.t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
 	tr := &sdk.StreamableClientTransport{
 		Endpoint:   f.a.MCPURL(),
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: http.DefaultTransport}},
 		MaxRetries: -1,
 	}
 	s, err := c.Connect(f.t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: version})
@@ -648,7 +637,7 @@ func TestToolsFollowDevices(t *testing.T) {
 type tokenClient struct{ http.Client }
 
 func httpClientWithToken(token string) *tokenClient {
-	return &tokenClient{http.Client{Transport: bearer{token, http.DefaultTransport}}}
+	return &tokenClient{http.Client{Transport: bearer.Transport{Token: token, Base: http.DefaultTransport}}}
 }
 
 func verifierFor(c *common) *auth.Verifier {

@@ -95,11 +95,16 @@ func (d *deviceLink) ready() {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	d.markUp()
+	d.settle()
+}
+
+// markUp counts the device's link as up; w.mu is held.
+func (d *deviceLink) markUp() {
 	if !d.up {
 		d.up = true
-		w.connected++
+		d.w.connected++
 	}
-	d.settle()
 }
 
 // readyAs records that the device's link is up, like ready, and writes
@@ -111,10 +116,7 @@ func (d *deviceLink) readyAs(msg string, args ...any) {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !d.up {
-		d.up = true
-		w.connected++
-	}
+	d.markUp()
 	if d.leave() && w.backAs(msg, args) {
 		return
 	}

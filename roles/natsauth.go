@@ -263,7 +263,11 @@ func natsCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = io.WriteString(stdout, c.ServerConfig())
+			conf, err := c.ServerConfig()
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(stdout, conf)
 			return err
 		},
 	}

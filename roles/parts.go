@@ -542,6 +542,7 @@ type gatewayPart struct {
 	gw      *mcp.Gateway
 	http    *httpPart
 	revoked *bus.Revocations
+	issuers *auth.Issuers    // nil: none
 	oauth   *mcp.OAuthServer // nil without --oauth-server
 	summary *callSummary
 	tick    <-chan time.Time // of the summary; nil: every summaryPeriod
@@ -564,6 +565,9 @@ type gatewayConfig struct {
 	PublicURL           string
 	MaxConnections      int // held by the MCP listener at once (0: no bound)
 	TLS                 tlsFiles
+	// OAuthIssuers is the --oauth-issuers file: the external issuers
+	// whose tokens the gateway accepts beside okso's ("": none).
+	OAuthIssuers string
 	// CallerTimeout bounds a relayed call to a caller's tool (0: 60 s);
 	// CallerLeaseTTL is the lease of a declaration, and of its claim of
 	// the caller id, in okso_callers (0: 15 s): how long they outlive a
@@ -650,6 +654,27 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if aud == "" {
 		aud = auth.AudienceGateway
 	}
+	var verifier mcp.TokenVerifier = c.verifier(aud)
+	var issuers *auth.Issuers
+	if cfg.OAuthIssuers != "" {
+		var cfgs []auth.IssuerConfig
+		if cfgs, err = loadIssuers(cfg.OAuthIssuers); err != nil {
+			return nil, err
+		}
+		// Fail fast: an issuer that cannot be reached now is a wrong URL
+		// more often than an outage, and a gateway that started without
+		// it would refuse all its users with a reason only in 401s.
+		if issuers, err = auth.NewIssuers(ctx, cfgs, auth.IssuersOptions{Logger: c.log.With("role", "gateway")}); err != nil {
+			return nil, fmt.Errorf("--oauth-issuers %s: %w", cfg.OAuthIssuers, err)
+		}
+		defer func() {
+			if err != nil {
+				issuers.Close()
+			}
+		}()
+		verifier = auth.NewTrust(c.verifier(aud), issuers)
+		c.log.Info("trusting OAuth issuers", "role", "gateway", "issuers", issuers.URLs())
+	}
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
 	audit := c.auditor(nc, cfg.AuditTick)
 	audit.Observe = summary.observe
@@ -667,7 +692,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		CallerTimeout:  cfg.CallerTimeout,
 		Relayers:       []bus.Role{bus.RoleGateway},
 		Schemas:        c.schemas,
-		Verifier:       c.verifier(aud),
+		Verifier:       verifier,
 		Auditor:        audit,
 		Logger:         c.log.With("role", "gateway"),
 		Budget:         cfg.Budget,
@@ -680,16 +705,17 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Revoked:        revoked,
 		OAuth:          oauth,
 
-		MaxStreamsPerTenant: cfg.MaxStreamsPerTenant,
-		PingInterval:        cfg.StreamPing,
-		IdleTimeout:         cfg.StreamIdle,
+		AuthorizationServers: issuers.URLs(),
+		MaxStreamsPerTenant:  cfg.MaxStreamsPerTenant,
+		PingInterval:         cfg.StreamPing,
+		IdleTimeout:          cfg.StreamIdle,
 	})
 	if err != nil {
 		return nil, err
 	}
 	hp.handle(c.log.With("role", "gateway"), gw.Handler())
 	audit.Start()
-	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, oauth: oauth, drain: cfg.ShutdownDrain,
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, issuers: issuers, oauth: oauth, drain: cfg.ShutdownDrain,
 		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
@@ -749,6 +775,7 @@ func (p *gatewayPart) actors(g *run.Group) {
 func (p *gatewayPart) close() {
 	p.audit.Close()
 	p.nc.Close()
+	p.issuers.Close()
 }
 
 // tierPart is the devices' door.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -53,7 +54,7 @@ func (f *fixture) relayClient(url, token string, events chan<- relayEvent) *sdk.
 	})
 	tr := &sdk.StreamableClientTransport{
 		Endpoint:   url,
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: http.DefaultTransport}},
 		MaxRetries: -1,
 	}
 	s, err := c.Connect(f.t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})

@@ -1,6 +1,6 @@
 // Package roles is okso's composition root: one cobra command per role
 // (all-in-one, gateway, device, remote, mock-fleet, agent, token, nats,
-// endpoint, bench), flags and OKSO_*
+// endpoint, bench, stdio), flags and OKSO_*
 // environment variables turned into config, and the parts wired and run
 // in one run group. Nothing else in okso reads flags.
 package roles
@@ -64,6 +64,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		oauthCmd(stdout),
 		endpointCmd(stdout),
 		benchCmd(stdout, stderr),
+		stdioCmd(stderr),
 	)
 	return root
 }
@@ -154,6 +155,7 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
 	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
 	fs.DurationVar(&c.AuditRetention, "audit-retention", 0, "keep audit events (okso.v1.audit.>) in the JetStream stream okso_audit this long (0: publish only)")
+	fs.StringVar(&c.OAuthIssuers, "oauth-issuers", "", "YAML file of the OAuth issuers (identity providers) whose access tokens the gateway accepts beside okso's (see README, Sign in with OAuth); checked and discovered at start")
 	fs.StringVar(&c.PublicURL, "public-url", "", "the gateway's URL as clients reach it (e.g. https://okso.example.com), for OAuth metadata")
 	fs.IntVar(&c.MaxStreamsPerTenant, "max-streams-per-tenant", 256, "streams a tenant may hold open; one more is closed with 4429")
 	fs.IntVar(&c.MaxConnections, "mcp-max-connections", 16384, "connections the MCP listener holds at once (0: no bound); more wait until one closes")

@@ -17,6 +17,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
@@ -280,7 +281,7 @@ func TestSplitFederation(t *testing.T) {
 		c := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
 		s, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{
 			Endpoint:   mcpURL,
-			HTTPClient: &http.Client{Transport: bearer{strings.TrimSpace(string(out)), tr}},
+			HTTPClient: &http.Client{Transport: bearer.Transport{Token: strings.TrimSpace(string(out)), Base: tr}},
 			MaxRetries: -1,
 		}, nil)
 		if err != nil {

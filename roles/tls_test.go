@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/internal/certfile/certtest"
 )
 
@@ -25,7 +26,7 @@ func tlsSession(t *testing.T, url, token string, roots *x509.CertPool) (*sdk.Cli
 	t.Cleanup(tr.CloseIdleConnections)
 	c := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
 	s, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{
-		Endpoint: url, HTTPClient: &http.Client{Transport: bearer{token, tr}}, MaxRetries: -1,
+		Endpoint: url, HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}}, MaxRetries: -1,
 	}, nil)
 	if err == nil {
 		t.Cleanup(func() { _ = s.Close() })

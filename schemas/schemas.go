@@ -4,7 +4,8 @@
 // all take from here: the closed table of capability kinds that says which
 // schema each verb uses (kinds.go), the rules of node ids, tenants and
 // tool names (names.go), and the closed set of error codes (errors.go).
-// The remote tier's config file is a contract too, remotes.config@1.0.0.
+// The remote tier's config file is a contract too, remotes.config@1.0.0,
+// and so is the gateway's file of trusted OAuth issuers, oauth.issuers@1.0.0.
 // Where a hand-written check is kept for speed, a test or fuzz target
 // proves it agrees with the schema or regular expression it stands for.
 //

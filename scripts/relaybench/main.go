@@ -44,6 +44,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/bench"
+	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/mcp"
 )
 
@@ -274,22 +275,10 @@ func newTransport(conc int) *http.Transport {
 	}
 }
 
-// bearer adds the token to every request.
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 func connect(ctx context.Context, c *sdk.Client, url, token string, tr http.RoundTripper) (*sdk.ClientSession, error) {
 	s, err := c.Connect(ctx, &sdk.StreamableClientTransport{
 		Endpoint:   url,
-		HTTPClient: &http.Client{Transport: bearer{token, tr}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}},
 		MaxRetries: -1,
 	}, nil)
 	if err != nil {

@@ -29,18 +29,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/okso-io/okso/internal/bearer"
 )
-
-type bearer struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
 
 type listing struct {
 	pages    []time.Duration
@@ -122,7 +113,7 @@ func run(res map[string]string, url, token string, want, concurrency int,
 	connStart := time.Now()
 	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{
 		Endpoint:   url,
-		HTTPClient: &http.Client{Transport: bearer{token, tr}},
+		HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}},
 		MaxRetries: -1,
 	}, nil)
 	if err != nil {
