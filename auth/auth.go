@@ -7,6 +7,7 @@
 package auth
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -237,6 +238,9 @@ type MintOptions struct {
 	ToolNames string
 	// Labels of a device token's node (the claim labels); nil: none.
 	Labels map[string]string
+	// Issuer is the iss claim ("": [Issuer]): okso's authorization
+	// server names itself by its URL.
+	Issuer string
 }
 
 // Mint signs a token.
@@ -265,7 +269,7 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 	}
 	c := Claims{
 		RegisteredClaims: jwt.RegisteredClaims{
-			Issuer:    Issuer,
+			Issuer:    cmp.Or(o.Issuer, Issuer),
 			Subject:   o.Subject,
 			Audience:  jwt.ClaimStrings{o.Audience},
 			ExpiresAt: jwt.NewNumericDate(now.Add(o.TTL)),

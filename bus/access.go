@@ -86,6 +86,12 @@ func (r Role) Permissions() *server.Permissions {
 		a.kv(BucketRemotes, false)
 		a.kv(BucketCallers, true)
 		a.kv(BucketRevoked, false)
+		// okso's authorization server: every record but the operator's
+		// decisions, which only the admin writes (okso oauth approve).
+		a.kv(BucketOAuth, false)
+		for _, kind := range []string{OAuthClient, OAuthRequest, OAuthCode, OAuthRedeemed, OAuthGrant} {
+			a.pub = append(a.pub, "$KV."+BucketOAuth+"."+kind+".>")
+		}
 		// The audit stream (--audit-retention), which the admin makes.
 		a.pub = append(a.pub, jsAPI+"STREAM.INFO."+StreamAudit)
 	case RoleDevice:

@@ -17,6 +17,9 @@
 // node_modules; without them the tests fail and say so. The client scripts
 // (*.mjs) print JSON, which the tests check against okso's contract
 // (DESIGN.md §5 and §8): the package has no Go API, only its tests.
+// oauth.mjs signs in to okso's own authorization server with the v1
+// SDK's authProvider, headless: it prints the authorize page's request
+// code and waits on stdin while the test runs `okso oauth approve`.
 //
 // conformance-expected.json says, per protocol revision and scenario of
 // the conformance suite, whether okso must pass it or why it does not

@@ -92,6 +92,10 @@ type Options struct {
 	// PingInterval and IdleTimeout are the stream heartbeat (25 s) and the
 	// time a client may make no read progress (90 s).
 	PingInterval, IdleTimeout time.Duration
+	// OAuth, when set, is okso's own authorization server (oauth.go):
+	// served next to /mcp, listed in the protected-resource metadata,
+	// and its access tokens accepted at /mcp.
+	OAuth *OAuthServer
 }
 
 // Gateway serves MCP for every tenant. It is safe for concurrent use.
@@ -292,6 +296,9 @@ func (g *Gateway) routes() http.Handler {
 	mux.Handle("/mcp", cop.Handler(g.authenticate(g.fastCall(withHTTPCall(mcpHandler)))))
 	mux.Handle("POST /mcp/tools/call", cop.Handler(g.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
+	if g.o.OAuth != nil {
+		g.o.OAuth.routes(mux, g.baseURL)
+	}
 	meta := http.HandlerFunc(g.serveResourceMetadata)
 	mux.Handle("/.well-known/oauth-protected-resource", meta)
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", meta)
@@ -378,13 +385,9 @@ type TokenVerifier interface {
 
 func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) {
 	base := g.baseURL(r)
-	servers := g.o.AuthorizationServers
-	if servers == nil {
-		servers = []string{}
-	}
 	sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               base + "/mcp",
-		AuthorizationServers:   servers,
+		AuthorizationServers:   g.authorizationServers(base),
 		ScopesSupported:        []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive},
 		BearerMethodsSupported: []string{"header"},
 		ResourceName:           "okso MCP gateway",
@@ -405,8 +408,8 @@ func (g *Gateway) authenticate(next http.Handler) http.Handler {
 		infoMu sync.Mutex
 		infos  = map[string]*sdkauth.TokenInfo{} // by token
 	)
-	verify := func(_ context.Context, token string, _ *http.Request) (*sdkauth.TokenInfo, error) {
-		c, err := g.o.Verifier.Verify(token)
+	verify := func(ctx context.Context, token string, r *http.Request) (*sdkauth.TokenInfo, error) {
+		c, err := g.verifyToken(ctx, token, r)
 		if err != nil {
 			// Who sent it is unknown: logged, not published to a tenant.
 			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionDenied, Code: "invalid_token"})
@@ -488,7 +491,7 @@ func (g *Gateway) passes(r *http.Request) bool {
 	token = strings.TrimSpace(token)
 	jti, ok := g.o.Verifier.Cached(token)
 	if !ok {
-		c, err := g.o.Verifier.Verify(token)
+		c, err := g.verifyToken(r.Context(), token, r)
 		if err != nil {
 			return false
 		}

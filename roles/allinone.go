@@ -163,6 +163,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg.Gateway)
+	addOAuthFlags(fs, &cfg.Gateway.OAuth, true)
 	addTierFlags(fs, &cfg.Tier)
 	addTLSFlags(fs, &cfg.TLS, "both the MCP endpoint (https://) and the device tier (wss://)")
 	fs.StringVar(&cfg.Tier.ClientCA, "client-ca", "", clientCAUsage+"; needs --mock 0 --local-agent=false")
@@ -197,7 +198,8 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 	}
 	b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
 		natsURL: a.NATSURL(), natsSecured: a.nats.secured, dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
-		token: token, ttl: ttl, expires: c.ExpiresAt.UTC(), logFormat: logs.format, auditLog: logs.audit}
+		token: token, ttl: ttl, expires: c.ExpiresAt.UTC(), logFormat: logs.format, auditLog: logs.audit,
+		oauth: cfg.Gateway.OAuth.Server}
 	if abs, err := filepath.Abs(b.dataDir); err == nil {
 		b.dataDir = abs
 	}
@@ -238,6 +240,7 @@ type banner struct {
 	expires     time.Time // the token's exp
 	logFormat   string
 	auditLog    bool
+	oauth       bool // --oauth-server
 }
 
 func (b banner) write(w io.Writer) error {
@@ -273,6 +276,16 @@ func (b banner) write(w io.Writer) error {
 	row("try it", "npx -y @modelcontextprotocol/inspector@%s --cli %s --transport http "+
 		"--header \"Authorization: Bearer %s\" --method tools/list", inspectorVersion, b.mcpURL, b.token)
 	more("(MCP Inspector %s asks for Node.js >= %s; on Node 20 npx warns EBADENGINE and it works all the same)", inspectorVersion, inspectorNode)
+	if b.oauth {
+		if b.natsURL != "" {
+			row("sign in", "%s oauth approve CODE --tenant %s --scope %s --nats-url %s --data-dir %s",
+				b.self, shellQuote(b.tenant), auth.ScopeReadOnly, b.natsURL, shellQuote(b.dataDir))
+		} else {
+			row("sign in", "%s oauth approve CODE --tenant %s --scope %s --nats-url URL (start with --nats-listen 127.0.0.1:4222 for a URL)",
+				b.self, shellQuote(b.tenant), auth.ScopeReadOnly)
+		}
+		more("(an MCP host given %s signs in with OAuth: its page shows CODE; see README, Sign in with OAuth)", b.mcpURL)
+	}
 	if b.auditLog {
 		row("logs", "stderr, %s, with a line per audit event", b.logFormat)
 	} else {

@@ -111,7 +111,7 @@ func TestBanner(t *testing.T) {
 			labels = append(labels, strings.TrimSpace(label))
 		}
 	}
-	want := []string{"MCP endpoint", "device tier", "NATS", "data dir", "mock devices", "agent token", "token mint", "try it", "logs"}
+	want := []string{"MCP endpoint", "device tier", "NATS", "data dir", "mock devices", "agent token", "token mint", "try it", "sign in", "logs"}
 	if !slices.Equal(labels, want) {
 		t.Errorf("banner rows %q, want %q:\n%s", labels, want, stdout)
 	}

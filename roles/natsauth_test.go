@@ -3,6 +3,10 @@ package roles
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -215,8 +219,59 @@ func TestNATSExternal(t *testing.T) {
 	runRoot(t, tierLog, tierLog, "device", "--data-dir", keys, "--device-addr", "127.0.0.1:0", "--mock", "1",
 		"--nats-url", url, "--nats-nkey", devSeed)
 	tierLog.wait(t, "the tier's device", line("mock devices connected"))
-	mcpURL := startGateway(t, "--data-dir", keys, "--nats-url", url, "--nats-nkey", gwSeed)
+	mcpURL := startGateway(t, "--data-dir", keys, "--nats-url", url, "--nats-nkey", gwSeed, "--oauth-server")
 	callEcho(t, keys, mcpURL, "external")
+
+	// okso's own authorization server on the gateway's credential alone:
+	// it keeps the request in okso_oauth, the gateway's credential may
+	// not approve it, the admin's may, and the code is redeemed.
+	base := strings.TrimSuffix(mcpURL, "/mcp")
+	const redirect = "http://127.0.0.1:7777/cb"
+	resp, err := http.Post(base+"/oauth/register", "application/json", strings.NewReader(`{"redirect_uris":["`+redirect+`"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg struct {
+		ClientID string `json:"client_id"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&reg)
+	resp.Body.Close()
+	verifier, challenge := pkce("external")
+	b := browser(t)
+	resp, err = b.Get(base + "/oauth/authorize?" + neturl.Values{
+		"response_type": {"code"}, "client_id": {reg.ClientID}, "redirect_uri": {redirect},
+		"code_challenge": {challenge}, "code_challenge_method": {"S256"}, "resource": {mcpURL},
+	}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	code, csrf := userCodeRe.FindSubmatch(page), csrfRe.FindSubmatch(page)
+	if code == nil || csrf == nil {
+		t.Fatalf("authorize page at a gateway on its own credential: %s\n%s", resp.Status, page)
+	}
+	approve := []string{"oauth", "approve", string(code[1]), "--tenant", DefaultTenant, "--scope", auth.ScopeReadOnly, "--nats-url", url}
+	if out, err := oksoOut(t, append(approve, "--nats-nkey", gwSeed)...); err == nil {
+		t.Fatalf("okso oauth approve with the gateway's credential succeeded: %s", out)
+	}
+	if out, err := oksoOut(t, append(approve, "--nats-nkey", adminSeed)...); err != nil {
+		t.Fatalf("okso oauth approve with the admin's credential: %v %s", err, out)
+	}
+	resp, err = b.PostForm(base+"/oauth/authorize", neturl.Values{"request": {string(code[1])}, "csrf": {string(csrf[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, _ := neturl.Parse(resp.Header.Get("Location"))
+	st, tok := tokenAt(t, base, neturl.Values{"grant_type": {"authorization_code"}, "code": {loc.Query().Get("code")},
+		"redirect_uri": {redirect}, "client_id": {reg.ClientID}, "code_verifier": {verifier}, "resource": {mcpURL}})
+	if st != http.StatusOK {
+		t.Fatalf("redeem at a gateway on its own credential: %d %v", st, tok)
+	}
+	if s := mcpStatus(t, base, tok["access_token"].(string)); s != http.StatusOK {
+		t.Fatalf("/mcp with the access token: %d", s)
+	}
 }
 
 // startGateway runs okso gateway with args until the test ends, and

@@ -542,7 +542,8 @@ type gatewayPart struct {
 	gw      *mcp.Gateway
 	http    *httpPart
 	revoked *bus.Revocations
-	issuers *auth.Issuers // nil: none
+	issuers *auth.Issuers    // nil: none
+	oauth   *mcp.OAuthServer // nil without --oauth-server
 	summary *callSummary
 	tick    <-chan time.Time // of the summary; nil: every summaryPeriod
 	drain   time.Duration    // unready but serving, before the stop
@@ -582,6 +583,8 @@ type gatewayConfig struct {
 	// AuditTick, if set, ends each period of the audit log's repeats
 	// (default: every --log-repeats).
 	AuditTick <-chan time.Time
+	// OAuth is okso's own authorization server (--oauth-server).
+	OAuth oauthConfig
 }
 
 // newGatewayPart binds the MCP listener, then connects to np, opens the
@@ -675,6 +678,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
 	audit := c.auditor(nc, cfg.AuditTick)
 	audit.Observe = summary.observe
+	var oauth *mcp.OAuthServer
+	if cfg.OAuth.Server {
+		if oauth, err = newOAuthServer(ctx, c, nc, np, cfg.OAuth, audit); err != nil {
+			return nil, err
+		}
+	}
 	gw, err := mcp.New(mcp.Options{
 		NC:             nc,
 		Registry:       reg,
@@ -694,6 +703,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,
 		Revoked:        revoked,
+		OAuth:          oauth,
 
 		AuthorizationServers: issuers.URLs(),
 		MaxStreamsPerTenant:  cfg.MaxStreamsPerTenant,
@@ -705,7 +715,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	hp.handle(c.log.With("role", "gateway"), gw.Handler())
 	audit.Start()
-	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, issuers: issuers, drain: cfg.ShutdownDrain,
+	return &gatewayPart{nc: nc, audit: audit, gw: gw, http: hp, revoked: revoked, issuers: issuers, oauth: oauth, drain: cfg.ShutdownDrain,
 		summary: summary, tick: cfg.SummaryTick}, nil
 }
 
@@ -715,6 +725,9 @@ func (p *gatewayPart) url() string {
 
 func (p *gatewayPart) actors(g *run.Group) {
 	contextActor(g, p.gw.Run)
+	if p.oauth != nil {
+		contextActor(g, p.oauth.Run)
+	}
 	contextActor(g, func(ctx context.Context) error {
 		tick := p.tick
 		if tick == nil {

@@ -61,6 +61,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		agentCmd(stderr),
 		tokenCmd(stdout, stderr),
 		natsCmd(stdout),
+		oauthCmd(stdout),
 		endpointCmd(stdout),
 		benchCmd(stdout, stderr),
 		stdioCmd(stderr),

@@ -120,6 +120,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addGatewayFlags(fs, &cfg.Gateway)
+	addOAuthFlags(fs, &cfg.Gateway.OAuth, false)
 	addTLSFlags(fs, &cfg.Gateway.TLS, "the MCP endpoint (https://)")
 	addNATSFlags(fs, &cfg.NATS)
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key, and of the embedded NATS server's store (nats/)")
