@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +20,11 @@ import (
 )
 
 // OAuthGrant is a grant: what the operator approved for a client, and
-// its refresh-token family. Its refresh tokens are kept hashed; one
-// rotated away and presented again revokes the grant (the family).
+// its refresh-token family. A refresh token is <grant>.<generation>.<random>;
+// the grant keeps only its current generation and that token's hash, so
+// any token of the family with a lower generation, or the current one's
+// with another secret, is a reuse and revokes the grant, however many
+// rotations ago it was spent.
 type OAuthGrant struct {
 	ID        string    `json:"grant_id"`
 	ClientID  string    `json:"client_id"`
@@ -31,7 +35,7 @@ type OAuthGrant struct {
 	Created   time.Time `json:"created"`
 	Refreshed time.Time `json:"refreshed"`
 	Refresh   string    `json:"refresh"`          // the live refresh token's hash
-	Used      []string  `json:"used,omitempty"`   // hashes of refresh tokens rotated away, the last maxUsed
+	Gen       uint64    `json:"gen,omitempty"`    // the live refresh token's generation (0: a <grant>.<random> token)
 	Access    []Issued  `json:"access,omitempty"` // access tokens not yet expired, for okso oauth revoke
 }
 
@@ -41,13 +45,8 @@ type Issued struct {
 	Expires time.Time `json:"exp"`
 }
 
-// maxUsed bounds the rotated-away refresh tokens a grant remembers (a
-// reuse of one older still fails, but revokes nothing); maxTokenForm
-// the token endpoint's body.
-const (
-	maxUsed      = 32
-	maxTokenForm = 16 << 10
-)
+// maxTokenForm bounds the token endpoint's body.
+const maxTokenForm = 16 << 10
 
 // pkceVerifierRe is a code verifier (RFC 7636 §4.1).
 var pkceVerifierRe = regexp.MustCompile(`^[A-Za-z0-9._~-]{43,128}$`)
@@ -210,13 +209,8 @@ func (s *OAuthServer) issue(g *OAuthGrant, base string) (*tokenResponse, error) 
 	now := s.o.Now()
 	g.Access = slices.DeleteFunc(g.Access, func(a Issued) bool { return !now.Before(a.Expires) })
 	g.Access = append(g.Access, Issued{JTI: jti, Expires: exp.UTC()})
-	refresh := g.ID + "." + randomToken()
-	if g.Refresh != "" {
-		g.Used = append(g.Used, g.Refresh)
-		if len(g.Used) > maxUsed {
-			g.Used = g.Used[len(g.Used)-maxUsed:]
-		}
-	}
+	g.Gen++
+	refresh := g.ID + "." + strconv.FormatUint(g.Gen, 10) + "." + randomToken()
 	g.Refresh = hashToken(refresh)
 	return &tokenResponse{
 		AccessToken: access, TokenType: "Bearer", ExpiresIn: int(s.o.AccessTTL / time.Second),
@@ -232,7 +226,7 @@ func (s *OAuthServer) refresh(ctx context.Context, c *oauthClient, token, resour
 	if token == "" {
 		return nil, &grantError{oauthInvalidRequest, "refresh_token is required"}
 	}
-	gid, _, ok := strings.Cut(token, ".")
+	gid, gen, ok := parseRefresh(token)
 	if !ok {
 		return nil, &grantError{oauthInvalidGrant, "the refresh token is unknown"}
 	}
@@ -257,13 +251,13 @@ func (s *OAuthServer) refresh(ctx context.Context, c *oauthClient, token, resour
 			return nil, &grantError{oauthInvalidTarget, "resource is not the grant's"}
 		case g.Issuer != base:
 			return nil, &grantError{oauthInvalidGrant, "the grant was made at another address of this server"}
-		case slices.Contains(g.Used, h):
+		case gen > g.Gen:
+			return nil, &grantError{oauthInvalidGrant, "the refresh token is unknown"}
+		case gen < g.Gen || subtle.ConstantTimeCompare([]byte(h), []byte(g.Refresh)) != 1:
 			s.log.Warn("oauth refresh token reused: its grant is revoked", "client_id", c.ID, "grant", g.ID)
 			s.audit(bus.DecisionRevoked, auditReused, g.Tenant, c.ID, g.ID, "")
 			_ = s.revokeGrant(ctx, g.ID)
 			return nil, &grantError{oauthInvalidGrant, "the refresh token was used already; its grant is revoked: sign in again"}
-		case subtle.ConstantTimeCompare([]byte(h), []byte(g.Refresh)) != 1:
-			return nil, &grantError{oauthInvalidGrant, "the refresh token is unknown"}
 		}
 		for _, sc := range strings.Fields(scope) {
 			if !slices.Contains(strings.Fields(g.Scope), sc) {
@@ -289,6 +283,24 @@ func (s *OAuthServer) refresh(ctx context.Context, c *oauthClient, token, resour
 		return resp, nil
 	}
 	return nil, errUnavailable
+}
+
+// parseRefresh splits a refresh token into its grant id and generation:
+// <grant>.<gen>.<random>, or <grant>.<random> (generation 0, as the
+// first tokens were made).
+func parseRefresh(token string) (grant string, gen uint64, ok bool) {
+	parts := strings.Split(token, ".")
+	switch {
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return parts[0], 0, true
+	case len(parts) == 3 && parts[0] != "" && parts[2] != "":
+		gen, err := strconv.ParseUint(parts[1], 10, 64)
+		if err != nil || gen == 0 {
+			return "", 0, false
+		}
+		return parts[0], gen, true
+	}
+	return "", 0, false
 }
 
 // revokeGrant deletes a grant here, where the gateway may not write the
