@@ -108,8 +108,11 @@ func (s *OAuthServer) serveAuthorize(w http.ResponseWriter, r *http.Request, bas
 }
 
 // startAuthorize checks an authorization request and shows its page.
-// Until client and redirect URI are known good, errors are shown on the
-// page and never sent to the redirect URI (RFC 6749 §4.1.2.1).
+// Its errors are shown on the page and never sent to the redirect URI:
+// anyone may register a client, so redirecting before the user or the
+// operator acted would make this origin an open redirector (RFC 9700
+// §4.11.2). Errors after the page's Continue or Cancel are redirected
+// (continueAuthorize).
 func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, base string) {
 	// Before anything else: a request may fetch a client's metadata
 	// document, and is kept in the bucket.
@@ -137,7 +140,13 @@ func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, bas
 		s.page(w, http.StatusBadRequest, pageData{Error: "The redirect URI is not one this client registered."}, "")
 		return
 	}
-	fail := func(code, desc string) { redirectError(w, r, redirect, q.Get("state"), base, code, desc) }
+	fail := func(code, desc string) {
+		status := http.StatusBadRequest
+		if code == oauthTemporarilyDown {
+			status = http.StatusServiceUnavailable
+		}
+		s.page(w, status, pageData{Error: "The client's sign-in request is refused (" + code + "): " + desc + "."}, "")
+	}
 	challenge, method := q.Get("code_challenge"), q.Get("code_challenge_method")
 	resource := strings.TrimSuffix(q.Get("resource"), "/")
 	switch {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,5 +50,32 @@ func TestOAuthRefreshReuseAfterManyRotations(t *testing.T) {
 	}
 	if st, out := refreshAS(t, rs[0], base, client, stolen); st == http.StatusOK {
 		t.Errorf("the thief's token refreshes after the reuse (grant not revoked): %v", out)
+	}
+}
+
+// TestOAuthAuthorizeNoOpenRedirect: a self-registered client cannot make
+// /oauth/authorize redirect to its redirect URI with a malformed request:
+// the error is shown on okso's page (RFC 9700 §4.11.2).
+func TestOAuthAuthorizeNoOpenRedirect(t *testing.T) {
+	rs, _ := startAS(t, 1, &clock{t: time.Now()})
+	resp, err := http.Post(rs[0].url+OAuthRegisterPath, "application/json", strings.NewReader(`{"redirect_uris":["https://evil.example/phish"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg struct {
+		ClientID string `json:"client_id"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&reg)
+	resp.Body.Close()
+	br := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err = br.Get(rs[0].url + OAuthAuthorizePath + "?" + url.Values{
+		"client_id": {reg.ClientID}, "redirect_uri": {"https://evil.example/phish"}, "response_type": {"x"},
+	}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
+		t.Errorf("malformed request: %d Location %q, want 400 and the page", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }

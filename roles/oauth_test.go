@@ -393,9 +393,9 @@ func (f *oauthFixture) signIn(client, redirect string) (access, refresh string, 
 	return tok["access_token"].(string), tok["refresh_token"].(string), redeem
 }
 
-// Hostile authorization requests: a redirect URI not registered is never
-// redirected to; the others are answered at the redirect URI with the
-// error and iss.
+// Hostile authorization requests are refused on the page, never
+// redirected to the client's redirect URI (registered or not): that
+// waits for the user's Continue or Cancel.
 func TestOAuthAuthorizeRefusals(t *testing.T) {
 	f := startOAuth(t, nil)
 	const redirect = "http://127.0.0.1:7777/cb"
@@ -408,18 +408,17 @@ func TestOAuthAuthorizeRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name, key, value string
 		status           int
-		code             string // the error at the redirect URI; "" for a page
 	}{
-		{"wrong redirect URI", "redirect_uri", "https://evil.example/cb", http.StatusBadRequest, ""},
-		{"another path on loopback", "redirect_uri", "http://127.0.0.1:7777/evil", http.StatusBadRequest, ""},
-		{"unknown client", "client_id", "cnosuchclient", http.StatusBadRequest, ""},
-		{"missing PKCE", "code_challenge", "", http.StatusSeeOther, "invalid_request"},
-		{"plain PKCE", "code_challenge_method", "plain", http.StatusSeeOther, "invalid_request"},
-		{"missing resource", "resource", "", http.StatusSeeOther, "invalid_request"},
-		{"another resource", "resource", "https://evil.example/mcp", http.StatusSeeOther, "invalid_target"},
-		{"token response type", "response_type", "token", http.StatusSeeOther, "unsupported_response_type"},
-		{"unknown scope", "scope", "admin", http.StatusSeeOther, "invalid_scope"},
-		{"loopback port of its choosing", "redirect_uri", "http://127.0.0.1:4242/cb", http.StatusOK, ""},
+		{"wrong redirect URI", "redirect_uri", "https://evil.example/cb", http.StatusBadRequest},
+		{"another path on loopback", "redirect_uri", "http://127.0.0.1:7777/evil", http.StatusBadRequest},
+		{"unknown client", "client_id", "cnosuchclient", http.StatusBadRequest},
+		{"missing PKCE", "code_challenge", "", http.StatusBadRequest},
+		{"plain PKCE", "code_challenge_method", "plain", http.StatusBadRequest},
+		{"missing resource", "resource", "", http.StatusBadRequest},
+		{"another resource", "resource", "https://evil.example/mcp", http.StatusBadRequest},
+		{"token response type", "response_type", "token", http.StatusBadRequest},
+		{"unknown scope", "scope", "admin", http.StatusBadRequest},
+		{"loopback port of its choosing", "redirect_uri", "http://127.0.0.1:4242/cb", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			params := url.Values{}
@@ -431,16 +430,8 @@ func TestOAuthAuthorizeRefusals(t *testing.T) {
 			if resp.StatusCode != tc.status {
 				t.Fatalf("%s: %s, want %d", tc.name, resp.Status, tc.status)
 			}
-			loc, _ := url.Parse(resp.Header.Get("Location"))
-			if tc.code == "" {
-				if resp.Header.Get("Location") != "" {
-					t.Fatalf("redirected to %s", resp.Header.Get("Location"))
-				}
-				return
-			}
-			if !strings.HasPrefix(loc.String(), redirect+"?") || loc.Query().Get("error") != tc.code ||
-				loc.Query().Get("iss") != f.base || loc.Query().Get("state") != "s" {
-				t.Fatalf("redirected to %s, want %s with error %s, iss and state", loc, redirect, tc.code)
+			if loc := resp.Header.Get("Location"); loc != "" {
+				t.Fatalf("redirected to %s", loc)
 			}
 		})
 	}
