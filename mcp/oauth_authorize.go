@@ -129,11 +129,19 @@ func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, bas
 		return
 	}
 	c, err := s.client(ctx, clientID)
-	if err != nil {
-		if !errors.Is(err, errUnknownClient) {
-			s.log.Error("oauth: find client", "err", err)
-		}
-		s.page(w, http.StatusBadRequest, pageData{Error: "Unknown client: " + err.Error()}, "")
+	switch {
+	case errors.Is(err, errCIMDBusy):
+		w.Header().Set("Retry-After", "60")
+		s.page(w, http.StatusTooManyRequests, pageData{Error: "Too many sign-in requests at once. Try again in a minute."}, "")
+		return
+	case errors.Is(err, errUnknownClient):
+		s.log.Info("oauth: authorization request of an unknown client", "client_id", clientID, "err", err)
+		s.page(w, http.StatusBadRequest, pageData{Error: "Unknown client. Its registration expired or was revoked, " +
+			"or its metadata document could not be fetched or is invalid: the gateway's log says which."}, "")
+		return
+	case err != nil:
+		s.log.Error("oauth: find client", "err", err)
+		s.page(w, http.StatusServiceUnavailable, pageData{Error: "The client registry is unavailable. Try again."}, "")
 		return
 	}
 	if redirect == "" || !redirectMatches(c.RedirectURIs, redirect) {

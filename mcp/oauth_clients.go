@@ -21,6 +21,7 @@ import (
 	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/time/rate"
 
 	"github.com/okso-io/okso/bus"
 )
@@ -38,8 +39,19 @@ type oauthClient struct {
 }
 
 // errUnknownClient: no registered client has the id, or its metadata
-// document could not be had.
-var errUnknownClient = errors.New("unknown client")
+// document could not be had. errCIMDBusy: the document is not cached and
+// this replica fetched too many lately. What wraps them may name
+// internal addresses: log it, and tell the caller only
+// [unknownClientDesc] or to try again.
+var (
+	errUnknownClient = errors.New("unknown client")
+	errCIMDBusy      = errors.New("too many client metadata documents fetched at once")
+)
+
+// unknownClientDesc is all a caller learns of an unknown client: the
+// reason (a fetch error, an address a name resolved to) goes to the log.
+const unknownClientDesc = "unknown client: its registration expired or was revoked (register again), " +
+	"or its metadata document could not be fetched or is invalid"
 
 // maxRedirectURIs bounds a client's redirect URIs; maxClientName its
 // name's length.
@@ -54,6 +66,9 @@ const (
 func (s *OAuthServer) client(ctx context.Context, id string) (*oauthClient, error) {
 	if strings.HasPrefix(id, "https://") {
 		c, err := s.cimd.fetch(ctx, id)
+		if errors.Is(err, errCIMDBusy) {
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errUnknownClient, err)
 		}
@@ -246,12 +261,16 @@ type CIMDOptions struct {
 
 // maxCIMD bounds a metadata document; cimdTimeout its fetch; cimdCache
 // how long a fetched document is used, and cimdCacheSize how many are
-// kept.
+// kept; cimdRate and cimdBurst the fetches a replica makes (the cache
+// spares them), from the authorize page and the token endpoint alike:
+// anyone may name a URL there.
 const (
 	maxCIMD       = 5 << 10
 	cimdTimeout   = 5 * time.Second
 	cimdCache     = 5 * time.Minute
 	cimdCacheSize = 256
+	cimdRate      = 5
+	cimdBurst     = 100
 )
 
 // cimdFetcher fetches Client ID Metadata Documents, safely against a
@@ -260,6 +279,7 @@ const (
 // resolves to a private address is refused too.
 type cimdFetcher struct {
 	client *http.Client
+	limit  *rate.Limiter
 
 	mu    sync.Mutex
 	cache map[string]cimdEntry
@@ -301,6 +321,7 @@ func newCIMDFetcher(o CIMDOptions) *cimdFetcher {
 				return errors.New("client metadata: redirects are refused")
 			},
 		},
+		limit: rate.NewLimiter(cimdRate, cimdBurst),
 		cache: map[string]cimdEntry{},
 	}
 }
@@ -344,6 +365,9 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*oauthClient, error
 	f.mu.Unlock()
 	if ok && time.Since(e.at) < cimdCache {
 		return e.c, nil
+	}
+	if !f.limit.Allow() {
+		return nil, errCIMDBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, cimdTimeout)
 	defer cancel()

@@ -3,10 +3,16 @@ package mcp
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 )
 
 // refreshAS presents a refresh token of client at replica a.
@@ -77,5 +83,75 @@ func TestOAuthAuthorizeNoOpenRedirect(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" {
 		t.Errorf("malformed request: %d Location %q, want 400 and the page", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestOAuthTokenUnknownClientIsGeneric: the token endpoint tells an
+// anonymous caller only that a client is unknown, never why (a fetch
+// error names the address an internal name resolved to).
+func TestOAuthTokenUnknownClientIsGeneric(t *testing.T) {
+	rs, _ := startAS(t, 1, &clock{t: time.Now()})
+	resp, err := http.PostForm(rs[0].url+OAuthTokenPath, url.Values{
+		"grant_type": {"authorization_code"}, "client_id": {"https://localhost/internal-host"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]string
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || out["error"] != oauthInvalidClient || out["error_description"] != unknownClientDesc {
+		t.Errorf("unknown metadata-document client: %d %v, want 401 invalid_client %q", resp.StatusCode, out, unknownClientDesc)
+	}
+}
+
+// TestOAuthTokenCIMDFetchesLimited: the token endpoint fetches metadata
+// documents under the replica's bound, not one per anonymous request.
+func TestOAuthTokenCIMDFetchesLimited(t *testing.T) {
+	var hits atomic.Int64
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "no", http.StatusNotFound)
+	}))
+	defer ts.Close()
+	srv, err := bus.StartServer(bus.ServerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	st, err := bus.OpenOAuth(t.Context(), nc, bus.OAuthOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := auth.LoadOrCreateSigner(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewOAuthServer(OAuthServerOptions{Store: st, Signer: signer,
+		CIMD: CIMDOptions{AllowLoopback: true, TLS: ts.Client().Transport.(*http.Transport).TLSClientConfig}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	s.routes(mux, func(*http.Request) string { return "http://gw" })
+	gw := httptest.NewServer(mux)
+	defer gw.Close()
+	const n = 2 * cimdBurst
+	for i := range n {
+		resp, err := http.PostForm(gw.URL+OAuthTokenPath, url.Values{
+			"grant_type": {"refresh_token"}, "client_id": {ts.URL + "/victim/" + strconv.Itoa(i)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if h := hits.Load(); h > cimdBurst+10 {
+		t.Errorf("%d anonymous token requests made %d fetches, want at most about %d", n, h, cimdBurst)
 	}
 }

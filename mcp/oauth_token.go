@@ -84,7 +84,13 @@ func (s *OAuthServer) serveToken(w http.ResponseWriter, r *http.Request, base st
 	}
 	c, err := s.client(ctx, clientID)
 	if errors.Is(err, errUnknownClient) {
-		oauthError(w, http.StatusUnauthorized, oauthInvalidClient, err.Error())
+		s.log.Info("oauth: token request of an unknown client", "client_id", clientID, "err", err)
+		oauthError(w, http.StatusUnauthorized, oauthInvalidClient, unknownClientDesc)
+		return
+	}
+	if errors.Is(err, errCIMDBusy) {
+		w.Header().Set("Retry-After", "60")
+		oauthError(w, http.StatusServiceUnavailable, oauthTemporarilyDown, "too many clients at once; try again in a minute")
 		return
 	}
 	if err != nil {
