@@ -99,7 +99,8 @@ type OAuthServer struct {
 	log      *slog.Logger
 	register *rate.Limiter
 	// requests bounds the authorization requests this replica keeps in
-	// the bucket: anyone may open the page, and each is a record.
+	// the bucket: anyone may open the page, and each good one is a
+	// record. It is taken only after the request was checked.
 	requests *rate.Limiter
 	cimd     *cimdFetcher
 

@@ -114,13 +114,6 @@ func (s *OAuthServer) serveAuthorize(w http.ResponseWriter, r *http.Request, bas
 // §4.11.2). Errors after the page's Continue or Cancel are redirected
 // (continueAuthorize).
 func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, base string) {
-	// Before anything else: a request may fetch a client's metadata
-	// document, and is kept in the bucket.
-	if !s.requests.Allow() {
-		w.Header().Set("Retry-After", "60")
-		s.page(w, http.StatusTooManyRequests, pageData{Error: "Too many sign-in requests at once. Try again in a minute."}, "")
-		return
-	}
 	q := r.URL.Query()
 	ctx := r.Context()
 	clientID, redirect := q.Get("client_id"), q.Get("redirect_uri")
@@ -186,6 +179,14 @@ func (s *OAuthServer) startAuthorize(w http.ResponseWriter, r *http.Request, bas
 			fail(oauthInvalidScope, fmt.Sprintf("unknown scope %q (want %s, %s or %s)", sc, auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive))
 			return
 		}
+	}
+	// Only a request found good is counted, just before it is kept in the
+	// bucket: junk cannot spend the budget of real sign-ins. (Fetches of
+	// metadata documents have their own bound.)
+	if !s.requests.Allow() {
+		w.Header().Set("Retry-After", "60")
+		s.page(w, http.StatusTooManyRequests, pageData{Error: "Too many sign-in requests at once. Try again in a minute."}, "")
+		return
 	}
 	csrf := randomToken()
 	req := OAuthRequest{

@@ -1,6 +1,8 @@
 package mcp
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -153,5 +155,41 @@ func TestOAuthTokenCIMDFetchesLimited(t *testing.T) {
 	}
 	if h := hits.Load(); h > cimdBurst+10 {
 		t.Errorf("%d anonymous token requests made %d fetches, want at most about %d", n, h, cimdBurst)
+	}
+}
+
+// TestOAuthAuthorizeJunkSparesSignIns: malformed authorization requests
+// do not spend the replica's budget of sign-ins.
+func TestOAuthAuthorizeJunkSparesSignIns(t *testing.T) {
+	rs, _ := startAS(t, 1, &clock{t: time.Now()})
+	for range requestBurst + 5 {
+		resp, err := http.Get(rs[0].url + OAuthAuthorizePath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	const redirect = "http://127.0.0.1:9/cb"
+	resp, err := http.Post(rs[0].url+OAuthRegisterPath, "application/json", strings.NewReader(`{"redirect_uris":["`+redirect+`"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg struct {
+		ClientID string `json:"client_id"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&reg)
+	resp.Body.Close()
+	sum := sha256.Sum256([]byte(strings.Repeat("v", 43)))
+	resp, err = http.Get(rs[0].url + OAuthAuthorizePath + "?" + url.Values{
+		"response_type": {"code"}, "client_id": {reg.ClientID}, "redirect_uri": {redirect},
+		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"},
+		"resource": {rs[0].url + "/mcp"},
+	}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("sign-in after %d junk requests: %s, want the page", requestBurst+5, resp.Status)
 	}
 }
