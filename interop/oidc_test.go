@@ -131,8 +131,11 @@ func TestOAuthIssuers(t *testing.T) {
 		var meta struct {
 			AuthorizationServers []string `json:"authorization_servers"`
 		}
-		if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil || !slices.Equal(meta.AuthorizationServers, []string{idp.issuer}) {
-			t.Errorf("authorization_servers %v (%v); want [%s]", meta.AuthorizationServers, err, idp.issuer)
+		// The trusted issuer first (clients take the first), then
+		// all-in-one's own authorization server (--oauth-server).
+		want := []string{idp.issuer, strings.TrimSuffix(o.mcpURL, "/mcp")}
+		if err := json.NewDecoder(resp.Body).Decode(&meta); err != nil || !slices.Equal(meta.AuthorizationServers, want) {
+			t.Errorf("authorization_servers %v (%v); want %v", meta.AuthorizationServers, err, want)
 		}
 	})
 
