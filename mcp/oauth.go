@@ -72,7 +72,8 @@ type OAuthServerOptions struct {
 	// grant, from its last refresh (30 days); RequestTTL of an
 	// authorization request, the time the operator has to approve it
 	// (10 min); CodeTTL of an authorization code (1 min); ClientTTL of a
-	// registered client (90 days: then it registers again).
+	// registered client from its first grant (90 days: then it registers
+	// again; one never granted lives an hour).
 	AccessTTL, RefreshTTL, RequestTTL, CodeTTL, ClientTTL time.Duration
 	// MaxClients caps the registered clients (1000); Registrations and
 	// RegistrationBurst bound their rate per replica (1 a second, 20 at

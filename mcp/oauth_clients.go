@@ -35,7 +35,10 @@ type oauthClient struct {
 	URI          string    `json:"client_uri,omitempty"`
 	RedirectURIs []string  `json:"redirect_uris"`
 	Registered   time.Time `json:"registered,omitzero"`
-	Document     bool      `json:"-"` // a Client ID Metadata Document's
+	// Granted is when a registered client was first granted: until then
+	// it lives only unusedClientTTL, then ClientTTL.
+	Granted  time.Time `json:"granted,omitzero"`
+	Document bool      `json:"-"` // a Client ID Metadata Document's
 }
 
 // errUnknownClient: no registered client has the id, or its metadata
@@ -54,11 +57,14 @@ const unknownClientDesc = "unknown client: its registration expired or was revok
 	"or its metadata document could not be fetched or is invalid"
 
 // maxRedirectURIs bounds a client's redirect URIs; maxClientName its
-// name's length.
+// name's length. unusedClientTTL is the life of a registered client
+// never granted (a sign-in takes minutes): registrations nobody uses
+// cannot hold the cap (MaxClients) for long.
 const (
 	maxRedirectURIs = 10
 	maxClientName   = 100
 	maxRegisterBody = 16 << 10
+	unusedClientTTL = time.Hour
 )
 
 // client returns the client id names: a metadata document's when id is
@@ -85,7 +91,46 @@ func (s *OAuthServer) client(ctx context.Context, id string) (*oauthClient, erro
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("client %s: %w", id, err)
 	}
+	if !s.clientLive(&c) { // its key's TTL is about to take it
+		return nil, fmt.Errorf("%w: %s was registered but never used, and expired: register again", errUnknownClient, id)
+	}
 	return &c, nil
+}
+
+// unusedTTL is the life of a registered client never granted.
+func (s *OAuthServer) unusedTTL() time.Duration { return min(unusedClientTTL, s.o.ClientTTL) }
+
+// clientLive reports whether a registered client counts: granted once,
+// or registered within unusedTTL.
+func (s *OAuthServer) clientLive(c *oauthClient) bool {
+	return !c.Granted.IsZero() || s.o.Now().Sub(c.Registered) < s.unusedTTL()
+}
+
+// keepClient makes a registered client, granted for the first time, live
+// ClientTTL rather than unusedTTL. When it cannot, the client expires
+// early and its host registers again.
+func (s *OAuthServer) keepClient(ctx context.Context, id string) {
+	for range 3 {
+		b, rev, err := s.o.Store.Get(ctx, bus.OAuthClient, id)
+		if err != nil {
+			s.log.Warn("oauth: keep client", "client_id", id, "err", err)
+			return
+		}
+		var c oauthClient
+		if err := json.Unmarshal(b, &c); err != nil || !c.Granted.IsZero() {
+			return
+		}
+		c.Granted = s.o.Now().UTC().Truncate(time.Second)
+		b, _ = json.Marshal(&c)
+		_, err = s.o.Store.Update(ctx, bus.OAuthClient, id, b, rev, s.o.ClientTTL)
+		if errors.Is(err, bus.ErrOAuthChanged) {
+			continue
+		}
+		if err != nil {
+			s.log.Warn("oauth: keep client", "client_id", id, "err", err)
+		}
+		return
+	}
 }
 
 // serveRegister is RFC 7591 registration, for hosts that do not use
@@ -123,15 +168,22 @@ func (s *OAuthServer) serveRegister(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusServiceUnavailable, oauthTemporarilyDown, "the client registry is unavailable; try again")
 		return
 	}
-	if len(all) >= s.o.MaxClients {
+	live := 0
+	for _, b := range all {
+		var c oauthClient
+		if json.Unmarshal(b, &c) == nil && s.clientLive(&c) {
+			live++
+		}
+	}
+	if live >= s.o.MaxClients {
 		oauthError(w, http.StatusForbidden, oauthAccessDenied, fmt.Sprintf(
-			"this okso has %d registered clients, its cap; its operator may remove some (okso oauth revoke --client ID)", len(all)))
+			"this okso has %d registered clients, its cap; its operator may remove some (okso oauth revoke --client ID)", live))
 		return
 	}
 	c.ID = "c" + strings.ToLower(rand.Text())
 	c.Registered = s.o.Now().UTC().Truncate(time.Second)
 	b, _ := json.Marshal(c)
-	if _, err := s.o.Store.Create(ctx, bus.OAuthClient, c.ID, b, s.o.ClientTTL); err != nil {
+	if _, err := s.o.Store.Create(ctx, bus.OAuthClient, c.ID, b, s.unusedTTL()); err != nil {
 		s.log.Error("oauth: register client", "err", err)
 		oauthError(w, http.StatusServiceUnavailable, oauthTemporarilyDown, "the client registry is unavailable; try again")
 		return

@@ -193,3 +193,41 @@ func TestOAuthAuthorizeJunkSparesSignIns(t *testing.T) {
 		t.Errorf("sign-in after %d junk requests: %s, want the page", requestBurst+5, resp.Status)
 	}
 }
+
+// TestOAuthUnusedClientsFreeTheCap: registered clients never granted
+// count against MaxClients only unusedClientTTL, so junk registrations
+// cannot lock new clients out for ClientTTL; a client granted once
+// lives on past that.
+func TestOAuthUnusedClientsFreeTheCap(t *testing.T) {
+	clk := &clock{t: time.Now()}
+	rs, base := startAS(t, 1, clk)
+	s := rs[0].s
+	st, tok := signInAS(t, rs[0], rs[0], base, nil, nil)
+	if st != http.StatusOK {
+		t.Fatalf("sign in: %d %v", st, tok)
+	}
+	s.o.MaxClients = 10
+	reg := func() int {
+		resp, err := http.Post(rs[0].url+OAuthRegisterPath, "application/json", strings.NewReader(`{"redirect_uris":["http://127.0.0.1/cb"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range s.o.MaxClients - 1 { // the junk: never used
+		if c := reg(); c != http.StatusCreated {
+			t.Fatalf("junk registration: %d", c)
+		}
+	}
+	if c := reg(); c != http.StatusForbidden {
+		t.Fatalf("registration over the cap: %d, want 403", c)
+	}
+	clk.add(unusedClientTTL)
+	if c := reg(); c != http.StatusCreated {
+		t.Errorf("registration once the junk is %v old: %d, want 201", unusedClientTTL, c)
+	}
+	if st, out := refreshAS(t, rs[0], base, tok["client_id"].(string), tok["refresh_token"].(string)); st != http.StatusOK {
+		t.Errorf("the granted client's refresh after %v: %d %v", unusedClientTTL, st, out)
+	}
+}

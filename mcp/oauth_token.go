@@ -200,6 +200,9 @@ func (s *OAuthServer) redeemCode(ctx context.Context, c *oauthClient, code, redi
 		s.log.Error("oauth: keep grant", "err", err)
 		return nil, errUnavailable
 	}
+	if !c.Document && c.Granted.IsZero() {
+		s.keepClient(ctx, c.ID)
+	}
 	s.log.Info("oauth grant issued", "client_id", c.ID, "grant", g.ID, "tenant", g.Tenant, "scope", g.Scope)
 	s.audit(bus.DecisionAllowed, auditGrant, g.Tenant, c.ID, g.ID, g.Access[len(g.Access)-1].JTI)
 	return resp, nil
