@@ -379,9 +379,27 @@ func newCIMDFetcher(o CIMDOptions) *cimdFetcher {
 }
 
 // publicAddr reports whether a may be dialled for a metadata document.
+// An IPv6 address that carries an IPv4 one is judged by it where the
+// embedding is fixed (NAT64's well-known prefix, 6to4) and refused where
+// it is not or is obsolete (local-use NAT64, Teredo, IPv4-compatible):
+// through a translator they reach 10.0.0.5 or 169.254.169.254 too.
 func publicAddr(a netip.Addr, allowLoopback bool) bool {
+	a = a.Unmap()
 	if allowLoopback && a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
 		return true
+	}
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case netip.MustParsePrefix("64:ff9b::/96").Contains(a): // RFC 6052
+			return publicAddr(netip.AddrFrom4([4]byte(b[12:16])), false)
+		case netip.MustParsePrefix("2002::/16").Contains(a): // 6to4, RFC 3056
+			return publicAddr(netip.AddrFrom4([4]byte(b[2:6])), false)
+		case netip.MustParsePrefix("64:ff9b:1::/48").Contains(a), // RFC 8215
+			netip.MustParsePrefix("2001::/32").Contains(a), // Teredo, RFC 4380
+			netip.MustParsePrefix("::/96").Contains(a):     // IPv4-compatible, RFC 4291
+			return false
+		}
 	}
 	cgnat := netip.MustParsePrefix("100.64.0.0/10")
 	return a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&

@@ -81,6 +81,16 @@ func TestPublicAddr(t *testing.T) {
 		{"fe80::1", false, false},
 		{"fd00::1", false, false},
 		{"224.0.0.1", false, false},
+		// IPv4 inside IPv6: judged by the IPv4 address, or refused.
+		{"::ffff:10.0.0.5", false, false},
+		{"64:ff9b::a9fe:a9fe", false, false}, // NAT64 of 169.254.169.254
+		{"64:ff9b::a00:5", false, false},
+		{"64:ff9b::5db8:d822", true, true}, // NAT64 of 93.184.216.34
+		{"64:ff9b:1::a00:5", false, false},
+		{"2002:a9fe:a9fe::1", false, false}, // 6to4
+		{"2002:5db8:d822::1", true, true},
+		{"::a00:5", false, false},             // IPv4-compatible
+		{"2001:0:a9fe:a9fe::1", false, false}, // Teredo
 	} {
 		a := netip.MustParseAddr(tc.addr)
 		if got := publicAddr(a, false); got != tc.want {
