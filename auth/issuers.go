@@ -21,6 +21,11 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// OAuthServerName is the name okso's own authorization server (package
+// mcp) puts before its subjects, oauth:<client_id>:<grant_id>: no
+// external issuer may take it, or its users' subjects could be a grant's.
+const OAuthServerName = "oauth"
+
 // IssuerConfig is one trusted external issuer of agent tokens: the user's
 // identity provider (Keycloak, Entra ID, Okta, ...), whose access tokens
 // the gateway accepts beside okso's own.
@@ -131,6 +136,9 @@ func NewIssuers(ctx context.Context, cfgs []IssuerConfig, o IssuersOptions) (*Is
 		}
 	}()
 	for _, c := range cfgs {
+		if c.Name == OAuthServerName {
+			return nil, fmt.Errorf("issuer %s: the name is okso's own authorization server's", c.Name)
+		}
 		if c.Issuer == Issuer {
 			return nil, fmt.Errorf("issuer %s: %q is okso's own issuer", c.Name, c.Issuer)
 		}

@@ -390,12 +390,14 @@ func (s *OAuthServer) forget(grant string) {
 }
 
 // Subject is the sub of the access tokens of a grant.
-func oauthSubject(clientID, grant string) string { return "oauth:" + clientID + ":" + grant }
+func oauthSubject(clientID, grant string) string {
+	return auth.OAuthServerName + ":" + clientID + ":" + grant
+}
 
 // subjectGrant splits an access token's subject into client id and
 // grant id (the client id may hold colons: a URL).
 func subjectGrant(sub string) (client, grant string, ok bool) {
-	rest, ok := strings.CutPrefix(sub, "oauth:")
+	rest, ok := strings.CutPrefix(sub, auth.OAuthServerName+":")
 	if !ok {
 		return "", "", false
 	}

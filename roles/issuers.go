@@ -160,6 +160,11 @@ func describeIssuers(root *yaml.Node, doc any, e *jsonschema.ValidationError) (f
 			return at, loc, "missing; what this issuer's tokens for okso carry in aud"
 		}
 		return at, loc, "missing"
+	case *kind.Not:
+		if last == "name" {
+			return loc, loc, shown() + " is reserved: okso's own authorization server's subjects are oauth:<client>:<grant>"
+		}
+		return loc, loc, "not allowed here"
 	case *kind.FalseSchema:
 		return loc, loc, "not with tenant: the tenant is either fixed or read from a claim"
 	case *kind.Enum:

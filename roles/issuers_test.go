@@ -65,6 +65,8 @@ func TestParseIssuersErrors(t *testing.T) {
 			`f.yaml:6: issuers[1].name: "kc" is already the name of issuers[0]`},
 		{"same issuer", head + "    tenant: acme\n  - name: kc2\n    issuer: https://sso.example.com\n    audience: okso\n    tenant: acme\n",
 			`f.yaml:7: issuers[1].issuer: already the issuer of issuers[0]`},
+		{"reserved name", "issuers:\n  - name: oauth\n    issuer: https://sso.example.com\n    audience: okso\n    tenant: acme\n",
+			`f.yaml:2: issuers[0].name: "oauth" is reserved: okso's own authorization server's subjects are oauth:<client>:<grant>`},
 		{"duplicate key", head + "    tenant: acme\n    tenant: globex\n", "f.yaml:6: issuers[0].tenant: given twice, first at line 5"},
 		{"loopback http", "issuers:\n  - name: dev\n    issuer: http://127.0.0.1:8080\n    audience: okso\n    tenant: demo\n    tenant: demo\n",
 			"f.yaml:6: issuers[0].tenant: given twice, first at line 5"},

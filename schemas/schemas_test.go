@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
 	"github.com/okso-io/okso/schemas"
 )
@@ -135,6 +136,9 @@ func keywords(e *jsonschema.ValidationError) []string {
 	var out []string
 	if p := e.ErrorKind.KeywordPath(); len(p) > 0 {
 		out = append(out, p[len(p)-1])
+	}
+	if _, ok := e.ErrorKind.(*kind.Not); ok { // its KeywordPath is empty
+		out = append(out, "not")
 	}
 	for _, c := range e.Causes {
 		out = append(out, keywords(c)...)
