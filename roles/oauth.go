@@ -90,30 +90,17 @@ func oauthCmd(stdout io.Writer) *cobra.Command {
 		if natsURL == "" {
 			return errors.New("--nats-url is required: the NATS of the gateways")
 		}
-		_, nc, err := adminConn(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec}, "okso-oauth")
+		ctx, nc, because, done, err := adminSession(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec},
+			"okso-oauth", "decide sign-ins")
 		if err != nil {
 			return err
 		}
-		defer nc.Close()
-		ctx, cancel := context.WithTimeout(contextOf(cmd), 10*time.Second)
-		defer cancel()
-		ctx, denied := context.WithCancelCause(ctx)
-		defer denied(nil)
-		// A credential that may not write the decisions is refused
-		// asynchronously; the write would otherwise wait out ctx.
-		nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				denied(fmt.Errorf("%w: only the admin's NATS credential may (okso nats creds --role admin)", err))
-			}
-		})
+		defer done()
 		st, err := bus.OpenOAuth(ctx, nc, bus.OAuthOptions{BindOnly: true})
 		if err == nil {
 			err = do(ctx, nc, st)
 		}
-		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, context.Canceled) {
-			return cause
-		}
-		return err
+		return because(err)
 	}
 	userCode := func(s string) (string, error) {
 		code, ok := mcp.NormalizeUserCode(s)

@@ -636,28 +636,12 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 			default:
 				return errors.New("give a token id (jti) or --token, one of them")
 			}
-			_, nc, err := adminConn(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec}, "okso-token-revoke")
+			ctx, nc, because, done, err := adminSession(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec},
+				"okso-token-revoke", "revoke")
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			ctx, cancel := context.WithTimeout(contextOf(cmd), 10*time.Second)
-			defer cancel()
-			ctx, denied := context.WithCancelCause(ctx)
-			defer denied(nil)
-			// A credential that may not write the revocations is refused
-			// asynchronously; the write would otherwise wait out ctx.
-			nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				if errors.Is(err, nats.ErrPermissionViolation) {
-					denied(fmt.Errorf("%w: only the admin's NATS credential may revoke (okso nats creds --role admin)", err))
-				}
-			})
-			because := func(err error) error {
-				if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.DeadlineExceeded) {
-					return cause
-				}
-				return err
-			}
+			defer done()
 			revs, err := bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: 1})
 			if err != nil {
 				return because(err)
@@ -676,6 +660,34 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 	addNATSClientFlags(fs, &sec)
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
 	return cmd
+}
+
+// adminSession connects as the admin for one short task (10 s): ctx ends
+// at once, rather than at the deadline, when NATS refuses a write for
+// want of the admin's permission (it says so asynchronously), and
+// because turns the task's error into that refusal, saying what only the
+// admin may do. done closes the connection.
+func adminSession(parent context.Context, cfg natsConfig, name, what string) (
+	ctx context.Context, nc *nats.Conn, because func(error) error, done func(), err error) {
+	_, nc, err = adminConn(parent, cfg, name)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(parent, 10*time.Second)
+	ctx, denied := context.WithCancelCause(ctx)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			denied(fmt.Errorf("%w: only the admin's NATS credential may %s (okso nats creds --role admin)", err, what))
+		}
+	})
+	because = func(err error) error {
+		if cause := context.Cause(ctx); err != nil && cause != nil &&
+			!errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return err
+	}
+	return ctx, nc, because, func() { denied(nil); cancel(); nc.Close() }, nil
 }
 
 // validity says how long a token is valid, in days when it is whole days.
