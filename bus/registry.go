@@ -58,6 +58,10 @@ func (n *Node) Capability(capID string) (schemas.Capability, bool) {
 	return schemas.Capability{}, false
 }
 
+// DefaultOfflineRetention is how long the registry keeps the record of a
+// node that left, unless told otherwise.
+const DefaultOfflineRetention = 24 * time.Hour
+
 // RegistryOptions configures the registry bucket. The zero value keeps it in
 // memory, on one replica, with a 15 s lease and offline records kept 24 h.
 type RegistryOptions struct {
@@ -91,7 +95,7 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 		return nil, fmt.Errorf("registry lease %v: NATS message TTLs count whole seconds, use at least 1s", opts.TTL)
 	}
 	if opts.OfflineRetention <= 0 {
-		opts.OfflineRetention = 24 * time.Hour
+		opts.OfflineRetention = DefaultOfflineRetention
 	}
 	if opts.OfflineRetention < time.Second {
 		return nil, fmt.Errorf("offline retention %v: NATS message TTLs count whole seconds, use at least 1s", opts.OfflineRetention)

@@ -227,3 +227,24 @@ func TestPresenceReplacedSession(t *testing.T) {
 		t.Errorf("call of the node's new session: %s, want success", code)
 	}
 }
+
+// TestPresenceRetention: a node that left is remembered --offline-retention,
+// then forgotten like a node never seen, by every gateway.
+func TestPresenceRetention(t *testing.T) {
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tier.OfflineRetention = time.Second })
+	id, stop := f.connectDevice(DefaultTenant, nil)
+	stop()
+	gw := f.a.gw.gw
+	waitGateway(t, gw, "the node offline", func() bool { return gw.NodeOffline(id) })
+	s := f.client(f.token(auth.MintOptions{}), "")
+	if code := callCode(t, s, echoName(id)); code != schemas.CodeNodeOffline {
+		t.Errorf("call of the node that left: %q, want E_NODE_OFFLINE", code)
+	}
+	waitGateway(t, gw, "the offline node forgotten", func() bool { return !gw.NodeOffline(id) })
+	if reg := f.record(id); reg != nil {
+		t.Errorf("registry record %+v after the offline retention, want none", reg)
+	}
+	if code := callCode(t, s, echoName(id)); code != schemas.CodeToolNotFound {
+		t.Errorf("call of the node forgotten: %q, want E_TOOL_NOT_FOUND", code)
+	}
+}
