@@ -352,7 +352,7 @@ func (g *Gateway) list(rec *bus.Node) {
 	old := g.nodes[rec.NodeID]
 	g.mu.RUnlock()
 	if !current {
-		return // superseded while probing
+		return // superseded, or left, while probing
 	}
 	entries := g.project(rec)
 	g.cat.put(nodeKey(rec.NodeID), rec.Tenant, entries)
@@ -363,7 +363,12 @@ func (g *Gateway) list(rec *bus.Node) {
 	// lists its tools (put returns then).
 	g.mu.Lock()
 	delete(g.pending, rec.NodeID) // still pending until now: a refresh meanwhile starts no probe
-	delete(g.offline, rec.NodeID)
+	// The node's earlier session that left is forgotten; this session's
+	// own offline record, if it came meanwhile (left waits for listMu to
+	// unlist it), is kept.
+	if o := g.offline[rec.NodeID]; o != nil && o.SessionID != rec.SessionID {
+		delete(g.offline, rec.NodeID)
+	}
 	listed := *rec
 	g.nodes[rec.NodeID] = &listed
 	g.mu.Unlock()
