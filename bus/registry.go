@@ -155,6 +155,27 @@ func (r *Registry) Claim(ctx context.Context, n Node) (*Lease, error) {
 	return l, nil
 }
 
+// Reclaim writes n's record, online, with a TTL, only if the node has no
+// record (none yet, or it was removed, or its lease or offline retention
+// ran out): a session whose record lapsed (NATS was away longer than the
+// lease) takes it again without overwriting a session that claimed the
+// node meanwhile. It returns ErrLeaseLost when the node has a record.
+func (r *Registry) Reclaim(ctx context.Context, n Node) (*Lease, error) {
+	n.State, n.LastSeen = StateOnline, time.Time{}
+	data, err := json.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := r.kv.Create(ctx, n.NodeID, data, jetstream.KeyTTL(r.ttl))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reclaim node %s: %w", n.NodeID, err)
+	}
+	return &Lease{r: r, key: n.NodeID, node: n, rev: rev}, nil
+}
+
 func (l *Lease) subject() string { return "$KV." + BucketNodes + "." + l.key }
 
 // Refresh extends the lease, only if the record is still the one it wrote.

@@ -650,3 +650,48 @@ func TestRegistryOfflineRetention(t *testing.T) {
 		t.Fatalf("event %+v, want the offline record's expiry", e)
 	}
 }
+
+// TestRegistryReclaim: a session takes its node's record again only while
+// the node has none; a session that claimed the node meanwhile keeps it.
+func TestRegistryReclaim(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNode("s1")
+	claim(t, r, n)
+	if _, err := r.Reclaim(ctx(t), n); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("Reclaim over a record: %v, want ErrLeaseLost", err)
+	}
+	// The record goes (as when its lease lapses): the session takes it again.
+	if err := kv.Purge(ctx(t), n.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	l, err := r.Reclaim(ctx(t), n)
+	if err != nil {
+		t.Fatalf("Reclaim of a node with no record: %v", err)
+	}
+	if err := l.Refresh(ctx(t)); err != nil {
+		t.Fatalf("Refresh of a reclaimed lease: %v", err)
+	}
+	// It goes again, and a newer session claims the node before the old
+	// one tries: the old one does not overwrite it.
+	if err := kv.Purge(ctx(t), n.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	newer := n
+	newer.SessionID = "s2"
+	claim(t, r, newer)
+	if _, err := r.Reclaim(ctx(t), n); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("Reclaim over a newer session: %v, want ErrLeaseLost", err)
+	}
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got == nil || got.SessionID != "s2" {
+		t.Fatalf("Get: %+v, %v, want s2", got, err)
+	}
+}

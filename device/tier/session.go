@@ -693,20 +693,27 @@ func (k *keeper) onRefresh() {
 		// again.
 		// A record that is not an okso node is no owner: claim over it.
 		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
-		if errors.Is(gerr, bus.ErrBadRecord) {
+		bad := errors.Is(gerr, bus.ErrBadRecord)
+		if bad {
 			n, gerr = nil, nil
 		}
 		if gerr == nil && n != nil && n.SessionID != s.id {
 			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
 			return
 		}
-		if gerr != nil {
+		var l *bus.Lease
+		switch {
+		case gerr != nil:
 			s.t.log.Warn("read registry record", "node_id", s.nodeID, "err", gerr)
-		} else {
-			var l *bus.Lease
-			if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
-				k.lease = l
-			}
+		case n == nil && !bad:
+			// No record: take it again only if no session claimed the
+			// node since the read (the next refresh sees who did).
+			l, err = s.t.o.Registry.Reclaim(ctx, s.record())
+		default:
+			l, err = s.t.o.Registry.Claim(ctx, s.record())
+		}
+		if l != nil {
+			k.lease = l
 		}
 	}
 	if err != nil {
