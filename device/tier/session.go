@@ -688,24 +688,30 @@ func (k *keeper) onRefresh() {
 	}
 	err := k.lease.Refresh(ctx)
 	if errors.Is(err, bus.ErrLeaseLost) {
-		// Replaced only if another session holds the node; a record that
-		// expired (NATS was away longer than the lease) is simply claimed
-		// again.
+		// Replaced only if a newer session holds the node; a record that
+		// expired (NATS was away longer than the lease) is claimed again.
 		// A record that is not an okso node is no owner: claim over it.
 		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
-		bad := errors.Is(gerr, bus.ErrBadRecord)
-		if bad {
+		over := errors.Is(gerr, bus.ErrBadRecord) // claim over what is there
+		if over {
 			n, gerr = nil, nil
 		}
-		if gerr == nil && n != nil && n.SessionID != s.id {
+		// Session ids are ULIDs: the greater is the newer. An older
+		// session's record written after this one's (their claims
+		// crossed) is no owner: that session leaves with 4409 on this
+		// one's takeover, writing nothing, and this one claims over it.
+		if gerr == nil && n != nil && n.SessionID > s.id {
 			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
 			return
+		}
+		if gerr == nil && n != nil && n.SessionID != s.id {
+			over = true
 		}
 		var l *bus.Lease
 		switch {
 		case gerr != nil:
 			s.t.log.Warn("read registry record", "node_id", s.nodeID, "err", gerr)
-		case n == nil && !bad:
+		case n == nil && !over:
 			// No record: take it again only if no session claimed the
 			// node since the read (the next refresh sees who did).
 			l, err = s.t.o.Registry.Reclaim(ctx, s.record())
