@@ -38,7 +38,8 @@ type BindingsOptions struct {
 	Memory bool
 	// Registry, when set, decides for a node id that has no binding yet: a
 	// live record of another tenant (written before bindings existed, or
-	// by a tier that does not keep them) refuses it like a binding would.
+	// by a tier that does not keep them) refuses it like a binding would;
+	// the offline record of a node that left does not.
 	Registry *Registry
 	// BindOnly: the bucket must exist; it is neither created nor changed
 	// (a role's NATS credential may do neither).
@@ -125,7 +126,7 @@ func (b *Bindings) Bind(ctx context.Context, nodeID, tenant string) (owner strin
 				if err != nil && !errors.Is(err, ErrBadRecord) {
 					return "", fmt.Errorf("bind node %s: %w", nodeID, err)
 				}
-				if n != nil && n.Tenant != tenant {
+				if n != nil && !n.Offline() && n.Tenant != tenant {
 					return n.Tenant, ErrOtherTenant
 				}
 			}

@@ -30,7 +30,23 @@ type Node struct {
 	// empty, so that readers older than them see the record they know.
 	Name   string            `json:"name,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// State is StateOnline (or empty, as older tiers write it) while a
+	// session holds the node, StateOffline once it left cleanly. An
+	// offline record is kept the registry's offline retention, so that
+	// every reader tells a node that left from one never seen.
+	State string `json:"state,omitempty"`
+	// LastSeen is when the node's session ended; zero while online.
+	LastSeen time.Time `json:"last_seen,omitzero"`
 }
+
+// The states of a node's record.
+const (
+	StateOnline  = "online"
+	StateOffline = "offline"
+)
+
+// Offline reports whether the record is of a node that left.
+func (n *Node) Offline() bool { return n.State == StateOffline }
 
 // Capability returns the node's capability with the given cap_id.
 func (n *Node) Capability(capID string) (schemas.Capability, bool) {
@@ -42,13 +58,20 @@ func (n *Node) Capability(capID string) (schemas.Capability, bool) {
 	return schemas.Capability{}, false
 }
 
+// DefaultOfflineRetention is how long the registry keeps the record of a
+// node that left, unless told otherwise.
+const DefaultOfflineRetention = 24 * time.Hour
+
 // RegistryOptions configures the registry bucket. The zero value keeps it in
-// memory, on one replica, with a 15 s lease.
+// memory, on one replica, with a 15 s lease and offline records kept 24 h.
 type RegistryOptions struct {
 	// TTL is how long a record outlives the last refresh of its lease.
-	TTL      time.Duration
-	Replicas int
-	File     bool // file storage instead of memory
+	TTL time.Duration
+	// OfflineRetention is how long the record of a node that left is
+	// kept (okso's --offline-retention).
+	OfflineRetention time.Duration
+	Replicas         int
+	File             bool // file storage instead of memory
 	// BindOnly: the bucket must exist; it is neither created nor changed
 	// (a role's NATS credential may do neither).
 	BindOnly bool
@@ -56,9 +79,10 @@ type RegistryOptions struct {
 
 // Registry is the node registry (KV okso_nodes). It is safe for concurrent use.
 type Registry struct {
-	js  jetstream.JetStream
-	kv  jetstream.KeyValue
-	ttl time.Duration
+	js        jetstream.JetStream
+	kv        jetstream.KeyValue
+	ttl       time.Duration
+	retention time.Duration
 }
 
 // OpenRegistry binds to the registry bucket, creating it when it does
@@ -69,6 +93,12 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	}
 	if opts.TTL < time.Second {
 		return nil, fmt.Errorf("registry lease %v: NATS message TTLs count whole seconds, use at least 1s", opts.TTL)
+	}
+	if opts.OfflineRetention <= 0 {
+		opts.OfflineRetention = DefaultOfflineRetention
+	}
+	if opts.OfflineRetention < time.Second {
+		return nil, fmt.Errorf("offline retention %v: NATS message TTLs count whole seconds, use at least 1s", opts.OfflineRetention)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -85,7 +115,7 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{js: js, kv: kv, ttl: opts.TTL}, nil
+	return &Registry{js: js, kv: kv, ttl: opts.TTL, retention: opts.OfflineRetention}, nil
 }
 
 // TTL returns the lease duration; a holder refreshes well within it.
@@ -105,10 +135,13 @@ type Lease struct {
 	// are the session's own.
 	node Node
 	rev  uint64
+	left bool // Leave wrote the node offline: nothing is left to hold
 }
 
-// Claim writes n's record with a TTL, replacing any record of the node.
+// Claim writes n's record, online, with a TTL, replacing any record of the
+// node.
 func (r *Registry) Claim(ctx context.Context, n Node) (*Lease, error) {
+	n.State, n.LastSeen = StateOnline, time.Time{}
 	data, err := json.Marshal(n)
 	if err != nil {
 		return nil, err
@@ -122,10 +155,34 @@ func (r *Registry) Claim(ctx context.Context, n Node) (*Lease, error) {
 	return l, nil
 }
 
+// Reclaim writes n's record, online, with a TTL, only if the node has no
+// record (none yet, or it was removed, or its lease or offline retention
+// ran out): a session whose record lapsed (NATS was away longer than the
+// lease) takes it again without overwriting a session that claimed the
+// node meanwhile. It returns ErrLeaseLost when the node has a record.
+func (r *Registry) Reclaim(ctx context.Context, n Node) (*Lease, error) {
+	n.State, n.LastSeen = StateOnline, time.Time{}
+	data, err := json.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := r.kv.Create(ctx, n.NodeID, data, jetstream.KeyTTL(r.ttl))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reclaim node %s: %w", n.NodeID, err)
+	}
+	return &Lease{r: r, key: n.NodeID, node: n, rev: rev}, nil
+}
+
 func (l *Lease) subject() string { return "$KV." + BucketNodes + "." + l.key }
 
 // Refresh extends the lease, only if the record is still the one it wrote.
 func (l *Lease) Refresh(ctx context.Context) error {
+	if l.left {
+		return ErrLeaseLost
+	}
 	data, err := json.Marshal(l.node)
 	if err != nil {
 		return err
@@ -145,6 +202,9 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // Release removes the record, only if it is still the one this lease wrote:
 // a newer session's record is never removed.
 func (l *Lease) Release(ctx context.Context) error {
+	if l.left {
+		return nil
+	}
 	err := l.r.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev), jetstream.PurgeTTL(l.r.ttl))
 	if err != nil {
 		if wrongSequence(err) {
@@ -155,12 +215,36 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
+// Leave marks the record offline as of lastSeen, kept the registry's
+// offline retention, only if it is still the one this lease wrote: a
+// newer session's record is never overwritten, whether the newer session
+// wrote before or after this one ended. The lease ends with it.
+func (l *Lease) Leave(ctx context.Context, lastSeen time.Time) error {
+	n := l.node
+	n.State, n.LastSeen = StateOffline, lastSeen.UTC()
+	data, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	_, err = l.r.js.Publish(ctx, l.subject(), data,
+		jetstream.WithMsgTTL(l.r.retention), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	if err != nil {
+		if wrongSequence(err) {
+			return nil // a newer record, or none: not ours to mark
+		}
+		return fmt.Errorf("mark node %s offline: %w", l.key, err)
+	}
+	l.left = true
+	return nil
+}
+
 // ErrBadRecord is returned, wrapped, by [Registry.Get] for a record that
 // is no node okso wrote: it does not decode as a node of its key's id.
 // [Registry.Watch] skips such records, and [Registry.Claim] replaces one.
 var ErrBadRecord = errors.New("registry record is not an okso node")
 
-// Get returns the live record of a node, or nil when there is none.
+// Get returns the record of a node, online or offline, or nil when there
+// is none.
 func (r *Registry) Get(ctx context.Context, nodeID string) (*Node, error) {
 	e, err := r.kv.Get(ctx, nodeID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {

@@ -132,6 +132,7 @@ func newNode(session string) bus.Node {
 		NodeID:    strings.ToLower(ulid.Make().String()),
 		Tenant:    "acme",
 		SessionID: session,
+		State:     bus.StateOnline, // as Claim writes it
 		Tier:      "tier-1",
 		Agent:     schemas.Agent{Name: "okso-mock", Version: "0.1.0"},
 		Capabilities: []schemas.Capability{{
@@ -565,5 +566,132 @@ func TestRegistryGet(t *testing.T) {
 		if got, err := r.Get(ctx(t), key); got != nil || !errors.Is(err, bus.ErrBadRecord) {
 			t.Errorf("Get of %s, stored %s = %v, %v; want ErrBadRecord", key, val, got, err)
 		}
+	}
+}
+
+// TestRegistryLeave: a session that ends marks its node offline rather
+// than removing it, for every watcher and for a watch that starts later;
+// a session that a newer one replaced writes nothing, whether it ends
+// before the newer one claims or after.
+func TestRegistryLeave(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	w := watch(t, r)
+	w.waitReady(t)
+
+	n := newNode("s1")
+	l1 := claim(t, r, n)
+	sameNode(t, w.next(t).Node, n)
+	left := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	if err := l1.Leave(ctx(t), left); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	offline := n
+	offline.State, offline.LastSeen = bus.StateOffline, left
+	e := w.next(t)
+	if e.NodeID != n.NodeID || e.Expired {
+		t.Fatalf("event after Leave %+v, want the offline record", e)
+	}
+	sameNode(t, e.Node, offline)
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got == nil || !got.Offline() {
+		t.Fatalf("Get after Leave: %+v, %v, want offline", got, err)
+	}
+	// A lease that left holds nothing.
+	if err := l1.Refresh(ctx(t)); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("Refresh after Leave: %v, want ErrLeaseLost", err)
+	}
+	if err := l1.Release(ctx(t)); err != nil {
+		t.Errorf("Release after Leave: %v", err)
+	}
+	// A watch that starts now (a gateway restarted) sees the node offline.
+	w2 := watch(t, r)
+	sameNode(t, w2.next(t).Node, offline)
+	w2.waitReady(t)
+
+	// The node comes back: online again, and a late Leave of the session
+	// that it replaced writes nothing.
+	n2 := n
+	n2.SessionID = "s2"
+	l2 := claim(t, r, n2)
+	sameNode(t, w.next(t).Node, n2)
+	n3 := n
+	n3.SessionID = "s3"
+	l3 := claim(t, r, n3)
+	sameNode(t, w.next(t).Node, n3)
+	if err := l2.Leave(ctx(t), time.Now()); err != nil {
+		t.Fatalf("Leave of a replaced session: %v", err)
+	}
+	if err := l3.Refresh(ctx(t)); err != nil {
+		t.Fatalf("newer lease Refresh after the replaced session's Leave: %v", err)
+	}
+	sameNode(t, w.next(t).Node, n3) // the refresh: nothing came between
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got == nil || got.Offline() || got.SessionID != "s3" {
+		t.Fatalf("Get: %+v, %v, want s3 online", got, err)
+	}
+}
+
+// TestRegistryOfflineRetention: an offline record expires after the
+// offline retention, as a lapse.
+func TestRegistryOfflineRetention(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{OfflineRetention: time.Second})
+	w := watch(t, r)
+	w.waitReady(t)
+	n := newNode("s1")
+	l := claim(t, r, n)
+	w.next(t)
+	if err := l.Leave(ctx(t), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if e := w.next(t); e.Node == nil || !e.Node.Offline() {
+		t.Fatalf("event %+v, want offline", e)
+	}
+	if e := w.next(t); e.NodeID != n.NodeID || e.Node != nil || !e.Expired {
+		t.Fatalf("event %+v, want the offline record's expiry", e)
+	}
+}
+
+// TestRegistryReclaim: a session takes its node's record again only while
+// the node has none; a session that claimed the node meanwhile keeps it.
+func TestRegistryReclaim(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNode("s1")
+	claim(t, r, n)
+	if _, err := r.Reclaim(ctx(t), n); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("Reclaim over a record: %v, want ErrLeaseLost", err)
+	}
+	// The record goes (as when its lease lapses): the session takes it again.
+	if err := kv.Purge(ctx(t), n.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	l, err := r.Reclaim(ctx(t), n)
+	if err != nil {
+		t.Fatalf("Reclaim of a node with no record: %v", err)
+	}
+	if err := l.Refresh(ctx(t)); err != nil {
+		t.Fatalf("Refresh of a reclaimed lease: %v", err)
+	}
+	// It goes again, and a newer session claims the node before the old
+	// one tries: the old one does not overwrite it.
+	if err := kv.Purge(ctx(t), n.NodeID); err != nil {
+		t.Fatal(err)
+	}
+	newer := n
+	newer.SessionID = "s2"
+	claim(t, r, newer)
+	if _, err := r.Reclaim(ctx(t), n); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("Reclaim over a newer session: %v, want ErrLeaseLost", err)
+	}
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got == nil || got.SessionID != "s2" {
+		t.Fatalf("Get: %+v, %v, want s2", got, err)
 	}
 }

@@ -72,8 +72,9 @@ type callCtx struct {
 	start       time.Time
 	claims      *auth.Claims
 	name        string
-	entry       *entry // the tool, from the one lookup of the call; nil: none
-	elsewhere   string // no tool of the caller's tenant, but another tenant's: its canonical name
+	entry       *entry    // the tool, from the one lookup of the call; nil: none
+	elsewhere   string    // no tool of the caller's tenant, but another tenant's: its canonical name
+	offline     *bus.Node // no tool of anyone's, but of a node of the caller's tenant that left
 	requestID   string
 	traceparent string
 	ev          bus.AuditEvent
@@ -89,6 +90,9 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *call
 	if claims != nil {
 		c.ev.Tenant, c.ev.Subject, c.ev.JTI = claims.Tenant, claims.Subject, claims.ID
 		c.entry, c.elsewhere = g.cat.lookup(claims.Tenant, name)
+		if c.entry == nil && c.elsewhere == "" {
+			c.offline = g.offlineNode(claims.Tenant, name)
+		}
 	}
 	return c
 }
@@ -124,6 +128,10 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 	case e == nil && c.elsewhere != "":
 		c.ev.Tool = c.elsewhere // canonical, whichever name the caller used
 		return nil, c.fail(schemas.CodeSafetyDenied, "tool belongs to another tenant")
+	case e == nil && c.offline != nil:
+		c.ev.Tool, c.ev.NodeID = trimASCII(c.name, schemas.MaxToolName), c.offline.NodeID
+		return nil, c.fail(schemas.CodeNodeOffline,
+			"node is offline since "+c.offline.LastSeen.Format(time.RFC3339))
 	case e == nil:
 		c.ev.Tool = trimASCII(c.name, schemas.MaxToolName) // what the caller asked for, bounded
 		return nil, c.fail(schemas.CodeToolNotFound, "no such tool for this caller")

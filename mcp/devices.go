@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,6 +173,11 @@ func (g *Gateway) watch(ctx context.Context, ready func()) error {
 				ghosts = append(ghosts, id)
 			}
 		}
+		for id := range g.offline {
+			if !seen[id] {
+				ghosts = append(ghosts, id)
+			}
+		}
 		g.mu.RUnlock()
 		for _, id := range ghosts {
 			g.gone(id, reasonVanished)
@@ -185,6 +191,10 @@ func (g *Gateway) watch(ctx context.Context, ready func()) error {
 // subject answers from here: in a cluster, a subscription reaches the
 // other servers a little after the record does.
 func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
+	if ev.Node != nil && ev.Node.Offline() {
+		g.left(ev.Node)
+		return
+	}
 	g.mu.Lock()
 	old := g.nodes[ev.NodeID]
 	if ev.Node != nil {
@@ -229,8 +239,70 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 func (g *Gateway) gone(nodeID, why string) {
 	g.mu.Lock()
 	delete(g.pending, nodeID)
+	_, wasOffline := g.offline[nodeID]
+	delete(g.offline, nodeID)
 	g.mu.Unlock()
 	g.unlist(nodeID, why)
+	if wasOffline {
+		g.changed()
+	}
+}
+
+// left takes a node whose record says it left: its tools are unlisted,
+// and it is remembered as offline for its tenant's calls. A probe of its
+// session still running gives up (it is no longer pending).
+func (g *Gateway) left(rec *bus.Node) {
+	if !schemas.ValidTenant(rec.Tenant) {
+		g.gone(rec.NodeID, reasonDisconnect)
+		return
+	}
+	n := *rec
+	g.mu.Lock()
+	delete(g.pending, n.NodeID)
+	g.offline[n.NodeID] = &n
+	g.mu.Unlock()
+	g.unlist(n.NodeID, reasonDisconnect)
+	g.changed()
+}
+
+// offlineNode returns the node that left whose tool name names, if it is
+// of tenant: a call of it answers E_NODE_OFFLINE, not E_TOOL_NOT_FOUND.
+// name is a device tool's canonical name or its listed form (the node id
+// is its second segment either way); another tenant's node that left is
+// not told apart from one never seen.
+func (g *Gateway) offlineNode(tenant, name string) *bus.Node {
+	sep := "."
+	if !strings.Contains(name, sep) {
+		sep = "-"
+	}
+	parts := strings.SplitN(name, sep, 3)
+	if len(parts) != 3 {
+		return nil
+	}
+	g.mu.RLock()
+	n := g.offline[parts[1]]
+	g.mu.RUnlock()
+	if n == nil || n.Tenant != tenant {
+		return nil
+	}
+	tools, err := schemas.Project(n.NodeID, n.Capabilities)
+	if err != nil {
+		return nil
+	}
+	for _, t := range tools {
+		if t.Name == name || schemas.SafeToolName(t.Name) == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// NodeOffline reports whether the gateway knows the node as one that
+// left (and whose record the registry still keeps).
+func (g *Gateway) NodeOffline(nodeID string) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.offline[nodeID] != nil
 }
 
 // probe asks the node's subject until it answers, then lists the node;
@@ -280,7 +352,7 @@ func (g *Gateway) list(rec *bus.Node) {
 	old := g.nodes[rec.NodeID]
 	g.mu.RUnlock()
 	if !current {
-		return // superseded while probing
+		return // superseded, or left, while probing
 	}
 	entries := g.project(rec)
 	g.cat.put(nodeKey(rec.NodeID), rec.Tenant, entries)
@@ -291,6 +363,12 @@ func (g *Gateway) list(rec *bus.Node) {
 	// lists its tools (put returns then).
 	g.mu.Lock()
 	delete(g.pending, rec.NodeID) // still pending until now: a refresh meanwhile starts no probe
+	// The node's earlier session that left is forgotten; this session's
+	// own offline record, if it came meanwhile (left waits for listMu to
+	// unlist it), is kept.
+	if o := g.offline[rec.NodeID]; o != nil && o.SessionID != rec.SessionID {
+		delete(g.offline, rec.NodeID)
+	}
 	listed := *rec
 	g.nodes[rec.NodeID] = &listed
 	g.mu.Unlock()

@@ -115,12 +115,15 @@ type Gateway struct {
 
 	// The device source (devices.go): the nodes it lists, and those it
 	// probes before listing them.
-	listMu    sync.Mutex // orders listing and unlisting nodes
-	mu        sync.RWMutex
-	nodes     map[string]*bus.Node // listed, by node id
-	pending   map[string]string    // node id -> session id being probed before listing
-	changedCh chan struct{}        // closed and replaced on every change
-	probes    chan struct{}        // bounds concurrent probes
+	listMu  sync.Mutex // orders listing and unlisting nodes
+	mu      sync.RWMutex
+	nodes   map[string]*bus.Node // listed, by node id
+	pending map[string]string    // node id -> session id being probed before listing
+	// offline: the nodes that left, by node id, while the registry keeps
+	// their records; their tools answer E_NODE_OFFLINE to their tenant.
+	offline   map[string]*bus.Node
+	changedCh chan struct{} // closed and replaced on every change
+	probes    chan struct{} // bounds concurrent probes
 	probeWG   sync.WaitGroup
 	// initialProbes counts the probes of the first registry state: Ready
 	// waits for them.
@@ -199,6 +202,7 @@ func New(o Options) (*Gateway, error) {
 		nodes:     map[string]*bus.Node{},
 		changedCh: make(chan struct{}),
 		pending:   map[string]string{},
+		offline:   map[string]*bus.Node{},
 
 		remotes:       map[string]*listedRemote{},
 		remotesSynced: make(chan struct{}),

@@ -51,6 +51,9 @@ func openRegistry(ctx context.Context, log *slog.Logger, nc *nats.Conn, o bus.Re
 	if o.TTL != 0 && o.TTL < time.Second {
 		return nil, fmt.Errorf("--lease-ttl %v: at least 1s (NATS message TTLs count whole seconds)", o.TTL)
 	}
+	if o.OfflineRetention != 0 && o.OfflineRetention < time.Second {
+		return nil, fmt.Errorf("--offline-retention %v: at least 1s (NATS message TTLs count whole seconds)", o.OfflineRetention)
+	}
 	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Registry, error) {
 		return bus.OpenRegistry(ctx, nc, o)
 	})

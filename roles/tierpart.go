@@ -36,6 +36,7 @@ type tierConfig struct {
 	AuthTimeout       time.Duration
 	PingInterval      time.Duration
 	LeaseTTL          time.Duration
+	OfflineRetention  time.Duration
 	ConnRatePerIP     float64
 	ConnBurstPerIP    int
 	MaxSessions       int
@@ -106,7 +107,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}()
 	logAsyncErrors(c.log, nc)
 	logNATSLink(c.log.With("role", "device"), nc)
-	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, Replicas: np.replicas, BindOnly: np.bindOnly()})
+	reg, err := openRegistry(ctx, c.log, nc, bus.RegistryOptions{TTL: cfg.LeaseTTL, OfflineRetention: cfg.OfflineRetention, Replicas: np.replicas, BindOnly: np.bindOnly()})
 	if err != nil {
 		return nil, err
 	}

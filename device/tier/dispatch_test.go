@@ -70,7 +70,7 @@ func TestOfflineWhenCloseBegins(t *testing.T) {
 	events := tt.watch(t)
 	start := time.Now()
 	go func() { _ = tt.Tier.Shutdown(context.Background()) }()
-	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
 	// The handshake gives a silent peer 2 s; the record goes in
 	// milliseconds. Half that bound separates the two by far.
 	if d := time.Since(start); d > time.Second {

@@ -24,6 +24,28 @@ import (
 // instead of closing its device with 4409.
 func TestLeaseReclaimed(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
+	url := shortLeaseTier(t, tt)
+	events := tt.watch(t)
+	d := tt.runEchoAt(t, url)
+	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
+
+	if err := tt.KV.Purge(t.Context(), d.node); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
+	again := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
+	if again.Node.SessionID != first.Node.SessionID {
+		t.Errorf("record came back for session %s, want the same session %s", again.Node.SessionID, first.Node.SessionID)
+	}
+	// The device, written by hand, cannot reconnect: its echo through the
+	// one connection it has shows the session lived on.
+	tt.Echo(t, d.node)
+}
+
+// shortLeaseTier starts a second tier on tt's NATS whose registry lease is
+// 2 s (refreshed every 2/3 s), and returns its device URL.
+func shortLeaseTier(t *testing.T, tt *testTier) string {
+	t.Helper()
 	nc := tiertest.Connect(t, tt.Server, "short-lease-tier")
 	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: 2 * time.Second})
 	if err != nil {
@@ -48,20 +70,34 @@ func TestLeaseReclaimed(t *testing.T) {
 		}
 		hs.Close()
 	})
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + wire.Path
+}
+
+// TestOlderRecordReplaced: when the claims of two sessions of a node
+// cross (the older session's record written after the newer one's), the
+// newer session takes the record back at its next refresh rather than
+// leave with 4409 for an older session.
+func TestOlderRecordReplaced(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	url := shortLeaseTier(t, tt)
 	events := tt.watch(t)
-	d := tt.runEchoAt(t, "ws"+strings.TrimPrefix(hs.URL, "http")+wire.Path)
+	d := tt.runEchoAt(t, url)
 	first := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
 
-	if err := tt.KV.Purge(t.Context(), d.node); err != nil {
+	older := *first.Node
+	older.SessionID = "00000000000000000000000000" // before any ULID
+	if _, err := tt.Registry.Claim(t.Context(), older); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
-	again := waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil })
-	if again.Node.SessionID != first.Node.SessionID {
-		t.Errorf("record came back for session %s, want the same session %s", again.Node.SessionID, first.Node.SessionID)
+	waitEvent(t, events, func(e bus.Event) bool {
+		return e.NodeID == d.node && e.Node != nil && e.Node.SessionID == older.SessionID
+	})
+	again := waitEvent(t, events, func(e bus.Event) bool {
+		return e.NodeID == d.node && e.Node != nil && e.Node.SessionID != older.SessionID
+	})
+	if again.Node.SessionID != first.Node.SessionID || again.Node.Offline() {
+		t.Errorf("record came back as %+v, want session %s online", again.Node, first.Node.SessionID)
 	}
-	// The device, written by hand, cannot reconnect: its echo through the
-	// one connection it has shows the session lived on.
 	tt.Echo(t, d.node)
 }
 
@@ -130,8 +166,8 @@ func TestTakeoverAcrossTiers(t *testing.T) {
 	}
 	select {
 	case e := <-events:
-		if e.NodeID == node && e.Node == nil {
-			t.Error("the older session's cleanup removed the node")
+		if e.NodeID == node && (e.Node == nil || e.Node.Offline()) {
+			t.Errorf("the older session's cleanup took the node offline: %+v", e.Node)
 		}
 	default:
 	}

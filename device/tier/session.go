@@ -88,10 +88,13 @@ type session struct {
 	draining  bool
 	announced chan struct{} // closed once announce_ok is written: cmds may follow
 
-	mu          sync.Mutex
-	pending     map[string]*pendingCall
-	sub         *nats.Subscription // the node's cmd subject
-	detached    bool
+	mu       sync.Mutex
+	pending  map[string]*pendingCall
+	sub      *nats.Subscription // the node's cmd subject
+	detached bool
+	// replaced: the session closed with 4409; the newer session writes
+	// the node's record, this one no longer does.
+	replaced    bool
 	streams     map[string]*tierStream // by cmd msg_id
 	streamsByID map[string]string      // stream id -> cmd msg_id
 }
@@ -166,6 +169,7 @@ func (s *session) close(code int, errCode, reason string) {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		s.mu.Lock()
+		s.replaced = code == wire.CloseReplaced
 		onDone := s.onDone
 		s.mu.Unlock()
 		if onDone != nil {
@@ -684,25 +688,38 @@ func (k *keeper) onRefresh() {
 	}
 	err := k.lease.Refresh(ctx)
 	if errors.Is(err, bus.ErrLeaseLost) {
-		// Replaced only if another session holds the node; a record that
-		// expired (NATS was away longer than the lease) is simply claimed
-		// again.
+		// Replaced only if a newer session holds the node; a record that
+		// expired (NATS was away longer than the lease) is claimed again.
 		// A record that is not an okso node is no owner: claim over it.
 		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
-		if errors.Is(gerr, bus.ErrBadRecord) {
+		over := errors.Is(gerr, bus.ErrBadRecord) // claim over what is there
+		if over {
 			n, gerr = nil, nil
 		}
-		if gerr == nil && n != nil && n.SessionID != s.id {
+		// Session ids are ULIDs: the greater is the newer. An older
+		// session's record written after this one's (their claims
+		// crossed) is no owner: that session leaves with 4409 on this
+		// one's takeover, writing nothing, and this one claims over it.
+		if gerr == nil && n != nil && n.SessionID > s.id {
 			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
 			return
 		}
-		if gerr != nil {
+		if gerr == nil && n != nil && n.SessionID != s.id {
+			over = true
+		}
+		var l *bus.Lease
+		switch {
+		case gerr != nil:
 			s.t.log.Warn("read registry record", "node_id", s.nodeID, "err", gerr)
-		} else {
-			var l *bus.Lease
-			if l, err = s.t.o.Registry.Claim(ctx, s.record()); err == nil {
-				k.lease = l
-			}
+		case n == nil && !over:
+			// No record: take it again only if no session claimed the
+			// node since the read (the next refresh sees who did).
+			l, err = s.t.o.Registry.Reclaim(ctx, s.record())
+		default:
+			l, err = s.t.o.Registry.Claim(ctx, s.record())
+		}
+		if l != nil {
+			k.lease = l
 		}
 	}
 	if err != nil {
@@ -767,17 +784,26 @@ func (s *session) untilJetStream(ctx context.Context, op func(context.Context) e
 
 // releaseLease takes the node offline in the reverse order of announce:
 // first the session stops serving the node's subject (and NATS has the
-// unsubscribe), then the registry record goes. A caller who sees the record
-// disappear thus never reaches the dead session.
+// unsubscribe), then the registry record is marked offline, revision
+// checked. A caller who sees the record go offline thus never reaches the
+// dead session. A replaced session (4409) writes nothing: the newer
+// session may not have claimed the node yet, and a record marked offline
+// meanwhile would take a live node out of every gateway for a moment.
 func releaseLease(s *session, lease *bus.Lease) {
 	s.detach()
 	if err := s.t.o.NC.FlushTimeout(5 * time.Second); err != nil {
 		s.t.log.Warn("flush unsubscribe", "node_id", s.nodeID, "err", err)
 	}
+	s.mu.Lock()
+	replaced := s.replaced
+	s.mu.Unlock()
+	if replaced {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := lease.Release(ctx); err != nil {
-		s.t.log.Warn("release registry record", "node_id", s.nodeID, "err", err)
+	if err := lease.Leave(ctx, time.Now()); err != nil {
+		s.t.log.Warn("mark registry record offline", "node_id", s.nodeID, "err", err)
 	}
 }
 

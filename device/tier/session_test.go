@@ -567,9 +567,9 @@ func TestConnectionDroppedDuringCall(t *testing.T) {
 	})
 }
 
-// TestDisconnectRemovesNode checks that once a device is gone its registry
-// record is removed and its subject has no responder.
-func TestDisconnectRemovesNode(t *testing.T) {
+// TestDisconnectMarksNodeOffline checks that once a device is gone its
+// registry record is marked offline and its subject has no responder.
+func TestDisconnectMarksNodeOffline(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	d := tt.runEcho(t)
 	events := tt.watch(t)
@@ -578,7 +578,7 @@ func TestDisconnectRemovesNode(t *testing.T) {
 	}
 
 	d.leave(t)
-	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node == nil })
+	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, d.node) })
 	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool { return e.Decision == bus.DecisionDisconnect && e.NodeID == d.node })
 	if n := tt.Tier.Sessions(); n != 0 {
 		t.Errorf("tier has %d sessions after the device left, want 0", n)
@@ -590,7 +590,7 @@ func TestDisconnectRemovesNode(t *testing.T) {
 	}
 }
 
-// TestShutdown closes every session with 1001, removes their records and
+// TestShutdown closes every session with 1001, marks their records offline and
 // refuses new connections.
 func TestShutdown(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
@@ -610,7 +610,7 @@ func TestShutdown(t *testing.T) {
 	if n := tt.Tier.Sessions(); n != 0 {
 		t.Errorf("tier has %d sessions after Shutdown, want 0", n)
 	}
-	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
 
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -688,7 +688,7 @@ func TestMissedPings(t *testing.T) {
 		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
 	})
 	_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
-	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
 	r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
 	if !errors.Is(r.Err, nats.ErrNoResponders) {
 		t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)

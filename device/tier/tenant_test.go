@@ -94,7 +94,7 @@ func TestNodeIDOfAnotherTenant(t *testing.T) {
 
 	// The owner leaves; its node id stays its tenant's.
 	owner.leave(t)
-	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == node && e.Node == nil })
+	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
 	wantOtherTenantRefused(t, tt, urlB, token)
 
 	// The operator frees the node id (nats kv del okso_node_tenants <id>):

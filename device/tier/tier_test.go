@@ -62,6 +62,12 @@ func (tt *testTier) watch(t *testing.T) <-chan bus.Event {
 }
 
 // waitEvent returns the first of events that match accepts.
+// leftEvent reports whether e marks node offline, as a session that
+// ends does.
+func leftEvent(e bus.Event, node string) bool {
+	return e.NodeID == node && e.Node != nil && e.Node.Offline()
+}
+
 func waitEvent(t *testing.T, events <-chan bus.Event, match func(bus.Event) bool) bus.Event {
 	t.Helper()
 	timeout := time.After(tiertest.WaitFor)

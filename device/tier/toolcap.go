@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/okso-io/okso/bus"
 )
 
 // DefaultMaxToolsPerTenant is the tools a tenant's nodes may register in
@@ -109,6 +111,7 @@ type record struct {
 	NodeID       string `json:"node_id"`
 	Tenant       string `json:"tenant"`
 	SessionID    string `json:"session_id"`
+	State        string `json:"state"`
 	Capabilities []struct {
 		Verbs []json.RawMessage `json:"verbs"`
 	} `json:"capabilities"`
@@ -135,6 +138,12 @@ func (c *toolCounts) apply(node string, value []byte) {
 	var r record
 	if err := json.Unmarshal(value, &r); err != nil || r.NodeID != node {
 		return // not a record okso wrote
+	}
+	if r.State == bus.StateOffline { // a node that left holds no tools
+		c.mu.Lock()
+		c.change(node, func() { delete(c.nodes, node) })
+		c.mu.Unlock()
+		return
 	}
 	tools := 0
 	for _, cp := range r.Capabilities {
