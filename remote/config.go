@@ -96,21 +96,14 @@ func Parse(data []byte, name string, getenv func(string) (string, bool)) (*Confi
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
-	f := form()
-	root, v, err := f.Read(data, name)
-	if err != nil {
-		return nil, err
-	}
 	set, err := schemas.Load()
 	if err != nil {
 		return nil, fmt.Errorf("load the config schema: %w", err)
 	}
-	if err := set.Validate(configSchema, v); err != nil {
-		var ve *jsonschema.ValidationError
-		if !errors.As(err, &ve) {
-			return nil, fmt.Errorf("%s: check against %s: %w", name, configSchema, err)
-		}
-		return nil, f.Explain(name, root, v, ve)
+	f := form()
+	root, v, err := f.Checked(data, name, configSchema, func(v any) error { return set.Validate(configSchema, v) })
+	if err != nil {
+		return nil, err
 	}
 	c := &Config{}
 	ends, endsOK := endpoint(getenv)

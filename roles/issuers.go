@@ -1,7 +1,6 @@
 package roles
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -38,21 +37,14 @@ func loadIssuers(path string) ([]auth.IssuerConfig, error) {
 // is one line naming the file, the line and the field, as in
 // `issuers.yaml:4: issuers[0].tenants[1]: "a b" is not a tenant ...`.
 func parseIssuers(data []byte, file string) ([]auth.IssuerConfig, error) {
-	f := issuersForm()
-	root, v, err := f.Read(data, file)
-	if err != nil {
-		return nil, err
-	}
 	set, err := schemas.Load()
 	if err != nil {
 		return nil, fmt.Errorf("load the issuers schema: %w", err)
 	}
-	if err := set.Validate(issuersSchema, v); err != nil {
-		var ve *jsonschema.ValidationError
-		if !errors.As(err, &ve) {
-			return nil, fmt.Errorf("%s: check against %s: %w", file, issuersSchema, err)
-		}
-		return nil, f.Explain(file, root, v, ve)
+	f := issuersForm()
+	root, v, err := f.Checked(data, file, issuersSchema, func(v any) error { return set.Validate(issuersSchema, v) })
+	if err != nil {
+		return nil, err
 	}
 	var cfgs []auth.IssuerConfig
 	names, urls := map[string]int{}, map[string]int{}

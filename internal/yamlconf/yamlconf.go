@@ -55,6 +55,25 @@ func (f *Form) Read(data []byte, file string) (root *yaml.Node, v any, err error
 
 var plainKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
 
+// Checked reads a document as Read does, then checks it with validate
+// (a schema of the caller's, named schema in an error that is no
+// schema failure), and explains a failure as Explain does: one line
+// naming the file, the line and the field.
+func (f *Form) Checked(data []byte, file, schema string, validate func(any) error) (root *yaml.Node, v any, err error) {
+	root, v, err = f.Read(data, file)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, nil, fmt.Errorf("%s: check against %s: %w", file, schema, err)
+		}
+		return nil, nil, f.Explain(file, root, v, ve)
+	}
+	return root, v, nil
+}
+
 // FieldPath writes an instance location as upstreams[1].headers.Authorization.
 func (f *Form) FieldPath(loc []string) string {
 	var b strings.Builder
