@@ -2,8 +2,10 @@ package interop
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +16,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // expectedFile says what okso must do in each scenario of the official
@@ -139,20 +143,68 @@ func authProxy(t *testing.T, mcpURL, token string) string {
 	}
 	origin := &url.URL{Scheme: target.Scheme, Host: target.Host}
 	tr := &http.Transport{}
+	slow := &slowLog{base: tr}
 	srv := httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(origin)
 			r.Out.Host = r.In.Host
 			r.Out.Header.Set("Authorization", "Bearer "+token)
 		},
-		Transport:     tr,
+		Transport:     slow,
 		FlushInterval: -1, // SSE
 	})
 	t.Cleanup(func() {
 		srv.Close()
 		tr.CloseIdleConnections()
+		if t.Failed() {
+			t.Logf("requests okso took over %v to answer, or did not:\n%s", slowAnswer, slow)
+		}
 	})
 	return srv.URL + target.Path
+}
+
+// slowAnswer is how long an answer may take before slowLog notes it.
+const slowAnswer = 5 * time.Second
+
+// slowLog is a RoundTripper that notes each request whose answer's
+// headers took over slowAnswer to come, or never came: what a failed
+// test says of a request okso left hanging. It is safe for concurrent
+// use.
+type slowLog struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	log  strings.Builder
+}
+
+func (s *slowLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	var body []byte
+	if r.Body != nil {
+		var err error
+		if body, err = io.ReadAll(r.Body); err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	start := time.Now()
+	res, err := s.base.RoundTrip(r)
+	if took := time.Since(start); took > slowAnswer || err != nil {
+		status := "no answer: " + fmt.Sprint(err)
+		if err == nil {
+			status = res.Status
+		}
+		s.mu.Lock()
+		fmt.Fprintf(&s.log, "%s %s after %v (%s), Mcp-Method %q, Mcp-Name %q, Mcp-Protocol-Version %q, body %.300s\n",
+			start.Format("15:04:05.000"), r.Method, took.Round(time.Millisecond), status,
+			r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name"), r.Header.Get("Mcp-Protocol-Version"), body)
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+func (s *slowLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cmp.Or(s.log.String(), "(none)")
 }
 
 // resultDir is a directory the suite writes a scenario's checks.json into:

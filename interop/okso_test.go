@@ -2,10 +2,12 @@ package interop
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,7 +86,8 @@ func (o *okso) start(t *testing.T, mock int, extra ...string) {
 		"--local-agent=false"}
 	cmd := exec.Command(binary, append(args, extra...)...)
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
-	cmd.Stderr = o.stderr
+	trace := &tailBuffer{size: 4 << 20} // a race-built okso's whole goroutine traceback
+	cmd.Stderr = io.MultiWriter(o.stderr, trace)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +109,19 @@ func (o *okso) start(t *testing.T, mock int, extra ...string) {
 		exited <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
+		if t.Failed() {
+			// Where it waits, in case it is okso that did not answer.
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-exited:
+				t.Logf("okso all-in-one, on SIGQUIT after the failure, waits in:\n%s", stackSummary(trace.String()))
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+				t.Errorf("okso all-in-one did not stop within 20 s of SIGQUIT")
+			}
+			return
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -334,21 +350,21 @@ func streamClosed(id string) func(bus.AuditEvent) bool {
 	return func(e bus.AuditEvent) bool { return e.RequestID == id && e.Decision == "stream_closed" }
 }
 
-// tailBuffer keeps the last 32 KiB written to it (the end of a log). It is safe for
-// concurrent use.
+// tailBuffer keeps the last size bytes written to it (32 KiB when 0: the
+// end of a log). It is safe for concurrent use.
 type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
+	size int
+	mu   sync.Mutex
+	buf  []byte
 }
-
-const tailSize = 32 << 10
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf = append(b.buf, p...)
-	if len(b.buf) > tailSize {
-		b.buf = append(b.buf[:0], b.buf[len(b.buf)-tailSize:]...)
+	size := cmp.Or(b.size, 32<<10)
+	if len(b.buf) > size {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-size:]...)
 	}
 	return len(p), nil
 }
