@@ -89,7 +89,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if a.remote, err = newRemotePart(ctx, c, a.nats, cfg.Remote, "--remotes"); err != nil {
 		return nil, err
 	}
-	if a.fleet, err = newFleetPart(c, fleetAllInOne, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, a.tier.ownTLS(), cfg.Seed); err != nil {
+	if a.fleet, err = newFleetPart(c, fleetAllInOne, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, &fleetDial{TLS: a.tier.ownTLS()}, cfg.Seed); err != nil {
 		return nil, err
 	}
 	if cfg.LocalAgent {

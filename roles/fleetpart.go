@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,18 +26,44 @@ type fleetPart struct {
 	devices   []*agent.Device
 	watch     *linkWatch    // says when the tier goes away and comes back
 	links     []*deviceLink // each device's, in watch
+	client    *http.Client  // every device dials with it
 	connected atomic.Int64  // devices that got their first announce_ok
 	refused   atomic.Int64  // devices a tier refused for good
 	// rate is how many devices start dialling per second (0: all at once).
 	rate int
 }
 
-// newFleetPart makes n simulated devices of tenant dialling urls, with
-// tlsConf for wss:// ones (nil: the system's roots). The first devices
+// fleetDial is how a fleet's devices dial: TLS, the client config of
+// wss:// URLs (nil: the system's roots), and Source, the local address
+// they dial from (nil: the system's choice). One source address reaches
+// one tier port from at most ~28,000 ephemeral ports: a larger fleet on
+// one host is several fleets, each from its own loopback address.
+type fleetDial struct {
+	TLS    *tls.Config
+	Source net.IP
+}
+
+// client is the one HTTP client every device of the fleet dials with.
+func (d *fleetDial) client() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if d == nil {
+		return &http.Client{Transport: t}
+	}
+	t.TLSClientConfig = d.TLS
+	if d.Source != nil {
+		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second,
+			LocalAddr: &net.TCPAddr{IP: d.Source}}
+		t.DialContext = dialer.DialContext
+	}
+	return &http.Client{Transport: t}
+}
+
+// newFleetPart makes n simulated devices of tenant dialling urls as dial
+// says (nil: the defaults). The first devices
 // are the nodes ids, if given; the others get node ids derived from the
 // data dir's mock key, kind, tenant and seed ([mockNodeIDs]), the same at
 // each start.
-func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string, tlsConf *tls.Config, seed uint64, ids ...string) (*fleetPart, error) {
+func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string, dial *fleetDial, seed uint64, ids ...string) (*fleetPart, error) {
 	if !schemas.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
@@ -49,6 +77,7 @@ func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string
 		return nil, err
 	}
 	ids = append(ids[:len(ids):len(ids)], derived...)
+	f.client = dial.client()
 	for i, id := range ids[:n] {
 		tok, err := c.signer.Mint(auth.MintOptions{
 			Subject: id, Tenant: tenant, Scopes: []string{auth.ScopeDeviceConnect},
@@ -58,7 +87,7 @@ func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string
 			return nil, err
 		}
 		o := agent.MockOptions(id, c.schemas, seed)
-		o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, tok, f.log
+		o.URLs, o.HTTPClient, o.Token, o.Logger = urls, f.client, tok, f.log
 		o.Name, o.Labels = mockName(i), mockLabels(i)
 		var once sync.Once
 		link := f.watch.add()
@@ -127,6 +156,7 @@ func (f *fleetPart) actors(g *run.Group) {
 		}
 		<-ctx.Done() // a device that gave up does not stop the role
 		wg.Wait()
+		f.client.CloseIdleConnections() // of dials that got no upgrade
 		f.watch.stop()
 		return nil
 	})

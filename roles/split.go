@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -182,7 +183,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 	if d.tier, err = newTierPart(ctx, c, d.nats, cfg.Tier); err != nil {
 		return nil, err
 	}
-	if d.fleet, err = newFleetPart(c, fleetDevice, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, d.tier.ownTLS(), cfg.Seed); err != nil {
+	if d.fleet, err = newFleetPart(c, fleetDevice, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, &fleetDial{TLS: d.tier.ownTLS()}, cfg.Seed); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -250,6 +251,9 @@ type MockFleetConfig struct {
 	DataDir string // of the signing key that mints the devices' tokens
 	Seed    uint64
 	Rate    int // devices that start dialling per second (0: all at once)
+	// Source is the local IP address the devices dial from ("": the
+	// system's choice), --source-addr.
+	Source string
 	// TLS: --ca, and the client certificate of --client-cert, for a tier
 	// that asks for one. A certificate is one node's: with it, Count must
 	// be 1 and the device is the certificate's node.
@@ -290,7 +294,13 @@ func NewMockFleet(log *slog.Logger, cfg MockFleetConfig) (*MockFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	fleet, err := newFleetPart(c, fleetMock, cfg.Count, cfg.Tenant, cfg.Connect, tlsConf, cfg.Seed, ids...)
+	dial := &fleetDial{TLS: tlsConf}
+	if cfg.Source != "" {
+		if dial.Source = net.ParseIP(cfg.Source); dial.Source == nil {
+			return nil, fmt.Errorf("--source-addr %q: want an IP address of this host, such as 127.0.0.2", cfg.Source)
+		}
+	}
+	fleet, err := newFleetPart(c, fleetMock, cfg.Count, cfg.Tenant, cfg.Connect, dial, cfg.Seed, ids...)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +339,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way) and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.IntVar(&cfg.Rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
+	fs.StringVar(&cfg.Source, "source-addr", "", "local IP address the devices dial from, such as 127.0.0.2 (default: the system's choice); one address reaches one tier port from at most ~28,000 ports, so run larger fleets as several, each from its own")
 	addClientFlags(fs, &cfg.TLS)
 	logs.add(fs)
 	return cmd

@@ -16,6 +16,12 @@
 #   SCALE_TIER_FLAGS       extra flags for `okso device` (e.g. --debug-addr 127.0.0.1:6070)
 #   SCALE_SPREAD_DURATION  each `okso bench` run that compares calls over the first
 #                          1,000 nodes with calls over all of them (10s; 0: skip)
+#   SCALE_IDLE             seconds the connected fleet idles (no calls) while the CPU
+#                          time of every process is measured (60; 0: skip)
+#   SCALE_FLEET_SIZE       devices per mock-fleet process (20000): a larger N runs
+#                          several, each dialling from its own loopback address
+#                          (127.0.0.2, 127.0.0.3, ...), since one source address
+#                          reaches the tier's port from at most ~28,000 ports
 # Exit status: 0 when every device connected, every node was listed and
 # every call answered correctly; 1 otherwise.
 set -uo pipefail
@@ -26,6 +32,8 @@ CONNECT_TIMEOUT=${SCALE_CONNECT_TIMEOUT:-600}
 CONCURRENCY=${SCALE_CONCURRENCY:-64}
 ROUNDS=${SCALE_ROUNDS:-1}
 SPREAD_DURATION=${SCALE_SPREAD_DURATION:-10s}
+IDLE=${SCALE_IDLE:-60}
+FLEET_SIZE=${SCALE_FLEET_SIZE:-20000}
 case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
 NAME=scale KEEP=${SCALE_KEEP:-0}
@@ -40,7 +48,7 @@ go build -o "$work/scalecheck" ./scripts/scalecheck || exit 1
 OKSO=$PWD/bin/okso
 
 # --- file descriptors ----------------------------------------------------------
-# Each process holds about one descriptor per device (tier and fleet are
+# Each process holds about one descriptor per device (tier and fleets are
 # separate processes); leave headroom for NATS, HTTP and files.
 want=$((N + N / 4 + 4096))
 hard=$(ulimit -Hn)
@@ -89,25 +97,48 @@ tier_rss_before=$(rss_kb "$tier")
 gw_rss_before=$(rss_kb "$gw")
 log "before: tier RSS $(mb "$tier_rss_before"), gateway RSS $(mb "$gw_rss_before"), tier fds $(fds "$tier")"
 
-# --- the fleet --------------------------------------------------------------------
+# --- the fleet(s) -----------------------------------------------------------------
+# One mock-fleet per FLEET_SIZE devices, each with its own seed (its own
+# node ids) and, when there are several, its own loopback source address.
 rate_flag=()
 [ -n "${SCALE_CONNECT_RATE:-}" ] && rate_flag=(--connect-rate "$SCALE_CONNECT_RATE")
+nfleets=$(((N + FLEET_SIZE - 1) / FLEET_SIZE))
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-log "starting mock-fleet -n $N ${rate_flag[*]}"
+fleets=()
 t0=$(date +%s.%N)
-"$OKSO" mock-fleet -n "$N" --connect "$device_url" --data-dir "$data" "${rate_flag[@]}" \
-	>"$work/fleet.out" 2>"$work/fleet.log" &
-fleet=$!
-pids+=("$fleet")
+for ((i = 0; i < nfleets; i++)); do
+	n=$((N / nfleets + (i < N % nfleets ? 1 : 0)))
+	src=()
+	[ "$nfleets" -gt 1 ] && src=(--source-addr "127.0.0.$((i + 2))")
+	log "starting mock-fleet $i: -n $n --seed $((i + 1)) ${src[*]} ${rate_flag[*]}"
+	"$OKSO" mock-fleet -n "$n" --seed "$((i + 1))" --connect "$device_url" --data-dir "$data" "${src[@]}" "${rate_flag[@]}" \
+		>"$work/fleet$i.out" 2>"$work/fleet$i.log" &
+	fleets+=($!)
+	pids+=($!)
+done
 
-connected_line=
+# connected_count: devices of every fleet that got their first announce_ok.
+connected_count() {
+	local i c total=0
+	for ((i = 0; i < nfleets; i++)); do
+		c=$(grep '"msg":"mock devices conn' "$work/fleet$i.log" 2>/dev/null | tail -1 | jq -r '.connected // .count // 0' 2>/dev/null)
+		total=$((total + ${c:-0}))
+	done
+	echo "$total"
+}
+all_connected=
 last_print=0
 deadline=$(($(date +%s) + CONNECT_TIMEOUT))
 while :; do
-	connected_line=$(grep -m1 '"msg":"mock devices connected"' "$work/fleet.log" 2>/dev/null)
-	[ -n "$connected_line" ] && break
-	if ! alive "$fleet"; then
-		log "mock-fleet exited before connecting all devices"
+	done_fleets=0
+	for ((i = 0; i < nfleets; i++)); do
+		grep -q '"msg":"mock devices connected"' "$work/fleet$i.log" 2>/dev/null && done_fleets=$((done_fleets + 1))
+	done
+	[ "$done_fleets" = "$nfleets" ] && { all_connected=1; break; }
+	gone=
+	for f in "${fleets[@]}"; do alive "$f" || gone=1; done
+	if [ -n "$gone" ]; then
+		log "a mock-fleet exited before connecting all its devices"
 		break
 	fi
 	now=$(date +%s)
@@ -116,40 +147,59 @@ while :; do
 		break
 	fi
 	if [ $((now - last_print)) -ge 5 ]; then
-		p=$(grep '"msg":"mock devices connecting"' "$work/fleet.log" 2>/dev/null | tail -1)
-		[ -n "$p" ] && log "progress: $(jq -r '"\(.connected)/\(.of) connected"' <<<"$p"), tier RSS $(mb "$(rss_kb "$tier")"), tier fds $(fds "$tier")"
+		log "progress: $(connected_count)/$N connected, tier RSS $(mb "$(rss_kb "$tier")"), tier fds $(fds "$tier")"
 		last_print=$now
 	fi
 	sleep 0.2
 done
 t1=$(date +%s.%N)
 connect_wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1fs", b-a}')
-if [ -n "$connected_line" ]; then
-	connect_elapsed=$(jq -r .elapsed <<<"$connected_line")
-	log "all $N devices connected: fleet says $connect_elapsed, wall $connect_wall (incl. process start)"
-	connect_summary="$connect_elapsed (wall $connect_wall)"
+if [ -n "$all_connected" ]; then
+	connect_elapsed=$(for ((i = 0; i < nfleets; i++)); do grep -m1 '"msg":"mock devices connected"' "$work/fleet$i.log" | jq -r .elapsed; done | sort -V | tail -1)
+	log "all $N devices connected: slowest fleet says $connect_elapsed, wall $connect_wall (incl. process start)"
+	connect_summary="$connect_elapsed (wall $connect_wall, $nfleets fleet process(es))"
 else
 	status=1
-	p=$(grep '"msg":"mock devices connecting"' "$work/fleet.log" | tail -1)
-	got=0
-	[ -n "$p" ] && got=$(jq -r .connected <<<"$p")
-	connect_summary="INCOMPLETE after $connect_wall: $got/$N connected"
+	connect_summary="INCOMPLETE after $connect_wall: $(connected_count)/$N connected"
 	log "connect: $connect_summary"
 fi
 
+fleet_rss_kb() { local f t=0; for f in "${fleets[@]}"; do t=$((t + $(rss_kb "$f"))); done; echo "$t"; }
 tier_rss_conn=$(rss_kb "$tier")
 sleep 5 # let the registry writes and the GC settle
 tier_rss_after=$(rss_kb "$tier")
-fleet_rss=$(rss_kb "$fleet")
+fleet_rss=$(fleet_rss_kb)
 gw_rss_listed=$(rss_kb "$gw")
 tier_fds=$(fds "$tier")
 per_conn=$(awk -v a="$tier_rss_after" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+gw_per_node=$(awk -v a="$gw_rss_listed" -v b="$gw_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
 fleet_per_dev=$(awk -v a="$fleet_rss" -v n="$N" 'BEGIN{printf "%.1f", a/n}')
-log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") +5s; $per_conn KB/connection; tier fds $tier_fds; fleet RSS $(mb "$fleet_rss")"
+log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") +5s; $per_conn KB/connection; gateway $gw_per_node KB/node; tier fds $tier_fds; fleet RSS $(mb "$fleet_rss")"
+
+# --- idle: the CPU time of every process while nothing is called ----------------------
+# The figure that says whether idle devices cost work (lease refreshes,
+# registry re-reads) and how it grows with N.
+hz=$(getconf CLK_TCK)
+idle_row() { # idle_row TICKS: "% of a core, µs/s per device"
+	awk -v t="$1" -v hz="$hz" -v s="$IDLE" -v n="$N" \
+		'BEGIN{printf "%.2f%% of a core, %.2f µs/s per device", t/hz/s*100, t/hz*1e6/s/n}'
+}
+if [ "$IDLE" != 0 ]; then
+	log "idling ${IDLE}s: CPU time of the tier, the gateway and the fleet(s), no calls"
+	tier_c0=$(cpu "$tier") gw_c0=$(cpu "$gw") fleet_c0=0
+	for f in "${fleets[@]}"; do fleet_c0=$((fleet_c0 + $(cpu "$f"))); done
+	sleep "$IDLE"
+	tier_c1=$(cpu "$tier") gw_c1=$(cpu "$gw") fleet_c1=0
+	for f in "${fleets[@]}"; do fleet_c1=$((fleet_c1 + $(cpu "$f"))); done
+	idle_tier=$(idle_row $((tier_c1 - tier_c0)))
+	idle_gw=$(idle_row $((gw_c1 - gw_c0)))
+	idle_fleet=$(idle_row $((fleet_c1 - fleet_c0)))
+	log "idle: tier $idle_tier; gateway $idle_gw; fleet(s) $idle_fleet"
+fi
 
 # --- MCP: list everything, call every node --------------------------------------------
 wait_list=180s
-[ -z "$connected_line" ] && wait_list=20s
+[ -z "$all_connected" ] && wait_list=20s
 log "scalecheck: list all tools, call echo on every node (concurrency $CONCURRENCY)"
 for ((round = 1; round <= ROUNDS; round++)); do
 	[ "$ROUNDS" -gt 1 ] && log "round $round/$ROUNDS"
@@ -190,8 +240,11 @@ r() { awk -F= -v k="$1" '$1==k{sub(/^[^=]*=/,""); print; exit}' "$work/results" 
 
 # --- liveness and logs ----------------------------------------------------------------
 died=
-for pair in "device tier:$tier" "gateway:$gw" "mock-fleet:$fleet"; do
+for pair in "device tier:$tier" "gateway:$gw"; do
 	alive "${pair##*:}" || died="$died ${pair%%:*}"
+done
+for ((i = 0; i < nfleets; i++)); do
+	alive "${fleets[$i]}" || died="$died mock-fleet$i"
 done
 [ -n "$died" ] && { status=1; log "DIED during the run:$died"; }
 
@@ -213,7 +266,9 @@ stop() {
 		awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1fs", b-a}'
 	fi
 }
-stop_fleet=$(stop "$fleet" 60)
+stop_fleet=
+for f in "${fleets[@]}"; do stop_fleet="$stop_fleet $(stop "$f" 60)"; done
+stop_fleet=${stop_fleet# }
 # the tier should see every device leave
 for ((i = 0; i < 300; i++)); do
 	gone=$(grep -c '"decision":"disconnected"' "$work/device.log")
@@ -227,7 +282,7 @@ case "$stop_fleet$stop_gw$stop_tier" in *KILLED*) status=1 ;; esac
 
 echo
 echo "== WARN/ERROR lines in the roles' logs (count, level, msg)"
-for role in device gateway fleet; do
+for role in device gateway $(for ((i = 0; i < nfleets; i++)); do echo "fleet$i"; done); do
 	f=$work/$role.log
 	n=$(grep -cE '"level":"(ERROR|WARN)"' "$f")
 	echo "-- $role: $n"
@@ -248,7 +303,13 @@ row "tier RSS before" "$(mb "$tier_rss_before")"
 row "tier RSS after connect" "$(mb "$tier_rss_conn") (+5s: $(mb "$tier_rss_after"); after calls: $(mb "$tier_rss_calls"))"
 row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
 row "tier open fds" "$tier_fds"
-row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device)"
+row "gateway per node" "$gw_per_node KB  ((after connect+5s - before) / N)"
+if [ "$IDLE" != 0 ]; then
+	row "idle CPU over ${IDLE}s, tier" "$idle_tier"
+	row "idle CPU, gateway" "$idle_gw"
+	row "idle CPU, fleet(s)" "$idle_fleet"
+fi
+row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device, $nfleets process(es))"
 row "gateway RSS" "$(mb "$gw_rss_before") before, $(mb "$gw_rss_listed") after connect, $(mb "$gw_rss_after") after calls"
 row "MCP connect (initialize)" "$(r mcp_connect) (first request of the token's view)"
 row "tools listed" "$(r list_tools) tools, $(r list_echo) echo ($(r list_attempts) attempt(s), complete after $(r list_ready_after))"

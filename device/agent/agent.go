@@ -61,10 +61,14 @@ type Options struct {
 	// tried in turn.
 	URLs []string
 	// TLS is the client config of wss:// URLs (nil: the system's roots).
-	TLS    *tls.Config
-	Token  string
-	NodeID string
-	Agent  schemas.Agent
+	TLS *tls.Config
+	// HTTPClient, if set, makes the dials (and TLS is its transport's to
+	// set): devices may share one, such as a fleet dialling from one
+	// source address.
+	HTTPClient *http.Client
+	Token      string
+	NodeID     string
+	Agent      schemas.Agent
 	// Name and Labels are announced to a tier that takes the feature
 	// labels, and left out for one that does not (an older tier would
 	// refuse the announce). Name must be a valid node name
@@ -153,8 +157,8 @@ func New(o Options) (*Device, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Device{o: o, log: log.With("node_id", o.NodeID)}
-	if o.TLS != nil {
+	d := &Device{o: o, log: log.With("node_id", o.NodeID), client: o.HTTPClient}
+	if o.TLS != nil && d.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = o.TLS
 		d.client = &http.Client{Transport: t}

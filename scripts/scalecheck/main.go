@@ -362,7 +362,8 @@ func classify(name, message string, r *mcp.CallToolResult, err error) (string, s
 	if err := json.Unmarshal(b, &out); err != nil {
 		return "bad_result", string(b)
 	}
-	parts := strings.Split(name, ".")
+	// Either listed form: a node id has neither '.' nor '-'.
+	parts := strings.Split(strings.ReplaceAll(name, ".", "-"), "-")
 	if len(parts) != 4 || out.NodeID != parts[1] {
 		return "wrong_node_id", string(b)
 	}
