@@ -6,6 +6,9 @@
 // tool names (names.go), and the closed set of error codes (errors.go).
 // The remote tier's config file is a contract too, remotes.config@1.0.0,
 // and so is the gateway's file of trusted OAuth issuers, oauth.issuers@1.0.0.
+// okso's own fleet tools have theirs: fleet.nodes and fleet.call, which
+// share the filters of fleet.selector@1.0.0, and okso.find_tools, each an
+// input and an output schema (FleetNodesInput and the constants beside it).
 // Where a hand-written check is kept for speed, a test or fuzz target
 // proves it agrees with the schema or regular expression it stands for.
 //
@@ -48,6 +51,17 @@ const (
 	Manifest         = IDPrefix + "manifest@1.0.0"
 	Envelope         = IDPrefix + "envelope@1.0.0"
 	ErrorEnvelope    = IDPrefix + "error@1.0.0"
+
+	// The fleet tools' arguments and results (DESIGN.md §8, issue 30).
+	// FleetSelector is the filters fleet.nodes and fleet.call share; each
+	// closes it where it refers to it (unevaluatedProperties: false).
+	FleetSelector    = IDPrefix + "fleet.selector@1.0.0"
+	FleetNodesInput  = IDPrefix + "fleet.nodes.input@1.0.0"
+	FleetNodesOutput = IDPrefix + "fleet.nodes.output@1.0.0"
+	FleetCallInput   = IDPrefix + "fleet.call.input@1.0.0"
+	FleetCallOutput  = IDPrefix + "fleet.call.output@1.0.0"
+	FindToolsInput   = IDPrefix + "okso.find_tools.input@1.0.0"
+	FindToolsOutput  = IDPrefix + "okso.find_tools.output@1.0.0"
 )
 
 //go:embed *.json
