@@ -14,7 +14,8 @@
 //
 // Start with [Load], which compiles every schema once; then validate with
 // [Set.Validate] or [Set.ValidateJSON] and serve the files with
-// [Set.Handler]. A schema is named by its $id, mcp://schemas/<name>@<version>.
+// [Set.Handler]; give a tool the self-contained form of its schema,
+// [Set.Standalone]. A schema is named by its $id, mcp://schemas/<name>@<version>.
 // References are resolved only inside the embedded set: nothing is ever
 // fetched from the network or the file system.
 package schemas
@@ -74,6 +75,8 @@ type Set struct {
 	quick    map[string]*quick // the schemas of the plain shape, by $id
 	raw      map[string][]byte // by $id
 	decoded  map[string]json.RawMessage
+	// standalone: each schema with its references inlined (standalone.go)
+	standalone map[string]json.RawMessage
 }
 
 // refuseLoader refuses every URL that is not one of the embedded resources,
@@ -92,7 +95,10 @@ func Load() (*Set, error) {
 		quick:    map[string]*quick{},
 		raw:      map[string][]byte{},
 		decoded:  map[string]json.RawMessage{},
+
+		standalone: map[string]json.RawMessage{},
 	}
+	docs := map[string]any{}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(refuseLoader{})
 	names, err := fs.Glob(files, "*.json")
@@ -117,6 +123,7 @@ func Load() (*Set, error) {
 			return nil, fmt.Errorf("schema %s: %w", id, err)
 		}
 		s.raw[id] = b
+		docs[id] = doc
 		s.decoded[id] = json.RawMessage(b)
 		if q := compileQuick(doc); q != nil {
 			s.quick[id] = q
@@ -128,6 +135,9 @@ func Load() (*Set, error) {
 			return nil, fmt.Errorf("compile schema %s: %w", id, err)
 		}
 		s.compiled[id] = sch
+		if s.standalone[id], err = (inliner{docs}).standalone(id); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
