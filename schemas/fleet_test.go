@@ -2,8 +2,11 @@ package schemas_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +48,8 @@ func TestCopiedRules(t *testing.T) {
 		callIn   = "fleet.call.input@1.0.0"
 		callOut  = "fleet.call.output@1.0.0"
 		nodesIn  = "fleet.nodes.input@1.0.0"
+		findIn   = "okso.find_tools.input@1.0.0"
+		findOut  = "okso.find_tools.output@1.0.0"
 	)
 	type place struct{ name, pointer string }
 	for _, c := range []struct {
@@ -84,6 +89,23 @@ func TestCopiedRules(t *testing.T) {
 			t.Errorf("%s#%s = %v, but %s#%s = %v", c.copy.name, c.copy.pointer, got, c.of.name, c.of.pointer, want)
 		}
 	}
+	// Whole rules copied where a tool's input schema would have referred
+	// to them (TestHostSafe: no $ref in an input schema): equal but for
+	// the words, which are each site's own.
+	for _, c := range []struct {
+		copy, of place
+	}{
+		{place{callIn, "/properties/kind"}, place{selector, "/properties/kind"}},
+		{place{callIn, "/properties/cap_id"}, place{selector, "/properties/cap_id"}},
+		{place{callIn, "/properties/verb"}, place{selector, "/properties/verb"}},
+		{place{findIn, "/properties/kind"}, place{selector, "/properties/kind"}},
+		{place{findIn, "/properties/cursor"}, place{findOut, "/$defs/cursor"}},
+	} {
+		got, want := rule(at(t, c.copy.name, c.copy.pointer)), rule(at(t, c.of.name, c.of.pointer))
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s#%s = %v, but %s#%s = %v", c.copy.name, c.copy.pointer, got, c.of.name, c.of.pointer, want)
+		}
+	}
 	// The derived bounds, from the Go constants they come from.
 	if got := at(t, selector, "/properties/labels/maxProperties"); got != float64(3*schemas.MaxLabels) {
 		t.Errorf("selector labels maxProperties %v, want %d (three sources of MaxLabels)", got, 3*schemas.MaxLabels)
@@ -91,6 +113,89 @@ func TestCopiedRules(t *testing.T) {
 	if got := at(t, "okso.find_tools.output@1.0.0", "/$defs/tool/properties/description/maxLength"); got != float64(schemas.MaxDescription+1) {
 		t.Errorf("find_tools description maxLength %v, want %d (TrimDescription's bytes and an ellipsis)", got, schemas.MaxDescription+1)
 	}
+}
+
+// rule returns a copy of the schema v without the keywords that only
+// annotate it: what it accepts, not how it is told.
+func rule(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	out := make(map[string]any, len(m))
+	for k, x := range m {
+		switch k {
+		case "title", "description", "$comment", "default", "examples":
+		default:
+			out[k] = x
+		}
+	}
+	return out
+}
+
+// TestSelectorCopies: fleet.selector@1.0.0 is the one statement of the
+// filters. fleet.nodes.input and fleet.call.input's selector copy its
+// properties, since a tool's input schema may not refer to it
+// (TestHostSafe); the copies are its properties exactly, words and all,
+// and close them as it does.
+func TestSelectorCopies(t *testing.T) {
+	const (
+		selector = "fleet.selector@1.0.0"
+		nodesIn  = "fleet.nodes.input@1.0.0"
+		callIn   = "fleet.call.input@1.0.0"
+	)
+	filters, ok := at(t, selector, "/properties").(map[string]any)
+	if !ok || len(filters) == 0 {
+		t.Fatalf("%s declares no filters", selector)
+	}
+	if got := at(t, selector, "/additionalProperties"); got != false {
+		t.Errorf("%s: additionalProperties %v, want false", selector, got)
+	}
+	// fleet.nodes.input: the filters, and limit and cursor of its own.
+	nodes := maps.Clone(at(t, nodesIn, "/properties").(map[string]any))
+	for _, own := range []string{"limit", "cursor"} {
+		if _, ok := nodes[own]; !ok {
+			t.Errorf("%s: no %s", nodesIn, own)
+		}
+		if _, ok := filters[own]; ok {
+			t.Errorf("%s: %s is a filter, and %s's own member", selector, own, nodesIn)
+		}
+		delete(nodes, own)
+	}
+	if !reflect.DeepEqual(nodes, filters) {
+		t.Errorf("%s's filters differ from %s's properties:\n%s", nodesIn, selector, diffKeys(nodes, filters))
+	}
+	// fleet.call.input's selector: the filters, closed, and named in its
+	// description so that an agent reading only the words knows them.
+	sel := at(t, callIn, "/properties/selector").(map[string]any)
+	if props, _ := sel["properties"].(map[string]any); !reflect.DeepEqual(props, filters) {
+		t.Errorf("%s's selector differs from %s's properties:\n%s", callIn, selector, diffKeys(props, filters))
+	}
+	if sel["type"] != "object" || sel["additionalProperties"] != false {
+		t.Errorf("%s's selector: type %v, additionalProperties %v; want object, false", callIn, sel["type"], sel["additionalProperties"])
+	}
+	desc, _ := sel["description"].(string)
+	for name := range filters {
+		if !strings.Contains(desc, name) {
+			t.Errorf("%s's selector: its description does not name the filter %s", callIn, name)
+		}
+	}
+}
+
+// diffKeys names the members of got that differ from want's.
+func diffKeys(got, want map[string]any) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if !reflect.DeepEqual(got[k], want[k]) {
+			fmt.Fprintf(&b, "  %s: %v, want %v\n", k, got[k], want[k])
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok {
+			fmt.Fprintf(&b, "  %s: not a filter\n", k)
+		}
+	}
+	return b.String()
 }
 
 // TestFleetNames: the kinds, verbs and tool names okso makes are the ones
@@ -167,8 +272,7 @@ func TestExplainFleet(t *testing.T) {
 		{schemas.FleetNodesInput, `{"secret":1}`, "an argument the schema does not declare (it declares: agent, cap_id, cursor, kind, labels, limit, name, node_id_prefix, node_ids, presence, verb)"},
 		{schemas.FleetCallInput, `{"tool":"sysecho.*.echo.invoke","selector":{"secret":1}}`, "argument selector: a property the schema does not declare (declared: " + filters + ")"},
 		{schemas.FleetCallInput, `{"tool":"sysecho.*.echo.invoke","selector":{"node_ids":["x"]}}`, "argument selector.node_ids[0]: does not match ^[0-9a-hjkmnp-tv-z]{26}$"},
-		{schemas.FleetCallInput, `{"tool":"sysecho.*.echo.invoke","kind":"system.echo"}`, "argument cap_id: required with kind"},
-		{schemas.FleetCallInput, `{"tool":"sysecho.*.echo.invoke","kind":"system.echo","cap_id":"echo","verb":"invoke"}`, "arguments: matches more than one of its alternatives (oneOf)"},
+		{schemas.FleetCallInput, `{"kind":"system.echo","cap_id":"Echo","verb":"invoke"}`, "argument cap_id: does not match ^[a-z0-9_]{1,24}$"},
 		{schemas.FleetCallInput, `{"tool":"sysecho.*.echo.invoke","max_nodes":10001}`, "argument max_nodes: above 10000"},
 	} {
 		err := s.ValidateJSON(c.id, []byte(c.args))

@@ -9,6 +9,9 @@
 // okso's own fleet tools have theirs: fleet.nodes and fleet.call, which
 // share the filters of fleet.selector@1.0.0, and okso.find_tools, each an
 // input and an output schema (FleetNodesInput and the constants beside it).
+// Every tool input schema is flat, as agent hosts and model APIs require
+// (no $ref, no top-level composition); a rule that does not fit there is
+// in its description and checked by the gateway.
 // Where a hand-written check is kept for speed, a test or fuzz target
 // proves it agrees with the schema or regular expression it stands for.
 //
@@ -54,8 +57,11 @@ const (
 	ErrorEnvelope    = IDPrefix + "error@1.0.0"
 
 	// The fleet tools' arguments and results (DESIGN.md §8, issue 30).
-	// FleetSelector is the filters fleet.nodes and fleet.call share; each
-	// closes it where it refers to it (unevaluatedProperties: false).
+	// FleetSelector is the one statement of the filters fleet.nodes and
+	// fleet.call share. Their input schemas copy its properties rather
+	// than refer to it: a tool's inputSchema goes to model APIs, which
+	// refuse $ref and composition in it, so every tool input schema is
+	// flat (TestHostSafe), and the copies are held equal (TestSelectorCopies).
 	FleetSelector    = IDPrefix + "fleet.selector@1.0.0"
 	FleetNodesInput  = IDPrefix + "fleet.nodes.input@1.0.0"
 	FleetNodesOutput = IDPrefix + "fleet.nodes.output@1.0.0"

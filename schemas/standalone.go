@@ -15,7 +15,10 @@ import (
 // siblings means in draft 2020-12: unevaluatedProperties sees through
 // it). Its $comments, notes for the schema's authors, are left out: an
 // agent reads every word of a tool's schema. The set's files, served at
-// /schemas/, keep their references and comments.
+// /schemas/, keep their references and comments. A tool input schema has
+// no $ref at all (agent hosts' rule, TestHostSafe), so its standalone form
+// only drops the comments; the output schemas still refer ($defs,
+// error@1.0.0, fleet.selector's kind) and need the inlining.
 
 // maxInline bounds the references followed one inside another: the
 // embedded set has no recursive schema, and one would be refused here.
