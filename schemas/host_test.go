@@ -235,10 +235,10 @@ func TestHostProblems(t *testing.T) {
 // TestRunTimeRules: the rules fleet.call.input can no longer say as
 // schema (TestHostSafe) are in its words, and the golden calls that
 // break them, which the schema takes, are under valid/ as
-// <case>.bad_request.json for the gateway's run-time check.
+// <case>.refused.json for the gateway's run-time check.
 func TestRunTimeRules(t *testing.T) {
 	desc, _ := at(t, "fleet.call.input@1.0.0", "/description").(string)
-	for _, words := range []string{"exactly one way", "kind, cap_id and verb all three together", "E_BAD_REQUEST",
+	for _, words := range []string{"exactly one way", "kind, cap_id and verb all three together", "E_MANIFEST_INVALID",
 		"both ways", "neither way", "only one or two of kind, cap_id and verb"} {
 		if !strings.Contains(desc, words) {
 			t.Errorf("fleet.call.input's description does not say %q", words)
@@ -256,11 +256,11 @@ func TestRunTimeRules(t *testing.T) {
 	}
 	n := 0
 	for _, f := range files {
-		if strings.HasSuffix(f.Name(), ".bad_request.json") {
+		if strings.HasSuffix(f.Name(), ".refused.json") {
 			n++
 		}
 	}
 	if n == 0 {
-		t.Error("no golden fleet.call.input@1.0.0/*.bad_request.json for the gateway's run-time check")
+		t.Error("no golden fleet.call.input@1.0.0/*.refused.json for the gateway's run-time check")
 	}
 }
