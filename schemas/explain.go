@@ -52,6 +52,9 @@ func Explain(root *jsonschema.Schema, err error) string {
 	leaf := firstLeaf(ve)
 	where, at, declared := argumentPath(root, leaf.InstanceLocation)
 	if !declared {
+		if unevaluated(leaf) { // unevaluatedProperties: false, as additionalProperties: false
+			return undeclared(where, at)
+		}
 		return undeclared(where, at) + " fails it"
 	}
 	rule := ruleOf(leaf.ErrorKind)
@@ -66,6 +69,14 @@ func Explain(root *jsonschema.Schema, err error) string {
 			name = where + "." + name
 		}
 		return "argument " + name + ": required"
+	case *kind.DependentRequired:
+		// The names, missing and present, are the schema's own.
+		missing := slices.Sorted(slices.Values(k.Missing))
+		name := printable(missing[0], 64)
+		if where != "" {
+			name = where + "." + name
+		}
+		return "argument " + name + ": required with " + printable(k.Prop, 64)
 	}
 	if where == "" {
 		return "arguments: " + rule
@@ -75,13 +86,19 @@ func Explain(root *jsonschema.Schema, err error) string {
 
 // firstLeaf returns the innermost error, the first by instance location
 // (then by keyword) when there are several: the validator reports the
-// members of an object in no fixed order.
+// members of an object in no fixed order. A member refused by
+// unevaluatedProperties is told only when nothing else failed: a declared
+// member that fails its own schema is unevaluated too, and its own
+// failure is the one to tell.
 func firstLeaf(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
-	var leaves []*jsonschema.ValidationError
+	var leaves, others []*jsonschema.ValidationError
 	var walk func(*jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
 			leaves = append(leaves, e)
+			if !unevaluated(e) {
+				others = append(others, e)
+			}
 			return
 		}
 		for _, c := range e.Causes {
@@ -89,12 +106,22 @@ func firstLeaf(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
 		}
 	}
 	walk(ve)
+	if len(others) > 0 {
+		leaves = others
+	}
 	return slices.MinFunc(leaves, func(a, b *jsonschema.ValidationError) int {
 		return cmp.Or(
 			slices.Compare(a.InstanceLocation, b.InstanceLocation),
 			strings.Compare(strings.Join(a.ErrorKind.KeywordPath(), "/"), strings.Join(b.ErrorKind.KeywordPath(), "/")),
 		)
 	})
+}
+
+// unevaluated reports whether e refuses a member by unevaluatedProperties:
+// false (the validator reports the false schema, at the member).
+func unevaluated(e *jsonschema.ValidationError) bool {
+	_, ok := e.ErrorKind.(*kind.FalseSchema)
+	return ok && strings.HasSuffix(e.SchemaURL, "/unevaluatedProperties")
 }
 
 // undeclared words a member the schema does not declare in the object
@@ -117,22 +144,30 @@ func undeclared(where string, at *jsonschema.Schema) string {
 const maxDeclared = 16
 
 // declaredNames lists the names s declares in properties ($ref
-// followed), sorted, in printable ASCII, at most maxDeclared of them;
-// "…" stands for the rest, and for names with nothing printable. It is
-// "" when s declares none.
+// followed: a schema's own and those of the schemas its $ref reaches),
+// sorted, in printable ASCII, at most maxDeclared of them; "…" stands for
+// the rest, and for names with nothing printable. It is "" when s
+// declares none.
 func declaredNames(s *jsonschema.Schema) string {
-	s = deref(s)
-	if s == nil || len(s.Properties) == 0 {
+	var all []string
+	for _, c := range refChain(s) {
+		for name := range c.Properties {
+			if !slices.Contains(all, name) {
+				all = append(all, name)
+			}
+		}
+	}
+	if len(all) == 0 {
 		return ""
 	}
-	names := make([]string, 0, len(s.Properties))
-	for name := range s.Properties {
+	names := make([]string, 0, len(all))
+	for _, name := range all {
 		if p := printable(name, 64); p != "" {
 			names = append(names, p)
 		}
 	}
 	slices.Sort(names)
-	if len(names) > maxDeclared || len(names) < len(s.Properties) {
+	if len(names) > maxDeclared || len(names) < len(all) {
 		return strings.Join(append(names[:min(len(names), maxDeclared)], "…"), ", ")
 	}
 	return strings.Join(names, ", ")
@@ -148,11 +183,11 @@ func argumentPath(root *jsonschema.Schema, loc []string) (string, *jsonschema.Sc
 	var b strings.Builder
 	s := root
 	for _, seg := range loc {
-		s = deref(s)
-		if s == nil {
+		chain := refChain(s)
+		if len(chain) == 0 {
 			return b.String(), nil, false
 		}
-		if p, ok := s.Properties[seg]; ok {
+		if p := property(chain, seg); p != nil {
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
@@ -161,7 +196,7 @@ func argumentPath(root *jsonschema.Schema, loc []string) (string, *jsonschema.Sc
 			continue
 		}
 		if i, err := strconv.Atoi(seg); err == nil && i >= 0 {
-			if item := itemSchema(s, i); item != nil {
+			if item := itemOf(chain, i); item != nil {
 				fmt.Fprintf(&b, "[%d]", i)
 				s = item
 				continue
@@ -169,18 +204,44 @@ func argumentPath(root *jsonschema.Schema, loc []string) (string, *jsonschema.Sc
 		}
 		return b.String(), s, false
 	}
-	return b.String(), deref(s), true
+	return b.String(), s, true
 }
 
-// deref follows $ref, as far as it goes.
-func deref(s *jsonschema.Schema) *jsonschema.Schema {
+// refChain returns s and the schemas its $ref reaches, in order: in draft
+// 2020-12 a schema with a $ref may declare properties of its own beside
+// it (fleet.nodes.input adds limit and cursor to fleet.selector's).
+func refChain(s *jsonschema.Schema) []*jsonschema.Schema {
+	var chain []*jsonschema.Schema
 	for range 16 { // a bound: references are compiled, but may loop
-		if s == nil || s.Ref == nil {
-			return s
+		if s == nil {
+			break
 		}
+		chain = append(chain, s)
 		s = s.Ref
 	}
-	return s
+	return chain
+}
+
+// property returns the schema the first schema of chain that declares
+// name declares for it, nil if none does.
+func property(chain []*jsonschema.Schema, name string) *jsonschema.Schema {
+	for _, c := range chain {
+		if p, ok := c.Properties[name]; ok {
+			return p
+		}
+	}
+	return nil
+}
+
+// itemOf returns the schema of item i that the first schema of chain
+// declaring items declares, nil if none does.
+func itemOf(chain []*jsonschema.Schema, i int) *jsonschema.Schema {
+	for _, c := range chain {
+		if item := itemSchema(c, i); item != nil {
+			return item
+		}
+	}
+	return nil
 }
 
 // itemSchema returns the schema of item i of an array schema, nil if the
@@ -243,6 +304,8 @@ func ruleOf(k jsonschema.ErrorKind) string {
 		return fmt.Sprintf("more than %d properties", k.Want)
 	case *kind.FalseSchema:
 		return "not allowed"
+	case *kind.OneOf: // a leaf only when more than one alternative matched
+		return "matches more than one of its alternatives (oneOf)"
 	}
 	if kw := k.KeywordPath(); len(kw) > 0 {
 		return "fails " + printable(kw[0], 64)

@@ -6,12 +6,19 @@
 // tool names (names.go), and the closed set of error codes (errors.go).
 // The remote tier's config file is a contract too, remotes.config@1.0.0,
 // and so is the gateway's file of trusted OAuth issuers, oauth.issuers@1.0.0.
+// okso's own fleet tools have theirs: fleet.nodes and fleet.call, which
+// share the filters of fleet.selector@1.0.0, and okso.find_tools, each an
+// input and an output schema (FleetNodesInput and the constants beside it).
+// Every tool input schema is flat, as agent hosts and model APIs require
+// (no $ref, no top-level composition); a rule that does not fit there is
+// in its description and checked by the gateway.
 // Where a hand-written check is kept for speed, a test or fuzz target
 // proves it agrees with the schema or regular expression it stands for.
 //
 // Start with [Load], which compiles every schema once; then validate with
 // [Set.Validate] or [Set.ValidateJSON] and serve the files with
-// [Set.Handler]. A schema is named by its $id, mcp://schemas/<name>@<version>.
+// [Set.Handler]; give a tool the self-contained form of its schema,
+// [Set.Standalone]. A schema is named by its $id, mcp://schemas/<name>@<version>.
 // References are resolved only inside the embedded set: nothing is ever
 // fetched from the network or the file system.
 package schemas
@@ -48,6 +55,20 @@ const (
 	Manifest         = IDPrefix + "manifest@1.0.0"
 	Envelope         = IDPrefix + "envelope@1.0.0"
 	ErrorEnvelope    = IDPrefix + "error@1.0.0"
+
+	// The fleet tools' arguments and results (DESIGN.md §8, issue 30).
+	// FleetSelector is the one statement of the filters fleet.nodes and
+	// fleet.call share. Their input schemas copy its properties rather
+	// than refer to it: a tool's inputSchema goes to model APIs, which
+	// refuse $ref and composition in it, so every tool input schema is
+	// flat (TestHostSafe), and the copies are held equal (TestSelectorCopies).
+	FleetSelector    = IDPrefix + "fleet.selector@1.0.0"
+	FleetNodesInput  = IDPrefix + "fleet.nodes.input@1.0.0"
+	FleetNodesOutput = IDPrefix + "fleet.nodes.output@1.0.0"
+	FleetCallInput   = IDPrefix + "fleet.call.input@1.0.0"
+	FleetCallOutput  = IDPrefix + "fleet.call.output@1.0.0"
+	FindToolsInput   = IDPrefix + "okso.find_tools.input@1.0.0"
+	FindToolsOutput  = IDPrefix + "okso.find_tools.output@1.0.0"
 )
 
 //go:embed *.json
@@ -60,6 +81,8 @@ type Set struct {
 	quick    map[string]*quick // the schemas of the plain shape, by $id
 	raw      map[string][]byte // by $id
 	decoded  map[string]json.RawMessage
+	// standalone: each schema with its references inlined (standalone.go)
+	standalone map[string]json.RawMessage
 }
 
 // refuseLoader refuses every URL that is not one of the embedded resources,
@@ -78,7 +101,10 @@ func Load() (*Set, error) {
 		quick:    map[string]*quick{},
 		raw:      map[string][]byte{},
 		decoded:  map[string]json.RawMessage{},
+
+		standalone: map[string]json.RawMessage{},
 	}
+	docs := map[string]any{}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(refuseLoader{})
 	names, err := fs.Glob(files, "*.json")
@@ -103,6 +129,7 @@ func Load() (*Set, error) {
 			return nil, fmt.Errorf("schema %s: %w", id, err)
 		}
 		s.raw[id] = b
+		docs[id] = doc
 		s.decoded[id] = json.RawMessage(b)
 		if q := compileQuick(doc); q != nil {
 			s.quick[id] = q
@@ -114,6 +141,9 @@ func Load() (*Set, error) {
 			return nil, fmt.Errorf("compile schema %s: %w", id, err)
 		}
 		s.compiled[id] = sch
+		if s.standalone[id], err = (inliner{docs}).standalone(id); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

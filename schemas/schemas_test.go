@@ -61,6 +61,13 @@ func TestGolden(t *testing.T) {
 		"system.metrics.subscribe.frame@1.0.0",
 		"envelope@1.0.0",
 		"error@1.0.0",
+		"fleet.selector@1.0.0",
+		"fleet.nodes.input@1.0.0",
+		"fleet.nodes.output@1.0.0",
+		"fleet.call.input@1.0.0",
+		"fleet.call.output@1.0.0",
+		"okso.find_tools.input@1.0.0",
+		"okso.find_tools.output@1.0.0",
 	}
 	seen := map[string]map[string]int{"valid": {}, "invalid": {}}
 	for _, kind := range []string{"valid", "invalid"} {
@@ -137,8 +144,17 @@ func keywords(e *jsonschema.ValidationError) []string {
 	if p := e.ErrorKind.KeywordPath(); len(p) > 0 {
 		out = append(out, p[len(p)-1])
 	}
-	if _, ok := e.ErrorKind.(*kind.Not); ok { // its KeywordPath is empty
+	switch e.ErrorKind.(type) {
+	case *kind.Not: // its KeywordPath is empty
 		out = append(out, "not")
+	case *kind.DependentRequired: // its KeywordPath ends with the property
+		out = append(out, "dependentRequired")
+	case *kind.FalseSchema:
+		// Its KeywordPath is empty; the schema that failed is the false
+		// one at the end of SchemaURL, e.g. .../unevaluatedProperties.
+		if i := strings.LastIndexByte(e.SchemaURL, '/'); i >= 0 {
+			out = append(out, e.SchemaURL[i+1:])
+		}
 	}
 	for _, c := range e.Causes {
 		out = append(out, keywords(c)...)
@@ -185,7 +201,8 @@ func TestEverySchemaCompiles(t *testing.T) {
 	for _, id := range []string{
 		schemas.EchoInput, schemas.EchoOutput, schemas.MetricsSnapInput, schemas.MetricsSnapshot,
 		schemas.MetricsSubInput, schemas.MetricsFrame, schemas.Manifest, schemas.Envelope,
-		schemas.ErrorEnvelope,
+		schemas.ErrorEnvelope, schemas.FleetSelector, schemas.FleetNodesInput, schemas.FleetNodesOutput,
+		schemas.FleetCallInput, schemas.FleetCallOutput, schemas.FindToolsInput, schemas.FindToolsOutput,
 	} {
 		if !s.Has(id) {
 			t.Errorf("well-known schema %s is not embedded", id)
