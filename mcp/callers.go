@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,30 +147,21 @@ type listedCaller struct {
 	listed bool // its tools are in the catalog (it is the latest of its caller id)
 }
 
-// watchCallers runs one watch of okso_callers; when its initial state is
-// in, declarations the gateway listed but the bucket no longer has are
-// removed.
-func (g *Gateway) watchCallers(ctx context.Context, ready func()) error {
-	seen := map[string]bool{}
+// watchCallers runs one watch of okso_callers.
+func (g *Gateway) watchCallers(ctx context.Context, seen func(string), ready func()) error {
 	return g.o.Callers.Watch(ctx, func(ev bus.CallerEvent) {
 		if ev.Initial {
-			seen[ev.ListenID] = true
+			seen(ev.ListenID)
 		}
 		g.applyCaller(ev, goneReason(ev.Expired, ev.Invalid))
-	}, func() {
-		g.callersMu.Lock()
-		var ghosts []string
-		for id := range g.callers {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
-		}
-		g.callersMu.Unlock()
-		for _, id := range ghosts {
-			g.applyCaller(bus.CallerEvent{ListenID: id}, reasonVanished)
-		}
-		ready()
-	})
+	}, ready)
+}
+
+// knownCallers are the declarations the gateway knows.
+func (g *Gateway) knownCallers() []string {
+	g.callersMu.Lock()
+	defer g.callersMu.Unlock()
+	return slices.Collect(maps.Keys(g.callers))
 }
 
 // applyCaller folds one change of okso_callers into the catalog; gone is

@@ -19,11 +19,12 @@ import (
 // (KV okso_nodes) and lists a node's capabilities as tools once the node's
 // subject answers from here.
 
-// Run follows the registries (KV okso_nodes, and okso_remotes when
-// Options.Remotes is set) and keeps every tenant's tools in step with
-// them, until ctx ends. After a NATS reconnect it watches afresh and
-// reconciles: what went away meanwhile is removed, nothing is listed
-// twice.
+// Run follows the registries (KV okso_nodes, and okso_remotes and
+// okso_callers when Options.Remotes and Options.Callers are set), each
+// with its source's watcher, and keeps every tenant's tools in step with
+// them, until ctx ends. After a NATS reconnect every watcher watches
+// afresh and reconciles: what went away meanwhile is removed, nothing is
+// listed twice. Run returns once every goroutine it started has ended.
 //
 // While its NATS connection is down, the gateway's registry is
 // unavailable: tools/list and every call answer so (E_INTERNAL) rather
@@ -32,65 +33,21 @@ import (
 func (g *Gateway) Run(ctx context.Context) error {
 	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
 	defer g.o.NC.RemoveStatusListener(status)
-	nodes, remotes, callers := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { g.followLink(ctx, status, nodes, remotes, callers) })
-	defer g.probeWG.Wait()
-	if g.o.Remotes != nil {
-		var once sync.Once
-		wg.Go(func() {
-			g.keepWatching(ctx, "upstream registry", g.watchRemotes, remotes, func() { once.Do(func() { close(g.remotesSynced) }) })
-		})
+	wg.Go(func() { g.followLink(ctx, status) })
+	for _, w := range g.watchers {
+		wg.Go(func() { w.run(ctx, g.log) })
 	}
-	if g.o.Callers != nil {
-		var once sync.Once
-		wg.Go(func() {
-			g.keepWatching(ctx, "caller registry", g.watchCallers, callers, func() { once.Do(func() { close(g.callersSynced) }) })
-		})
-	}
-	nodesSynced := make(chan struct{})
-	wg.Go(func() { g.becomeReady(ctx, nodesSynced) })
-	var once sync.Once
-	g.keepWatching(ctx, "registry", g.watch, nodes, func() {
-		once.Do(func() { g.synced.Store(true); close(nodesSynced) })
-	})
+	wg.Go(func() { g.becomeReady(ctx) })
+	wg.Wait()
+	g.probeWG.Wait() // the watches that started probes have ended: no more start
 	return nil
 }
 
-// keepWatching runs watch until ctx ends, again after it fails (a second
-// later) and afresh on every resync.
-func (g *Gateway) keepWatching(ctx context.Context, what string, watch func(context.Context, func()) error, resync <-chan struct{}, ready func()) {
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- watch(wctx, ready) }()
-		var err error
-		select {
-		case err = <-done:
-		case <-resync:
-			cancel()
-			<-done
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			g.log.Warn(what+" watch ended; watching again", "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}
-}
-
 // followLink marks the registry unavailable while NATS is down, logs the
-// change each way, and asks every watch for a resync when the link is
-// back.
-func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, resyncs ...chan<- struct{}) {
+// change each way, and asks every watcher for a fresh watch when the
+// link is back.
+func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status) {
 	if !g.o.NC.IsConnected() {
 		g.busDown.Store(true)
 	}
@@ -108,11 +65,8 @@ func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, res
 				continue
 			}
 			g.log.Info("NATS connection back: reloading the registry")
-			for _, resync := range resyncs {
-				select {
-				case resync <- struct{}{}:
-				default:
-				}
+			for _, w := range g.watchers {
+				w.kick()
 			}
 		}
 	}
@@ -121,14 +75,14 @@ func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, res
 // registryDown reports whether the gateway cannot see the registry.
 func (g *Gateway) registryDown() bool { return g.busDown.Load() }
 
-// becomeReady closes Ready once the initial state of the registry is in
-// (nodesSynced), its nodes are probed (or after a bound, for nodes whose
-// tier is slow to answer), and the upstreams and callers of their
-// initial states are listed. It returns when ctx ends, if before; then
-// only after the probes it waited on ended (they end with ctx).
-func (g *Gateway) becomeReady(ctx context.Context, nodesSynced <-chan struct{}) {
+// becomeReady closes Ready once the initial state of the registry is in,
+// its nodes are probed (or after a bound, for nodes whose tier is slow
+// to answer), and the upstreams and callers of their initial states are
+// listed. It returns when ctx ends, if before; then only after the
+// probes it waited on ended (they end with ctx).
+func (g *Gateway) becomeReady(ctx context.Context) {
 	select {
-	case <-nodesSynced:
+	case <-g.nodesW.synced:
 	case <-ctx.Done():
 		return
 	}
@@ -141,9 +95,9 @@ func (g *Gateway) becomeReady(ctx context.Context, nodesSynced <-chan struct{}) 
 	case <-ctx.Done():
 		return
 	}
-	for _, synced := range []chan struct{}{g.remotesSynced, g.callersSynced} {
+	for _, w := range g.watchers {
 		select {
-		case <-synced:
+		case <-w.synced:
 		case <-ctx.Done():
 			return
 		}
@@ -151,39 +105,30 @@ func (g *Gateway) becomeReady(ctx context.Context, nodesSynced <-chan struct{}) 
 	close(g.ready)
 }
 
-// watch runs one registry watch; when its initial state is in, nodes the
-// gateway knew but the registry no longer has are removed.
-func (g *Gateway) watch(ctx context.Context, ready func()) error {
-	seen := map[string]bool{}
+// watchNodes runs one watch of the registry.
+func (g *Gateway) watchNodes(ctx context.Context, seen func(string), ready func()) error {
 	return g.o.Registry.Watch(ctx, func(ev bus.Event) {
 		if ev.Initial {
-			seen[ev.NodeID] = true
+			seen(ev.NodeID)
 		}
 		g.apply(ctx, ev)
-	}, func() {
-		g.mu.RLock()
-		var ghosts []string
-		for id := range g.nodes {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
+	}, ready)
+}
+
+// knownNodes are the nodes the gateway lists, probes, or knows offline.
+func (g *Gateway) knownNodes() []string {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var ids []string
+	for _, m := range []map[string]*bus.Node{g.nodes, g.offline} {
+		for id := range m {
+			ids = append(ids, id)
 		}
-		for id := range g.pending {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
-		}
-		for id := range g.offline {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
-		}
-		g.mu.RUnlock()
-		for _, id := range ghosts {
-			g.gone(id, reasonVanished)
-		}
-		ready()
-	})
+	}
+	for id := range g.pending {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // apply folds one registry event into the gateway's view. A new node (or
@@ -214,7 +159,7 @@ func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
 		g.mu.Unlock()
 		rec := *ev.Node
 		g.probeWG.Add(1)
-		initial := ev.Initial && !g.synced.Load() // of the first watch, before becomeReady waits
+		initial := ev.Initial && !g.nodesW.isSynced() // of the first watch, before becomeReady waits
 		if initial {
 			g.initialProbes.Add(1)
 		}

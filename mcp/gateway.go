@@ -128,17 +128,17 @@ type Gateway struct {
 	// initialProbes counts the probes of the first registry state: Ready
 	// waits for them.
 	initialProbes sync.WaitGroup
-	synced        atomic.Bool // the first registry state is in
+	// watchers follow each source's bucket; nodesW is the registry's.
+	watchers []*watcher
+	nodesW   *watcher
 	// The upstream source (remotes.go): the upstreams it lists.
-	remotesMu     sync.Mutex
-	remotes       map[string]*listedRemote // by upstream
-	remotesSynced chan struct{}            // closed once the first state of okso_remotes is in
+	remotesMu sync.Mutex
+	remotes   map[string]*listedRemote // by upstream
 
 	// The caller source (callers.go): the declarations it knows, and
 	// the synchronisation of the first state of okso_callers.
-	callersMu     sync.Mutex
-	callers       map[string]*listedCaller // by listen id
-	callersSynced chan struct{}
+	callersMu sync.Mutex
+	callers   map[string]*listedCaller // by listen id
 	// relayMu guards the listens this gateway holds and the relayed
 	// calls waiting on it, by listen id.
 	relayMu    sync.Mutex
@@ -204,12 +204,10 @@ func New(o Options) (*Gateway, error) {
 		pending:   map[string]string{},
 		offline:   map[string]*bus.Node{},
 
-		remotes:       map[string]*listedRemote{},
-		remotesSynced: make(chan struct{}),
-		callers:       map[string]*listedCaller{},
-		callersSynced: make(chan struct{}),
-		listens:       map[string]*listen{},
-		relayWaits:    map[string]map[*relayWait]struct{}{},
+		remotes:    map[string]*listedRemote{},
+		callers:    map[string]*listedCaller{},
+		listens:    map[string]*listen{},
+		relayWaits: map[string]map[*relayWait]struct{}{},
 
 		toolDocs: map[string]json.RawMessage{},
 		probes:   make(chan struct{}, 64),
@@ -217,14 +215,19 @@ func New(o Options) (*Gateway, error) {
 		streamsByTenant: map[string]int{},
 		streamsByNode:   map[string]map[*stream]struct{}{},
 	}
-	if o.Remotes == nil {
-		close(g.remotesSynced)
+	g.nodesW = newWatcher("registry", g.watchNodes, g.knownNodes, func(id string) { g.gone(id, reasonVanished) })
+	g.watchers = append(g.watchers, g.nodesW)
+	if o.Remotes != nil {
+		g.watchers = append(g.watchers, newWatcher("upstream registry", g.watchRemotes, g.knownRemotes,
+			func(u string) { g.applyRemote(bus.RemoteEvent{Upstream: u}, reasonVanished) }))
+	}
+	if o.Callers != nil {
+		g.watchers = append(g.watchers, newWatcher("caller registry", g.watchCallers, g.knownCallers,
+			func(id string) { g.applyCaller(bus.CallerEvent{ListenID: id}, reasonVanished) }))
 	}
 	g.form = formOf(o.ToolNames, formSafe)
 	g.cat = newCatalog(g.newServer, g.nameTaken)
-	if o.Callers == nil {
-		close(g.callersSynced)
-	} else {
+	if o.Callers != nil {
 		relay, err := g.relayEntries()
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,30 +71,21 @@ func (v foreign) count() {
 	}
 }
 
-// watchRemotes runs one watch of okso_remotes; when its initial state is
-// in, upstreams the gateway listed but the bucket no longer has are
-// removed.
-func (g *Gateway) watchRemotes(ctx context.Context, ready func()) error {
-	seen := map[string]bool{}
+// watchRemotes runs one watch of okso_remotes.
+func (g *Gateway) watchRemotes(ctx context.Context, seen func(string), ready func()) error {
 	return g.o.Remotes.Watch(ctx, func(ev bus.RemoteEvent) {
 		if ev.Initial {
-			seen[ev.Upstream] = true
+			seen(ev.Upstream)
 		}
 		g.applyRemote(ev, goneReason(ev.Expired, ev.Invalid))
-	}, func() {
-		g.remotesMu.Lock()
-		var ghosts []string
-		for u := range g.remotes {
-			if !seen[u] {
-				ghosts = append(ghosts, u)
-			}
-		}
-		g.remotesMu.Unlock()
-		for _, u := range ghosts {
-			g.applyRemote(bus.RemoteEvent{Upstream: u}, reasonVanished)
-		}
-		ready()
-	})
+	}, ready)
+}
+
+// knownRemotes are the upstreams the gateway lists.
+func (g *Gateway) knownRemotes() []string {
+	g.remotesMu.Lock()
+	defer g.remotesMu.Unlock()
+	return slices.Collect(maps.Keys(g.remotes))
 }
 
 // applyRemote folds one change of okso_remotes into the catalog; gone is
