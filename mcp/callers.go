@@ -95,25 +95,28 @@ const responseSchema = `{
 // relayEntries are the relay's two tools, which every tenant lists.
 func (g *Gateway) relayEntries() ([]*entry, error) {
 	var bad error // of the first schema that does not compile (a bug of okso's)
-	mk := func(name, title, desc, schema string, local localCall, serve unaryCall) *entry {
+	mk := func(name, title, desc, schema string, session sessionCall, serve unaryCall) *entry {
 		f, err := schemas.CompileForeign(json.RawMessage(schema))
 		if err != nil && bad == nil {
 			bad = fmt.Errorf("relay tool %s: %w", name, err)
 		}
 		no := false
-		return &entry{
-			name:   name,
-			source: sourceOkso,
-			class:  schemas.SafetyMutating,
-			scope:  auth.ScopeMutating,
-			input:  foreign{f: f},
-			local:  local,
-			serve:  serve,
+		e := &entry{
+			name:    name,
+			class:   schemas.SafetyMutating,
+			scope:   auth.ScopeMutating,
+			input:   foreign{f: f},
+			origin:  origin{source: sourceNameOkso},
+			session: session,
 			desc: &sdk.Tool{
 				Name: name, Title: title, Description: desc, InputSchema: json.RawMessage(schema),
 				Annotations: &sdk.ToolAnnotations{Title: title, DestructiveHint: &no},
 			},
 		}
+		if serve != nil {
+			e.invoker = serve
+		}
+		return e
 	}
 	entries := []*entry{
 		mk(ToolCallerListen, "Offer your own tools to your tenant's agents",
@@ -130,13 +133,23 @@ func (g *Gateway) relayEntries() ([]*entry, error) {
 	return entries, bad
 }
 
-// localCall serves a tool of okso's own on the gateway, after the call's
-// checks (scope, arguments), through the SDK's door: it may stream.
-type localCall func(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult
+// sessionCall serves a tool of okso's own on the gateway, after the
+// call's checks (scope, arguments), through the SDK's door: it holds the
+// call open, and pushes on the caller's session.
+type sessionCall func(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult
 
 // unaryCall serves a tool of okso's own that answers once, after the
-// call's checks; the door audits and answers its result or error.
+// call's checks: it is the tool's invoker; the door answers its result
+// or error.
 type unaryCall func(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error)
+
+func (f unaryCall) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	result, e := f(ctx, c, args)
+	if e != nil {
+		return nil, c.fail(e.Code, e.Message)
+	}
+	return result, nil
+}
 
 // callerKey is the catalog key of one listen's tools.
 func callerKey(listenID string) string { return "caller/" + listenID }
@@ -293,18 +306,43 @@ func (g *Gateway) callerEntry(rec *bus.Caller, t bus.CallerTool) (*entry, error)
 		return nil, fmt.Errorf("tool %s: %w", name, err)
 	}
 	return &entry{
-		name:     name,
-		source:   sourceCaller,
-		class:    class,
-		scope:    auth.ScopeFor(class),
-		input:    foreign{in, &g.foreignChecks},
-		shape:    shapeToolResult,
-		subject:  bus.CallerReq(rec.ListenID),
-		budget:   g.o.CallerTimeout,
-		listenID: rec.ListenID,
-		callerID: rec.CallerID,
-		desc:     st,
+		name:    name,
+		class:   class,
+		scope:   auth.ScopeFor(class),
+		input:   foreign{in, &g.foreignChecks},
+		shape:   shapeToolResult,
+		origin:  origin{source: sourceNameCaller, owner: callerKey(rec.ListenID), callerID: rec.CallerID},
+		invoker: &relayedTool{g: g, listenID: rec.ListenID, subject: bus.CallerReq(rec.ListenID), budget: g.o.CallerTimeout},
+		desc:    st,
 	}, nil
+}
+
+// relayedTool invokes the tools of one listen: on the listen's subject,
+// where the replica holding it pushes each call to the listener.
+type relayedTool struct {
+	g                 *Gateway
+	listenID, subject string
+	budget            time.Duration
+}
+
+// invoke relays a call and waits for the listener's answer: at most the
+// budget, less if the caller cancels it (from any replica, by whichever
+// door it came in) or the listen ends (E_NODE_OFFLINE at once). A call
+// given up is withdrawn from the listener.
+func (t *relayedTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	ctx, stop := t.g.cancellable(ctx, c.claims, c.rpcID)
+	defer stop()
+	ctx, done := t.g.waitRelayed(ctx, t.listenID)
+	defer done()
+	relayID := strings.ToLower(ulid.Make().String())
+	h := hop{subject: t.subject, budget: t.budget, offline: "the caller's listen ended", header: nats.Header{}}
+	h.header.Set(bus.HeaderRelayID, relayID)
+	h.gaveUp = func() { t.g.withdrawRelayed(t.listenID, relayID, c.claims.Tenant) }
+	rep, e := c.request(ctx, args, h)
+	if e != nil {
+		return nil, e
+	}
+	return c.checkToolResult(rep.Result)
 }
 
 // metaCaller names, in a relayed tool's _meta, the caller that serves it.
@@ -313,11 +351,8 @@ const metaCaller = "io.okso/caller"
 // relayWait is one relayed call waiting on this gateway for its answer.
 type relayWait struct{ cancel context.CancelCauseFunc }
 
-// errListenEnded ends a relayed call whose listen ended.
-var errListenEnded = errors.New("the caller's listen ended")
-
 // waitRelayed registers a relayed call to listenID; its context ends with
-// errListenEnded if the listen's declaration goes away first.
+// errOwnerGone if the listen's declaration goes away first.
 func (g *Gateway) waitRelayed(ctx context.Context, listenID string) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	w := &relayWait{cancel: cancel}
@@ -349,7 +384,7 @@ func (g *Gateway) endRelayed(listenID string) {
 	}
 	g.relayMu.Unlock()
 	for _, w := range ws {
-		w.cancel(errListenEnded)
+		w.cancel(errOwnerGone)
 	}
 }
 
@@ -466,7 +501,7 @@ func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callC
 	}
 	defer g.releaseStreamSlot(l.tenant)
 	// The listen ends when its client cancels it or hangs up.
-	ctx, stop := g.cancellable(ctx, c.claims)
+	ctx, stop := g.cancellable(ctx, c.claims, nil)
 	defer stop()
 	reqSub, err := g.o.NC.Subscribe(bus.CallerReq(l.id), l.onRequest)
 	if err != nil {

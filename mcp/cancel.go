@@ -114,9 +114,10 @@ func (g *Gateway) relayCancel(w http.ResponseWriter, r *http.Request, id []byte)
 
 // cancellable returns ctx, cancelled also when the caller cancels the
 // request from any replica (stateless) or drops its HTTP request; stop
-// releases what it holds. The subscription is in place once the NATS
-// connection is next flushed.
-func (g *Gateway) cancellable(ctx context.Context, claims *auth.Claims) (_ context.Context, stop func()) {
+// releases what it holds. The request is the one of id (as canonicalID
+// writes it; nil: the JSON-RPC id in ctx, if any). The subscription is
+// in place once the NATS connection is next flushed.
+func (g *Gateway) cancellable(ctx context.Context, claims *auth.Claims, id []byte) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	stops := []func() bool{}
 	if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !g.o.Stateful {
@@ -126,7 +127,10 @@ func (g *Gateway) cancellable(ctx context.Context, claims *auth.Claims) (_ conte
 		stops = append(stops, context.AfterFunc(hc.done, cancel))
 	}
 	var sub *nats.Subscription
-	if id, ok := ctx.Value(rpcIDKey{}).([]byte); ok && !g.o.Stateful && claims != nil {
+	if id == nil {
+		id, _ = ctx.Value(rpcIDKey{}).([]byte)
+	}
+	if id != nil && !g.o.Stateful && claims != nil {
 		var err error
 		sub, err = g.o.NC.Subscribe(bus.CallCancel(cancelKey(claims, id)), func(*nats.Msg) { cancel() })
 		if err != nil {

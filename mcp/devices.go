@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -361,6 +362,7 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 		return nil
 	}
 	entries := make([]*entry, 0, len(tools))
+	node := &nodeTool{nodeID: rec.NodeID, subject: bus.NodeCmd(rec.NodeID)}
 	for _, t := range tools {
 		c, v, class := t.Cap, t.Verb, t.Class
 		st := &sdk.Tool{
@@ -393,21 +395,44 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 		} else {
 			st.OutputSchema = g.toolDoc(v.Output)
 		}
-		entries = append(entries, &entry{
+		e := &entry{
 			name:    t.Name,
-			source:  sourceDevice,
 			class:   class,
 			scope:   auth.ScopeFor(class),
 			input:   embedded{g.o.Schemas, v.Input},
 			output:  embedded{g.o.Schemas, v.Output}, // of each frame, for a stream
-			stream:  v.Stream,
 			shape:   shapeDocument,
-			nodeID:  rec.NodeID,
-			subject: bus.NodeCmd(rec.NodeID),
+			origin:  origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID},
+			invoker: node,
 			desc:    st,
-		})
+		}
+		if v.Stream {
+			e.stream = node
+		}
+		entries = append(entries, e)
 	}
 	return entries
+}
+
+// nodeTool invokes the tools of one node: on the node's cmd subject,
+// where the tier session holding the node answers.
+type nodeTool struct{ nodeID, subject string }
+
+func (n *nodeTool) hop() hop { return hop{subject: n.subject, offline: "node is offline"} }
+
+// invoke sends a unary call to the node and checks its result: the
+// output schema, and the node it names.
+func (n *nodeTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	rep, e := c.request(ctx, args, n.hop())
+	if e != nil {
+		return nil, e
+	}
+	return c.checkDocument(rep.Result, n.nodeID)
+}
+
+// open asks the node to start a stream.
+func (n *nodeTool) open(ctx context.Context, c *callCtx, args json.RawMessage) (*stream, *schemas.Error, error) {
+	return c.openStream(ctx, args, n.nodeID, n.hop())
 }
 
 // NodeIDs returns the nodes the gateway lists.

@@ -536,7 +536,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	sessionless := r.Header.Get("Mcp-Protocol-Version") >= sessionless
 	c := g.newCall(claims, req.Params.Name, r.Header)
 	switch {
-	case c.entry != nil && (c.entry.stream || c.entry.local != nil):
+	case c.entry != nil && (c.entry.stream != nil || c.entry.session != nil):
 		return false
 	case c.entry == nil && c.elsewhere == "" && sessionless:
 		return false // the SDK answers an unknown tool with an HTTP status of its own
@@ -562,15 +562,8 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	case e != nil:
 		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
-		ctx := r.Context()
-		if c.entry.listenID != "" {
-			// A relayed call may wait long: the client's cancel ends it,
-			// from any replica.
-			var stop func()
-			ctx, stop = g.cancellable(context.WithValue(ctx, rpcIDKey{}, req.ID), claims)
-			defer stop()
-		}
-		result, e := c.unary(ctx, args)
+		c.rpcID = req.ID
+		result, e := c.unary(r.Context(), args)
 		switch {
 		case e != nil:
 			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)

@@ -550,17 +550,8 @@ func (g *Gateway) server(r *http.Request) *sdk.Server {
 // nameTaken says that the catalog refused a tool: one of its names is
 // another tool's.
 func (g *Gateway) nameTaken(e *entry, taken string) {
-	source, attrs := sourceNameDevice, []any{"node_id", e.nodeID}
-	switch {
-	case e.upstream != "":
-		source, attrs = sourceNameUpstream, []any{"upstream", e.upstream}
-	case e.callerID != "":
-		source, attrs = sourceNameCaller, []any{"caller_id", e.callerID}
-	case e.source == sourceOkso:
-		source, attrs = "okso", nil
-	}
-	attrs = append(attrs, "tool", e.name, "err", "its name "+taken+" is another tool's")
-	g.unlisted(source, reasonToolRefused, attrs...)
+	attrs := append(e.origin.attrs(), "tool", e.name, "err", "its name "+taken+" is another tool's")
+	g.unlisted(e.origin.source, reasonToolRefused, attrs...)
 }
 
 func (g *Gateway) newServer() *sdk.Server {

@@ -200,15 +200,13 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		return nil, fmt.Errorf("tool %s: input %w", name, err)
 	}
 	e := &entry{
-		name:     name,
-		source:   sourceUpstream,
-		class:    t.Safety,
-		scope:    auth.ScopeFor(t.Safety),
-		input:    foreign{in, &g.foreignChecks},
-		shape:    shapeToolResult,
-		subject:  bus.RemoteCall(upstream),
-		budget:   budget,
-		upstream: upstream,
+		name:    name,
+		class:   t.Safety,
+		scope:   auth.ScopeFor(t.Safety),
+		input:   foreign{in, &g.foreignChecks},
+		shape:   shapeToolResult,
+		origin:  origin{source: sourceNameUpstream, owner: "upstream/" + upstream, upstream: upstream},
+		invoker: &upstreamTool{subject: bus.RemoteCall(upstream), budget: budget},
 	}
 	st := &sdk.Tool{
 		Name:        name,
@@ -250,6 +248,21 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		return nil, fmt.Errorf("tool %s: %w", name, err)
 	}
 	return e, nil
+}
+
+// upstreamTool invokes the tools of one upstream: on its subject, where
+// any replica of the remote tier answers.
+type upstreamTool struct {
+	subject string
+	budget  time.Duration
+}
+
+func (u *upstreamTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	rep, e := c.request(ctx, args, hop{subject: u.subject, budget: u.budget, offline: "upstream is offline: no remote tier serves it"})
+	if e != nil {
+		return nil, e
+	}
+	return c.checkToolResult(rep.Result)
 }
 
 // sdkAccepts reports whether the SDK's server takes the tool: AddTool

@@ -136,8 +136,8 @@ func (g *Gateway) OpenStreams() int {
 var errQuota = errors.New("stream quota")
 
 // openStream subscribes to a new stream subject and asks the node to start
-// it. On success the caller must call close.
-func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream, *schemas.Error, error) {
+// it, over h. On success the caller must call close.
+func (c *callCtx) openStream(ctx context.Context, args json.RawMessage, nodeID string, h hop) (*stream, *schemas.Error, error) {
 	g := c.g
 	if !g.takeStreamSlot(c.claims.Tenant) {
 		c.audit(bus.DecisionRateLimit, strconv.Itoa(bus.StreamRateLimited))
@@ -147,7 +147,7 @@ func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream
 		g:      g,
 		id:     strings.ToLower(ulid.Make().String()),
 		frame:  c.entry.output,
-		nodeID: c.entry.nodeID,
+		nodeID: nodeID,
 		tenant: c.claims.Tenant,
 		frames: make(chan []byte, StreamBuffer),
 		done:   make(chan struct{}),
@@ -165,7 +165,8 @@ func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream
 	}
 	s.sub = sub
 	g.trackStream(s, true)
-	if _, e := c.request(ctx, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
+	h.header = nats.Header{bus.HeaderStreamID: {s.id}}
+	if _, e := c.request(ctx, args, h); e != nil {
 		// After a timeout the device may have started: stop it.
 		s.close(e.Code == schemas.CodeDeadlineExceeded)
 		return nil, e, nil

@@ -22,6 +22,7 @@ const (
 	sourceNameDevice   = "device"
 	sourceNameUpstream = "upstream"
 	sourceNameCaller   = "caller"
+	sourceNameOkso     = "okso" // okso's own tools
 )
 
 // Reasons a source's tools leave the catalog.
