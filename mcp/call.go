@@ -93,9 +93,9 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *call
 	c.ev = bus.AuditEvent{Actor: "gateway", RequestID: c.requestID}
 	if claims != nil {
 		c.ev.Tenant, c.ev.Subject, c.ev.JTI = claims.Tenant, claims.Subject, claims.ID
-		c.entry, c.elsewhere = g.cat.lookup(claims.Tenant, name)
+		c.entry, c.elsewhere = g.shelf.lookup(claims.Tenant, name)
 		if c.entry == nil && c.elsewhere == "" {
-			c.offline = g.offlineNode(claims.Tenant, name)
+			c.offline = g.devices.offlineNode(claims.Tenant, name)
 		}
 	}
 	return c

@@ -560,17 +560,17 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 		buf.Write(e.JSON())
 		buf.WriteString("}}")
 	case e != nil:
-		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
+		g.results.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
 		c.rpcID = req.ID
 		result, e := c.unary(r.Context(), args)
 		switch {
 		case e != nil:
-			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
+			g.results.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 		case c.entry.shape == shapeToolResult:
-			g.writeUpstreamResult(buf, c.requestID, sessionless, result)
+			g.results.writeUpstreamResult(buf, c.requestID, sessionless, result)
 		default:
-			g.writeToolResult(buf, c.requestID, sessionless, result, false)
+			g.results.writeToolResult(buf, c.requestID, sessionless, result, false)
 		}
 	}
 	h := w.Header()
@@ -580,14 +580,19 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	return true
 }
 
+// resultWriter writes the fast path's results as the SDK would: it is
+// the gateway's sdk.Implementation as JSON (the server info of a
+// sessionless request's _meta).
+type resultWriter []byte
+
 // writeToolResult appends `,"result":{...}}` as the SDK encodes a
 // CallToolResult (with the server's info in _meta and resultType for a
 // sessionless request): for a result, doc as its text content and
 // structured content; for a failure (isError), the envelope doc as its
 // text content and in _meta, and no structured content (see
 // errorResult).
-func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
-	g.writeResultMeta(buf, sessionless)
+func (w resultWriter) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
+	w.writeResultMeta(buf, sessionless)
 	if isError {
 		buf.WriteString(`"` + MetaError + `":`)
 		buf.Write(doc) // okso wrote it, compact
@@ -626,11 +631,11 @@ func endResult(buf *bytes.Buffer, sessionless bool) {
 
 // writeResultMeta appends `,"result":{"_meta":{` and, for a sessionless
 // request, the server's info.
-func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
+func (w resultWriter) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
 	buf.WriteString(`,"result":{"_meta":{`)
 	if sessionless {
 		buf.WriteString(`"io.modelcontextprotocol/serverInfo":`)
-		buf.Write(g.serverInfo)
+		buf.Write(w)
 		buf.WriteByte(',')
 	}
 }
@@ -639,8 +644,8 @@ func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
 // CallToolResult, which checkResult found to be one JSON object of the
 // members the remote tier passes on (neither _meta nor resultType): the
 // gateway's _meta, then the upstream's members as they are.
-func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
-	g.writeResultMeta(buf, sessionless)
+func (w resultWriter) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
+	w.writeResultMeta(buf, sessionless)
 	buf.WriteString(`"` + MetaRequestID + `":`)
 	writeJSONString(buf, requestID)
 	buf.WriteByte('}')
