@@ -124,7 +124,7 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 	if c.g.revoked(c.claims) { // revoked since the request came in
 		return nil, c.fail(schemas.CodeSafetyDenied, "token revoked")
 	}
-	if c.g.registryDown() {
+	if c.g.link.isDown() {
 		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
 	e := c.entry

@@ -219,7 +219,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		}
 		sound := acceptable(r)
 		if id, ok := cancelledID(body); ok && sound && methodFits(r.Header, "notifications/cancelled") {
-			g.relayCancel(w, r, id)
+			g.cancels.relay(w, r, id)
 			return
 		}
 		var req *fastRequest

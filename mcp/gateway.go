@@ -4,9 +4,10 @@
 // (name, tenant, scope, arguments) before it reaches NATS, and checks each
 // answer (output schema, node id) before it reaches the agent.
 //
-// Every tool lives in one catalog (catalog.go), fed by its sources (the
-// device registry: devices.go); every door looks a tool up there once per
-// call and runs the same checks on what it finds (call.go).
+// Every tool lives in one catalog (catalog.go), fed by its sources
+// (source.go: devices, upstreams, callers' own tools); every door looks a
+// tool up there once per call, runs the same checks on what it finds
+// (call.go) and calls the entry's invoker.
 //
 // Create a [Gateway] with [New], run its registry watch with
 // [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
@@ -97,7 +98,9 @@ type Options struct {
 	OAuth *OAuthServer
 }
 
-// Gateway serves MCP for every tenant. It is safe for concurrent use.
+// Gateway serves MCP for every tenant: the HTTP surface (the three
+// doors: the fast path, the SDK's handler, REST/SSE), authentication, and
+// the catalog its sources feed. It is safe for concurrent use.
 type Gateway struct {
 	o       Options
 	log     *slog.Logger
@@ -107,19 +110,20 @@ type Gateway struct {
 	// shelf holds every tenant's tools (the catalog: the one place a
 	// tool is looked up), as the sources feed it.
 	shelf *shelf
-	// sources feed it, each registered once in New; devices and callers
-	// also answer for their own tools outside the catalog.
+	// sources feed it, each registered once in New. devices and callers
+	// (nil without Options.Callers) also answer for their own tools
+	// outside the catalog (a node that left, a listen).
 	sources []source
 	devices *devices
-
+	callers *callers
 	// foreignChecks counts the checks run against schemas okso did not
 	// write (upstreams' and caller tools').
 	foreignChecks atomic.Int64
 
-	callers  *callers    // nil without Options.Callers
-	busDown  atomic.Bool // the NATS connection is down (see followLink)
+	link     *link       // the NATS connection, down or not
+	cancels  cancels     // a call's cancellation from any replica (cancel.go)
+	streams  *streams    // held open (stream.go)
 	draining atomic.Bool // see Drain
-
 	// form is the form of listed names for tokens that do not say.
 	form nameForm
 
@@ -128,8 +132,6 @@ type Gateway struct {
 	// complete is an empty tools/call result of resultType "complete",
 	// to copy (see completed).
 	complete sdk.CallToolResult
-
-	streams *streams // held open (stream.go)
 }
 
 // New checks opts and builds a gateway.
@@ -168,6 +170,8 @@ func New(o Options) (*Gateway, error) {
 		ready: make(chan struct{}),
 
 		streams: newStreams(o.NC, o.MaxStreamsPerTenant),
+		link:    &link{nc: o.NC, log: log},
+		cancels: cancels{nc: o.NC, stateful: o.Stateful, log: log},
 	}
 	g.form = formOf(o.ToolNames, formSafe)
 	g.shelf = newShelf(g.newServer, log)
@@ -181,13 +185,13 @@ func New(o Options) (*Gateway, error) {
 		var err error
 		g.callers, err = newCallers(callersConfig{nc: o.NC, bucket: o.Callers, relayers: o.Relayers,
 			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.foreignChecks, feed: g.shelf, log: log,
-			cancellable: g.cancellable, revoked: g.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
+			cancellable: g.cancels.cancellable, revoked: g.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.sources = append(g.sources, g.callers)
 	}
-	info, _ := json.Marshal(g.implementation())
+	info, _ := json.Marshal(implementation(g.o.Version))
 	g.results = resultWriter(info)
 	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &g.complete); err != nil {
 		return nil, fmt.Errorf("gateway: a complete tool result: %w", err)
@@ -196,9 +200,10 @@ func New(o Options) (*Gateway, error) {
 	return g, nil
 }
 
-// implementation is how the gateway introduces itself to MCP clients.
-func (g *Gateway) implementation() *sdk.Implementation {
-	return &sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: g.o.Version}
+// implementation is how a gateway of version introduces itself to MCP
+// clients.
+func implementation(version string) *sdk.Implementation {
+	return &sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: version}
 }
 
 // Handler returns the gateway's HTTP handler.
@@ -239,7 +244,7 @@ func (g *Gateway) routes() http.Handler {
 	mcpHandler := sdk.NewStreamableHTTPHandler(g.server, &sdk.StreamableHTTPOptions{
 		Stateless:                    !g.o.Stateful,
 		PropagateRequestCancellation: true,
-		Logger:                       g.sdkLog(),
+		Logger:                       sdkLog(g.log),
 		MaxRequestBodyBytes:          maxMCPBody,
 	})
 	cop := http.NewCrossOriginProtection()
@@ -312,8 +317,9 @@ func (c closing) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (c closing) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-func (g *Gateway) sdkLog() *slog.Logger {
-	return slog.New(quietHandler{g.log.Handler(), slog.LevelWarn})
+// sdkLog is the SDK's logger: log, at warnings and above.
+func sdkLog(log *slog.Logger) *slog.Logger {
+	return slog.New(quietHandler{log.Handler(), slog.LevelWarn})
 }
 
 // baseURL is the gateway's own URL: --public-url, or as the client
@@ -496,7 +502,7 @@ func (g *Gateway) server(r *http.Request) *sdk.Server {
 }
 
 func (g *Gateway) newServer() *sdk.Server {
-	srv := sdk.NewServer(g.implementation(),
+	srv := sdk.NewServer(implementation(g.o.Version),
 		&sdk.ServerOptions{
 			Instructions: "Each device tool is one capability of one device of your fleet, " +
 				"named {kind}-{node_id}-{capability}-{verb} ({kind}.{node_id}.{capability}.{verb} " +
@@ -509,7 +515,7 @@ func (g *Gateway) newServer() *sdk.Server {
 				//lint:ignore SA1019 deprecated from 2026-07-28, expected by the 2025 revisions' clients
 				Logging: &sdk.LoggingCapabilities{},
 			},
-			Logger: g.sdkLog(),
+			Logger: sdkLog(g.log),
 			// Tool lists are per tenant and change as devices come and go.
 			SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) {
 				c.CacheScope, c.TTLMs = "private", 0
@@ -535,7 +541,7 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 			return res, err
 		}
 		switch {
-		case method == "tools/list" && g.registryDown():
+		case method == "tools/list" && g.link.isDown():
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgRegistryDown,
 				Data: schemas.NewError(schemas.CodeInternal, msgRegistryDown).JSON()}
 		case method == "tools/list":

@@ -168,17 +168,17 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = out.rc.Flush()
 	code := s.pump(r.Context(), out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
-	g.finishStream(c, s, code)
+	c.finishStream(s, code)
 }
 
 func metricEvent(f []byte) (string, []byte) { return "metric", f }
 
 // finishStream releases a stream and audits how it ended.
-func (g *Gateway) finishStream(c *callCtx, s *stream, code int) {
+func (c *callCtx) finishStream(s *stream, code int) {
 	s.close(code != bus.StreamDeviceOffline)
 	c.ev.Decision, c.ev.Code = bus.DecisionStreamClosed, strconv.Itoa(code)
 	c.ev.Duration = time.Since(c.start)
-	g.o.Auditor.Record(c.ev)
+	c.g.o.Auditor.Record(c.ev)
 }
 
 func closeData(code int) []byte {
@@ -218,7 +218,7 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 	if token == nil {
 		return errorResult(c.fail(schemas.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
 	}
-	ctx, stop := g.cancellable(ctx, c.claims, nil)
+	ctx, stop := g.cancels.cancellable(ctx, c.claims, nil)
 	defer stop()
 	s, e, err := c.entry.stream.open(ctx, c, args)
 	if e != nil {
@@ -233,7 +233,7 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 		}
 		code = s.pump(ctx, out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
 		frames = s.count.Load()
-		g.finishStream(c, s, code)
+		c.finishStream(s, code)
 	}
 	// The result describes how the stream ended (its outputSchema); it is
 	// not an error envelope, so it is not marked isError.

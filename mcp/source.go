@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -11,7 +12,7 @@ import (
 )
 
 // A source is one kind of tools' owners: devices (devices.go), federated
-// upstreams (remotes.go), callers' own tools (callers.go). Each is one
+// upstreams (upstreams.go), callers' own tools (callers.go). Each is one
 // type with its own state and locks; it follows its bucket with a
 // watcher (watch.go) and feeds the catalog through a feed, giving each
 // entry it puts what it takes to invoke it (an invoker). The gateway
@@ -104,11 +105,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
 	defer g.o.NC.RemoveStatusListener(status)
 	var wg sync.WaitGroup
-	wg.Go(func() { g.followLink(ctx, status) })
+	wg.Go(func() {
+		g.link.follow(ctx, status, func() { // every watcher watches afresh
+			for _, s := range g.sources {
+				s.watcher().kick()
+			}
+		})
+	})
 	for _, s := range g.sources {
 		wg.Go(func() { s.watcher().run(ctx, g.log) })
 	}
-	wg.Go(func() { g.becomeReady(ctx) })
+	wg.Go(func() { becomeReady(ctx, g.sources, g.ready) })
 	wg.Wait()
 	for _, s := range g.sources {
 		s.wait() // their watches have ended: nothing starts more
@@ -116,12 +123,22 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return nil
 }
 
-// followLink marks the registry unavailable while NATS is down, logs the
-// change each way, and asks every watcher for a fresh watch when the
-// link is back.
-func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status) {
-	if !g.o.NC.IsConnected() {
-		g.busDown.Store(true)
+// link follows the gateway's NATS connection: while it is down, the
+// registry is unavailable. Safe for concurrent use.
+type link struct {
+	nc   *nats.Conn
+	log  *slog.Logger
+	down atomic.Bool
+}
+
+// isDown reports whether the gateway cannot see the registry.
+func (l *link) isDown() bool { return l.down.Load() }
+
+// follow marks the registry unavailable while NATS is down, logs the
+// change each way, and calls back when the link is back, until ctx ends.
+func (l *link) follow(ctx context.Context, status <-chan nats.Status, back func()) {
+	if !l.nc.IsConnected() {
+		l.down.Store(true)
 	}
 	for {
 		select {
@@ -129,29 +146,24 @@ func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status) {
 			return
 		case st := <-status:
 			down := st != nats.CONNECTED
-			if g.busDown.Swap(down) == down {
+			if l.down.Swap(down) == down {
 				continue
 			}
 			if down {
-				g.log.Warn("NATS connection lost: tools/list and calls answer E_INTERNAL registry unavailable until it is back")
+				l.log.Warn("NATS connection lost: tools/list and calls answer E_INTERNAL registry unavailable until it is back")
 				continue
 			}
-			g.log.Info("NATS connection back: reloading the registry")
-			for _, s := range g.sources {
-				s.watcher().kick()
-			}
+			l.log.Info("NATS connection back: reloading the registry")
+			back()
 		}
 	}
 }
 
-// registryDown reports whether the gateway cannot see the registry.
-func (g *Gateway) registryDown() bool { return g.busDown.Load() }
-
-// becomeReady closes Ready once every source's first state is in and
+// becomeReady closes ready once every source's first state is in and
 // settled (the device source's nodes probed, or after a bound for nodes
 // whose tier is slow to answer). It returns when ctx ends, if before.
-func (g *Gateway) becomeReady(ctx context.Context) {
-	for _, s := range g.sources {
+func becomeReady(ctx context.Context, sources []source, ready chan<- struct{}) {
+	for _, s := range sources {
 		select {
 		case <-s.watcher().synced:
 		case <-ctx.Done():
@@ -162,7 +174,7 @@ func (g *Gateway) becomeReady(ctx context.Context) {
 			return
 		}
 	}
-	close(g.ready)
+	close(ready)
 }
 
 // watched is the part of a source that only follows its bucket: it
