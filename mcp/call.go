@@ -214,7 +214,7 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, h hop) (*bu
 		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
-	if cctx.Err() != nil && h.gaveUp != nil {
+	if h.gaveUp != nil && cctx.Err() != nil { // Err takes a lock: asked only of a call that may be withdrawn
 		h.gaveUp()
 	}
 	switch {
