@@ -77,7 +77,11 @@ type callCtx struct {
 	offline     *bus.Node // no tool of anyone's, but of a node of the caller's tenant that left
 	requestID   string
 	traceparent string
-	ev          bus.AuditEvent
+	// rpcID is the id by which the caller may cancel the call from any
+	// replica (cancel.go), as canonicalID writes it; nil: the one of the
+	// request's context, if any.
+	rpcID []byte
+	ev    bus.AuditEvent
 }
 
 // newCall starts a call of the tool name by the caller of claims: it
@@ -89,9 +93,9 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *call
 	c.ev = bus.AuditEvent{Actor: "gateway", RequestID: c.requestID}
 	if claims != nil {
 		c.ev.Tenant, c.ev.Subject, c.ev.JTI = claims.Tenant, claims.Subject, claims.ID
-		c.entry, c.elsewhere = g.cat.lookup(claims.Tenant, name)
+		c.entry, c.elsewhere = g.shelf.lookup(claims.Tenant, name)
 		if c.entry == nil && c.elsewhere == "" {
-			c.offline = g.offlineNode(claims.Tenant, name)
+			c.offline = g.devices.offlineNode(claims.Tenant, name)
 		}
 	}
 	return c
@@ -120,7 +124,7 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 	if c.g.revoked(c.claims) { // revoked since the request came in
 		return nil, c.fail(schemas.CodeSafetyDenied, "token revoked")
 	}
-	if c.g.registryDown() {
+	if c.g.link.isDown() {
 		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
 	e := c.entry
@@ -136,7 +140,8 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 		c.ev.Tool = trimASCII(c.name, schemas.MaxToolName) // what the caller asked for, bounded
 		return nil, c.fail(schemas.CodeToolNotFound, "no such tool for this caller")
 	}
-	c.ev.Tool, c.ev.NodeID, c.ev.Upstream, c.ev.Caller = e.name, e.nodeID, e.upstream, e.callerID
+	c.ev.Tool = e.name
+	e.origin.audit(&c.ev)
 	if !c.claims.HasScope(e.scope) {
 		return nil, c.fail(schemas.CodeSafetyDenied, "token lacks scope "+e.scope)
 	}
@@ -155,6 +160,24 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 	return args, nil
 }
 
+// hop is how a call reaches what serves its tool over NATS.
+type hop struct {
+	subject string
+	budget  time.Duration // 0: the gateway's
+	// offline is the message of E_NODE_OFFLINE when no one serves the
+	// subject, or when the call's context ended with errOwnerGone.
+	offline string
+	header  nats.Header // more headers, or nil
+	// gaveUp, when set, is called when the call was given up (its
+	// context ended) before an answer came.
+	gaveUp func()
+}
+
+// errOwnerGone ends the context of a call whose tool's owner went away
+// while it waited (a caller's listen ended): the call answers
+// E_NODE_OFFLINE.
+var errOwnerGone = errors.New("the tool's owner went away")
+
 // request sends the call to the subject that serves the tool and returns
 // the reply.
 // Headers carry the correlation, the caller and the remaining budget, both
@@ -165,21 +188,20 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 // buffer and send it when the link returns, after its caller was told it
 // failed. Should the link drop between that check and the send, the
 // absolute deadline makes the tier refuse the late request.
-func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.Header) (*bus.Reply, *schemas.Error) {
-	e := c.entry
-	body, err := bus.Call{Tool: e.name, Arguments: args}.Encode()
+func (c *callCtx) request(ctx context.Context, args json.RawMessage, h hop) (*bus.Reply, *schemas.Error) {
+	body, err := bus.Call{Tool: c.entry.name, Arguments: args}.Encode()
 	if err != nil {
 		return nil, c.fail(schemas.CodeBadRequest, "arguments do not encode")
 	}
 	budget := c.g.o.Budget
-	if e.budget > 0 {
-		budget = e.budget
+	if h.budget > 0 {
+		budget = h.budget
 	}
 	cctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	deadline, _ := cctx.Deadline()
-	msg := &nats.Msg{Subject: e.subject, Data: body, Header: nats.Header{}}
-	for k, v := range extra {
+	msg := &nats.Msg{Subject: h.subject, Data: body, Header: nats.Header{}}
+	for k, v := range h.header {
 		msg.Header[k] = v
 	}
 	msg.Header.Set(bus.HeaderRequestID, c.requestID)
@@ -191,33 +213,20 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 	if !c.g.o.NC.IsConnected() {
 		return nil, c.fail(schemas.CodeInternal, msgRegistryDown)
 	}
-	if e.listenID != "" {
-		var done func()
-		cctx, done = c.g.waitRelayed(cctx, e.listenID)
-		defer done()
-		relayID := strings.ToLower(ulid.Make().String())
-		msg.Header.Set(bus.HeaderRelayID, relayID)
-		defer func() {
-			if cctx.Err() != nil { // given up: the listener need not answer
-				c.g.withdrawRelayed(e.listenID, relayID, c.claims.Tenant)
-			}
-		}()
-	}
 	resp, err := c.g.o.NC.RequestMsgWithContext(cctx, msg)
+	if h.gaveUp != nil && cctx.Err() != nil { // Err takes a lock: asked only of a call that may be withdrawn
+		h.gaveUp()
+	}
 	switch {
-	case err != nil && errors.Is(context.Cause(cctx), errListenEnded),
-		errors.Is(err, nats.ErrNoResponders) && e.source == sourceCaller:
-		return nil, c.fail(schemas.CodeNodeOffline, "the caller's listen ended")
-	case errors.Is(err, nats.ErrNoResponders) && e.source == sourceUpstream:
-		return nil, c.fail(schemas.CodeNodeOffline, "upstream is offline: no remote tier serves it")
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, c.fail(schemas.CodeNodeOffline, "node is offline")
+	case err != nil && errors.Is(context.Cause(cctx), errOwnerGone),
+		errors.Is(err, nats.ErrNoResponders):
+		return nil, c.fail(schemas.CodeNodeOffline, h.offline)
 	case err != nil && ctx.Err() != nil:
 		return nil, c.fail(schemas.CodeDeadlineExceeded, "call cancelled by the client")
 	case err != nil && cctx.Err() != nil:
 		return nil, c.fail(schemas.CodeDeadlineExceeded, "no answer within "+budget.String())
 	case err != nil:
-		c.g.log.Error("nats request", "subject", e.subject, "err", err)
+		c.g.log.Error("nats request", "subject", h.subject, "err", err)
 		return nil, c.fail(schemas.CodeInternal, "message bus unavailable")
 	}
 	rep, err := bus.DecodeReply(resp.Data)
@@ -230,34 +239,36 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, extra nats.
 	return &rep, nil
 }
 
-// checkResult validates a result as its entry says: the output schema,
-// and for a device tool the node id it claims to come from. It returns
-// the result to answer (for a CallToolResult, see checkToolResult).
-func (c *callCtx) checkResult(result json.RawMessage) (json.RawMessage, *schemas.Error) {
-	e := c.entry
-	if e.shape == shapeToolResult {
-		result, err := checkToolResult(result, e.output)
-		if err != nil {
-			// Explained, never the validator's whole error: its text can
-			// be as large as the result.
-			why := err.Error()
-			if e.output != nil {
-				why = e.output.explain(err)
-			}
-			c.g.log.Warn("upstream result refused", "tool", e.name, "err", why)
-			return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
-		}
-		return result, nil
-	}
-	if e.output != nil {
-		if err := e.output.validate(result); err != nil {
+// checkDocument validates a structured result (a device's) against the
+// entry's output schema, and checks that it names the node that was
+// addressed (nodeID).
+func (c *callCtx) checkDocument(result json.RawMessage, nodeID string) (json.RawMessage, *schemas.Error) {
+	if out := c.entry.output; out != nil {
+		if err := out.validate(result); err != nil {
 			return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 		}
 	}
-	if e.nodeID != "" {
-		if id, ok := resultNodeID(result); !ok || id != e.nodeID {
-			return nil, c.fail(schemas.CodeInternal, "device answered for another node")
+	if id, ok := resultNodeID(result); !ok || id != nodeID {
+		return nil, c.fail(schemas.CodeInternal, "device answered for another node")
+	}
+	return result, nil
+}
+
+// checkToolResult checks a CallToolResult (an upstream's, or a relayed
+// one) against the entry's output schema, and returns the result to
+// answer (see checkToolResult).
+func (c *callCtx) checkToolResult(result json.RawMessage) (json.RawMessage, *schemas.Error) {
+	out := c.entry.output
+	result, err := checkToolResult(result, out)
+	if err != nil {
+		// Explained, never the validator's whole error: its text can
+		// be as large as the result.
+		why := err.Error()
+		if out != nil {
+			why = out.explain(err)
 		}
+		c.g.log.Warn("upstream result refused", "tool", c.entry.name, "err", why)
+		return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 	}
 	return result, nil
 }
@@ -288,21 +299,10 @@ func resultNodeID(result []byte) (string, bool) {
 	return who.NodeID, err == nil
 }
 
-// unary runs a whole unary call after check: request, result checks, audit.
+// unary runs a whole unary call after check: the entry's invoker, then
+// the audit of its success.
 func (c *callCtx) unary(ctx context.Context, args json.RawMessage) (json.RawMessage, *schemas.Error) {
-	if serve := c.entry.serve; serve != nil { // a tool of okso's own, served here
-		result, e := serve(ctx, c, args)
-		if e != nil {
-			return nil, c.fail(e.Code, e.Message)
-		}
-		c.audit(bus.DecisionAllowed, "")
-		return result, nil
-	}
-	rep, e := c.request(ctx, args, nil)
-	if e != nil {
-		return nil, e
-	}
-	result, e := c.checkResult(rep.Result)
+	result, e := c.entry.invoker.invoke(ctx, c, args)
 	if e != nil {
 		return nil, e
 	}
@@ -330,16 +330,11 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 		}
 		return errorResult(e, c.requestID), nil
 	}
-	if c.entry.stream {
+	switch {
+	case c.entry.stream != nil:
 		return g.subscribeMCP(ctx, req, c, args)
-	}
-	if c.entry.local != nil {
-		return c.entry.local(ctx, req, c, args), nil
-	}
-	if c.entry.listenID != "" { // a relayed call may wait long: the client's cancel ends it
-		var stop func()
-		ctx, stop = g.cancellable(ctx, claims)
-		defer stop()
+	case c.entry.session != nil:
+		return c.entry.session(ctx, req, c, args), nil
 	}
 	result, e := c.unary(ctx, args)
 	if e != nil {

@@ -3,12 +3,13 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
+	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
-	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -32,109 +32,56 @@ import (
 // listener, which answers with caller_tool_response on any replica
 // (forwarded on okso.v1.caller.<listen_id>.resp to the holder).
 
-// The relay's own tools.
-const (
-	ToolCallerListen   = "caller_tools_listen"
-	ToolCallerResponse = "caller_tool_response"
-)
+// callers is the caller source and both sides of the relay: the
+// declarations it lists (KV okso_callers), the relayed calls waiting on
+// this gateway for an answer (waits: the caller side), and the listens
+// this gateway holds (held: the holder side; each holds its waiting
+// calls). It is safe for concurrent use.
+type callers struct {
+	watched
+	callersConfig
 
-// DefaultCallerTimeout bounds a relayed call (--caller-timeout).
-const DefaultCallerTimeout = 60 * time.Second
-
-// callerLogger is the logger of the relay's notifications/message.
-const callerLogger = "okso.caller"
-
-// maxWaiting bounds the relayed calls one listen holds unanswered; a call
-// beyond it is E_RATE_LIMITED at once.
-const maxWaiting = 256
-
-var (
-	callerIDPattern   = regexp.MustCompile(`^[a-z][a-z0-9]{0,15}$`)
-	callerToolPattern = regexp.MustCompile(`^[a-z0-9_]{1,40}$`)
-)
-
-const listenSchema = `{
-  "type": "object",
-  "properties": {
-    "caller_id": {"type": "string", "pattern": "^[a-z][a-z0-9]{0,15}$", "description": "names your tools for the others: {caller_id}_{tool}"},
-    "tools": {
-      "type": "array", "minItems": 1, "maxItems": 64,
-      "items": {
-        "type": "object",
-        "properties": {
-          "name": {"type": "string", "pattern": "^[a-z0-9_]{1,40}$"},
-          "title": {"type": "string", "maxLength": 200},
-          "description": {"type": "string", "maxLength": 4096},
-          "inputSchema": {"type": "object"},
-          "annotations": {"type": "object", "properties": {"readOnlyHint": {"type": "boolean"}}}
-        },
-        "required": ["name", "inputSchema"],
-        "additionalProperties": false
-      }
-    }
-  },
-  "required": ["caller_id", "tools"],
-  "additionalProperties": false
-}`
-
-const responseSchema = `{
-  "type": "object",
-  "properties": {
-    "listen_id": {"type": "string", "minLength": 1, "maxLength": 64},
-    "request_id": {"type": "string", "minLength": 1, "maxLength": 64},
-    "result": {"description": "the tool's result: becomes the caller's structuredContent (an object) and text"},
-    "error": {"type": "string", "maxLength": 4096, "description": "the tool failed: becomes an isError result with this text"}
-  },
-  "required": ["listen_id", "request_id"],
-  "additionalProperties": false,
-  "oneOf": [{"required": ["result"]}, {"required": ["error"]}]
-}`
-
-// relayEntries are the relay's two tools, which every tenant lists.
-func (g *Gateway) relayEntries() ([]*entry, error) {
-	var bad error // of the first schema that does not compile (a bug of okso's)
-	mk := func(name, title, desc, schema string, local localCall, serve unaryCall) *entry {
-		f, err := schemas.CompileForeign(json.RawMessage(schema))
-		if err != nil && bad == nil {
-			bad = fmt.Errorf("relay tool %s: %w", name, err)
-		}
-		no := false
-		return &entry{
-			name:   name,
-			source: sourceOkso,
-			class:  schemas.SafetyMutating,
-			scope:  auth.ScopeMutating,
-			input:  foreign{f: f},
-			local:  local,
-			serve:  serve,
-			desc: &sdk.Tool{
-				Name: name, Title: title, Description: desc, InputSchema: json.RawMessage(schema),
-				Annotations: &sdk.ToolAnnotations{Title: title, DestructiveHint: &no},
-			},
-		}
-	}
-	entries := []*entry{
-		mk(ToolCallerListen, "Offer your own tools to your tenant's agents",
-			"Declares tools you implement yourself; the other agents of your tenant see them as {caller_id}_{tool}. "+
-				"The call stays open: each call of one of your tools reaches you on it as a caller_tool_request "+
-				"(a notifications/message of logger okso.caller, and a progress notification when you send a progressToken), "+
-				"which you answer with caller_tool_response. Your tools leave every list when this call ends.",
-			listenSchema, g.listen, nil),
-		mk(ToolCallerResponse, "Answer a call of one of your tools",
-			"Answers one caller_tool_request of your open caller_tools_listen call with its result or an error. "+
-				"Each request is answered once.",
-			responseSchema, nil, g.respond),
-	}
-	return entries, bad
+	mu    sync.Mutex
+	decls map[string]*listedCaller // by listen id
+	waits relayWaits
+	held  heldListens
 }
 
-// localCall serves a tool of okso's own on the gateway, after the call's
-// checks (scope, arguments), through the SDK's door: it may stream.
-type localCall func(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult
+// callersConfig is what the caller source takes of the gateway.
+type callersConfig struct {
+	nc       *nats.Conn
+	bucket   *bus.Callers
+	relayers []bus.Role // see Options.Relayers
+	// timeout bounds a relayed call, budget a forwarded response, ping
+	// the time between pings on a listen.
+	timeout, budget, ping time.Duration
+	checks                *atomic.Int64 // of foreign schemas
+	feed                  feed
+	log                   *slog.Logger
+	// Of the gateway: a call's context that its caller may cancel from
+	// any replica, whether a token was revoked, and the tenant's stream
+	// slots (a listen holds one).
+	cancellable func(ctx context.Context, claims *auth.Claims, id []byte) (context.Context, func())
+	revoked     func(*auth.Claims) bool
+	takeSlot    func(tenant string) bool
+	releaseSlot func(tenant string)
+}
 
-// unaryCall serves a tool of okso's own that answers once, after the
-// call's checks; the door audits and answers its result or error.
-type unaryCall func(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error)
+// newCallers returns the caller source, with the relay's own tools
+// (caller_tools_listen, caller_tool_response) in the catalog for every
+// tenant.
+func newCallers(cfg callersConfig) (*callers, error) {
+	s := &callers{callersConfig: cfg, decls: map[string]*listedCaller{},
+		waits: relayWaits{byListen: map[string]map[*relayWait]struct{}{}}, held: heldListens{byID: map[string]*listen{}}}
+	s.w = newWatcher("caller registry", s.watch, s.known,
+		func(id string) { s.apply(bus.CallerEvent{ListenID: id}, reasonVanished) })
+	relay, err := s.relayEntries()
+	if err != nil {
+		return nil, err
+	}
+	s.feed.put("okso/caller", anyTenant, relay)
+	return s, nil
+}
 
 // callerKey is the catalog key of one listen's tools.
 func callerKey(listenID string) string { return "caller/" + listenID }
@@ -145,93 +92,84 @@ type listedCaller struct {
 	listed bool // its tools are in the catalog (it is the latest of its caller id)
 }
 
-// watchCallers runs one watch of okso_callers; when its initial state is
-// in, declarations the gateway listed but the bucket no longer has are
-// removed.
-func (g *Gateway) watchCallers(ctx context.Context, ready func()) error {
-	seen := map[string]bool{}
-	return g.o.Callers.Watch(ctx, func(ev bus.CallerEvent) {
+// watch runs one watch of okso_callers.
+func (s *callers) watch(ctx context.Context, seen func(string), ready func()) error {
+	return s.bucket.Watch(ctx, func(ev bus.CallerEvent) {
 		if ev.Initial {
-			seen[ev.ListenID] = true
+			seen(ev.ListenID)
 		}
-		g.applyCaller(ev, goneReason(ev.Expired, ev.Invalid))
-	}, func() {
-		g.callersMu.Lock()
-		var ghosts []string
-		for id := range g.callers {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
-		}
-		g.callersMu.Unlock()
-		for _, id := range ghosts {
-			g.applyCaller(bus.CallerEvent{ListenID: id}, reasonVanished)
-		}
-		ready()
-	})
+		s.apply(ev, goneReason(ev.Expired, ev.Invalid))
+	}, ready)
 }
 
-// applyCaller folds one change of okso_callers into the catalog; gone is
+// known are the declarations the gateway knows.
+func (s *callers) known() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.decls))
+}
+
+// apply folds one change of okso_callers into the catalog; gone is
 // why, when the change takes the declaration away. Of two live
 // declarations of one caller id in one tenant (a listen replacing
 // another, before the older is gone), only the later is listed.
-func (g *Gateway) applyCaller(ev bus.CallerEvent, gone string) {
-	g.callersMu.Lock()
-	defer g.callersMu.Unlock()
-	old := g.callers[ev.ListenID]
+func (s *callers) apply(ev bus.CallerEvent, gone string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.decls[ev.ListenID]
 	rec := ev.Caller
 	if rec != nil && (!schemas.ValidTenant(rec.Tenant) || !validCallerID(rec.CallerID)) {
 		rec, gone = nil, reasonRefused
 	}
 	if rec == nil && (gone == reasonRefused || old != nil && old.listed) { // a refused record is said even when it listed nothing
-		g.unlisted(sourceNameCaller, gone, "listen_id", ev.ListenID)
+		s.feed.unlisted(sourceNameCaller, gone, "listen_id", ev.ListenID)
 	}
 	if rec != nil && old != nil && old.rec.Since.Equal(rec.Since) {
 		return // a lease refresh
 	}
 	changed := false
 	if old != nil && old.listed {
-		g.cat.drop(callerKey(ev.ListenID))
+		s.feed.drop(callerKey(ev.ListenID))
 		changed = true
 	}
 	if rec == nil {
-		delete(g.callers, ev.ListenID)
-		g.endRelayed(ev.ListenID)
+		delete(s.decls, ev.ListenID)
+		s.waits.end(ev.ListenID)
 		// An older declaration of the same caller id may be listed again.
 		if old != nil {
-			if next := g.latestCaller(old.rec.Tenant, old.rec.CallerID); next != nil && !next.listed {
-				g.listCaller(next)
+			if next := s.latest(old.rec.Tenant, old.rec.CallerID); next != nil && !next.listed {
+				s.list(next)
 			}
 		}
 		if changed {
-			g.changed()
+			s.feed.changed()
 		}
 		return
 	}
 	lc := &listedCaller{rec: rec}
-	g.callers[ev.ListenID] = lc
-	if latest := g.latestCaller(rec.Tenant, rec.CallerID); latest == lc {
-		for id, other := range g.callers {
+	s.decls[ev.ListenID] = lc
+	if latest := s.latest(rec.Tenant, rec.CallerID); latest == lc {
+		for id, other := range s.decls {
 			if other != lc && other.listed && other.rec.Tenant == rec.Tenant && other.rec.CallerID == rec.CallerID {
-				g.cat.drop(callerKey(id))
+				s.feed.drop(callerKey(id))
 				other.listed = false
-				g.unlisted(sourceNameCaller, reasonReplaced, "listen_id", id, "by", ev.ListenID)
+				s.feed.unlisted(sourceNameCaller, reasonReplaced, "listen_id", id, "by", ev.ListenID)
 			}
 		}
-		g.listCaller(lc)
+		s.list(lc)
 		changed = true
 	}
 	if changed {
-		g.changed()
+		s.feed.changed()
 	}
 }
 
-// ListenOf returns the listen whose tools the gateway lists for a caller
+// listenOf returns the listen whose tools the source lists for a caller
 // id in a tenant; "" when none.
-func (g *Gateway) ListenOf(tenant, callerID string) string {
-	g.callersMu.Lock()
-	defer g.callersMu.Unlock()
-	if lc := g.latestCaller(tenant, callerID); lc != nil && lc.listed {
+func (s *callers) listenOf(tenant, callerID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lc := s.latest(tenant, callerID); lc != nil && lc.listed {
 		return lc.rec.ListenID
 	}
 	return ""
@@ -241,11 +179,11 @@ func (g *Gateway) ListenOf(tenant, callerID string) string {
 // namespaces (caller_tools_listen…) cannot be taken.
 func validCallerID(id string) bool { return callerIDPattern.MatchString(id) && !schemas.IsReserved(id) }
 
-// latestCaller returns the latest live declaration of a caller id in a
-// tenant; callersMu is held.
-func (g *Gateway) latestCaller(tenant, callerID string) *listedCaller {
+// latest returns the latest live declaration of a caller id in a
+// tenant; s.mu is held.
+func (s *callers) latest(tenant, callerID string) *listedCaller {
 	var latest *listedCaller
-	for _, lc := range g.callers {
+	for _, lc := range s.decls {
 		if lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && (latest == nil || lc.rec.Since.After(latest.rec.Since)) {
 			latest = lc
 		}
@@ -253,23 +191,23 @@ func (g *Gateway) latestCaller(tenant, callerID string) *listedCaller {
 	return latest
 }
 
-// listCaller puts a declaration's tools in the catalog; callersMu is held.
-func (g *Gateway) listCaller(lc *listedCaller) {
+// list puts a declaration's tools in the catalog; s.mu is held.
+func (s *callers) list(lc *listedCaller) {
 	var entries []*entry
 	for _, t := range lc.rec.Tools {
-		e, err := g.callerEntry(lc.rec, t)
+		e, err := s.entry(lc.rec, t)
 		if err != nil {
-			g.unlisted(sourceNameCaller, reasonToolRefused, "listen_id", lc.rec.ListenID, "err", err)
+			s.feed.unlisted(sourceNameCaller, reasonToolRefused, "listen_id", lc.rec.ListenID, "err", err)
 			continue
 		}
 		entries = append(entries, e)
 	}
-	g.cat.put(callerKey(lc.rec.ListenID), lc.rec.Tenant, entries)
+	s.feed.put(callerKey(lc.rec.ListenID), lc.rec.Tenant, entries)
 	lc.listed = true
 }
 
-// callerEntry is one declared tool as the catalog holds it.
-func (g *Gateway) callerEntry(rec *bus.Caller, t bus.CallerTool) (*entry, error) {
+// entry is one declared tool as the catalog holds it.
+func (s *callers) entry(rec *bus.Caller, t bus.CallerTool) (*entry, error) {
 	if !callerToolPattern.MatchString(t.Name) {
 		return nil, fmt.Errorf("tool name %q", t.Name)
 	}
@@ -300,18 +238,43 @@ func (g *Gateway) callerEntry(rec *bus.Caller, t bus.CallerTool) (*entry, error)
 		return nil, fmt.Errorf("tool %s: %w", name, err)
 	}
 	return &entry{
-		name:     name,
-		source:   sourceCaller,
-		class:    class,
-		scope:    auth.ScopeFor(class),
-		input:    foreign{in, &g.foreignChecks},
-		shape:    shapeToolResult,
-		subject:  bus.CallerReq(rec.ListenID),
-		budget:   g.o.CallerTimeout,
-		listenID: rec.ListenID,
-		callerID: rec.CallerID,
-		desc:     st,
+		name:    name,
+		class:   class,
+		scope:   auth.ScopeFor(class),
+		input:   foreign{in, s.checks},
+		shape:   shapeToolResult,
+		origin:  origin{source: sourceNameCaller, owner: callerKey(rec.ListenID), callerID: rec.CallerID},
+		invoker: &relayedTool{s: s, listenID: rec.ListenID, subject: bus.CallerReq(rec.ListenID), budget: s.timeout},
+		desc:    st,
 	}, nil
+}
+
+// relayedTool invokes the tools of one listen: on the listen's subject,
+// where the replica holding it pushes each call to the listener.
+type relayedTool struct {
+	s                 *callers
+	listenID, subject string
+	budget            time.Duration
+}
+
+// invoke relays a call and waits for the listener's answer: at most the
+// budget, less if the caller cancels it (from any replica, by whichever
+// door it came in) or the listen ends (E_NODE_OFFLINE at once). A call
+// given up is withdrawn from the listener.
+func (t *relayedTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	ctx, stop := t.s.cancellable(ctx, c.claims, c.rpcID)
+	defer stop()
+	ctx, done := t.s.waits.wait(ctx, t.listenID)
+	defer done()
+	relayID := strings.ToLower(ulid.Make().String())
+	h := hop{subject: t.subject, budget: t.budget, offline: "the caller's listen ended", header: nats.Header{}}
+	h.header.Set(bus.HeaderRelayID, relayID)
+	h.gaveUp = func() { t.s.withdraw(t.listenID, relayID, c.claims.Tenant) }
+	rep, e := c.request(ctx, args, h)
+	if e != nil {
+		return nil, e
+	}
+	return c.checkToolResult(rep.Result)
 }
 
 // metaCaller names, in a relayed tool's _meta, the caller that serves it.
@@ -320,725 +283,59 @@ const metaCaller = "io.okso/caller"
 // relayWait is one relayed call waiting on this gateway for its answer.
 type relayWait struct{ cancel context.CancelCauseFunc }
 
-// errListenEnded ends a relayed call whose listen ended.
-var errListenEnded = errors.New("the caller's listen ended")
+// relayWaits are the relayed calls waiting on this gateway for their
+// answers, by listen id: the caller side's one registry. Safe for
+// concurrent use.
+type relayWaits struct {
+	mu       sync.Mutex
+	byListen map[string]map[*relayWait]struct{}
+}
 
-// waitRelayed registers a relayed call to listenID; its context ends with
-// errListenEnded if the listen's declaration goes away first.
-func (g *Gateway) waitRelayed(ctx context.Context, listenID string) (context.Context, func()) {
+// wait registers a relayed call to listenID; its context ends with
+// errOwnerGone if the listen's declaration goes away first.
+func (r *relayWaits) wait(ctx context.Context, listenID string) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	w := &relayWait{cancel: cancel}
-	g.relayMu.Lock()
-	set := g.relayWaits[listenID]
+	r.mu.Lock()
+	set := r.byListen[listenID]
 	if set == nil {
 		set = map[*relayWait]struct{}{}
-		g.relayWaits[listenID] = set
+		r.byListen[listenID] = set
 	}
 	set[w] = struct{}{}
-	g.relayMu.Unlock()
+	r.mu.Unlock()
 	return ctx, func() {
-		g.relayMu.Lock()
+		r.mu.Lock()
 		delete(set, w)
-		if len(set) == 0 && g.relayWaits[listenID] != nil && len(g.relayWaits[listenID]) == 0 {
-			delete(g.relayWaits, listenID)
+		if len(set) == 0 && r.byListen[listenID] != nil && len(r.byListen[listenID]) == 0 {
+			delete(r.byListen, listenID)
 		}
-		g.relayMu.Unlock()
+		r.mu.Unlock()
 		cancel(nil)
 	}
 }
 
-// endRelayed ends every relayed call to listenID waiting on this gateway.
-func (g *Gateway) endRelayed(listenID string) {
-	g.relayMu.Lock()
+// end ends every relayed call to listenID waiting on this gateway.
+func (r *relayWaits) end(listenID string) {
+	r.mu.Lock()
 	var ws []*relayWait
-	for w := range g.relayWaits[listenID] {
+	for w := range r.byListen[listenID] {
 		ws = append(ws, w)
 	}
-	g.relayMu.Unlock()
+	r.mu.Unlock()
 	for _, w := range ws {
-		w.cancel(errListenEnded)
+		w.cancel(errOwnerGone)
 	}
 }
 
-// listen is one open caller_tools_listen held by this gateway.
-type listen struct {
-	g        *Gateway
-	id       string
-	claims   *auth.Claims // the listener's token: revoked or expired, the listen ends
-	tenant   string
-	subject  string
-	callerID string
-	tools    map[string]bool // declared names
-
-	events chan []byte // pushed to the listener, in order
-	done   chan struct{}
-	reason string // why it ended, set before done closes
-	once   sync.Once
-
-	mu       sync.Mutex
-	waiting  map[string]waiting // by request id
-	answered map[string]bool    // recently answered request ids (a replay is refused)
-	order    []string           // answered ids, oldest first
-	requests int
-}
-
-// waiting is a relayed call the listener has not answered yet.
-type waiting struct {
-	msg   *nats.Msg   // its request, to answer
-	relay string      // its relay id, by which its caller withdraws it
-	timer *time.Timer // forgets it once its caller gave up
-}
-
-// maxAnswered bounds the answered ids a listen remembers.
-const maxAnswered = 4096
-
-// end ends the listen: its waiting calls fail at once, even while a
-// push to a client that stopped reading holds the listen's loop.
-func (l *listen) end(reason string) {
-	l.once.Do(func() {
-		l.mu.Lock()
-		l.reason = reason
-		close(l.done)
-		l.mu.Unlock()
-		l.failWaiting()
-	})
-}
-
-// expired reports whether the listener's token may no longer be used:
-// revoked, or past its expiry.
-func (l *listen) expired() bool {
-	c := l.claims
-	return l.g.revoked(c) || (c.ExpiresAt != nil && !time.Now().Before(c.ExpiresAt.Time))
-}
-
-// listen serves caller_tools_listen: it checks the declaration, holds the
-// listen until its call ends, and relays the calls of its tools.
-func (g *Gateway) listen(ctx context.Context, req *sdk.CallToolRequest, c *callCtx, args json.RawMessage) *sdk.CallToolResult {
-	var decl struct {
-		CallerID string `json:"caller_id"`
-		Tools    []struct {
-			Name        string          `json:"name"`
-			Title       string          `json:"title"`
-			Description string          `json:"description"`
-			InputSchema json.RawMessage `json:"inputSchema"`
-			Annotations *struct {
-				ReadOnlyHint bool `json:"readOnlyHint"`
-			} `json:"annotations"`
-		} `json:"tools"`
-	}
-	if err := json.Unmarshal(args, &decl); err != nil {
-		return errorResult(c.fail(schemas.CodeManifestInvalid, "the declaration does not decode"), c.requestID)
-	}
-	l := &listen{
-		g: g, id: strings.ToLower(ulid.Make().String()),
-		claims: c.claims, tenant: c.claims.Tenant, subject: c.claims.Subject, callerID: decl.CallerID,
-		tools:   map[string]bool{},
-		events:  make(chan []byte, maxWaiting+1),
-		done:    make(chan struct{}),
-		waiting: map[string]waiting{}, answered: map[string]bool{},
-	}
-	if !validCallerID(decl.CallerID) {
-		return errorResult(c.fail(schemas.CodeManifestInvalid, "caller_id "+decl.CallerID+" is one of okso's own namespaces"), c.requestID)
-	}
-	rec := &bus.Caller{ListenID: l.id, Tenant: l.tenant, Subject: l.subject, CallerID: decl.CallerID, Since: time.Now().UTC()}
-	var names []string
-	for i, t := range decl.Tools {
-		if l.tools[t.Name] {
-			return errorResult(c.fail(schemas.CodeManifestInvalid, fmt.Sprintf("tools[%d]: the name %s is declared twice", i, t.Name)), c.requestID)
-		}
-		ct := bus.CallerTool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, ReadOnly: t.Annotations != nil && t.Annotations.ReadOnlyHint}
-		if t.Description == "" {
-			ct.Description = t.Title
-		}
-		if _, err := g.callerEntry(rec, ct); err != nil {
-			why := "is no JSON Schema object okso can check"
-			var past *schemas.BoundError
-			if errors.As(err, &past) {
-				why = "is past a bound: " + past.Error()
-			}
-			return errorResult(c.fail(schemas.CodeManifestInvalid, fmt.Sprintf("tools[%d] (%s): its inputSchema %s", i, t.Name, why)), c.requestID)
-		}
-		l.tools[t.Name] = true
-		rec.Tools = append(rec.Tools, ct)
-		names = append(names, decl.CallerID+"_"+t.Name)
-	}
-	if req.Params.GetProgressToken() == nil {
-		// Progress notifications reach every client on every revision;
-		// notifications/message only those that set a log level.
-		return errorResult(c.fail(schemas.CodeBadRequest, "a listen needs a progressToken in _meta: each request comes as a progress notification"), c.requestID)
-	}
-	c.ev.Caller = decl.CallerID
-	if !g.takeStreamSlot(l.tenant) {
-		return errorResult(c.fail(schemas.CodeRateLimited, "the tenant holds as many open streams as it may"), c.requestID)
-	}
-	defer g.releaseStreamSlot(l.tenant)
-	// The listen ends when its client cancels it or hangs up.
-	ctx, stop := g.cancellable(ctx, c.claims)
-	defer stop()
-	reqSub, err := g.o.NC.Subscribe(bus.CallerReq(l.id), l.onRequest)
-	if err != nil {
-		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
-	}
-	defer reqSub.Unsubscribe()
-	respSub, err := g.o.NC.Subscribe(bus.CallerResp(l.id), l.onResponse)
-	if err == nil {
-		err = g.o.NC.FlushTimeout(5 * time.Second)
-	}
-	if err != nil {
-		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
-	}
-	defer respSub.Unsubscribe()
-	// The caller id is this agent's only once its claim is written in
-	// NATS: of two agents claiming it at once, on any replicas, one is
-	// refused. The listen already hears a newer one that takes it over.
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	idClaim, err := g.o.Callers.Claim(pctx, bus.CallerClaim{ListenID: l.id, Tenant: l.tenant, Subject: l.subject, CallerID: l.callerID})
-	cancel()
-	switch {
-	case errors.Is(err, bus.ErrCallerHeld):
-		return errorResult(c.fail(schemas.CodeSafetyDenied, "caller_id "+l.callerID+" is held by another agent of the tenant"), c.requestID)
-	case err != nil:
-		g.log.Error("caller id claim", "caller_id", l.callerID, "err", err)
-		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
-	}
-	defer func() { // after the declaration is deleted: the next holder's tools never sit beside ours
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := idClaim.Release(dctx); err != nil {
-			g.log.Warn("caller id claim not released; it lapses with its lease", "listen_id", l.id, "err", err)
-		}
-	}()
-	g.replaceListens(ctx, l.tenant, l.callerID, l.subject, idClaim.Replaced())
-	pctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-	err = g.o.Callers.Put(pctx, rec)
-	cancel()
-	if err != nil {
-		g.log.Error("caller declaration", "err", err)
-		return errorResult(c.fail(schemas.CodeInternal, "message bus unavailable"), c.requestID)
-	}
-	g.holdListen(l, true)
-	defer g.holdListen(l, false)
-	defer func() { // the tools leave every list now, not at the lease's end
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := g.o.Callers.Delete(dctx, l.id); err != nil {
-			g.log.Warn("caller declaration not removed; it expires with its lease", "listen_id", l.id, "err", err)
-		}
-	}()
-	defer l.failWaiting()
-	c.audit(bus.DecisionAllowed, "")
-
-	out := &pusher{session: req.Session, token: req.Params.GetProgressToken()}
-	ready, _ := json.Marshal(map[string]any{"type": "caller_tools_ready", "listen_id": l.id, "tools": names})
-	if err := out.push(ctx, ready); err != nil {
-		l.end("the client went away")
-	}
-	// The lease (the claim's and the declaration's) is refreshed on a
-	// goroutine of its own: a push to a client that stopped reading must
-	// not let the declaration expire while the listen holds calls.
-	leased := make(chan struct{})
-	go func() {
-		defer close(leased)
-		lease := time.NewTicker(g.o.Callers.TTL() / 3)
-		defer lease.Stop()
-		for {
-			select {
-			case <-l.done:
-				return
-			case <-lease.C:
-			}
-			if l.expired() {
-				l.end("the listener's token was revoked or expired")
-				return
-			}
-			if !l.refresh(ctx, idClaim, rec) {
-				return
-			}
-		}
-	}()
-	defer func() { <-leased }() // before the declaration and the claim are deleted
-	// A ping now and then keeps proxies and clients from cutting an idle
-	// listen (and resets the timeout of clients that reset it on
-	// progress).
-	ping := time.NewTicker(g.o.PingInterval)
-	defer ping.Stop()
-	for {
-		var ev []byte
-		select {
-		case <-ctx.Done():
-			l.end("the listen call ended")
-		case <-l.done:
-		case ev = <-l.events:
-		case <-ping.C:
-			ev = []byte(`{"type":"caller_ping"}`)
-		}
-		if ev == nil {
-			break
-		}
-		if err := out.push(ctx, ev); err != nil {
-			l.end("the client went away")
-		}
-	}
-	l.mu.Lock()
-	n := l.requests
-	l.mu.Unlock()
-	b, _ := json.Marshal(map[string]any{"listen_id": l.id, "reason": l.reason, "requests": n})
-	return &sdk.CallToolResult{
-		Meta:              sdk.Meta{MetaRequestID: c.requestID},
-		Content:           []sdk.Content{&sdk.TextContent{Text: string(b)}},
-		StructuredContent: json.RawMessage(b),
-	}
-}
-
-// refresh renews the listen's claim, then its declaration; it reports
-// false, having ended the listen, when the claim is no longer the
-// listen's (another listen took it over, or it lapsed): the caller id is
-// no longer this listen's to serve.
-func (l *listen) refresh(ctx context.Context, idClaim *bus.CallerLease, rec *bus.Caller) bool {
-	ttl := l.g.o.Callers.TTL()
-	pctx, cancel := context.WithTimeout(ctx, ttl/3)
-	defer cancel()
-	switch err := idClaim.Refresh(pctx); {
-	case errors.Is(err, bus.ErrClaimLost):
-		l.end("the listen's claim of its caller_id was taken over or lapsed")
-		return false
-	case err != nil:
-		l.g.log.Warn("caller id claim not refreshed", "listen_id", l.id, "err", err)
-	}
-	if err := l.g.o.Callers.Put(pctx, rec); err != nil {
-		l.g.log.Warn("caller declaration not refreshed", "listen_id", l.id, "err", err)
-	}
-	return true
-}
-
-// replaceListens ends the listen whose claim of a caller id the new one
-// took over (replaced, "" when none), and every other listen of the
-// caller id in the tenant by the same token subject that this gateway
-// knows of: the new one replaces them (their waiting calls fail
-// E_NODE_OFFLINE at once).
-func (g *Gateway) replaceListens(ctx context.Context, tenant, callerID, subject, replaced string) {
-	g.callersMu.Lock()
-	var old []string
-	if validListenID(replaced) { // read from NATS: a subject token only if it is one
-		old = append(old, replaced)
-	}
-	for id, lc := range g.callers {
-		if id != replaced && lc.rec.Tenant == tenant && lc.rec.CallerID == callerID && lc.rec.Subject == subject {
-			old = append(old, id)
-		}
-	}
-	g.callersMu.Unlock()
-	for _, id := range old {
-		msg := &nats.Msg{Subject: bus.CallerResp(id), Header: nats.Header{bus.HeaderControl: {bus.ControlReplaced},
-			bus.HeaderTenant: {tenant}, bus.HeaderSubject: {subject}}}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if _, err := g.o.NC.RequestMsgWithContext(rctx, msg); err != nil && !errors.Is(err, nats.ErrNoResponders) {
-			g.log.Debug("replace listen", "listen_id", id, "err", err)
-		}
-		cancel()
-	}
-}
-
-// holdListen adds or removes a listen this gateway holds.
-func (g *Gateway) holdListen(l *listen, add bool) {
-	g.relayMu.Lock()
-	defer g.relayMu.Unlock()
-	if add {
-		g.listens[l.id] = l
-	} else {
-		delete(g.listens, l.id)
-	}
-}
-
-// EndListens ends every listen this gateway holds (it is stopping): their
-// waiting calls fail E_NODE_OFFLINE at once.
-func (g *Gateway) EndListens() {
-	g.relayMu.Lock()
-	var ls []*listen
-	for _, l := range g.listens {
-		ls = append(ls, l)
-	}
-	g.relayMu.Unlock()
-	for _, l := range ls {
-		l.end("the gateway is stopping")
-	}
-}
-
-// onRequest takes one relayed call of the listen's tools.
-func (l *listen) onRequest(m *nats.Msg) {
-	if r := l.g.o.Relayers; r != nil && !bus.FromRole(m, r...) {
-		return // no gateway's
-	}
-	if l.expired() {
-		l.end("the listener's token was revoked or expired")
-		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
-		return
-	}
-	if m.Header.Get(bus.HeaderTenant) != l.tenant {
-		l.reply(m, bus.ErrorReply(schemas.CodeSafetyDenied, "tool belongs to another tenant"))
-		return
-	}
-	call, err := bus.DecodeCall(m.Data)
-	if err != nil {
-		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "malformed call"))
-		return
-	}
-	tool, ok := strings.CutPrefix(call.Tool, l.callerID+"_")
-	if !ok || !l.tools[tool] {
-		l.reply(m, bus.ErrorReply(schemas.CodeToolNotFound, "the caller does not declare this tool"))
-		return
-	}
-	id := strings.ToLower(ulid.Make().String())
-	ev, err := requestEvent(id, tool, call.Arguments)
-	if err != nil {
-		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "arguments do not encode"))
-		return
-	}
-	l.mu.Lock()
-	if len(l.waiting) >= maxWaiting {
-		l.mu.Unlock()
-		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
-		return
-	}
-	select {
-	case <-l.done:
-		l.mu.Unlock()
-		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
-		return
-	default:
-	}
-	select {
-	case l.events <- ev:
-	default: // the listener reads too slowly (calls given up still queued)
-		l.mu.Unlock()
-		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
-		return
-	}
-	budget := l.g.o.CallerTimeout
-	if ms, err := strconv.ParseInt(m.Header.Get(bus.HeaderBudgetMs), 10, 64); err == nil && ms > 0 && time.Duration(ms)*time.Millisecond < budget {
-		budget = time.Duration(ms) * time.Millisecond
-	}
-	l.waiting[id] = waiting{msg: m, relay: m.Header.Get(bus.HeaderRelayID), timer: time.AfterFunc(budget, func() { l.forget(id) })}
-	l.requests++
-	l.mu.Unlock()
-}
-
-// forget drops a waiting call whose caller gave up.
-func (l *listen) forget(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.waiting, id)
-}
-
-func (l *listen) reply(m *nats.Msg, data []byte) {
-	if err := m.Respond(data); err != nil {
-		l.g.log.Debug("answer relayed call", "err", err)
-	}
-}
-
-// withdraw drops the waiting call of a relay id, whose caller gave up,
-// and tells the listener so (caller_tool_cancelled): an answer to it is
-// refused as unknown.
-func (l *listen) withdraw(relay string) {
-	if relay == "" {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for id, w := range l.waiting {
-		if w.relay != relay {
-			continue
-		}
-		w.timer.Stop()
-		delete(l.waiting, id)
-		ev, _ := json.Marshal(map[string]string{"type": "caller_tool_cancelled", "request_id": id})
-		select {
-		case l.events <- ev:
-		default: // the listener reads too slowly; its answer will be refused
-		}
-		return
-	}
-}
-
-// withdrawRelayed tells the replica holding a listen that a relayed call
-// was given up (its caller cancelled, left or ran out of budget).
-func (g *Gateway) withdrawRelayed(listenID, relayID, tenant string) {
+// withdraw tells the replica holding a listen that a relayed call was
+// given up (its caller cancelled, left or ran out of budget).
+func (s *callers) withdraw(listenID, relayID, tenant string) {
 	msg := &nats.Msg{Subject: bus.CallerResp(listenID), Header: nats.Header{}}
 	msg.Header.Set(bus.HeaderControl, bus.ControlCancelled)
 	msg.Header.Set(bus.HeaderRelayID, relayID)
 	msg.Header.Set(bus.HeaderTenant, tenant)
-	if err := g.o.NC.PublishMsg(msg); err != nil {
-		g.log.Debug("withdraw relayed call", "listen_id", listenID, "err", err)
+	if err := s.nc.PublishMsg(msg); err != nil {
+		s.log.Debug("withdraw relayed call", "listen_id", listenID, "err", err)
 	}
-}
-
-// failWaiting ends every waiting call: the listen is over.
-func (l *listen) failWaiting() {
-	l.mu.Lock()
-	all := l.waiting
-	l.waiting = map[string]waiting{}
-	l.mu.Unlock()
-	for _, w := range all {
-		w.timer.Stop()
-		l.reply(w.msg, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
-	}
-}
-
-// answer is a caller_tool_response.
-type answer struct {
-	RequestID string          `json:"request_id"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     *string         `json:"error,omitempty"`
-}
-
-// encode writes the answer for the replica holding its listen, its
-// result as the listener wrote it: json.Marshal would compact it and
-// escape HTML in it, and the text the caller gets would then depend on
-// the replica the answer came in by.
-func (a answer) encode() []byte {
-	b := make([]byte, 0, len(a.RequestID)+len(a.Result)+64)
-	b = append(b, `{"request_id":`...)
-	b = jsonscan.AppendString(b, a.RequestID)
-	if len(a.Result) > 0 {
-		b = append(b, `,"result":`...)
-		b = append(b, a.Result...)
-	}
-	if a.Error != nil {
-		b = append(b, `,"error":`...)
-		b = jsonscan.AppendString(b, *a.Error)
-	}
-	return append(b, '}')
-}
-
-// take answers a waiting call, for the token (tenant, subject) that sent
-// the response; a non-nil error says why not.
-func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
-	if tenant != l.tenant || subject != l.subject {
-		return schemas.NewError(schemas.CodeSafetyDenied, "only the listener may answer its requests")
-	}
-	reply := bus.OKReply(relayedResult(a))
-	if max := l.g.o.NC.MaxPayload(); int64(len(reply)) > max {
-		// Refused before it is taken: the call still waits for an answer
-		// okso can carry.
-		return schemas.NewError(schemas.CodeBadRequest, fmt.Sprintf("the answer takes %d bytes relayed, more than the %d okso carries", len(reply), max))
-	}
-	l.mu.Lock()
-	w, ok := l.waiting[a.RequestID]
-	if ok {
-		w.timer.Stop()
-		delete(l.waiting, a.RequestID)
-		l.answered[a.RequestID] = true
-		l.order = append(l.order, a.RequestID)
-		if len(l.order) > maxAnswered {
-			delete(l.answered, l.order[0])
-			l.order = l.order[1:]
-		}
-	}
-	replay := l.answered[a.RequestID] && !ok
-	l.mu.Unlock()
-	switch {
-	case replay:
-		return schemas.NewError(schemas.CodeBadRequest, "this request was answered already")
-	case !ok:
-		return schemas.NewError(schemas.CodeBadRequest, "no such request is waiting: unknown, or its caller gave up")
-	}
-	l.reply(w.msg, reply)
-	return nil
-}
-
-// requestEvent is the caller_tool_request event of one relayed call:
-// {"type":"caller_tool_request","request_id","tool","arguments"} as
-// json.Marshal writes that map (keys sorted), by hand when each part is
-// written as it is.
-func requestEvent(id, tool string, args json.RawMessage) ([]byte, error) {
-	if !jsonscan.HTMLSafe(id) || !jsonscan.HTMLSafe(tool) || !jsonscan.MarshalsAsIs(args) {
-		return json.Marshal(map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": args})
-	}
-	b := make([]byte, 0, len(args)+len(id)+len(tool)+64)
-	b = append(b, `{"arguments":`...)
-	b = append(b, args...)
-	b = append(b, `,"request_id":"`...)
-	b = append(b, id...)
-	b = append(b, `","tool":"`...)
-	b = append(b, tool...)
-	return append(b, `","type":"caller_tool_request"}`...), nil
-}
-
-// relayedResult is the CallToolResult of an answered relayed call: the
-// result as structuredContent (an object) and text, or the error as an
-// isError result. It is written as json.Marshal writes the map
-// {content: [{type, text}], isError | structuredContent} (keys sorted),
-// by hand when the result is written as it is.
-func relayedResult(a answer) json.RawMessage {
-	structured := a.Error == nil && strings.HasPrefix(strings.TrimSpace(string(a.Result)), "{")
-	if structured && !jsonscan.MarshalsAsIs(a.Result) {
-		return marshalRelayedResult(a)
-	}
-	b := make([]byte, 0, 2*len(a.Result)+64)
-	b = append(b, `{"content":[{"text":`...)
-	if a.Error != nil {
-		b = jsonscan.AppendString(b, *a.Error)
-		return append(b, `,"type":"text"}],"isError":true}`...)
-	}
-	b = jsonscan.AppendString(b, []byte(a.Result))
-	b = append(b, `,"type":"text"}]`...)
-	if structured {
-		b = append(b, `,"structuredContent":`...)
-		b = append(b, a.Result...)
-	}
-	return append(b, '}')
-}
-
-// marshalRelayedResult is relayedResult by json.Marshal.
-func marshalRelayedResult(a answer) json.RawMessage {
-	var res map[string]any
-	if a.Error != nil {
-		res = map[string]any{"content": []any{map[string]any{"type": "text", "text": *a.Error}}, "isError": true}
-	} else {
-		res = map[string]any{"content": []any{map[string]any{"type": "text", "text": string(a.Result)}}}
-		if t := strings.TrimSpace(string(a.Result)); strings.HasPrefix(t, "{") {
-			res["structuredContent"] = a.Result
-		}
-	}
-	b, _ := json.Marshal(res)
-	return b
-}
-
-// acceptedResult is caller_tool_response's result: {"accepted":true,
-// "request_id"} as json.Marshal writes that map.
-func acceptedResult(requestID string) json.RawMessage {
-	b := make([]byte, 0, len(requestID)+32)
-	b = append(b, `{"accepted":true,"request_id":`...)
-	b = jsonscan.AppendString(b, requestID)
-	return append(b, '}')
-}
-
-// onResponse takes a response forwarded by another replica, or a newer
-// listen's notice that it replaces this one.
-func (l *listen) onResponse(m *nats.Msg) {
-	if m.Header.Get(bus.HeaderControl) == bus.ControlCancelled { // published, no request
-		if m.Header.Get(bus.HeaderTenant) == l.tenant && !bus.FromJetStream(m) {
-			l.withdraw(m.Header.Get(bus.HeaderRelayID))
-		}
-		return
-	}
-	if r := l.g.o.Relayers; r != nil && !bus.FromRole(m, r...) {
-		return // no gateway's
-	}
-	if m.Header.Get(bus.HeaderControl) == bus.ControlReplaced {
-		if m.Header.Get(bus.HeaderTenant) == l.tenant && m.Header.Get(bus.HeaderSubject) == l.subject {
-			l.end("a newer listen of the same caller_id replaced it")
-		}
-		l.reply(m, bus.OKReply(json.RawMessage(`{}`)))
-		return
-	}
-	var a answer
-	if err := json.Unmarshal(m.Data, &a); err != nil || (a.Error == nil && len(a.Result) == 0) {
-		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "malformed response"))
-		return
-	}
-	if e := l.take(m.Header.Get(bus.HeaderTenant), m.Header.Get(bus.HeaderSubject), a); e != nil {
-		l.reply(m, bus.ErrorReply(e.Code, e.Message))
-		return
-	}
-	l.reply(m, bus.OKReply(json.RawMessage(`{}`)))
-}
-
-// respond serves caller_tool_response: to the listen when this gateway
-// holds it, forwarded to the replica that does otherwise.
-func (g *Gateway) respond(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
-	var in struct {
-		ListenID string `json:"listen_id"`
-		answer
-	}
-	if err := json.Unmarshal(args, &in); err != nil {
-		return nil, schemas.NewError(schemas.CodeManifestInvalid, "the response does not decode")
-	}
-	g.relayMu.Lock()
-	l := g.listens[in.ListenID]
-	g.relayMu.Unlock()
-	g.callersMu.Lock()
-	if lc := g.callers[in.ListenID]; lc != nil && lc.rec.Tenant == c.claims.Tenant {
-		c.ev.Caller = lc.rec.CallerID // the answer's audit names the caller it answers for
-	}
-	g.callersMu.Unlock()
-	var e *schemas.Error
-	if l != nil {
-		e = l.take(c.claims.Tenant, c.claims.Subject, in.answer)
-	} else {
-		e = g.forwardResponse(ctx, c, in.ListenID, in.answer)
-	}
-	if e != nil {
-		return nil, e
-	}
-	return acceptedResult(in.RequestID), nil
-}
-
-// forwardResponse sends a response to the replica holding its listen.
-func (g *Gateway) forwardResponse(ctx context.Context, c *callCtx, listenID string, a answer) *schemas.Error {
-	if !validListenID(listenID) {
-		return schemas.NewError(schemas.CodeBadRequest, "no such listen is open")
-	}
-	body := a.encode()
-	if max := g.o.NC.MaxPayload(); int64(2*len(body)) > max { // relayed, the result is written twice
-		return schemas.NewError(schemas.CodeBadRequest, fmt.Sprintf("the answer is larger than the %d bytes okso carries", max))
-	}
-	msg := &nats.Msg{Subject: bus.CallerResp(listenID), Data: body, Header: nats.Header{}}
-	msg.Header.Set(bus.HeaderTenant, c.claims.Tenant)
-	msg.Header.Set(bus.HeaderSubject, c.claims.Subject)
-	msg.Header.Set(bus.HeaderRequestID, c.requestID)
-	rctx, cancel := context.WithTimeout(ctx, g.o.Budget)
-	defer cancel()
-	resp, err := g.o.NC.RequestMsgWithContext(rctx, msg)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return schemas.NewError(schemas.CodeNodeOffline, "no such listen is open")
-	case err != nil:
-		return schemas.NewError(schemas.CodeInternal, "message bus unavailable")
-	}
-	rep, err := bus.DecodeReply(resp.Data)
-	if err != nil {
-		return schemas.NewError(schemas.CodeInternal, "malformed reply from the replica holding the listen")
-	}
-	if !rep.OK && rep.Error != nil {
-		return schemas.NewError(rep.Error.Code, trimASCII(rep.Error.Message, 200))
-	}
-	return nil
-}
-
-// validListenID reports whether s can be a listen id (a subject token).
-func validListenID(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// pusher sends the relay's events on the listen call: as a
-// notifications/message of logger okso.caller (which the SDK sends only
-// to a client that set a log level) and, when the call carried a
-// progressToken, as a progress notification.
-type pusher struct {
-	session *sdk.ServerSession
-	token   any
-	n       float64
-}
-
-func (p *pusher) push(ctx context.Context, ev []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	//lint:ignore SA1019 deprecated from 2026-07-28; DESIGN.md §9.3 names notifications/message, and 2025 clients read it
-	if err := p.session.Log(ctx, &sdk.LoggingMessageParams{Logger: callerLogger, Level: "info", Data: json.RawMessage(ev)}); err != nil {
-		return err
-	}
-	if p.token == nil {
-		return nil
-	}
-	p.n++
-	return p.session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: p.token, Progress: p.n, Message: string(ev)})
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -100,13 +101,21 @@ func callID(body []byte) ([]byte, bool) {
 	return canonicalID(m["id"])
 }
 
-// relayCancel publishes a caller's cancellation for the replica serving
-// the request, and answers the notification as the SDK would (202).
-func (g *Gateway) relayCancel(w http.ResponseWriter, r *http.Request, id []byte) {
+// cancels relays a stateless gateway's cancellations (above); a
+// stateful gateway's sessions cancel their own requests.
+type cancels struct {
+	nc       *nats.Conn
+	stateful bool
+	log      *slog.Logger
+}
+
+// relay publishes a caller's cancellation for the replica serving the
+// request, and answers the notification as the SDK would (202).
+func (cs cancels) relay(w http.ResponseWriter, r *http.Request, id []byte) {
 	c := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
 	if c != nil {
-		if err := g.o.NC.Publish(bus.CallCancel(cancelKey(c, id)), nil); err != nil {
-			g.log.Warn("relay a cancellation", "err", err)
+		if err := cs.nc.Publish(bus.CallCancel(cancelKey(c, id)), nil); err != nil {
+			cs.log.Warn("relay a cancellation", "err", err)
 		}
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -114,23 +123,27 @@ func (g *Gateway) relayCancel(w http.ResponseWriter, r *http.Request, id []byte)
 
 // cancellable returns ctx, cancelled also when the caller cancels the
 // request from any replica (stateless) or drops its HTTP request; stop
-// releases what it holds. The subscription is in place once the NATS
-// connection is next flushed.
-func (g *Gateway) cancellable(ctx context.Context, claims *auth.Claims) (_ context.Context, stop func()) {
+// releases what it holds. The request is the one of id (as canonicalID
+// writes it; nil: the JSON-RPC id in ctx, if any). The subscription is
+// in place once the NATS connection is next flushed.
+func (cs cancels) cancellable(ctx context.Context, claims *auth.Claims, id []byte) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	stops := []func() bool{}
-	if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !g.o.Stateful {
+	if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !cs.stateful {
 		// The SDK does not tie a handler to its HTTP request before
 		// protocol 2026-07-28: a client that hung up would be noticed at
 		// the next write only.
 		stops = append(stops, context.AfterFunc(hc.done, cancel))
 	}
 	var sub *nats.Subscription
-	if id, ok := ctx.Value(rpcIDKey{}).([]byte); ok && !g.o.Stateful && claims != nil {
+	if id == nil {
+		id, _ = ctx.Value(rpcIDKey{}).([]byte)
+	}
+	if id != nil && !cs.stateful && claims != nil {
 		var err error
-		sub, err = g.o.NC.Subscribe(bus.CallCancel(cancelKey(claims, id)), func(*nats.Msg) { cancel() })
+		sub, err = cs.nc.Subscribe(bus.CallCancel(cancelKey(claims, id)), func(*nats.Msg) { cancel() })
 		if err != nil {
-			g.log.Warn("subscribe to cancellations", "err", err)
+			cs.log.Warn("subscribe to cancellations", "err", err)
 		}
 	}
 	return ctx, func() {

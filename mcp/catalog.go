@@ -6,11 +6,11 @@ import (
 	"errors"
 	"maps"
 	"sync"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -19,18 +19,8 @@ import (
 // call needs, decided when the tool is listed and not per call. Sources
 // feed it under keys of their own (devices.go: one key per node); the
 // three doors (fast path, SDK handler, REST/SSE) look a tool up once per
-// call and run the same checks on the entry (call.go).
-
-// source says where a tool comes from; their names cannot collide
-// (DESIGN.md §8).
-type source uint8
-
-const (
-	sourceDevice   source = iota + 1 // {kind_short}.{node_id}.{cap_id}.{verb}
-	sourceUpstream                   // {upstream}.{tool}
-	sourceCaller                     // {caller_id}_{tool}
-	sourceOkso                       // okso's own: fleet.*, caller_tools_*
-)
+// call, run the same checks on the entry (call.go) and call its invoker,
+// never asking which source it came from.
 
 // shape is what the result of a successful call is.
 type shape uint8
@@ -66,46 +56,85 @@ func (v embedded) validateValue(d any) error { return v.set.Validate(v.id, d) }
 func (v embedded) explain(err error) string  { return v.set.Explain(v.id, err) }
 
 // entry is one tool as the catalog holds it. Entries are read-only once
-// put: a change is a new entry.
+// put: a change is a new entry. A door calls an entry the same way
+// whatever its source: check (call.go), then its invoker (or, for the
+// rare tool that needs the caller's MCP session, its session call; for a
+// stream, its opener).
 type entry struct {
 	// name is the canonical name (DESIGN.md §8): what the device wire,
 	// audit events, metrics and error messages say.
 	name string
 	// safe is the name's listed form (schemas.SafeToolName), recorded by
 	// the catalog when the entry is first put, and never parsed.
-	safe   string
-	source source
-	class  string // safety class
-	scope  string // the scope a caller needs (auth.ScopeFor(class))
-	input  validator
+	safe  string
+	class string // safety class
+	scope string // the scope a caller needs (auth.ScopeFor(class))
+	input validator
 	// output checks a result, or each frame of a stream; nil: unchecked.
 	output validator
-	// stream: the call answers with a stream of frames until cancelled.
-	stream bool
 	// shape says what a successful call's result is.
 	shape shape
-	// nodeID is the node of a device tool: its results and frames must
-	// name it.
-	nodeID string
-	// upstream is the federated upstream of an upstream's tool.
-	upstream string
-	// subject is the NATS subject that serves a call.
-	subject string
-	// budget bounds a call (0: the gateway's).
-	budget time.Duration
-	// listenID is the listen serving a caller's tool, callerID its
-	// caller (callers.go).
-	listenID, callerID string
-	// local serves a tool of okso's own on the gateway itself that
-	// streams, through the SDK's door only; serve one that answers once,
-	// through every door (its result a document, as a device's).
-	local localCall
-	serve unaryCall
+	// origin says what serves the tool, for the catalog and the audit.
+	origin origin
+	// invoker runs a unary call of the tool; stream, when set, opens the
+	// stream a call of a streaming tool answers with; session serves a
+	// tool of okso's own that needs the caller's MCP session (it holds
+	// the call open), through the SDK's door only.
+	invoker invoker
+	stream  opener
+	session sessionCall
 	// desc is the tool as tools/list shows it under its canonical name,
 	// its schemas as JSON documents; listed holds it under each form's
 	// name (made when the entry is first put).
 	desc   *sdk.Tool
 	listed [formCount]*sdk.Tool
+}
+
+// origin is what serves an entry: its source, as unlisting names it, and
+// its owner (a node, an upstream, a listen; none for okso's own tools),
+// which audit events name.
+type origin struct {
+	source string
+	// owner names what serves it ("node/<id>"…): two owners' tools
+	// never share a name.
+	owner string
+	// As audit events and logs name the owner.
+	nodeID, upstream, callerID string
+}
+
+// audit names the entry's owner in an audit event.
+func (o *origin) audit(ev *bus.AuditEvent) {
+	ev.NodeID, ev.Upstream, ev.Caller = o.nodeID, o.upstream, o.callerID
+}
+
+// attrs are the log attributes that name the entry's owner.
+func (o *origin) attrs() []any {
+	switch {
+	case o.nodeID != "":
+		return []any{"node_id", o.nodeID}
+	case o.upstream != "":
+		return []any{"upstream", o.upstream}
+	case o.callerID != "":
+		return []any{"caller_id", o.callerID}
+	}
+	return nil
+}
+
+// invoker runs the unary calls of an entry, once the door's checks
+// passed (token, tool, scope, arguments: [callCtx.check]): it reaches
+// what serves the tool and checks the result. It returns the result to
+// answer, as the entry's shape says, or an error envelope already
+// audited ([callCtx.fail]); the door audits a success.
+type invoker interface {
+	invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error)
+}
+
+// opener opens the stream that answers a call of a streaming tool, after
+// the door's checks; on success the caller must close it. A nil stream
+// with a nil error envelope is errQuota (the tenant's streams are all
+// taken), audited already.
+type opener interface {
+	open(ctx context.Context, c *callCtx, args json.RawMessage) (*stream, *schemas.Error, error)
 }
 
 // nameForm is a form in which tools/list names tools (DESIGN.md §8).
@@ -321,15 +350,10 @@ func (c *catalog) taken(tenant string, e *entry) string {
 
 // owner names what serves the entry: its node, upstream, listen, or okso.
 func (e *entry) owner() string {
-	switch {
-	case e.nodeID != "":
-		return "node/" + e.nodeID
-	case e.upstream != "":
-		return "upstream/" + e.upstream
-	case e.listenID != "":
-		return "listen/" + e.listenID
+	if e.origin.owner == "" {
+		return "okso"
 	}
-	return "okso"
+	return e.origin.owner
 }
 
 // drop removes every tool key holds.

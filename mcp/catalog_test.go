@@ -133,7 +133,7 @@ func TestCatalogNames(t *testing.T) {
 		testEntry("web.get-sum", "read_only"),
 	}
 	for _, e := range webTools {
-		e.upstream = "web"
+		e.origin.owner = "upstream/web"
 	}
 	c.put("remote/web/a", "a", webTools)
 	safe := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating)}
@@ -172,7 +172,7 @@ func TestCatalogNames(t *testing.T) {
 	// Another key's tool whose name a tool of the tenant holds (one of
 	// every tenant's, here) is refused too, and the first stays.
 	mine := testEntry("caller_tools_listen", "read_only")
-	mine.listenID = "x"
+	mine.origin.owner = "listen/x"
 	c.put("caller/x", "a", []*entry{mine})
 	if e, _ := c.lookup("a", "caller_tools_listen"); e == nil || e.scope != auth.ScopeMutating {
 		t.Errorf("the first caller_tools_listen was replaced: %+v", e)
@@ -182,7 +182,7 @@ func TestCatalogNames(t *testing.T) {
 	}
 	// And a tool of every tenant whose name one tenant's tool holds.
 	all := testEntry(dev, "read_only")
-	all.upstream = "all"
+	all.origin.owner = "upstream/all"
 	c.put("remote/all", anyTenant, []*entry{all})
 	if len(*refused) != 3 {
 		t.Errorf("refused %v", *refused)
@@ -191,7 +191,7 @@ func TestCatalogNames(t *testing.T) {
 	// one (an upstream configured for every tenant now) is not refused.
 	web := func() []*entry {
 		e := testEntry("web.get-sum", "read_only")
-		e.upstream = "web"
+		e.origin.owner = "upstream/web"
 		return []*entry{e}
 	}
 	c.put("remote/web/*", anyTenant, web())
@@ -246,7 +246,7 @@ func TestCatalogListsOnce(t *testing.T) {
 	c, _ := testCatalog(t)
 	mk := func() []*entry {
 		e := testEntry("web.get-sum", "read_only")
-		e.upstream = "web"
+		e.origin.owner = "upstream/web"
 		return []*entry{e}
 	}
 	c.put("remote/web/a", "a", mk())

@@ -1,8 +1,11 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -15,254 +18,162 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// The device source of the catalog: every gateway watches the registry
-// (KV okso_nodes) and lists a node's capabilities as tools once the node's
-// subject answers from here.
+// devices is the device source: it follows the registry (KV
+// okso_nodes) and lists a node's capabilities as tools once the node's
+// subject answers from here (a probe), and remembers the nodes that left
+// while the registry keeps their records. It is safe for concurrent use.
+type devices struct {
+	watched
+	nc    *nats.Conn
+	reg   *bus.Registry
+	set   *schemas.Set
+	docs  *toolDocs
+	feed  feed
+	log   *slog.Logger
+	ended func(nodeID string) // the node's streams end (its session went)
 
-// Run follows the registries (KV okso_nodes, and okso_remotes when
-// Options.Remotes is set) and keeps every tenant's tools in step with
-// them, until ctx ends. After a NATS reconnect it watches afresh and
-// reconciles: what went away meanwhile is removed, nothing is listed
-// twice.
-//
-// While its NATS connection is down, the gateway's registry is
-// unavailable: tools/list and every call answer so (E_INTERNAL) rather
-// than with what the gateway last knew, and it logs one line when the
-// connection goes and one when it is back.
-func (g *Gateway) Run(ctx context.Context) error {
-	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
-	defer g.o.NC.RemoveStatusListener(status)
-	nodes, remotes, callers := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { g.followLink(ctx, status, nodes, remotes, callers) })
-	defer g.probeWG.Wait()
-	if g.o.Remotes != nil {
-		var once sync.Once
-		wg.Go(func() {
-			g.keepWatching(ctx, "upstream registry", g.watchRemotes, remotes, func() { once.Do(func() { close(g.remotesSynced) }) })
-		})
-	}
-	if g.o.Callers != nil {
-		var once sync.Once
-		wg.Go(func() {
-			g.keepWatching(ctx, "caller registry", g.watchCallers, callers, func() { once.Do(func() { close(g.callersSynced) }) })
-		})
-	}
-	nodesSynced := make(chan struct{})
-	wg.Go(func() { g.becomeReady(ctx, nodesSynced) })
-	var once sync.Once
-	g.keepWatching(ctx, "registry", g.watch, nodes, func() {
-		once.Do(func() { g.synced.Store(true); close(nodesSynced) })
-	})
-	return nil
+	listMu  sync.Mutex // orders listing and unlisting nodes
+	mu      sync.RWMutex
+	nodes   map[string]*bus.Node // listed, by node id
+	pending map[string]string    // node id -> session id being probed before listing
+	// offline: the nodes that left, by node id, while the registry keeps
+	// their records; their tools answer E_NODE_OFFLINE to their tenant.
+	offline map[string]*bus.Node
+	probes  chan struct{} // bounds concurrent probes
+	probeWG sync.WaitGroup
+	// initialProbes counts the probes of the first registry state: the
+	// gateway's Ready waits for them (settle).
+	initialProbes sync.WaitGroup
 }
 
-// keepWatching runs watch until ctx ends, again after it fails (a second
-// later) and afresh on every resync.
-func (g *Gateway) keepWatching(ctx context.Context, what string, watch func(context.Context, func()) error, resync <-chan struct{}, ready func()) {
-	for {
-		wctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- watch(wctx, ready) }()
-		var err error
-		select {
-		case err = <-done:
-		case <-resync:
-			cancel()
-			<-done
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			g.log.Warn(what+" watch ended; watching again", "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}
+func newDevices(nc *nats.Conn, reg *bus.Registry, set *schemas.Set, docs *toolDocs, f feed, log *slog.Logger, ended func(string)) *devices {
+	d := &devices{nc: nc, reg: reg, set: set, docs: docs, feed: f, log: log, ended: ended,
+		nodes: map[string]*bus.Node{}, pending: map[string]string{}, offline: map[string]*bus.Node{},
+		probes: make(chan struct{}, 64)}
+	d.w = newWatcher("registry", d.watch, d.known, func(id string) { d.gone(id, reasonVanished) })
+	return d
 }
 
-// followLink marks the registry unavailable while NATS is down, logs the
-// change each way, and asks every watch for a resync when the link is
-// back.
-func (g *Gateway) followLink(ctx context.Context, status <-chan nats.Status, resyncs ...chan<- struct{}) {
-	if !g.o.NC.IsConnected() {
-		g.busDown.Store(true)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case st := <-status:
-			down := st != nats.CONNECTED
-			if g.busDown.Swap(down) == down {
-				continue
-			}
-			if down {
-				g.log.Warn("NATS connection lost: tools/list and calls answer E_INTERNAL registry unavailable until it is back")
-				continue
-			}
-			g.log.Info("NATS connection back: reloading the registry")
-			for _, resync := range resyncs {
-				select {
-				case resync <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}
-}
-
-// registryDown reports whether the gateway cannot see the registry.
-func (g *Gateway) registryDown() bool { return g.busDown.Load() }
-
-// becomeReady closes Ready once the initial state of the registry is in
-// (nodesSynced), its nodes are probed (or after a bound, for nodes whose
-// tier is slow to answer), and the upstreams and callers of their
-// initial states are listed. It returns when ctx ends, if before; then
-// only after the probes it waited on ended (they end with ctx).
-func (g *Gateway) becomeReady(ctx context.Context, nodesSynced <-chan struct{}) {
-	select {
-	case <-nodesSynced:
-	case <-ctx.Done():
-		return
-	}
+// settle returns once the probes of the first registry state ended, or
+// after settleBound, or when ctx ends (then only after those probes
+// ended: they end with ctx).
+func (d *devices) settle(ctx context.Context) {
 	probed := make(chan struct{})
-	go func() { g.initialProbes.Wait(); close(probed) }()
-	defer func() { <-probed }()
+	d.probeWG.Go(func() { d.initialProbes.Wait(); close(probed) })
 	select {
 	case <-probed:
-	case <-time.After(5 * time.Second):
+	case <-time.After(settleBound):
 	case <-ctx.Done():
-		return
+		<-probed
 	}
-	for _, synced := range []chan struct{}{g.remotesSynced, g.callersSynced} {
-		select {
-		case <-synced:
-		case <-ctx.Done():
-			return
-		}
-	}
-	close(g.ready)
 }
 
-// watch runs one registry watch; when its initial state is in, nodes the
-// gateway knew but the registry no longer has are removed.
-func (g *Gateway) watch(ctx context.Context, ready func()) error {
-	seen := map[string]bool{}
-	return g.o.Registry.Watch(ctx, func(ev bus.Event) {
+// wait waits for the probes.
+func (d *devices) wait() { d.probeWG.Wait() }
+
+// watch runs one watch of the registry.
+func (d *devices) watch(ctx context.Context, seen func(string), ready func()) error {
+	return d.reg.Watch(ctx, func(ev bus.Event) {
 		if ev.Initial {
-			seen[ev.NodeID] = true
+			seen(ev.NodeID)
 		}
-		g.apply(ctx, ev)
-	}, func() {
-		g.mu.RLock()
-		var ghosts []string
-		for id := range g.nodes {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
+		d.apply(ctx, ev)
+	}, ready)
+}
+
+// known are the nodes the source lists, probes, or knows offline.
+func (d *devices) known() []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var ids []string
+	for _, m := range []map[string]*bus.Node{d.nodes, d.offline} {
+		for id := range m {
+			ids = append(ids, id)
 		}
-		for id := range g.pending {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
-		}
-		for id := range g.offline {
-			if !seen[id] {
-				ghosts = append(ghosts, id)
-			}
-		}
-		g.mu.RUnlock()
-		for _, id := range ghosts {
-			g.gone(id, reasonVanished)
-		}
-		ready()
-	})
+	}
+	for id := range d.pending {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // apply folds one registry event into the gateway's view. A new node (or
 // a new session of a node) is listed only once a probe shows its cmd
 // subject answers from here: in a cluster, a subscription reaches the
 // other servers a little after the record does.
-func (g *Gateway) apply(ctx context.Context, ev bus.Event) {
+func (d *devices) apply(ctx context.Context, ev bus.Event) {
 	if ev.Node != nil && ev.Node.Offline() {
-		g.left(ev.Node)
+		d.left(ev.Node)
 		return
 	}
-	g.mu.Lock()
-	old := g.nodes[ev.NodeID]
+	d.mu.Lock()
+	old := d.nodes[ev.NodeID]
 	if ev.Node != nil {
 		if old != nil && old.SessionID == ev.Node.SessionID && old.Tenant == ev.Node.Tenant {
-			g.mu.Unlock()
+			d.mu.Unlock()
 			return // a lease refresh: nothing changed
 		}
-		if g.pending[ev.NodeID] == ev.Node.SessionID {
-			g.mu.Unlock()
+		if d.pending[ev.NodeID] == ev.Node.SessionID {
+			d.mu.Unlock()
 			return // already being probed
 		}
 		if !schemas.ValidTenant(ev.Node.Tenant) {
-			g.mu.Unlock()
+			d.mu.Unlock()
 			return
 		}
-		g.pending[ev.NodeID] = ev.Node.SessionID
-		g.mu.Unlock()
+		d.pending[ev.NodeID] = ev.Node.SessionID
+		d.mu.Unlock()
 		rec := *ev.Node
-		g.probeWG.Add(1)
-		initial := ev.Initial && !g.synced.Load() // of the first watch, before becomeReady waits
+		d.probeWG.Add(1)
+		initial := ev.Initial && !d.w.isSynced() // of the first watch, before becomeReady waits
 		if initial {
-			g.initialProbes.Add(1)
+			d.initialProbes.Add(1)
 		}
 		go func() {
-			defer g.probeWG.Done()
+			defer d.probeWG.Done()
 			if initial {
-				defer g.initialProbes.Done()
+				defer d.initialProbes.Done()
 			}
-			g.probe(ctx, &rec)
+			d.probe(ctx, &rec)
 		}()
 		return
 	}
-	g.mu.Unlock()
+	d.mu.Unlock()
 	why := reasonDisconnect
 	if ev.Expired {
 		why = reasonLapsed
 	}
-	g.gone(ev.NodeID, why)
+	d.gone(ev.NodeID, why)
 }
 
 // gone forgets a node that left the registry, for the reason given.
-func (g *Gateway) gone(nodeID, why string) {
-	g.mu.Lock()
-	delete(g.pending, nodeID)
-	_, wasOffline := g.offline[nodeID]
-	delete(g.offline, nodeID)
-	g.mu.Unlock()
-	g.unlist(nodeID, why)
+func (d *devices) gone(nodeID, why string) {
+	d.mu.Lock()
+	delete(d.pending, nodeID)
+	_, wasOffline := d.offline[nodeID]
+	delete(d.offline, nodeID)
+	d.mu.Unlock()
+	d.unlist(nodeID, why)
 	if wasOffline {
-		g.changed()
+		d.feed.changed()
 	}
 }
 
 // left takes a node whose record says it left: its tools are unlisted,
 // and it is remembered as offline for its tenant's calls. A probe of its
 // session still running gives up (it is no longer pending).
-func (g *Gateway) left(rec *bus.Node) {
+func (d *devices) left(rec *bus.Node) {
 	if !schemas.ValidTenant(rec.Tenant) {
-		g.gone(rec.NodeID, reasonDisconnect)
+		d.gone(rec.NodeID, reasonDisconnect)
 		return
 	}
 	n := *rec
-	g.mu.Lock()
-	delete(g.pending, n.NodeID)
-	g.offline[n.NodeID] = &n
-	g.mu.Unlock()
-	g.unlist(n.NodeID, reasonDisconnect)
-	g.changed()
+	d.mu.Lock()
+	delete(d.pending, n.NodeID)
+	d.offline[n.NodeID] = &n
+	d.mu.Unlock()
+	d.unlist(n.NodeID, reasonDisconnect)
+	d.feed.changed()
 }
 
 // offlineNode returns the node that left whose tool name names, if it is
@@ -270,7 +181,7 @@ func (g *Gateway) left(rec *bus.Node) {
 // name is a device tool's canonical name or its listed form (the node id
 // is its second segment either way); another tenant's node that left is
 // not told apart from one never seen.
-func (g *Gateway) offlineNode(tenant, name string) *bus.Node {
+func (d *devices) offlineNode(tenant, name string) *bus.Node {
 	sep := "."
 	if !strings.Contains(name, sep) {
 		sep = "-"
@@ -279,9 +190,9 @@ func (g *Gateway) offlineNode(tenant, name string) *bus.Node {
 	if len(parts) != 3 {
 		return nil
 	}
-	g.mu.RLock()
-	n := g.offline[parts[1]]
-	g.mu.RUnlock()
+	d.mu.RLock()
+	n := d.offline[parts[1]]
+	d.mu.RUnlock()
 	if n == nil || n.Tenant != tenant {
 		return nil
 	}
@@ -297,20 +208,20 @@ func (g *Gateway) offlineNode(tenant, name string) *bus.Node {
 	return nil
 }
 
-// NodeOffline reports whether the gateway knows the node as one that
-// left (and whose record the registry still keeps).
-func (g *Gateway) NodeOffline(nodeID string) bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.offline[nodeID] != nil
+// isOffline reports whether the source knows the node as one that left
+// (and whose record the registry still keeps).
+func (d *devices) isOffline(nodeID string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.offline[nodeID] != nil
 }
 
 // probe asks the node's subject until it answers, then lists the node;
 // it gives up when the record it probes for is superseded or removed.
-func (g *Gateway) probe(ctx context.Context, rec *bus.Node) {
+func (d *devices) probe(ctx context.Context, rec *bus.Node) {
 	select {
-	case g.probes <- struct{}{}:
-		defer func() { <-g.probes }()
+	case d.probes <- struct{}{}:
+		defer func() { <-d.probes }()
 	case <-ctx.Done():
 		return
 	}
@@ -318,15 +229,15 @@ func (g *Gateway) probe(ctx context.Context, rec *bus.Node) {
 	for {
 		msg := &nats.Msg{Subject: bus.NodeCmd(rec.NodeID), Header: nats.Header{bus.HeaderProbe: {"1"}}}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := g.o.NC.RequestMsgWithContext(pctx, msg)
+		_, err := d.nc.RequestMsgWithContext(pctx, msg)
 		cancel()
 		if err == nil {
-			g.list(rec)
+			d.list(rec)
 			return
 		}
-		g.mu.RLock()
-		current := g.pending[rec.NodeID] == rec.SessionID
-		g.mu.RUnlock()
+		d.mu.RLock()
+		current := d.pending[rec.NodeID] == rec.SessionID
+		d.mu.RUnlock()
 		if !current {
 			return
 		}
@@ -344,85 +255,78 @@ func nodeKey(nodeID string) string { return "node/" + nodeID }
 
 // list makes a probed node's tools visible to its tenant, replacing an
 // older session's.
-func (g *Gateway) list(rec *bus.Node) {
-	g.listMu.Lock()
-	defer g.listMu.Unlock()
-	g.mu.RLock()
-	current := g.pending[rec.NodeID] == rec.SessionID
-	old := g.nodes[rec.NodeID]
-	g.mu.RUnlock()
+func (d *devices) list(rec *bus.Node) {
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	d.mu.RLock()
+	current := d.pending[rec.NodeID] == rec.SessionID
+	old := d.nodes[rec.NodeID]
+	d.mu.RUnlock()
 	if !current {
 		return // superseded, or left, while probing
 	}
-	entries := g.project(rec)
-	g.cat.put(nodeKey(rec.NodeID), rec.Tenant, entries)
+	entries := d.project(rec)
+	d.feed.put(nodeKey(rec.NodeID), rec.Tenant, entries)
 	if old != nil {
-		g.nodeGone(rec.NodeID) // its streams were served by the old session
+		d.ended(rec.NodeID) // its streams were served by the old session
 	}
 	// The node counts as listed (HasNode, Wait) only once every server
 	// lists its tools (put returns then).
-	g.mu.Lock()
-	delete(g.pending, rec.NodeID) // still pending until now: a refresh meanwhile starts no probe
+	d.mu.Lock()
+	delete(d.pending, rec.NodeID) // still pending until now: a refresh meanwhile starts no probe
 	// The node's earlier session that left is forgotten; this session's
 	// own offline record, if it came meanwhile (left waits for listMu to
 	// unlist it), is kept.
-	if o := g.offline[rec.NodeID]; o != nil && o.SessionID != rec.SessionID {
-		delete(g.offline, rec.NodeID)
+	if o := d.offline[rec.NodeID]; o != nil && o.SessionID != rec.SessionID {
+		delete(d.offline, rec.NodeID)
 	}
 	listed := *rec
-	g.nodes[rec.NodeID] = &listed
-	g.mu.Unlock()
-	g.changed()
-	g.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(entries))
+	d.nodes[rec.NodeID] = &listed
+	d.mu.Unlock()
+	d.feed.changed()
+	d.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(entries))
 }
 
 // unlist removes a node that left the registry, and ends its streams.
-func (g *Gateway) unlist(nodeID, why string) {
-	g.listMu.Lock()
-	defer g.listMu.Unlock()
-	g.mu.RLock()
-	old := g.nodes[nodeID]
-	g.mu.RUnlock()
+func (d *devices) unlist(nodeID, why string) {
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	d.mu.RLock()
+	old := d.nodes[nodeID]
+	d.mu.RUnlock()
 	if old == nil {
 		return
 	}
 	// Unlisted from every server first, then forgotten: as in list, the
 	// node's count changes only once the servers agree.
-	g.cat.drop(nodeKey(nodeID))
-	g.mu.Lock()
-	delete(g.nodes, nodeID)
-	g.mu.Unlock()
-	g.changed()
-	g.nodeGone(nodeID)
-	g.unlisted(sourceNameDevice, why, "node_id", nodeID)
-}
-
-// changed wakes the waiters of [Gateway.Wait].
-func (g *Gateway) changed() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.changedCh)
-	g.changedCh = make(chan struct{})
+	d.feed.drop(nodeKey(nodeID))
+	d.mu.Lock()
+	delete(d.nodes, nodeID)
+	d.mu.Unlock()
+	d.feed.changed()
+	d.ended(nodeID)
+	d.feed.unlisted(sourceNameDevice, why, "node_id", nodeID)
 }
 
 // project builds the catalog entries of one node record: a tool per verb
 // of each capability ([schemas.Project], as the tier projected them),
 // served on the node's cmd subject. A record Project refuses (which no
 // tier writes) lists no tool at all.
-func (g *Gateway) project(rec *bus.Node) []*entry {
+func (d *devices) project(rec *bus.Node) []*entry {
 	tools, err := schemas.Project(rec.NodeID, rec.Capabilities)
 	if err != nil {
-		g.unlisted(sourceNameDevice, reasonRefused, "node_id", rec.NodeID, "err", err)
+		d.feed.unlisted(sourceNameDevice, reasonRefused, "node_id", rec.NodeID, "err", err)
 		return nil
 	}
 	entries := make([]*entry, 0, len(tools))
+	node := &nodeTool{nodeID: rec.NodeID, subject: bus.NodeCmd(rec.NodeID)}
 	for _, t := range tools {
 		c, v, class := t.Cap, t.Verb, t.Class
 		st := &sdk.Tool{
 			Name:        t.Name,
 			Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
 			Description: describeDeviceTool(c.Kind, v, class, rec),
-			InputSchema: g.toolDoc(v.Input),
+			InputSchema: d.docs.get(v.Input),
 			Annotations: &sdk.ToolAnnotations{
 				Title:          v.Title,
 				ReadOnlyHint:   class == schemas.SafetyReadOnly,
@@ -442,43 +346,109 @@ func (g *Gateway) project(rec *bus.Node) []*entry {
 			st.Annotations.DestructiveHint = &no
 		}
 		if v.Stream {
-			st.OutputSchema = g.toolDoc(v.Result)
+			st.OutputSchema = d.docs.get(v.Result)
 			st.Description += " Streams each frame as a progress notification (send a progressToken) " +
 				"until cancelled; the result tells how the stream ended."
 		} else {
-			st.OutputSchema = g.toolDoc(v.Output)
+			st.OutputSchema = d.docs.get(v.Output)
 		}
-		entries = append(entries, &entry{
+		e := &entry{
 			name:    t.Name,
-			source:  sourceDevice,
 			class:   class,
 			scope:   auth.ScopeFor(class),
-			input:   embedded{g.o.Schemas, v.Input},
-			output:  embedded{g.o.Schemas, v.Output}, // of each frame, for a stream
-			stream:  v.Stream,
+			input:   embedded{d.set, v.Input},
+			output:  embedded{d.set, v.Output}, // of each frame, for a stream
 			shape:   shapeDocument,
-			nodeID:  rec.NodeID,
-			subject: bus.NodeCmd(rec.NodeID),
+			origin:  origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID},
+			invoker: node,
 			desc:    st,
-		})
+		}
+		if v.Stream {
+			e.stream = node
+		}
+		entries = append(entries, e)
 	}
 	return entries
 }
 
-// NodeIDs returns the nodes the gateway lists.
-func (g *Gateway) NodeIDs() map[string]bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	ids := make(map[string]bool, len(g.nodes))
-	for id := range g.nodes {
+// nodeTool invokes the tools of one node: on the node's cmd subject,
+// where the tier session holding the node answers.
+type nodeTool struct{ nodeID, subject string }
+
+func (n *nodeTool) hop() hop { return hop{subject: n.subject, offline: "node is offline"} }
+
+// invoke sends a unary call to the node and checks its result: the
+// output schema, and the node it names.
+func (n *nodeTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	rep, e := c.request(ctx, args, n.hop())
+	if e != nil {
+		return nil, e
+	}
+	return c.checkDocument(rep.Result, n.nodeID)
+}
+
+// open asks the node to start a stream.
+func (n *nodeTool) open(ctx context.Context, c *callCtx, args json.RawMessage) (*stream, *schemas.Error, error) {
+	return c.openStream(ctx, args, n.nodeID, n.hop())
+}
+
+// ids returns the nodes the source lists.
+func (d *devices) ids() map[string]bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	ids := make(map[string]bool, len(d.nodes))
+	for id := range d.nodes {
 		ids[id] = true
 	}
 	return ids
 }
 
-// HasNode reports whether the gateway currently lists the node.
-func (g *Gateway) HasNode(nodeID string) bool {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.nodes[nodeID] != nil
+// has reports whether the source lists the node.
+func (d *devices) has(nodeID string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.nodes[nodeID] != nil
+}
+
+// counts returns the number of listed nodes per tenant.
+func (d *devices) counts() map[string]int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	counts := map[string]int{}
+	for _, n := range d.nodes {
+		counts[n.Tenant]++
+	}
+	return counts
+}
+
+// toolDocs are the embedded schemas as the compact JSON documents tools
+// carry, each made once and shared by every tool that uses it. Safe for
+// concurrent use.
+type toolDocs struct {
+	set *schemas.Set
+	log *slog.Logger
+	mu  sync.Mutex
+	ids map[string]json.RawMessage // by $id, compact, shared read-only
+}
+
+// get returns the document of an embedded schema.
+func (t *toolDocs) get(id string) json.RawMessage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d, ok := t.ids[id]; ok {
+		return d
+	}
+	raw, _ := t.set.Raw(id)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		t.log.Error("embedded schema does not compact", "id", id, "err", err)
+		compact.Reset()
+		compact.WriteString(`{"type":"object"}`)
+	}
+	d := json.RawMessage(compact.Bytes())
+	if t.ids == nil {
+		t.ids = map[string]json.RawMessage{}
+	}
+	t.ids[id] = d
+	return d
 }

@@ -219,7 +219,7 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 		}
 		sound := acceptable(r)
 		if id, ok := cancelledID(body); ok && sound && methodFits(r.Header, "notifications/cancelled") {
-			g.relayCancel(w, r, id)
+			g.cancels.relay(w, r, id)
 			return
 		}
 		var req *fastRequest
@@ -536,7 +536,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	sessionless := r.Header.Get("Mcp-Protocol-Version") >= sessionless
 	c := g.newCall(claims, req.Params.Name, r.Header)
 	switch {
-	case c.entry != nil && (c.entry.stream || c.entry.local != nil):
+	case c.entry != nil && (c.entry.stream != nil || c.entry.session != nil):
 		return false
 	case c.entry == nil && c.elsewhere == "" && sessionless:
 		return false // the SDK answers an unknown tool with an HTTP status of its own
@@ -560,24 +560,17 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 		buf.Write(e.JSON())
 		buf.WriteString("}}")
 	case e != nil:
-		g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
+		g.results.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
-		ctx := r.Context()
-		if c.entry.listenID != "" {
-			// A relayed call may wait long: the client's cancel ends it,
-			// from any replica.
-			var stop func()
-			ctx, stop = g.cancellable(context.WithValue(ctx, rpcIDKey{}, req.ID), claims)
-			defer stop()
-		}
-		result, e := c.unary(ctx, args)
+		c.rpcID = req.ID
+		result, e := c.unary(r.Context(), args)
 		switch {
 		case e != nil:
-			g.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
+			g.results.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 		case c.entry.shape == shapeToolResult:
-			g.writeUpstreamResult(buf, c.requestID, sessionless, result)
+			g.results.writeUpstreamResult(buf, c.requestID, sessionless, result)
 		default:
-			g.writeToolResult(buf, c.requestID, sessionless, result, false)
+			g.results.writeToolResult(buf, c.requestID, sessionless, result, false)
 		}
 	}
 	h := w.Header()
@@ -587,14 +580,19 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	return true
 }
 
+// resultWriter writes the fast path's results as the SDK would: it is
+// the gateway's sdk.Implementation as JSON (the server info of a
+// sessionless request's _meta).
+type resultWriter []byte
+
 // writeToolResult appends `,"result":{...}}` as the SDK encodes a
 // CallToolResult (with the server's info in _meta and resultType for a
 // sessionless request): for a result, doc as its text content and
 // structured content; for a failure (isError), the envelope doc as its
 // text content and in _meta, and no structured content (see
 // errorResult).
-func (g *Gateway) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
-	g.writeResultMeta(buf, sessionless)
+func (w resultWriter) writeToolResult(buf *bytes.Buffer, requestID string, sessionless bool, doc []byte, isError bool) {
+	w.writeResultMeta(buf, sessionless)
 	if isError {
 		buf.WriteString(`"` + MetaError + `":`)
 		buf.Write(doc) // okso wrote it, compact
@@ -633,11 +631,11 @@ func endResult(buf *bytes.Buffer, sessionless bool) {
 
 // writeResultMeta appends `,"result":{"_meta":{` and, for a sessionless
 // request, the server's info.
-func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
+func (w resultWriter) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
 	buf.WriteString(`,"result":{"_meta":{`)
 	if sessionless {
 		buf.WriteString(`"io.modelcontextprotocol/serverInfo":`)
-		buf.Write(g.serverInfo)
+		buf.Write(w)
 		buf.WriteByte(',')
 	}
 }
@@ -646,8 +644,8 @@ func (g *Gateway) writeResultMeta(buf *bytes.Buffer, sessionless bool) {
 // CallToolResult, which checkResult found to be one JSON object of the
 // members the remote tier passes on (neither _meta nor resultType): the
 // gateway's _meta, then the upstream's members as they are.
-func (g *Gateway) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
-	g.writeResultMeta(buf, sessionless)
+func (w resultWriter) writeUpstreamResult(buf *bytes.Buffer, requestID string, sessionless bool, result []byte) {
+	w.writeResultMeta(buf, sessionless)
 	buf.WriteString(`"` + MetaRequestID + `":`)
 	writeJSONString(buf, requestID)
 	buf.WriteByte('}')

@@ -55,7 +55,7 @@ func TestParseFastRequest(t *testing.T) {
 // BenchmarkFastPath is the gateway's own work on one unary call outside
 // the checks and NATS: reading the request and writing the response.
 func BenchmarkFastPath(b *testing.B) {
-	g := &Gateway{serverInfo: []byte(`{"name":"okso","title":"okso fleet gateway","version":"dev"}`)}
+	w := resultWriter(`{"name":"okso","title":"okso fleet gateway","version":"dev"}`)
 	h := http.Header{}
 	h.Set("Mcp-Protocol-Version", "2026-07-28")
 	h.Set("Mcp-Method", "tools/call")
@@ -73,7 +73,7 @@ func BenchmarkFastPath(b *testing.B) {
 		buf.Reset()
 		buf.WriteString(`{"jsonrpc":"2.0","id":`)
 		buf.Write(req.ID)
-		g.writeToolResult(&buf, "01M80HFSRTP6P5RGFY7RW4197Q", true, result, false)
+		w.writeToolResult(&buf, "01M80HFSRTP6P5RGFY7RW4197Q", true, result, false)
 	}
 }
 

@@ -4,9 +4,10 @@
 // (name, tenant, scope, arguments) before it reaches NATS, and checks each
 // answer (output schema, node id) before it reaches the agent.
 //
-// Every tool lives in one catalog (catalog.go), fed by its sources (the
-// device registry: devices.go); every door looks a tool up there once per
-// call and runs the same checks on what it finds (call.go).
+// Every tool lives in one catalog (catalog.go), fed by its sources
+// (source.go: devices, upstreams, callers' own tools); every door looks a
+// tool up there once per call, runs the same checks on what it finds
+// (call.go) and calls the entry's invoker.
 //
 // Create a [Gateway] with [New], run its registry watch with
 // [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
@@ -14,7 +15,6 @@
 package mcp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,71 +98,40 @@ type Options struct {
 	OAuth *OAuthServer
 }
 
-// Gateway serves MCP for every tenant. It is safe for concurrent use.
+// Gateway serves MCP for every tenant: the HTTP surface (the three
+// doors: the fast path, the SDK's handler, REST/SSE), authentication, and
+// the catalog its sources feed. It is safe for concurrent use.
 type Gateway struct {
 	o       Options
 	log     *slog.Logger
 	handler http.Handler
 	ready   chan struct{}
 
-	cat *catalog // every tenant's tools: the one place a tool is looked up
-
+	// shelf holds every tenant's tools (the catalog: the one place a
+	// tool is looked up), as the sources feed it.
+	shelf *shelf
+	// sources feed it, each registered once in New. devices and callers
+	// (nil without Options.Callers) also answer for their own tools
+	// outside the catalog (a node that left, a listen).
+	sources []source
+	devices *devices
+	callers *callers
 	// foreignChecks counts the checks run against schemas okso did not
 	// write (upstreams' and caller tools').
 	foreignChecks atomic.Int64
-	// unlistings counts the tools that left the catalog (unlisted.go).
-	unlistings unlistings
 
-	// The device source (devices.go): the nodes it lists, and those it
-	// probes before listing them.
-	listMu  sync.Mutex // orders listing and unlisting nodes
-	mu      sync.RWMutex
-	nodes   map[string]*bus.Node // listed, by node id
-	pending map[string]string    // node id -> session id being probed before listing
-	// offline: the nodes that left, by node id, while the registry keeps
-	// their records; their tools answer E_NODE_OFFLINE to their tenant.
-	offline   map[string]*bus.Node
-	changedCh chan struct{} // closed and replaced on every change
-	probes    chan struct{} // bounds concurrent probes
-	probeWG   sync.WaitGroup
-	// initialProbes counts the probes of the first registry state: Ready
-	// waits for them.
-	initialProbes sync.WaitGroup
-	synced        atomic.Bool // the first registry state is in
-	// The upstream source (remotes.go): the upstreams it lists.
-	remotesMu     sync.Mutex
-	remotes       map[string]*listedRemote // by upstream
-	remotesSynced chan struct{}            // closed once the first state of okso_remotes is in
-
-	// The caller source (callers.go): the declarations it knows, and
-	// the synchronisation of the first state of okso_callers.
-	callersMu     sync.Mutex
-	callers       map[string]*listedCaller // by listen id
-	callersSynced chan struct{}
-	// relayMu guards the listens this gateway holds and the relayed
-	// calls waiting on it, by listen id.
-	relayMu    sync.Mutex
-	listens    map[string]*listen
-	relayWaits map[string]map[*relayWait]struct{}
-	busDown    atomic.Bool // the NATS connection is down (see followLink)
-	draining   atomic.Bool // see Drain
-
+	link     *link       // the NATS connection, down or not
+	cancels  cancels     // a call's cancellation from any replica (cancel.go)
+	streams  *streams    // held open (stream.go)
+	draining atomic.Bool // see Drain
 	// form is the form of listed names for tokens that do not say.
 	form nameForm
 
-	schemaMu sync.Mutex
-	toolDocs map[string]json.RawMessage // embedded schemas by $id, compact, shared read-only
-
-	serverInfo []byte   // the gateway's sdk.Implementation as JSON
-	fastMeta   metaMemo // the fast path's decodes of _meta values
+	results  resultWriter // the fast path's (its server info)
+	fastMeta metaMemo     // the fast path's decodes of _meta values
 	// complete is an empty tools/call result of resultType "complete",
 	// to copy (see completed).
 	complete sdk.CallToolResult
-
-	droppedFrames   atomic.Int64
-	streamsMu       sync.Mutex
-	streamsByTenant map[string]int
-	streamsByNode   map[string]map[*stream]struct{}
 }
 
 // New checks opts and builds a gateway.
@@ -196,42 +165,34 @@ func New(o Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		o:         o,
-		log:       log,
-		ready:     make(chan struct{}),
-		nodes:     map[string]*bus.Node{},
-		changedCh: make(chan struct{}),
-		pending:   map[string]string{},
-		offline:   map[string]*bus.Node{},
+		o:     o,
+		log:   log,
+		ready: make(chan struct{}),
 
-		remotes:       map[string]*listedRemote{},
-		remotesSynced: make(chan struct{}),
-		callers:       map[string]*listedCaller{},
-		callersSynced: make(chan struct{}),
-		listens:       map[string]*listen{},
-		relayWaits:    map[string]map[*relayWait]struct{}{},
-
-		toolDocs: map[string]json.RawMessage{},
-		probes:   make(chan struct{}, 64),
-
-		streamsByTenant: map[string]int{},
-		streamsByNode:   map[string]map[*stream]struct{}{},
-	}
-	if o.Remotes == nil {
-		close(g.remotesSynced)
+		streams: newStreams(o.NC, o.MaxStreamsPerTenant),
+		link:    &link{nc: o.NC, log: log},
+		cancels: cancels{nc: o.NC, stateful: o.Stateful, log: log},
 	}
 	g.form = formOf(o.ToolNames, formSafe)
-	g.cat = newCatalog(g.newServer, g.nameTaken)
-	if o.Callers == nil {
-		close(g.callersSynced)
-	} else {
-		relay, err := g.relayEntries()
+	g.shelf = newShelf(g.newServer, log)
+	// The sources, one line each.
+	g.devices = newDevices(o.NC, o.Registry, o.Schemas, &toolDocs{set: o.Schemas, log: log}, g.shelf, log, g.streams.nodeGone)
+	g.sources = append(g.sources, g.devices)
+	if o.Remotes != nil {
+		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.foreignChecks))
+	}
+	if o.Callers != nil {
+		var err error
+		g.callers, err = newCallers(callersConfig{nc: o.NC, bucket: o.Callers, relayers: o.Relayers,
+			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.foreignChecks, feed: g.shelf, log: log,
+			cancellable: g.cancels.cancellable, revoked: g.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
-		g.cat.put("okso/caller", anyTenant, relay)
+		g.sources = append(g.sources, g.callers)
 	}
-	g.serverInfo, _ = json.Marshal(g.implementation())
+	info, _ := json.Marshal(implementation(g.o.Version))
+	g.results = resultWriter(info)
 	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &g.complete); err != nil {
 		return nil, fmt.Errorf("gateway: a complete tool result: %w", err)
 	}
@@ -239,9 +200,10 @@ func New(o Options) (*Gateway, error) {
 	return g, nil
 }
 
-// implementation is how the gateway introduces itself to MCP clients.
-func (g *Gateway) implementation() *sdk.Implementation {
-	return &sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: g.o.Version}
+// implementation is how a gateway of version introduces itself to MCP
+// clients.
+func implementation(version string) *sdk.Implementation {
+	return &sdk.Implementation{Name: "okso", Title: "okso fleet gateway", Version: version}
 }
 
 // Handler returns the gateway's HTTP handler.
@@ -253,7 +215,7 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // HasTool reports whether a tenant's callers may find the named tool
 // (whatever their scopes).
 func (g *Gateway) HasTool(tenant, name string) bool {
-	e, _ := g.cat.lookup(tenant, name)
+	e, _ := g.shelf.lookup(tenant, name)
 	return e != nil
 }
 
@@ -261,14 +223,8 @@ func (g *Gateway) HasTool(tenant, name string) bool {
 // ends. cond is called with the number of live nodes per tenant.
 func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]int) bool) error {
 	for {
-		g.mu.RLock()
-		counts := map[string]int{}
-		for _, n := range g.nodes {
-			counts[n.Tenant]++
-		}
-		ch := g.changedCh
-		g.mu.RUnlock()
-		if cond(counts) {
+		ch := g.shelf.changes.next()
+		if cond(g.devices.counts()) {
 			return nil
 		}
 		select {
@@ -288,7 +244,7 @@ func (g *Gateway) routes() http.Handler {
 	mcpHandler := sdk.NewStreamableHTTPHandler(g.server, &sdk.StreamableHTTPOptions{
 		Stateless:                    !g.o.Stateful,
 		PropagateRequestCancellation: true,
-		Logger:                       g.sdkLog(),
+		Logger:                       sdkLog(g.log),
 		MaxRequestBodyBytes:          maxMCPBody,
 	})
 	cop := http.NewCrossOriginProtection()
@@ -361,8 +317,9 @@ func (c closing) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (c closing) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-func (g *Gateway) sdkLog() *slog.Logger {
-	return slog.New(quietHandler{g.log.Handler(), slog.LevelWarn})
+// sdkLog is the SDK's logger: log, at warnings and above.
+func sdkLog(log *slog.Logger) *slog.Logger {
+	return slog.New(quietHandler{log.Handler(), slog.LevelWarn})
 }
 
 // baseURL is the gateway's own URL: --public-url, or as the client
@@ -541,27 +498,11 @@ func (g *Gateway) server(r *http.Request) *sdk.Server {
 	if c == nil {
 		return nil
 	}
-	return g.cat.server(c.Tenant)
-}
-
-// nameTaken says that the catalog refused a tool: one of its names is
-// another tool's.
-func (g *Gateway) nameTaken(e *entry, taken string) {
-	source, attrs := sourceNameDevice, []any{"node_id", e.nodeID}
-	switch {
-	case e.upstream != "":
-		source, attrs = sourceNameUpstream, []any{"upstream", e.upstream}
-	case e.callerID != "":
-		source, attrs = sourceNameCaller, []any{"caller_id", e.callerID}
-	case e.source == sourceOkso:
-		source, attrs = "okso", nil
-	}
-	attrs = append(attrs, "tool", e.name, "err", "its name "+taken+" is another tool's")
-	g.unlisted(source, reasonToolRefused, attrs...)
+	return g.shelf.server(c.Tenant)
 }
 
 func (g *Gateway) newServer() *sdk.Server {
-	srv := sdk.NewServer(g.implementation(),
+	srv := sdk.NewServer(implementation(g.o.Version),
 		&sdk.ServerOptions{
 			Instructions: "Each device tool is one capability of one device of your fleet, " +
 				"named {kind}-{node_id}-{capability}-{verb} ({kind}.{node_id}.{capability}.{verb} " +
@@ -574,7 +515,7 @@ func (g *Gateway) newServer() *sdk.Server {
 				//lint:ignore SA1019 deprecated from 2026-07-28, expected by the 2025 revisions' clients
 				Logging: &sdk.LoggingCapabilities{},
 			},
-			Logger: g.sdkLog(),
+			Logger: sdkLog(g.log),
 			// Tool lists are per tenant and change as devices come and go.
 			SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) {
 				c.CacheScope, c.TTLMs = "private", 0
@@ -600,7 +541,7 @@ func (g *Gateway) intercept(next sdk.MethodHandler) sdk.MethodHandler {
 			return res, err
 		}
 		switch {
-		case method == "tools/list" && g.registryDown():
+		case method == "tools/list" && g.link.isDown():
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msgRegistryDown,
 				Data: schemas.NewError(schemas.CodeInternal, msgRegistryDown).JSON()}
 		case method == "tools/list":
@@ -673,27 +614,7 @@ func (g *Gateway) listTools(req sdk.Request) (sdk.Result, error) {
 	if p, ok := req.GetParams().(*sdk.ListToolsParams); ok && p != nil {
 		cursor = p.Cursor
 	}
-	return g.cat.page(viewOf(c, g.form), cursor)
-}
-
-// toolDoc returns an embedded schema as the compact JSON document a tool
-// carries, made once and shared by every tool that uses it.
-func (g *Gateway) toolDoc(id string) json.RawMessage {
-	g.schemaMu.Lock()
-	defer g.schemaMu.Unlock()
-	if d, ok := g.toolDocs[id]; ok {
-		return d
-	}
-	raw, _ := g.o.Schemas.Raw(id)
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, raw); err != nil {
-		g.log.Error("embedded schema does not compact", "id", id, "err", err)
-		compact.Reset()
-		compact.WriteString(`{"type":"object"}`)
-	}
-	d := json.RawMessage(compact.Bytes())
-	g.toolDocs[id] = d
-	return d
+	return g.shelf.page(viewOf(c, g.form), cursor)
 }
 
 func trimASCII(s string, max int) string {
@@ -724,6 +645,44 @@ func (h quietHandler) WithAttrs(a []slog.Attr) slog.Handler {
 func (h quietHandler) WithGroup(n string) slog.Handler {
 	return quietHandler{h.Handler.WithGroup(n), h.min}
 }
+
+// NodeIDs returns the nodes the gateway lists.
+func (g *Gateway) NodeIDs() map[string]bool { return g.devices.ids() }
+
+// HasNode reports whether the gateway currently lists the node.
+func (g *Gateway) HasNode(nodeID string) bool { return g.devices.has(nodeID) }
+
+// NodeOffline reports whether the gateway knows the node as one that
+// left (and whose record the registry still keeps).
+func (g *Gateway) NodeOffline(nodeID string) bool { return g.devices.isOffline(nodeID) }
+
+// ListenOf returns the listen whose tools the gateway lists for a caller
+// id in a tenant; "" when none.
+func (g *Gateway) ListenOf(tenant, callerID string) string {
+	if g.callers == nil {
+		return ""
+	}
+	return g.callers.listenOf(tenant, callerID)
+}
+
+// EndListens ends every listen this gateway holds (it is stopping): their
+// waiting calls fail E_NODE_OFFLINE at once.
+func (g *Gateway) EndListens() {
+	if g.callers != nil {
+		g.callers.held.endAll("the gateway is stopping")
+	}
+}
+
+// OpenStreams is the number of streams the gateway holds open.
+func (g *Gateway) OpenStreams() int { return g.streams.open() }
+
+// DroppedFrames is the number of stream frames dropped for failing their
+// schema or naming another node.
+func (g *Gateway) DroppedFrames() int64 { return g.streams.dropped.Load() }
+
+// CloseStreams ends every open stream with 1000 (the gateway is stopping);
+// each client gets its close event.
+func (g *Gateway) CloseStreams() { g.streams.closeAll() }
 
 // ForeignChecks is how many checks the gateway ran against schemas it did
 // not write (upstreams' and caller tools' arguments and results).

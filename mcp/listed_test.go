@@ -16,20 +16,22 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-func listingGateway(t testing.TB) *Gateway {
+// listingDevices is a device source that follows no registry.
+func listingDevices(t testing.TB) *devices {
 	set, err := schemas.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Gateway{o: Options{Schemas: set}, log: slog.New(slog.DiscardHandler),
-		toolDocs: map[string]json.RawMessage{}, changedCh: make(chan struct{})}
+	log := slog.New(slog.DiscardHandler)
+	cat, _ := testCatalog(t)
+	return newDevices(nil, nil, set, &toolDocs{set: set, log: log}, &shelf{catalog: cat, log: log}, log, func(string) {})
 }
 
 // TestListedSchemas: every schema a device tool carries is listed as its
 // embedded document, compact, which the SDK's schema type reads back to
 // the same value.
 func TestListedSchemas(t *testing.T) {
-	g := listingGateway(t)
+	d := listingDevices(t)
 	n := 0
 	for _, kind := range []string{schemas.KindEcho, schemas.KindMetrics, schemas.KindGPIO} {
 		k, ok := schemas.LookupKind(kind)
@@ -41,8 +43,8 @@ func TestListedSchemas(t *testing.T) {
 				if id == "" {
 					continue
 				}
-				doc := g.toolDoc(id)
-				raw, _ := g.o.Schemas.Raw(id)
+				doc := d.docs.get(id)
+				raw, _ := d.set.Raw(id)
 				var compact bytes.Buffer
 				if err := json.Compact(&compact, raw); err != nil || !bytes.Equal(doc, compact.Bytes()) {
 					t.Fatalf("%s: listed %s, want the embedded document", id, doc)
@@ -70,9 +72,9 @@ func TestListedSchemas(t *testing.T) {
 
 // BenchmarkListPage answers and encodes one page of 1,000 device tools.
 func BenchmarkListPage(b *testing.B) {
-	g := listingGateway(b)
+	d := listingDevices(b)
 	c, _ := testCatalog(nil)
-	in, out := g.toolDoc(schemas.EchoInput), g.toolDoc(schemas.EchoOutput)
+	in, out := d.docs.get(schemas.EchoInput), d.docs.get(schemas.EchoOutput)
 	entries := make([]*entry, 1000)
 	for i := range entries {
 		name := fmt.Sprintf("sysecho.n%05d.echo.invoke", i)
@@ -99,7 +101,7 @@ func BenchmarkListPage(b *testing.B) {
 // schemas.Project, the tier's projection, names them, and none of a
 // record the tier would have refused.
 func TestProjectRecord(t *testing.T) {
-	g := listingGateway(t)
+	d := listingDevices(t)
 	const node = "01hzx9k3m4p7q8r9s0t1v2w3xy"
 	echo := schemas.Capability{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
 		Verbs: []string{"invoke"}, SafetyClass: schemas.SafetyReadOnly}
@@ -110,13 +112,13 @@ func TestProjectRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries := g.project(rec)
+	entries := d.project(rec)
 	if len(entries) != len(tools) {
 		t.Fatalf("%d entries for %d projected tools", len(entries), len(tools))
 	}
 	for i, e := range entries {
 		if e.name != tools[i].Name || e.class != tools[i].Class || e.desc.Name != e.name ||
-			e.nodeID != node || e.subject != bus.NodeCmd(node) {
+			e.origin.nodeID != node || e.invoker.(*nodeTool).subject != bus.NodeCmd(node) {
 			t.Errorf("entry %d = %s (%s), want %s (%s)", i, e.name, e.class, tools[i].Name, tools[i].Class)
 		}
 	}
@@ -124,7 +126,7 @@ func TestProjectRecord(t *testing.T) {
 	unknown := echo
 	unknown.CapID, unknown.Kind = "shell", "system.shell"
 	rec.Capabilities = append(rec.Capabilities, unknown)
-	if entries := g.project(rec); entries != nil {
+	if entries := d.project(rec); entries != nil {
 		t.Errorf("a record with an unknown kind lists %d tools; the tier refuses such a manifest", len(entries))
 	}
 }

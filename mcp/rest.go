@@ -16,6 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -124,15 +125,19 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, httpStatus(e.Code), e)
 		return
 	}
-	if c.entry.local != nil {
+	if c.entry.session != nil {
 		writeError(w, http.StatusBadRequest, c.fail(schemas.CodeBadRequest, "this tool is served over MCP tools/call only"))
 		return
 	}
-	if !c.entry.stream {
+	if c.entry.stream == nil {
 		if !accepts(r, "application/json", true) {
 			writeError(w, http.StatusNotAcceptable, c.fail(schemas.CodeBadRequest, "unary tools answer with Accept: application/json"))
 			return
 		}
+		// The call may be cancelled from any replica, as an MCP one is
+		// (cancel.go), by a notifications/cancelled naming its request id
+		// (X-Request-Id) as a string.
+		c.rpcID = jsonscan.AppendString(nil, c.requestID)
 		result, e := c.unary(r.Context(), args)
 		if e != nil {
 			writeError(w, httpStatus(e.Code), e)
@@ -146,7 +151,7 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotAcceptable, c.fail(schemas.CodeBadRequest, "streaming tools need Accept: text/event-stream"))
 		return
 	}
-	s, e, err := c.openStream(r.Context(), args)
+	s, e, err := c.entry.stream.open(r.Context(), c, args)
 	if e != nil {
 		writeError(w, httpStatus(e.Code), e)
 		return
@@ -163,17 +168,17 @@ func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = out.rc.Flush()
 	code := s.pump(r.Context(), out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
-	g.finishStream(c, s, code)
+	c.finishStream(s, code)
 }
 
 func metricEvent(f []byte) (string, []byte) { return "metric", f }
 
 // finishStream releases a stream and audits how it ended.
-func (g *Gateway) finishStream(c *callCtx, s *stream, code int) {
+func (c *callCtx) finishStream(s *stream, code int) {
 	s.close(code != bus.StreamDeviceOffline)
 	c.ev.Decision, c.ev.Code = bus.DecisionStreamClosed, strconv.Itoa(code)
 	c.ev.Duration = time.Since(c.start)
-	g.o.Auditor.Record(c.ev)
+	c.g.o.Auditor.Record(c.ev)
 }
 
 func closeData(code int) []byte {
@@ -213,9 +218,9 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 	if token == nil {
 		return errorResult(c.fail(schemas.CodeBadRequest, "a subscribe call needs a progress token in _meta"), c.requestID), nil
 	}
-	ctx, stop := g.cancellable(ctx, c.claims)
+	ctx, stop := g.cancels.cancellable(ctx, c.claims, nil)
 	defer stop()
-	s, e, err := c.openStream(ctx, args)
+	s, e, err := c.entry.stream.open(ctx, c, args)
 	if e != nil {
 		return errorResult(e, c.requestID), nil
 	}
@@ -228,7 +233,7 @@ func (g *Gateway) subscribeMCP(ctx context.Context, req *sdk.CallToolRequest, c 
 		}
 		code = s.pump(ctx, out, g.o.PingInterval, g.o.IdleTimeout, metricEvent)
 		frames = s.count.Load()
-		g.finishStream(c, s, code)
+		c.finishStream(s, code)
 	}
 	// The result describes how the stream ended (its outputSchema); it is
 	// not an error envelope, so it is not marked isError.

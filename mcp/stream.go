@@ -40,7 +40,7 @@ type sink interface {
 // stream is one open subscription, from the gateway's side. Frames from
 // NATS go into a buffer of [StreamBuffer]; the pump writes them to a sink.
 type stream struct {
-	g      *Gateway
+	all    *streams // the gateway's, which counts it
 	id     string
 	frame  validator // of each frame
 	nodeID string
@@ -87,7 +87,7 @@ func (s *stream) onFrame(m *nats.Msg) {
 		s.end(bus.StreamDeviceOffline)
 		return
 	}
-	data, ok := s.g.validFrame(s.frame, s.nodeID, m.Data)
+	data, ok := s.all.validFrame(s.frame, s.nodeID, m.Data)
 	if !ok {
 		return
 	}
@@ -98,12 +98,28 @@ func (s *stream) onFrame(m *nats.Msg) {
 	}
 }
 
+// streams are the streams a gateway holds open: a quota per tenant, and
+// by node (they end when the node goes). Safe for concurrent use.
+type streams struct {
+	nc        *nats.Conn
+	perTenant int // at most this many per tenant
+	dropped   atomic.Int64
+
+	mu       sync.Mutex
+	byTenant map[string]int
+	byNode   map[string]map[*stream]struct{}
+}
+
+func newStreams(nc *nats.Conn, perTenant int) *streams {
+	return &streams{nc: nc, perTenant: perTenant, byTenant: map[string]int{}, byNode: map[string]map[*stream]struct{}{}}
+}
+
 // validFrame checks one frame against its schema and the addressed node,
 // and returns it compacted to one line (a device's newlines must never
 // reach an SSE stream). A frame that fails is dropped and counted.
-func (g *Gateway) validFrame(frame validator, nodeID string, data []byte) ([]byte, bool) {
+func (st *streams) validFrame(frame validator, nodeID string, data []byte) ([]byte, bool) {
 	if frame.validate(data) != nil {
-		g.droppedFrames.Add(1)
+		st.dropped.Add(1)
 		return nil, false
 	}
 	var who struct {
@@ -111,22 +127,18 @@ func (g *Gateway) validFrame(frame validator, nodeID string, data []byte) ([]byt
 	}
 	var buf bytes.Buffer
 	if json.Unmarshal(data, &who) != nil || who.NodeID != nodeID || json.Compact(&buf, data) != nil {
-		g.droppedFrames.Add(1)
+		st.dropped.Add(1)
 		return nil, false
 	}
 	return buf.Bytes(), true
 }
 
-// DroppedFrames is the number of stream frames dropped for failing their
-// schema or naming another node.
-func (g *Gateway) DroppedFrames() int64 { return g.droppedFrames.Load() }
-
-// OpenStreams is the number of streams the gateway holds open.
-func (g *Gateway) OpenStreams() int {
-	g.streamsMu.Lock()
-	defer g.streamsMu.Unlock()
+// open is the number of streams held open.
+func (st *streams) open() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	n := 0
-	for _, c := range g.streamsByTenant {
+	for _, c := range st.byTenant {
 		n += c
 	}
 	return n
@@ -136,36 +148,37 @@ func (g *Gateway) OpenStreams() int {
 var errQuota = errors.New("stream quota")
 
 // openStream subscribes to a new stream subject and asks the node to start
-// it. On success the caller must call close.
-func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream, *schemas.Error, error) {
-	g := c.g
-	if !g.takeStreamSlot(c.claims.Tenant) {
+// it, over h. On success the caller must call close.
+func (c *callCtx) openStream(ctx context.Context, args json.RawMessage, nodeID string, h hop) (*stream, *schemas.Error, error) {
+	st := c.g.streams
+	if !st.take(c.claims.Tenant) {
 		c.audit(bus.DecisionRateLimit, strconv.Itoa(bus.StreamRateLimited))
 		return nil, nil, errQuota
 	}
 	s := &stream{
-		g:      g,
+		all:    st,
 		id:     strings.ToLower(ulid.Make().String()),
 		frame:  c.entry.output,
-		nodeID: c.entry.nodeID,
+		nodeID: nodeID,
 		tenant: c.claims.Tenant,
 		frames: make(chan []byte, StreamBuffer),
 		done:   make(chan struct{}),
 	}
-	sub, err := g.o.NC.Subscribe(bus.Stream(s.id), s.onFrame)
+	sub, err := st.nc.Subscribe(bus.Stream(s.id), s.onFrame)
 	if err == nil {
-		err = g.o.NC.FlushTimeout(5 * time.Second)
+		err = st.nc.FlushTimeout(5 * time.Second)
 	}
 	if err != nil {
 		if sub != nil {
 			_ = sub.Unsubscribe()
 		}
-		g.releaseStreamSlot(s.tenant)
+		st.release(s.tenant)
 		return nil, c.fail(schemas.CodeInternal, "message bus unavailable"), nil
 	}
 	s.sub = sub
-	g.trackStream(s, true)
-	if _, e := c.request(ctx, args, nats.Header{bus.HeaderStreamID: {s.id}}); e != nil {
+	st.track(s, true)
+	h.header = nats.Header{bus.HeaderStreamID: {s.id}}
+	if _, e := c.request(ctx, args, h); e != nil {
 		// After a timeout the device may have started: stop it.
 		s.close(e.Code == schemas.CodeDeadlineExceeded)
 		return nil, e, nil
@@ -179,74 +192,77 @@ func (c *callCtx) openStream(ctx context.Context, args json.RawMessage) (*stream
 func (s *stream) close(cancelDevice bool) {
 	_ = s.sub.Unsubscribe()
 	if cancelDevice {
-		_ = s.g.o.NC.Publish(bus.NodeCancel(s.nodeID), []byte(s.id))
+		_ = s.all.nc.Publish(bus.NodeCancel(s.nodeID), []byte(s.id))
 	}
-	s.g.trackStream(s, false)
-	s.g.releaseStreamSlot(s.tenant)
+	s.all.track(s, false)
+	s.all.release(s.tenant)
 }
 
-func (g *Gateway) takeStreamSlot(tenant string) bool {
-	g.streamsMu.Lock()
-	defer g.streamsMu.Unlock()
-	if g.streamsByTenant[tenant] >= g.o.MaxStreamsPerTenant {
+// take takes one of a tenant's stream slots (a stream, or a listen,
+// holds one); false when it holds them all.
+func (st *streams) take(tenant string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.byTenant[tenant] >= st.perTenant {
 		return false
 	}
-	g.streamsByTenant[tenant]++
+	st.byTenant[tenant]++
 	return true
 }
 
-func (g *Gateway) releaseStreamSlot(tenant string) {
-	g.streamsMu.Lock()
-	defer g.streamsMu.Unlock()
-	if g.streamsByTenant[tenant]--; g.streamsByTenant[tenant] <= 0 {
-		delete(g.streamsByTenant, tenant)
+// release gives back a slot take took.
+func (st *streams) release(tenant string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.byTenant[tenant]--; st.byTenant[tenant] <= 0 {
+		delete(st.byTenant, tenant)
 	}
 }
 
-// trackStream adds or removes s from the streams of its node, which end
-// with 4503 when the registry says the node went away.
-func (g *Gateway) trackStream(s *stream, add bool) {
-	g.streamsMu.Lock()
-	defer g.streamsMu.Unlock()
-	set := g.streamsByNode[s.nodeID]
+// track adds or removes s from the streams of its node, which end with
+// 4503 when the registry says the node went away.
+func (st *streams) track(s *stream, add bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	set := st.byNode[s.nodeID]
 	if add {
 		if set == nil {
 			set = map[*stream]struct{}{}
-			g.streamsByNode[s.nodeID] = set
+			st.byNode[s.nodeID] = set
 		}
 		set[s] = struct{}{}
 		return
 	}
 	delete(set, s)
 	if len(set) == 0 {
-		delete(g.streamsByNode, s.nodeID)
+		delete(st.byNode, s.nodeID)
 	}
 }
 
-// CloseStreams ends every open stream with 1000 (the gateway is stopping);
+// closeAll ends every open stream with 1000 (the gateway is stopping);
 // each client gets its close event.
-func (g *Gateway) CloseStreams() {
-	g.streamsMu.Lock()
+func (st *streams) closeAll() {
+	st.mu.Lock()
 	var ss []*stream
-	for _, set := range g.streamsByNode {
+	for _, set := range st.byNode {
 		for s := range set {
 			ss = append(ss, s)
 		}
 	}
-	g.streamsMu.Unlock()
+	st.mu.Unlock()
 	for _, s := range ss {
 		s.end(bus.StreamNormal)
 	}
 }
 
 // nodeGone ends every stream of a node that left the registry.
-func (g *Gateway) nodeGone(nodeID string) {
-	g.streamsMu.Lock()
+func (st *streams) nodeGone(nodeID string) {
+	st.mu.Lock()
 	var ss []*stream
-	for s := range g.streamsByNode[nodeID] {
+	for s := range st.byNode[nodeID] {
 		ss = append(ss, s)
 	}
-	g.streamsMu.Unlock()
+	st.mu.Unlock()
 	for _, s := range ss {
 		s.end(bus.StreamDeviceOffline)
 	}

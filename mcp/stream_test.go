@@ -25,8 +25,7 @@ func newTestStream(t *testing.T) *stream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{o: Options{Schemas: set}, streamsByTenant: map[string]int{}, streamsByNode: map[string]map[*stream]struct{}{}}
-	return &stream{g: g, id: "s", frame: embedded{set, schemas.MetricsFrame}, nodeID: testNode,
+	return &stream{all: newStreams(nil, 256), id: "s", frame: embedded{set, schemas.MetricsFrame}, nodeID: testNode,
 		frames: make(chan []byte, StreamBuffer), done: make(chan struct{})}
 }
 
@@ -77,8 +76,8 @@ func readEvents(c net.Conn) <-chan sseEvent {
 	return ch
 }
 
-// feed plays a device: one frame every interval until stop.
-func feed(s *stream, interval time.Duration, stop <-chan struct{}) {
+// feedFrames plays a device: one frame every interval until stop.
+func feedFrames(s *stream, interval time.Duration, stop <-chan struct{}) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -98,7 +97,7 @@ func TestStreamNormal(t *testing.T) {
 		s := newTestStream(t)
 		srv, cli := net.Pipe()
 		stop := make(chan struct{})
-		go feed(s, 5*time.Second, stop)
+		go feedFrames(s, 5*time.Second, stop)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		code := make(chan int, 1)
@@ -158,7 +157,7 @@ func TestStreamIdleTimeout(t *testing.T) {
 		defer cli.Close()
 		stop := make(chan struct{})
 		defer close(stop)
-		go feed(s, 60*time.Second, stop) // rare frames: the buffer never fills first
+		go feedFrames(s, 60*time.Second, stop) // rare frames: the buffer never fills first
 		start := time.Now()
 		code := s.pump(t.Context(), connSink{srv}, DefaultPingInterval, DefaultIdleTimeout, metricEvent)
 		stalled := time.Since(start)
@@ -181,7 +180,7 @@ func TestStreamBackpressure(t *testing.T) {
 		defer cli.Close()
 		stop := make(chan struct{})
 		defer close(stop)
-		go feed(s, time.Second, stop)
+		go feedFrames(s, time.Second, stop)
 		start := time.Now()
 		code := s.pump(t.Context(), connSink{srv}, DefaultPingInterval, DefaultIdleTimeout, metricEvent)
 		srv.Close()
@@ -203,7 +202,7 @@ func TestStreamDeviceOffline(t *testing.T) {
 		s := newTestStream(t)
 		srv, cli := net.Pipe()
 		stop := make(chan struct{})
-		go feed(s, time.Second, stop)
+		go feedFrames(s, time.Second, stop)
 		code := make(chan int, 1)
 		go func() {
 			code <- s.pump(t.Context(), connSink{srv}, DefaultPingInterval, DefaultIdleTimeout, metricEvent)
@@ -246,7 +245,7 @@ func TestStreamFrameChecks(t *testing.T) {
 	for _, f := range bad {
 		s.onFrame(&nats.Msg{Data: f, Header: nats.Header{}})
 	}
-	if got := s.g.DroppedFrames(); got != int64(len(bad)) {
+	if got := s.all.dropped.Load(); got != int64(len(bad)) {
 		t.Errorf("dropped %d frames, want %d", got, len(bad))
 	}
 	if len(s.frames) != 0 {

@@ -22,6 +22,7 @@ const (
 	sourceNameDevice   = "device"
 	sourceNameUpstream = "upstream"
 	sourceNameCaller   = "caller"
+	sourceNameOkso     = "okso" // okso's own tools
 )
 
 // Reasons a source's tools leave the catalog.
@@ -56,23 +57,23 @@ type unlistings struct {
 
 // unlisted says that a source's tools (or one tool) left the catalog,
 // and why, and counts it; attrs name what left.
-func (g *Gateway) unlisted(source, reason string, attrs ...any) {
+func (s *shelf) unlisted(source, reason string, attrs ...any) {
 	// Said before counted: whoever sees the count finds the line written.
-	g.log.Log(context.Background(), unlistLevel(reason), source+" tools unlisted: "+reason, attrs...)
-	u := &g.unlistings
+	s.log.Log(context.Background(), unlistLevel(reason), source+" tools unlisted: "+reason, attrs...)
+	u := &s.unlistings
 	u.mu.Lock()
 	if u.n == nil {
 		u.n = map[string]int64{}
 	}
 	u.n[source+"/"+reason]++
 	u.mu.Unlock()
-	g.changed() // Wait sees the count
+	s.changed() // Wait sees the count
 }
 
 // Unlisted is how many times tools left the catalog, by "source/reason"
 // (for the metrics). It is safe for concurrent use.
 func (g *Gateway) Unlisted() map[string]int64 {
-	u := &g.unlistings
+	u := &g.shelf.unlistings
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := make(map[string]int64, len(u.n))

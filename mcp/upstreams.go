@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,12 +20,32 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// The upstream source of the catalog: every gateway watches KV
+// The upstream source of the catalog (upstreams): every gateway watches KV
 // okso_remotes, where the remote tier keeps each healthy upstream's
 // allowed tools (DESIGN.md §9.1), and lists them as {upstream}.{tool} for
 // the tenants the upstream is configured for. A call goes to the
 // upstream's subject, where any replica of the remote tier answers it;
 // the gateway never reaches an upstream itself.
+
+// upstreams is the upstream source. It is safe for concurrent use.
+type upstreams struct {
+	watched
+	reg    *bus.Remotes
+	feed   feed
+	log    *slog.Logger
+	budget time.Duration // the gateway's: an upstream's own timeout may only be shorter
+	checks *atomic.Int64 // of foreign schemas
+
+	mu     sync.Mutex
+	listed map[string]*listedRemote // by upstream
+}
+
+func newUpstreams(reg *bus.Remotes, f feed, log *slog.Logger, budget time.Duration, checks *atomic.Int64) *upstreams {
+	u := &upstreams{reg: reg, feed: f, log: log, budget: budget, checks: checks, listed: map[string]*listedRemote{}}
+	u.w = newWatcher("upstream registry", u.watch, u.known,
+		func(name string) { u.apply(bus.RemoteEvent{Upstream: name}, reasonVanished) })
+	return u
+}
 
 // listedRemote is an upstream as the gateway lists it.
 type listedRemote struct {
@@ -70,38 +93,29 @@ func (v foreign) count() {
 	}
 }
 
-// watchRemotes runs one watch of okso_remotes; when its initial state is
-// in, upstreams the gateway listed but the bucket no longer has are
-// removed.
-func (g *Gateway) watchRemotes(ctx context.Context, ready func()) error {
-	seen := map[string]bool{}
-	return g.o.Remotes.Watch(ctx, func(ev bus.RemoteEvent) {
+// watch runs one watch of okso_remotes.
+func (u *upstreams) watch(ctx context.Context, seen func(string), ready func()) error {
+	return u.reg.Watch(ctx, func(ev bus.RemoteEvent) {
 		if ev.Initial {
-			seen[ev.Upstream] = true
+			seen(ev.Upstream)
 		}
-		g.applyRemote(ev, goneReason(ev.Expired, ev.Invalid))
-	}, func() {
-		g.remotesMu.Lock()
-		var ghosts []string
-		for u := range g.remotes {
-			if !seen[u] {
-				ghosts = append(ghosts, u)
-			}
-		}
-		g.remotesMu.Unlock()
-		for _, u := range ghosts {
-			g.applyRemote(bus.RemoteEvent{Upstream: u}, reasonVanished)
-		}
-		ready()
-	})
+		u.apply(ev, goneReason(ev.Expired, ev.Invalid))
+	}, ready)
 }
 
-// applyRemote folds one change of okso_remotes into the catalog; gone is
+// known are the upstreams the source lists.
+func (u *upstreams) known() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Collect(maps.Keys(u.listed))
+}
+
+// apply folds one change of okso_remotes into the catalog; gone is
 // why, when the change takes the upstream away.
-func (g *Gateway) applyRemote(ev bus.RemoteEvent, gone string) {
-	g.remotesMu.Lock()
-	defer g.remotesMu.Unlock()
-	old := g.remotes[ev.Upstream]
+func (u *upstreams) apply(ev bus.RemoteEvent, gone string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	old := u.listed[ev.Upstream]
 	if ev.Remote != nil && old != nil && old.rec.SameListing(ev.Remote) {
 		return // a refresh, or another replica's identical record
 	}
@@ -111,39 +125,39 @@ func (g *Gateway) applyRemote(ev bus.RemoteEvent, gone string) {
 	}
 	listing := ev.Remote != nil && gone != reasonRefused
 	if !listing && (old != nil || gone == reasonRefused) { // a refused record is said even when it listed nothing
-		g.unlisted(sourceNameUpstream, gone, "upstream", ev.Upstream)
+		u.feed.unlisted(sourceNameUpstream, gone, "upstream", ev.Upstream)
 	}
 	if listing {
-		entries := g.projectRemote(ev.Remote)
+		entries := u.project(ev.Remote)
 		if old != nil {
 			if gone := droppedTools(old.rec, ev.Remote); len(gone) > 0 {
-				g.unlisted(sourceNameUpstream, reasonDropped, "upstream", ev.Upstream, "tools", gone)
+				u.feed.unlisted(sourceNameUpstream, reasonDropped, "upstream", ev.Upstream, "tools", gone)
 			}
 		}
 		for _, tenant := range remoteTenants(ev.Remote.Tenants) {
 			key := remoteKey(ev.Upstream, tenant)
-			g.cat.put(key, tenant, entries)
+			u.feed.put(key, tenant, entries)
 			keys = append(keys, key)
 		}
-		g.remotes[ev.Upstream] = &listedRemote{rec: ev.Remote, keys: keys}
-		g.log.Debug("upstream listed", "upstream", ev.Upstream, "tools", len(entries), "tenants", ev.Remote.Tenants)
+		u.listed[ev.Upstream] = &listedRemote{rec: ev.Remote, keys: keys}
+		u.log.Debug("upstream listed", "upstream", ev.Upstream, "tools", len(entries), "tenants", ev.Remote.Tenants)
 	} else {
-		delete(g.remotes, ev.Upstream)
+		delete(u.listed, ev.Upstream)
 	}
 	if old != nil {
 		var tenants []string
 		for _, key := range old.keys {
 			if !slices.Contains(keys, key) {
-				g.cat.drop(key)
+				u.feed.drop(key)
 				tenants = append(tenants, strings.TrimPrefix(key, remoteKey(ev.Upstream, "")))
 			}
 		}
 		if listing && len(tenants) > 0 {
-			g.unlisted(sourceNameUpstream, reasonDropped, "upstream", ev.Upstream, "tenants", tenants)
+			u.feed.unlisted(sourceNameUpstream, reasonDropped, "upstream", ev.Upstream, "tenants", tenants)
 		}
 	}
 	if old != nil || len(keys) > 0 {
-		g.changed()
+		u.feed.changed()
 	}
 }
 
@@ -162,25 +176,25 @@ func remoteTenants(tenants []string) []string {
 	return valid
 }
 
-// projectRemote builds the catalog entries of an upstream's record: a
+// project builds the catalog entries of an upstream's record: a
 // tool per allowed tool, named {upstream}.{tool}, its schemas compiled
 // once here. The remote tier refuses what cannot be listed; the gateway
 // checks again (anything may write a KV bucket) and leaves such a tool
 // out, saying so in its log.
-func (g *Gateway) projectRemote(rec *bus.Remote) []*entry {
-	budget := g.o.Budget
+func (u *upstreams) project(rec *bus.Remote) []*entry {
+	budget := u.budget
 	if t := time.Duration(rec.TimeoutMs) * time.Millisecond; t > 0 && t < budget {
 		budget = t
 	}
 	var entries []*entry
 	seen := map[string]bool{}
 	for _, t := range rec.Tools {
-		e, err := g.remoteEntry(rec.Upstream, t, budget)
+		e, err := u.entry(rec.Upstream, t, budget)
 		if err == nil && seen[e.name] {
 			err = fmt.Errorf("listed twice")
 		}
 		if err != nil {
-			g.unlisted(sourceNameUpstream, reasonToolRefused, "upstream", rec.Upstream, "err", err)
+			u.feed.unlisted(sourceNameUpstream, reasonToolRefused, "upstream", rec.Upstream, "err", err)
 			continue
 		}
 		seen[e.name] = true
@@ -189,8 +203,8 @@ func (g *Gateway) projectRemote(rec *bus.Remote) []*entry {
 	return entries
 }
 
-// remoteEntry is one upstream tool as the catalog holds it.
-func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Duration) (*entry, error) {
+// entry is one upstream tool as the catalog holds it.
+func (u *upstreams) entry(upstream string, t bus.RemoteTool, budget time.Duration) (*entry, error) {
 	name, err := schemas.RemoteToolName(upstream, t.Name)
 	if err != nil {
 		return nil, err
@@ -208,15 +222,13 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		return nil, fmt.Errorf("tool %s: input %w", name, err)
 	}
 	e := &entry{
-		name:     name,
-		source:   sourceUpstream,
-		class:    t.Safety,
-		scope:    auth.ScopeFor(t.Safety),
-		input:    foreign{in, &g.foreignChecks},
-		shape:    shapeToolResult,
-		subject:  bus.RemoteCall(upstream),
-		budget:   budget,
-		upstream: upstream,
+		name:    name,
+		class:   t.Safety,
+		scope:   auth.ScopeFor(t.Safety),
+		input:   foreign{in, u.checks},
+		shape:   shapeToolResult,
+		origin:  origin{source: sourceNameUpstream, owner: "upstream/" + upstream, upstream: upstream},
+		invoker: &upstreamTool{subject: bus.RemoteCall(upstream), budget: budget},
 	}
 	st := &sdk.Tool{
 		Name:        name,
@@ -241,7 +253,7 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: output %w", name, err)
 		}
-		e.output = foreign{out, &g.foreignChecks}
+		e.output = foreign{out, u.checks}
 		st.OutputSchema = t.OutputSchema
 	}
 	// The class is the operator's; the upstream's own hints are not
@@ -258,6 +270,21 @@ func (g *Gateway) remoteEntry(upstream string, t bus.RemoteTool, budget time.Dur
 		return nil, fmt.Errorf("tool %s: %w", name, err)
 	}
 	return e, nil
+}
+
+// upstreamTool invokes the tools of one upstream: on its subject, where
+// any replica of the remote tier answers.
+type upstreamTool struct {
+	subject string
+	budget  time.Duration
+}
+
+func (u *upstreamTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
+	rep, e := c.request(ctx, args, hop{subject: u.subject, budget: u.budget, offline: "upstream is offline: no remote tier serves it"})
+	if e != nil {
+		return nil, e
+	}
+	return c.checkToolResult(rep.Result)
 }
 
 // sdkAccepts reports whether the SDK's server takes the tool: AddTool
