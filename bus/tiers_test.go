@@ -1,0 +1,251 @@
+package bus_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/okso-io/okso/bus"
+)
+
+func holdTier(t *testing.T, r *bus.Registry, id string) *bus.TierLease {
+	t.Helper()
+	l, err := r.HoldTier(ctx(t), id)
+	if err != nil {
+		t.Fatalf("HoldTier %s: %v", id, err)
+	}
+	return l
+}
+
+func tierClaim(t *testing.T, l *bus.TierLease, n bus.Node) *bus.Lease {
+	t.Helper()
+	ls, err := l.Claim(ctx(t), n)
+	if err != nil {
+		t.Fatalf("Claim %s under %s: %v", n.NodeID, l.ID(), err)
+	}
+	return ls
+}
+
+// stateCount counts the messages republished for bucket: every write
+// of a key, and every marker.
+type stateCount struct{ sub *nats.Subscription }
+
+func countState(t *testing.T, nc *nats.Conn, bucket string) *stateCount {
+	t.Helper()
+	sub, err := nc.SubscribeSync("okso.v1.state." + bucket + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &stateCount{sub}
+}
+
+// pending is how many messages arrived, once the connection's earlier
+// traffic is flushed through.
+func (c *stateCount) pending(t *testing.T, nc *nats.Conn) int {
+	t.Helper()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := c.sub.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// beat is the time JetStream stored the tier's lease last.
+func beat(t *testing.T, nc *nats.Conn, tier string) time.Time {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), bus.BucketTiers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx(t), tier)
+	if err != nil {
+		t.Fatalf("tier lease %s: %v", tier, err)
+	}
+	return e.Created()
+}
+
+// A node under a tier's lease is online while the lease is alive: its
+// lapse takes the tier's nodes offline, with the tier's last heartbeat
+// as their last_seen and no write of theirs; its return brings them back.
+func TestPresenceTierLapse(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	w := watch(t, r)
+	w.waitReady(t)
+	a := holdTier(t, r, "tier-a")
+	other := holdTier(t, r, "tier-b")
+	n1, n2, n3 := newNode("s1"), newNode("s2"), newNode("s3")
+	tierClaim(t, a, n1)
+	tierClaim(t, a, n2)
+	tierClaim(t, other, n3)
+	for range 3 {
+		if ev := w.next(t); ev.Node == nil || ev.Node.Offline() || !ev.Node.TierLease {
+			t.Fatalf("claimed: %+v, want an online record under a tier lease", ev)
+		}
+	}
+	// Tier b's heartbeats go on, and tell the watch nothing.
+	nodes := countState(t, nc, bus.BucketNodes)
+	last := beat(t, nc, "tier-a")
+	lapsed := map[string]time.Time{}
+	deadline := time.After(eventTimeout)
+	for len(lapsed) < 2 {
+		if _, err := other.Refresh(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-w.events:
+			if ev.NodeID == n3.NodeID {
+				t.Fatalf("tier b's node changed on its heartbeat: %+v", ev)
+			}
+			if ev.Node == nil || !ev.Node.Offline() || !ev.Expired {
+				t.Fatalf("tier a lapsed: %+v, want its node offline, expired", ev)
+			}
+			lapsed[ev.NodeID] = ev.Node.LastSeen
+		case <-time.After(300 * time.Millisecond): // a heartbeat's period, not a wait for an outcome
+		case <-deadline:
+			t.Fatal("tier a's lease never lapsed")
+		}
+	}
+	for _, id := range []string{n1.NodeID, n2.NodeID} {
+		if got, ok := lapsed[id]; !ok || !got.Equal(last.UTC()) {
+			t.Errorf("node %s last seen %v, want tier a's last heartbeat %v", id, got, last)
+		}
+	}
+	if n := nodes.pending(t, nc); n != 0 {
+		t.Errorf("the lapse wrote %d node records, want none", n)
+	}
+	// The lease comes back: its holder learns it lapsed; its nodes are
+	// online again, as they were.
+	back, err := a.Refresh(ctx(t))
+	if err != nil || !back {
+		t.Fatalf("Refresh after the lapse: %v, %v; want lapsed", back, err)
+	}
+	for range 2 {
+		ev := w.next(t)
+		if ev.Node == nil || ev.Node.Offline() || ev.Node.SessionID != map[string]string{n1.NodeID: "s1", n2.NodeID: "s2"}[ev.NodeID] {
+			t.Fatalf("tier a back: %+v, want its nodes online", ev)
+		}
+	}
+	// A watch started now sees the same.
+	w2 := watch(t, r)
+	w2.waitReady(t)
+	if len(w2.events) != 3 {
+		t.Fatalf("a new watch saw %d records, want 3", len(w2.events))
+	}
+	for range 3 {
+		if ev := w2.next(t); !ev.Initial || ev.Node == nil || ev.Node.Offline() {
+			t.Errorf("a new watch: %+v, want every node online", ev)
+		}
+	}
+}
+
+// A tier that stops cleanly releases its lease: its nodes whose records
+// still say online (their sessions could not write) go offline at once.
+// A watch started after a tier's lease lapsed sees its nodes offline,
+// and a node's next session, on another tier, online.
+func TestPresenceTierRelease(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	w := watch(t, r)
+	w.waitReady(t)
+	a := holdTier(t, r, "tier-a")
+	n := newNode("s1")
+	tierClaim(t, a, n)
+	if ev := w.next(t); ev.Node == nil || ev.Node.Offline() {
+		t.Fatalf("claimed: %+v", ev)
+	}
+	if err := a.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ev := w.next(t)
+	if ev.Node == nil || !ev.Node.Offline() || ev.Expired {
+		t.Fatalf("tier released: %+v, want the node offline, not expired", ev)
+	}
+	if ev.Node.LastSeen.IsZero() {
+		t.Error("no last_seen")
+	}
+
+	w2 := watch(t, r)
+	if ev := w2.next(t); ev.Node == nil || !ev.Node.Offline() || !ev.Initial {
+		t.Fatalf("a new watch after the tier left: %+v, want the node offline", ev)
+	}
+	w2.waitReady(t)
+	b := holdTier(t, r, "tier-b")
+	n.SessionID = "s2"
+	tierClaim(t, b, n)
+	for _, w := range []*watcher{w, w2} {
+		if ev := w.next(t); ev.Node == nil || ev.Node.Offline() || ev.Node.SessionID != "s2" || ev.Node.Tier != "tier-b" {
+			t.Fatalf("the next session: %+v, want it online on tier b", ev)
+		}
+	}
+}
+
+// An older okso's record is its own lease: a watch takes it as it is,
+// whatever the tiers' leases, and sees it go when it expires.
+func TestPresenceOlderRecords(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	n := newNode("s1")
+	n.Tier = "tier-old" // which holds no lease
+	claim(t, r, n)
+	w := watch(t, r)
+	ev := w.next(t)
+	if ev.Node == nil || ev.Node.Offline() || ev.Node.TierLease {
+		t.Fatalf("an older okso's record: %+v, want it online as it is", ev)
+	}
+	w.waitReady(t)
+	if ev := w.next(t); ev.Node != nil || !ev.Expired {
+		t.Fatalf("its lease ran out: %+v, want it gone, expired", ev)
+	}
+}
+
+// A session's record under its tier's lease is rewritten only if it is
+// still the one it wrote, and a tier's lease only by its holder's
+// refresh.
+func TestTierLeaseChecks(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	if _, err := r.HoldTier(ctx(t), "tier.a"); !errors.Is(err, bus.ErrBadTier) {
+		t.Errorf("a tier id with a dot: %v, want ErrBadTier", err)
+	}
+	a := holdTier(t, r, "tier-a")
+	n := newNode("s1")
+	old := tierClaim(t, a, n)
+	if err := old.Refresh(ctx(t)); err != nil {
+		t.Fatalf("Refresh of its own record: %v", err)
+	}
+	n.SessionID = "s2"
+	tierClaim(t, a, n)
+	if err := old.Refresh(ctx(t)); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("Refresh over a newer session's record: %v, want ErrLeaseLost", err)
+	}
+	late := n
+	late.SessionID = "s1"
+	if _, err := a.Claim(ctx(t), late); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Errorf("an older session's claim after a newer one's: %v, want ErrLeaseLost", err)
+	}
+	if err := old.Leave(ctx(t), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Get(ctx(t), n.NodeID)
+	if err != nil || got == nil || got.Offline() || got.SessionID != "s2" {
+		t.Fatalf("the newer session's record after the older one left: %+v, %v", got, err)
+	}
+	if lapsed, err := a.Refresh(ctx(t)); err != nil || lapsed {
+		t.Errorf("Refresh within the TTL: %v, %v; want not lapsed", lapsed, err)
+	}
+}
