@@ -249,3 +249,29 @@ func TestTierLeaseChecks(t *testing.T) {
 		t.Errorf("Refresh within the TTL: %v, %v; want not lapsed", lapsed, err)
 	}
 }
+
+// On an install an older okso made, the tiers' bucket is missing: a role
+// that may not make buckets is told to run okso nats init, which makes
+// it (InitState), and the role then opens the registry.
+func TestInitStateMakesTiers(t *testing.T) {
+	_, nc := startBus(t)
+	if err := bus.InitState(ctx(t), nc, bus.StateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx(t), bus.BucketTiers); err != nil { // as an older okso left it
+		t.Fatal(err)
+	}
+	if _, err := bus.OpenRegistry(ctx(t), nc, bus.RegistryOptions{BindOnly: true}); !errors.Is(err, bus.ErrNoBucket) {
+		t.Fatalf("a role opens the registry of an older install: %v, want ErrNoBucket", err)
+	}
+	if err := bus.InitState(ctx(t), nc, bus.StateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.OpenRegistry(ctx(t), nc, bus.RegistryOptions{BindOnly: true}); err != nil {
+		t.Fatalf("a role opens the registry after okso nats init: %v", err)
+	}
+}
