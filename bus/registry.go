@@ -70,8 +70,9 @@ func (n *Node) Capability(capID string) (schemas.Capability, bool) {
 // node that left, unless told otherwise.
 const DefaultOfflineRetention = 24 * time.Hour
 
-// RegistryOptions configures the registry bucket. The zero value keeps it in
-// memory, on one replica, with a 15 s lease and offline records kept 24 h.
+// RegistryOptions configures the registry's buckets (okso_nodes and
+// okso_tiers). The zero value keeps them on file, on one replica, with
+// 15 s leases and offline records kept 24 h.
 type RegistryOptions struct {
 	// TTL is how long a record outlives the last refresh of its lease.
 	TTL time.Duration
@@ -79,7 +80,12 @@ type RegistryOptions struct {
 	// kept (okso's --offline-retention).
 	OfflineRetention time.Duration
 	Replicas         int
-	File             bool // file storage instead of memory
+	// Memory keeps the buckets in memory. By default they are on file:
+	// a record is written only when something changes, so it must
+	// outlive a restart of NATS. An older okso's bucket in memory is
+	// moved to file when the registry is opened to make it (not
+	// BindOnly).
+	Memory bool
 	// BindOnly: the bucket must exist; it is neither created nor changed
 	// (a role's NATS credential may do neither).
 	BindOnly bool
@@ -113,14 +119,20 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:         BucketNodes,
-		Description:    "okso live nodes",
+		Description:    "okso nodes",
 		History:        1,
-		Storage:        storage(opts.File),
+		Storage:        storage(!opts.Memory),
 		Replicas:       max(opts.Replicas, 1),
 		LimitMarkerTTL: opts.TTL,
-	}, opts.BindOnly)
+	}
+	if !opts.BindOnly && !opts.Memory {
+		if err := nodesToFile(ctx, js, opts); err != nil {
+			return nil, fmt.Errorf("move kv %s to file storage: %w", BucketNodes, err)
+		}
+	}
+	kv, err := openKV(ctx, js, cfg, opts.BindOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +236,19 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// Current reports whether the node's record is still the one this lease
+// wrote last.
+func (l *Lease) Current(ctx context.Context) (bool, error) {
+	if l.left {
+		return false, nil
+	}
+	now, err := readState(ctx, l.r.js.Conn(), BucketNodes, l.key)
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", l.key, err)
+	}
+	return now[l.key].seq == l.rev, nil
+}
+
 // Release removes the record, only if it is still the one this lease wrote:
 // a newer session's record is never removed.
 func (l *Lease) Release(ctx context.Context) error {
@@ -251,12 +276,30 @@ func (l *Lease) Leave(ctx context.Context, lastSeen time.Time) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.r.js.Publish(ctx, l.subject(), data,
-		jetstream.WithMsgTTL(l.r.retention), jetstream.WithExpectLastSequencePerSubject(l.rev))
-	if err != nil {
-		if wrongSequence(err) {
-			return nil // a newer record, or none: not ours to mark
+	rev := l.rev
+	for range claimTries {
+		_, err = l.r.js.Publish(ctx, l.subject(), data,
+			jetstream.WithMsgTTL(l.r.retention), jetstream.WithExpectLastSequencePerSubject(rev))
+		if err == nil || !wrongSequence(err) {
+			break
 		}
+		// Written since: still this session's own online record (written
+		// again as it was, by a move of the bucket, say), or not ours to
+		// mark.
+		now, rerr := readState(ctx, l.r.js.Conn(), BucketNodes, l.key)
+		if rerr != nil {
+			return fmt.Errorf("mark node %s offline: %w", l.key, rerr)
+		}
+		e := now[l.key]
+		var there Node
+		if e.value == nil || json.Unmarshal(e.value, &there) != nil || there.NodeID != l.key ||
+			there.SessionID != l.node.SessionID || there.Offline() {
+			l.left = true
+			return nil
+		}
+		rev = e.seq
+	}
+	if err != nil {
 		return fmt.Errorf("mark node %s offline: %w", l.key, err)
 	}
 	l.left = true

@@ -24,7 +24,7 @@ func tiersConfig(o RegistryOptions) jetstream.KeyValueConfig {
 		Bucket:         BucketTiers,
 		Description:    "okso device tiers' leases",
 		History:        1,
-		Storage:        storage(o.File),
+		Storage:        storage(!o.Memory),
 		Replicas:       max(o.Replicas, 1),
 		LimitMarkerTTL: o.TTL,
 	}

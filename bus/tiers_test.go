@@ -1,7 +1,9 @@
 package bus_test
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,5 +275,195 @@ func TestInitStateMakesTiers(t *testing.T) {
 	}
 	if _, err := bus.OpenRegistry(ctx(t), nc, bus.RegistryOptions{BindOnly: true}); err != nil {
 		t.Fatalf("a role opens the registry after okso nats init: %v", err)
+	}
+}
+
+// sweepFor runs l.Sweep with an index kept from a raw watch of r, until
+// the test ends.
+func sweepFor(t *testing.T, r *bus.Registry, l *bus.TierLease) {
+	t.Helper()
+	idx := bus.NewOrphans()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- r.WatchRaw(c, func(id string, v []byte, _ bool) { idx.Apply(id, v) }, idx.Loaded) }()
+	go func() { done <- l.Sweep(c, idx, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("sweep or its watch: %v", err)
+			}
+		}
+	})
+}
+
+// writes counts the republished messages of each key of okso_nodes.
+func writes(t *testing.T, nc *nats.Conn) func() map[string]int {
+	t.Helper()
+	sub, err := nc.SubscribeSync("okso.v1.state." + bus.BucketNodes + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	return func() map[string]int {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return counts
+			}
+			counts[strings.TrimPrefix(m.Subject, "okso.v1.state."+bus.BucketNodes+".")]++
+		}
+	}
+}
+
+// A live tier marks offline, once, the records a dead tier left online,
+// as of its last heartbeat; they then expire after the offline
+// retention. Records of live tiers, older okso's, and offline ones are
+// left alone.
+func TestSweepOrphans(t *testing.T) {
+	_, nc := startBus(t)
+	short := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	long := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Minute, OfflineRetention: 2 * time.Second})
+	doomed := holdTier(t, short, "tier-doomed")
+	live := holdTier(t, long, "tier-live")
+	orphan1, orphan2, left, kept, old := newNode("s1"), newNode("s2"), newNode("s3"), newNode("s4"), newNode("s5")
+	tierClaim(t, doomed, orphan1)
+	tierClaim(t, doomed, orphan2)
+	if err := tierClaim(t, doomed, left).Leave(ctx(t), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tierClaim(t, live, kept)
+	claim(t, long, old) // an older okso's: its own lease, a minute
+	count := writes(t, nc)
+	w := watch(t, long)
+	w.waitReady(t)
+	last := beat(t, nc, "tier-doomed")
+	sweepFor(t, long, live)
+
+	// Every watch takes them offline when the lease lapses (expired);
+	// then the live tier writes them offline.
+	swept := map[string]bool{}
+	for len(swept) < 2 {
+		e := w.next(t)
+		if e.Initial {
+			continue
+		}
+		if e.NodeID != orphan1.NodeID && e.NodeID != orphan2.NodeID {
+			t.Fatalf("%+v changed", e)
+		}
+		if e.Node == nil || !e.Node.Offline() {
+			t.Fatalf("%s: %+v, want it offline", e.NodeID, e.Node)
+		}
+		if !e.Expired {
+			swept[e.NodeID] = true
+			if !e.Node.LastSeen.Equal(last.UTC()) {
+				t.Errorf("%s swept with last_seen %v, want the dead tier's last heartbeat %v", e.NodeID, e.Node.LastSeen, last)
+			}
+		}
+	}
+	// Then they expire; nothing else was written.
+	for gone := 0; gone < 2; {
+		if e := w.next(t); e.Node == nil && (e.NodeID == orphan1.NodeID || e.NodeID == orphan2.NodeID) {
+			gone++
+		}
+	}
+	got := count()
+	want := map[string]int{orphan1.NodeID: 2, orphan2.NodeID: 2} // marked offline, then expired
+	if len(got) != len(want) || got[orphan1.NodeID] != 2 || got[orphan2.NodeID] != 2 {
+		t.Errorf("writes by key %v, want %v (one sweep and one expiry each)", got, want)
+	}
+}
+
+// A tier that starts sweeps what tiers that died before it left online,
+// whoever ranks highest among the live tiers for each dead one.
+func TestSweepAtStart(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Minute})
+	var orphans []bus.Node
+	for _, id := range []string{"tier-x", "tier-y", "tier-z"} {
+		dead := holdTier(t, r, id)
+		n := newNode("s-" + id)
+		tierClaim(t, dead, n)
+		orphans = append(orphans, n)
+		if err := dead.Release(ctx(t)); err != nil { // as if it died, its lease long gone
+			t.Fatal(err)
+		}
+	}
+	a, b := holdTier(t, r, "tier-a"), holdTier(t, r, "tier-b")
+	sweepFor(t, r, a)
+	sweepFor(t, r, b)
+	w := watch(t, r)
+	for _, n := range orphans {
+		for {
+			got, err := r.Get(ctx(t), n.NodeID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Offline() {
+				break
+			}
+			w.nextFor(t, n.NodeID) // until its record changes
+		}
+	}
+}
+
+// An older okso kept the registry in memory: opening it to make it
+// moves it to file storage with its records, and those who held or
+// followed them go on: a session's lease still marks its node offline,
+// and a watch sees the changes after the move.
+func TestRegistryMovesToFile(t *testing.T) {
+	_, nc := startBus(t)
+	old := openRegistry(t, nc, bus.RegistryOptions{Memory: true, TTL: time.Minute})
+	a := holdTier(t, old, "tier-a")
+	online, left, olden := newNode("s1"), newNode("s2"), newNode("s3")
+	held := tierClaim(t, a, online)
+	if err := tierClaim(t, a, left).Leave(ctx(t), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	claim(t, old, olden)
+	w := watch(t, old)
+	w.waitReady(t)
+
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Minute})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{bus.BucketNodes, bus.BucketTiers} {
+		s, err := js.Stream(ctx(t), "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == bus.BucketNodes && s.CachedInfo().Config.Storage != jetstream.FileStorage {
+			t.Errorf("%s in %v, want file storage", b, s.CachedInfo().Config.Storage)
+		}
+	}
+	for _, c := range []struct {
+		n       bus.Node
+		offline bool
+	}{{online, false}, {left, true}, {olden, false}} {
+		got, err := r.Get(ctx(t), c.n.NodeID)
+		if err != nil || got == nil || got.Offline() != c.offline || got.SessionID != c.n.SessionID {
+			t.Errorf("record of %s after the move: %+v, %v; want offline %v", c.n.SessionID, got, err, c.offline)
+		}
+	}
+	if err := held.Leave(ctx(t), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e := w.nextFor(t, online.NodeID)
+		if e.Node != nil && e.Node.Offline() {
+			break
+		}
+	}
+	if got, err := r.Get(ctx(t), online.NodeID); err != nil || got == nil || !got.Offline() {
+		t.Errorf("the session's record after it left: %+v, %v; want offline", got, err)
 	}
 }

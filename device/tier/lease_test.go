@@ -12,16 +12,19 @@ import (
 // TestTierKilled: a tier that stops without a word (kill -9: it neither
 // marks its nodes offline nor releases its lease) takes its nodes
 // offline at every watch once its lease lapses, each last seen at the
-// tier's last heartbeat.
+// tier's last heartbeat; the surviving tier then marks their records
+// offline, to expire after the offline retention.
 func TestTierKilled(t *testing.T) {
 	tt := newTestTier(t, tier.Options{})
 	url, nc := leaseTier(t, tt, "tier-doomed", time.Second)
 	events := tt.watch(t)
 	nodes := map[string]bool{}
+	var ids []string
 	for range 2 {
 		d := tt.runEchoAt(t, url)
 		waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil && !e.Node.Offline() })
 		nodes[d.node] = true
+		ids = append(ids, d.node)
 	}
 	started := time.Now()
 	nc.Close() // the tier can no longer write anything, as if killed
@@ -35,6 +38,11 @@ func TestTierKilled(t *testing.T) {
 			t.Errorf("node %s last seen %v, want the tier's last heartbeat, before %v", e.NodeID, seen, killed)
 		}
 		delete(nodes, e.NodeID)
+	}
+	for _, id := range ids {
+		for r := tt.Record(t, id); !r.Offline(); r = tt.Record(t, id) {
+			waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == id })
+		}
 	}
 }
 

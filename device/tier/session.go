@@ -96,6 +96,7 @@ type session struct {
 	// the node's record, this one no longer does.
 	replaced    bool
 	keeper      *keeper                // once the node's record is written
+	recheck     bool                   // the record changed before keeper was set
 	streams     map[string]*tierStream // by cmd msg_id
 	streamsByID map[string]string      // stream id -> cmd msg_id
 }
@@ -653,7 +654,15 @@ func (s *session) keepAlive(lease *bus.Lease) *keeper {
 	k.ping = time.AfterFunc(s.t.o.PingInterval, k.onPing)
 	s.mu.Lock()
 	s.keeper = k
+	recheck := s.recheck
 	s.mu.Unlock()
+	if recheck { // the record changed between the claim and now
+		s.t.goFor(s, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+			defer cancel()
+			k.reassert(ctx)
+		})
+	}
 	return k
 }
 
@@ -698,10 +707,10 @@ func (k *keeper) onRefresh() {
 	k.refresh.Reset(s.t.o.Bindings.RefreshEvery())
 }
 
-// reassert writes the node's record again, if it is still this
-// session's: after the tier's lease lapsed (another tier may have marked
-// it offline meanwhile), or when an older session's record took its
-// place. A newer session's record ends this session with 4409.
+// reassert writes the node's record again if it is no longer the one
+// the session wrote: after the tier's lease lapsed (another tier may have
+// marked it offline meanwhile), or when another write took its place. A
+// newer session's record ends this session with 4409.
 func (k *keeper) reassert(ctx context.Context) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -709,8 +718,8 @@ func (k *keeper) reassert(ctx context.Context) {
 	if k.stopped || s.closed() {
 		return
 	}
-	err := k.lease.Refresh(ctx)
-	if errors.Is(err, bus.ErrLeaseLost) {
+	current, err := k.lease.Current(ctx)
+	if err == nil && !current {
 		var l *bus.Lease
 		l, err = s.t.lease.Claim(ctx, s.record())
 		if errors.Is(err, bus.ErrLeaseLost) {

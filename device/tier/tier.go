@@ -149,6 +149,9 @@ type Tier struct {
 	// write their nodes' records; leased is closed once it is held.
 	lease  *bus.TierLease
 	leased chan struct{}
+	// orphans indexes the online records of every tier, from the tier's
+	// watch of the registry, for its sweep of dead tiers' records.
+	orphans *bus.Orphans
 
 	// tools counts each tenant's tools, from a watch of the registry;
 	// nil without a cap.
@@ -219,7 +222,7 @@ func New(o Options) (*Tier, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{})}
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans()}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
@@ -266,6 +269,7 @@ func (t *Tier) holdLease(ctx context.Context) {
 		if err == nil {
 			t.lease = l // before leased is closed: read only after it
 			close(t.leased)
+			t.bg.Go(func() { t.sweep(ctx) })
 			break
 		}
 		t.log.Warn("take the tier's lease", "tier", t.o.Name, "err", err)
@@ -303,6 +307,24 @@ func (t *Tier) holdLease(ctx context.Context) {
 		if lapsed {
 			t.log.Warn("the tier's lease had lapsed: writing its nodes' records again", "tier", t.o.Name)
 			t.reassert(ctx)
+		}
+	}
+}
+
+// sweep marks offline the records dead tiers left online, while the
+// tier runs ([bus.TierLease.Sweep]), following again a second after its
+// watch fails.
+func (t *Tier) sweep(ctx context.Context) {
+	for {
+		err := t.lease.Sweep(ctx, t.orphans, t.log)
+		if ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("sweep dead tiers' records", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
 		}
 	}
 }

@@ -185,8 +185,9 @@ func (c *toolCounts) loaded() {
 
 // watchRecords follows the registry until ctx ends, watching again a
 // second after a watch fails: it keeps the tier's tool counts (with a
-// cap), and has a session here write its node's record again when
-// another write took its place ([Tier.checkRecord]).
+// cap) and its index of the nodes of each tier (for [bus.TierLease.Sweep]),
+// and has a session here write its node's record again when another
+// write took its place ([Tier.checkRecord]).
 func (t *Tier) watchRecords(ctx context.Context) {
 	for {
 		if t.tools != nil {
@@ -196,11 +197,13 @@ func (t *Tier) watchRecords(ctx context.Context) {
 			if t.tools != nil {
 				t.tools.apply(node, value)
 			}
+			t.orphans.Apply(node, value)
 			t.checkRecord(node, value)
 		}, func() {
 			if t.tools != nil {
 				t.tools.loaded()
 			}
+			t.orphans.Loaded()
 		})
 		if ctx.Err() != nil {
 			return
@@ -227,17 +230,20 @@ func (t *Tier) checkRecord(node string, value []byte) {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
-	k := s.keeper
-	s.mu.Unlock()
-	if k == nil || s.closed() {
-		return // not claimed yet, or leaving
-	}
 	if value != nil {
 		var r record
 		if json.Unmarshal(value, &r) == nil && r.NodeID == node && r.SessionID == s.id && r.State != bus.StateOffline {
 			return
 		}
+	}
+	s.mu.Lock()
+	k := s.keeper
+	if k == nil {
+		s.recheck = true // keepAlive looks again once the claim is in
+	}
+	s.mu.Unlock()
+	if k == nil || s.closed() {
+		return // not claimed yet, or leaving
 	}
 	t.goFor(s, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
