@@ -30,6 +30,7 @@ import (
 // ready: use [NewOrphans]. It is safe for concurrent use.
 type Orphans struct {
 	mu     sync.Mutex
+	names  map[string]string          // each tier's id, held once
 	tierOf map[string]string          // by node id
 	byTier map[string]map[string]bool // node ids, by tier
 	loaded chan struct{}
@@ -38,7 +39,8 @@ type Orphans struct {
 
 // NewOrphans returns an empty index.
 func NewOrphans() *Orphans {
-	return &Orphans{tierOf: map[string]string{}, byTier: map[string]map[string]bool{}, loaded: make(chan struct{})}
+	return &Orphans{names: map[string]string{}, tierOf: map[string]string{}, byTier: map[string]map[string]bool{},
+		loaded: make(chan struct{})}
 }
 
 // Apply takes one change of a node's record: its value as stored, nil
@@ -58,9 +60,16 @@ func (o *Orphans) Apply(nodeID string, value []byte) {
 		delete(o.byTier[old], nodeID)
 		if len(o.byTier[old]) == 0 {
 			delete(o.byTier, old)
+			delete(o.names, old)
 		}
 	}
 	if online {
+		// One copy of the tier's id for all its nodes, not one per record.
+		if name, ok := o.names[r.Tier]; ok {
+			r.Tier = name
+		} else {
+			o.names[r.Tier] = r.Tier
+		}
 		o.tierOf[nodeID] = r.Tier
 		if o.byTier[r.Tier] == nil {
 			o.byTier[r.Tier] = map[string]bool{}

@@ -15,7 +15,8 @@ import (
 // tier is killed with SIGKILL, so it neither marks its nodes offline nor
 // releases its lease: once its lease lapses the gateway takes them
 // offline all the same (their calls answer E_NODE_OFFLINE), though the
-// tier wrote nothing per node since they connected.
+// tier wrote nothing per node since they connected. A tier started
+// after it marks their records offline, so that they expire.
 func TestSplitTierKilled(t *testing.T) {
 	bin := oksoBinary(t)
 	data := t.TempDir()
@@ -78,6 +79,14 @@ func TestSplitTierKilled(t *testing.T) {
 			t.Errorf("call %s of a node whose tier died: %q, want E_NODE_OFFLINE", name, code)
 		}
 	}
+	// The dead tier's records still say online; a new tier sweeps them.
+	next := startProc(t, bin, "device", "device", "--data-dir", data, "--device-addr", "127.0.0.1:0",
+		"--nats-url", natsURL, "--lease-ttl", "2s")
+	swept := next.wait(msgIs("marked offline the nodes of tiers whose lease is gone"))
+	if got, _ := swept["nodes"].(float64); got != n {
+		t.Errorf("the new tier swept %v records, want %d", swept["nodes"], n)
+	}
 	fleet.stop()
+	next.stop()
 	gw.stop()
 }
