@@ -759,12 +759,20 @@ func (k *keeper) onPing() {
 	k.mu.Unlock()
 }
 
+// leaseWait bounds how long a session waits for its tier to take its
+// lease (the tier's first write to NATS) before it sends its device away.
+const leaseWait = 10 * time.Second
+
 // claim writes the node's record, under the tier's lease once the tier
 // holds it. It returns bus.ErrLeaseLost when a newer session holds the
 // node.
 func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
+	wait := time.NewTimer(leaseWait)
+	defer wait.Stop()
 	select {
 	case <-s.t.leased:
+	case <-wait.C:
+		return nil, fmt.Errorf("the tier holds no lease yet (NATS away?) after %v", leaseWait)
 	case <-s.done:
 		return nil, errors.New("session ended before the tier held its lease")
 	case <-ctx.Done():
