@@ -115,6 +115,7 @@ func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, log *slog.Logger) e
 		key   string
 		alive bool
 		at    time.Time
+		ttl   time.Duration // the lease's, as its holder says (0: unknown)
 		ready bool
 	}
 	changes := make(chan change)
@@ -127,14 +128,21 @@ func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, log *slog.Logger) e
 	}
 	go func() {
 		errc <- follow(ctx, l.r.js.Conn(), BucketTiers, "", func(c kvChange) {
-			send(change{key: c.key, alive: c.value != nil, at: c.at})
+			ch := change{key: c.key, alive: c.value != nil, at: c.at}
+			var b tierBeat
+			if c.value != nil && json.Unmarshal(c.value, &b) == nil && b.TTLMs > 0 {
+				ch.ttl = time.Duration(b.TTLMs) * time.Millisecond
+			}
+			send(ch)
 		}, func() { send(change{ready: true}) })
 	}()
 	tiers := map[string]tierState{}
+	ttls := map[string]time.Duration{}  // each tier's lease TTL, as it says
+	deadSince := map[string]time.Time{} // when a pass first found a tier's lease gone
 	var (
 		followed, due bool
 		loaded        = idx.loaded
-		retry         <-chan time.Time
+		pass          <-chan time.Time // the next pass, when one is put off
 		backoff       = time.Second
 	)
 	for {
@@ -155,39 +163,57 @@ func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, log *slog.Logger) e
 				followed, due = true, true
 			case c.alive:
 				tiers[c.key] = tierState{alive: true, beat: c.at}
+				if c.ttl > 0 {
+					ttls[c.key] = c.ttl
+				}
 			default:
 				t := tiers[c.key]
 				due = due || t.alive // a lease that lapsed, or was released
 				tiers[c.key] = tierState{beat: t.beat, gone: c.at}
 			}
-		case <-retry:
-			retry, due = nil, true
+		case <-pass:
+			pass, due = nil, true
 		}
-		if !due || !followed || loaded != nil || retry != nil {
+		if !due || !followed || loaded != nil || pass != nil {
 			continue
 		}
 		due = false
-		n, err := l.sweep(ctx, idx, tiers)
+		grace := func(tier string) time.Duration {
+			if d, ok := ttls[tier]; ok {
+				return d
+			}
+			return l.r.ttl
+		}
+		n, wait, err := l.sweep(ctx, idx, tiers, deadSince, grace)
 		if n > 0 {
 			log.Info("marked offline the nodes of tiers whose lease is gone", "nodes", n)
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
+		switch {
+		case err != nil && ctx.Err() == nil:
 			log.Warn("mark offline the nodes of tiers whose lease is gone", "err", err, "again_in", backoff)
-			retry = time.After(backoff)
+			pass = time.After(backoff)
 			backoff = min(2*backoff, l.r.ttl)
-			continue
+		case wait > 0:
+			pass = time.After(wait)
+		default:
+			backoff = time.Second
 		}
-		backoff = time.Second
 	}
 }
 
 // sweep is one pass: it marks offline the online records of the tiers
 // whose lease is gone that are this tier's to sweep. It returns how many
 // it marked.
-func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]tierState) (int, error) {
+//
+// A tier whose lease a pass finds gone is given its TTL (grace) to take
+// it again, counted from then: its nodes are marked offline only by a
+// pass at least that much later that finds it gone still. So a tier
+// whose lease lapsed only because NATS was away from every tier at once
+// is not swept (it takes its lease again within a third of its TTL of
+// NATS coming back); wait is when the next pass is due for such tiers
+// (0: none).
+func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]tierState,
+	deadSince map[string]time.Time, grace func(string) time.Duration) (swept int, wait time.Duration, _ error) {
 	var live []string
 	for id, t := range tiers {
 		if t.alive {
@@ -198,17 +224,34 @@ func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]ti
 		live = append(live, l.id) // its own heartbeat may not have come round yet
 	}
 	orphans := idx.of(func(tier string) bool { return !tiers[tier].alive && sweeper(tier, live) == l.id })
-	swept := 0
 	var errs []error
+	for tier := range deadSince {
+		if _, ok := orphans[tier]; !ok {
+			delete(deadSince, tier) // swept, or taken by another, or alive
+		}
+	}
 	for tier, nodes := range orphans {
 		// The tier may have started after the follower read the leases
-		// (it wrote its lease before its records): ask.
+		// (it wrote its lease before its records), or taken its lease
+		// again: ask.
 		_, err := l.r.tiers.Get(ctx, tier)
 		if err == nil {
+			delete(deadSince, tier)
 			continue
 		}
 		if !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
 			errs = append(errs, err)
+			continue
+		}
+		now := time.Now()
+		since, ok := deadSince[tier]
+		if !ok {
+			since, deadSince[tier] = now, now
+		}
+		if left := since.Add(grace(tier)).Sub(now); left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
 			continue
 		}
 		for _, id := range nodes {
@@ -221,7 +264,7 @@ func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]ti
 			}
 		}
 	}
-	return swept, errors.Join(errs...)
+	return swept, wait, errors.Join(errs...)
 }
 
 // markOffline marks the record of node id offline if it is still an

@@ -35,6 +35,10 @@ func tiersConfig(o RegistryOptions) jetstream.KeyValueConfig {
 type tierBeat struct {
 	Tier      string    `json:"tier"`
 	StartedAt time.Time `json:"started_at"`
+	// TTLMs is the lease's TTL: a sweeper gives a tier whose lease it
+	// finds gone that long to take it again before it marks its nodes
+	// offline (NATS may have been away from every tier at once).
+	TTLMs int64 `json:"ttl_ms"`
 }
 
 // TierLease is one tier instance's lease (a key of okso_tiers). Its
@@ -62,7 +66,7 @@ func (r *Registry) HoldTier(ctx context.Context, id string) (*TierLease, error) 
 	}
 	l := &TierLease{r: r, id: id, started: time.Now().UTC()}
 	var err error
-	if l.value, err = json.Marshal(tierBeat{Tier: id, StartedAt: l.started}); err != nil {
+	if l.value, err = json.Marshal(tierBeat{Tier: id, StartedAt: l.started, TTLMs: r.ttl.Milliseconds()}); err != nil {
 		return nil, err
 	}
 	if err := l.put(ctx, false); err != nil {

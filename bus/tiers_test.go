@@ -297,6 +297,30 @@ func sweepFor(t *testing.T, r *bus.Registry, l *bus.TierLease) {
 	})
 }
 
+// keepAlive refreshes l as its tier would, until the test ends.
+func keepAlive(t *testing.T, l *bus.TierLease) {
+	t.Helper()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-c.Done():
+				return
+			case <-tick.C:
+				if _, err := l.Refresh(c); err != nil && c.Err() == nil {
+					t.Errorf("refresh %s: %v", l.ID(), err)
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // writes counts the republished messages of each key of okso_nodes.
 func writes(t *testing.T, nc *nats.Conn) func() map[string]int {
 	t.Helper()
@@ -385,7 +409,7 @@ func TestSweepOrphans(t *testing.T) {
 // whoever ranks highest among the live tiers for each dead one.
 func TestSweepAtStart(t *testing.T) {
 	_, nc := startBus(t)
-	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Minute})
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
 	var orphans []bus.Node
 	for _, id := range []string{"tier-x", "tier-y", "tier-z"} {
 		dead := holdTier(t, r, id)
@@ -397,6 +421,8 @@ func TestSweepAtStart(t *testing.T) {
 		}
 	}
 	a, b := holdTier(t, r, "tier-a"), holdTier(t, r, "tier-b")
+	keepAlive(t, a)
+	keepAlive(t, b)
 	sweepFor(t, r, a)
 	sweepFor(t, r, b)
 	w := watch(t, r)
@@ -465,5 +491,46 @@ func TestRegistryMovesToFile(t *testing.T) {
 	}
 	if got, err := r.Get(ctx(t), online.NodeID); err != nil || got == nil || !got.Offline() {
 		t.Errorf("the session's record after it left: %+v, %v; want offline", got, err)
+	}
+}
+
+// A tier whose lease lapsed only for a moment (NATS away from every
+// tier at once) takes it again within its TTL and is not swept; one that
+// stays gone is.
+func TestSweepGrace(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	live := holdTier(t, r, "tier-live")
+	keepAlive(t, live)
+	flaky, doomed := holdTier(t, r, "tier-flaky"), holdTier(t, r, "tier-doomed")
+	nf, nd := newNode("s1"), newNode("s2")
+	tierClaim(t, flaky, nf)
+	tierClaim(t, doomed, nd)
+	w := watch(t, r)
+	w.waitReady(t)
+	count := writes(t, nc)
+	sweepFor(t, r, live)
+	for e := w.nextFor(t, nf.NodeID); e.Node == nil || !e.Node.Offline(); e = w.nextFor(t, nf.NodeID) {
+	}
+	if lapsed, err := flaky.Refresh(ctx(t)); err != nil || !lapsed {
+		t.Fatalf("flaky tier takes its lease again: %v, %v", lapsed, err)
+	}
+	keepAlive(t, flaky)
+	sweepFor(t, r, flaky) // a live tier: it may rank highest for the dead one
+	for {
+		got, err := r.Get(ctx(t), nd.NodeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Offline() {
+			break
+		}
+		w.nextFor(t, nd.NodeID)
+	}
+	if n := count()[nf.NodeID]; n != 0 {
+		t.Errorf("the flaky tier's node was written %d times, want none", n)
+	}
+	if got, err := r.Get(ctx(t), nf.NodeID); err != nil || got.Offline() {
+		t.Errorf("the flaky tier's node: %+v, %v; want online", got, err)
 	}
 }

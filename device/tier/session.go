@@ -643,6 +643,10 @@ type keeper struct {
 	refresh *time.Timer
 	ping    *time.Timer
 	pinging sync.WaitGroup
+	// retry writes the record again after a failed reassert, again later
+	// than the last.
+	retry *time.Timer
+	again time.Duration
 }
 
 // keepAlive starts refreshing the binding and pinging until stop.
@@ -673,6 +677,9 @@ func (k *keeper) stop() *bus.Lease {
 	k.stopped = true
 	k.refresh.Stop()
 	k.ping.Stop()
+	if k.retry != nil {
+		k.retry.Stop()
+	}
 	lease := k.lease
 	k.mu.Unlock()
 	k.pinging.Wait()
@@ -731,8 +738,22 @@ func (k *keeper) reassert(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		s.t.log.Warn("write registry record again", "node_id", s.nodeID, "err", err)
+		// Nothing else would write it (no refresh is periodic): try again
+		// a little later each time, until it is written or the session ends.
+		k.again = min(max(2*k.again, time.Second), s.t.o.Registry.TTL())
+		s.t.log.Warn("write registry record again", "node_id", s.nodeID, "err", err, "again_in", k.again)
+		if k.retry == nil {
+			k.retry = time.AfterFunc(k.again, func() {
+				ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+				defer cancel()
+				k.reassert(ctx)
+			})
+		} else {
+			k.retry.Reset(k.again)
+		}
+		return
 	}
+	k.again = 0
 }
 
 func (k *keeper) onPing() {
