@@ -83,6 +83,7 @@ func (r Role) Permissions() *server.Permissions {
 		}
 		a.sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>"}
 		a.kv(BucketNodes, false)
+		a.kv(BucketTiers, false) // a node is online while its tier's lease is
 		a.kv(BucketRemotes, false)
 		a.kv(BucketCallers, true)
 		a.kv(BucketRevoked, false)
@@ -100,6 +101,8 @@ func (r Role) Permissions() *server.Permissions {
 		a.pub = []string{NodeCancel("*"), Stream("*"), Audit("*")}
 		a.sub = []string{NodeCmd("*"), NodeCancel("*")}
 		a.kv(BucketNodes, true)
+		// Its own lease, and others' to find the nodes of a tier that died.
+		a.kv(BucketTiers, true)
 		a.kv(BucketNodeTenants, true)
 		a.kv(BucketRevoked, false)
 	case RoleRemote:

@@ -169,7 +169,8 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	if err := bus.InitState(ctx, admin.Conn, bus.StateOptions{AuditRetention: time.Hour}); err != nil {
 		t.Fatalf("admin makes the buckets: %v", err)
 	}
-	if _, err := bus.OpenRegistry(ctx, gw.Conn, bus.RegistryOptions{BindOnly: true}); err != nil {
+	greg, err := bus.OpenRegistry(ctx, gw.Conn, bus.RegistryOptions{BindOnly: true})
+	if err != nil {
 		t.Fatalf("gateway opens the registry: %v", err)
 	}
 	if _, err := bus.OpenRevocations(ctx, gw.Conn, bus.RevocationOptions{ReadOnly: true}); err != nil {
@@ -187,8 +188,19 @@ func checkRoles(t *testing.T, url string, seeds string) {
 		t.Fatalf("device tier opens the registry: %v", err)
 	}
 	const node = "01hzx9k3m4p7q8r9s0t1v2w3xy"
-	if _, err := reg.Claim(ctx, bus.Node{NodeID: node, Tenant: "demo", SessionID: "s1"}); err != nil {
+	tl, err := reg.HoldTier(ctx, "tier-a")
+	if err != nil {
+		t.Fatalf("device tier holds its lease: %v", err)
+	}
+	if _, err := tl.Refresh(ctx); err != nil {
+		t.Fatalf("device tier refreshes its lease: %v", err)
+	}
+	if _, err := tl.Claim(ctx, bus.Node{NodeID: node, Tenant: "demo", SessionID: "s1"}); err != nil {
 		t.Fatalf("device tier claims a node: %v", err)
+	}
+	// The gateway follows the nodes and the tiers' leases.
+	if ev := watch(t, greg).nextFor(t, node); ev.Node == nil || ev.Node.Offline() {
+		t.Fatalf("the gateway sees the tier's node as %+v, want online", ev.Node)
 	}
 	bindings, err := bus.OpenBindings(ctx, dev.Conn, bus.BindingsOptions{BindOnly: true})
 	if err != nil {
@@ -296,6 +308,7 @@ func checkRoles(t *testing.T, url string, seeds string) {
 		gw.mayNotSubscribe(t, bus.Audit(">"))
 		gw.mayNotSubscribe(t, "_INBOX.device.>")
 		gw.mayNotPublish(t, "$KV."+bus.BucketNodes+"."+node, nil)
+		gw.mayNotPublish(t, "$KV."+bus.BucketTiers+".tier-a", nil)
 		gw.mayNotPublish(t, bus.Stream("s1"), nil)
 	})
 	t.Run("device", func(t *testing.T) {
@@ -317,6 +330,7 @@ func checkRoles(t *testing.T, url string, seeds string) {
 		rem.mayNotSubscribe(t, bus.NodeCmd("*"))
 		rem.mayNotPublish(t, bus.NodeCmd(node), nil)
 		rem.mayNotPublish(t, "$KV."+bus.BucketNodes+"."+node, nil)
+		rem.mayNotPublish(t, "$KV."+bus.BucketTiers+".tier-a", nil)
 		rem.mayNotSubscribe(t, ">")
 	})
 	// No role but the admin may forge a revocation or take one back, by

@@ -47,6 +47,7 @@ type kvEntry struct {
 	// expired: the key went away because its TTL ran out (a lease that
 	// lapsed), not because it was deleted or purged.
 	expired bool
+	at      time.Time // when JetStream stored the message
 }
 
 // kvChange is one change a follower reports: a key's value, or its going
@@ -54,8 +55,10 @@ type kvEntry struct {
 type kvChange struct {
 	key     string
 	value   []byte
-	initial bool // part of the initial state
-	expired bool // gone because its TTL ran out
+	seq     uint64    // of the message that made the change (0: unknown)
+	initial bool      // part of the initial state
+	expired bool      // gone because its TTL ran out
+	at      time.Time // when JetStream stored the message (zero: unknown)
 }
 
 // follower keeps the state of one key of a bucket, or of all its keys.
@@ -198,7 +201,7 @@ func (f *follower) apply(m *nats.Msg) (lost string) {
 	if last != known.seq && !(last == 0 && known.value == nil) {
 		return key
 	}
-	f.set(key, kvEntry{seq: seq, value: value, expired: expired}, false)
+	f.set(key, kvEntry{seq: seq, value: value, expired: expired, at: storedAt(m)}, false)
 	return ""
 }
 
@@ -224,9 +227,9 @@ func (f *follower) set(key string, e kvEntry, initial bool) {
 	f.state[key] = e
 	switch {
 	case e.value != nil:
-		f.fn(kvChange{key: key, value: e.value, initial: initial})
+		f.fn(kvChange{key: key, value: e.value, seq: e.seq, initial: initial, at: e.at})
 	case was != nil && !initial:
-		f.fn(kvChange{key: key, expired: e.expired})
+		f.fn(kvChange{key: key, seq: e.seq, expired: e.expired, at: e.at})
 	}
 }
 
@@ -322,7 +325,7 @@ func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state 
 			continue
 		}
 		if e, ok := state[key]; !ok || seq > e.seq {
-			state[key] = kvEntry{seq: seq, value: value, expired: expired}
+			state[key] = kvEntry{seq: seq, value: value, expired: expired, at: storedAt(m)}
 		}
 		next = seq + 1
 	}
@@ -361,6 +364,13 @@ func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, valu
 		value = []byte{}
 	}
 	return key, seq, last, value, false, true
+}
+
+// storedAt is when JetStream stored m, as a republished message or a
+// direct get's answer says (zero when it does not).
+func storedAt(m *nats.Msg) time.Time {
+	at, _ := time.Parse(time.RFC3339Nano, lastHeader(m, jetstream.TimeStampHeaer))
+	return at
 }
 
 // markerMaxAge is the reason JetStream gives in the marker it writes when

@@ -203,3 +203,59 @@ func (s *Server) Restore(ctx context.Context, nc *nats.Conn) error {
 	}
 	return os.Remove(filepath.Join(s.store, movedFile))
 }
+
+// nodesToFile moves the registry's bucket to file storage if an older
+// okso made it in memory. JetStream cannot change a stream's storage in
+// place: its records are read, the stream made again on file, its
+// sequences going on from the old one's (so that followers and leases
+// take the records written again as newer than those they knew), and
+// the records written again, each unless a record of its node was
+// written meanwhile: an offline one to expire after the offline
+// retention, one under a tier's lease with none, an older tier's own
+// lease with the lease's TTL (its tier takes it again at its refresh).
+func nodesToFile(ctx context.Context, js jetstream.JetStream, o RegistryOptions) error {
+	st, err := js.Stream(ctx, kvStream(BucketNodes))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Config.Storage == jetstream.FileStorage {
+		return nil
+	}
+	records, err := readState(ctx, js.Conn(), BucketNodes, ">")
+	if err != nil {
+		return err
+	}
+	if err := js.DeleteStream(ctx, kvStream(BucketNodes)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	cfg := info.Config
+	cfg.Storage, cfg.FirstSeq = jetstream.FileStorage, info.State.LastSeq+1
+	cfg.RePublish = rePublish(BucketNodes)
+	if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return err
+	}
+	for key, e := range records {
+		var n Node
+		if e.value == nil || json.Unmarshal(e.value, &n) != nil || n.NodeID != key {
+			continue
+		}
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)}
+		switch {
+		case n.Offline():
+			opts = append(opts, jetstream.WithMsgTTL(o.OfflineRetention))
+		case !n.TierLease:
+			opts = append(opts, jetstream.WithMsgTTL(o.TTL))
+		}
+		if _, err := js.Publish(ctx, "$KV."+BucketNodes+"."+key, e.value, opts...); err != nil && !wrongSequence(err) {
+			return fmt.Errorf("write node %s again: %w", key, err)
+		}
+	}
+	return nil
+}

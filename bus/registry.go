@@ -12,11 +12,13 @@ import (
 	"github.com/okso-io/okso/schemas"
 )
 
-// BucketNodes is the JetStream KV bucket of live nodes, keyed by node id.
+// BucketNodes is the JetStream KV bucket of nodes' records, keyed by node
+// id: live nodes, and for a while those that left.
 const BucketNodes = "okso_nodes"
 
-// Node is the registry record of one connected node, written by the tier
-// session that owns it.
+// Node is the registry record of one node, written by the tier session
+// that owns it when it connects and when it leaves, and by a tier that
+// finds it orphaned ([Registry.Sweep]).
 type Node struct {
 	NodeID       string               `json:"node_id"`
 	Tenant       string               `json:"tenant"`
@@ -37,6 +39,12 @@ type Node struct {
 	State string `json:"state,omitempty"`
 	// LastSeen is when the node's session ended; zero while online.
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// TierLease: the record is online only while its tier's lease
+	// (okso_tiers, key Tier) is alive, and is written only when
+	// something changes ([TierLease.Claim]). False: the record is its
+	// own lease, refreshed by its session and gone when that stops, as
+	// older tiers write it ([Registry.Claim]).
+	TierLease bool `json:"tier_lease,omitempty"`
 }
 
 // The states of a node's record.
@@ -62,8 +70,9 @@ func (n *Node) Capability(capID string) (schemas.Capability, bool) {
 // node that left, unless told otherwise.
 const DefaultOfflineRetention = 24 * time.Hour
 
-// RegistryOptions configures the registry bucket. The zero value keeps it in
-// memory, on one replica, with a 15 s lease and offline records kept 24 h.
+// RegistryOptions configures the registry's buckets (okso_nodes and
+// okso_tiers). The zero value keeps them on file, on one replica, with
+// 15 s leases and offline records kept 24 h.
 type RegistryOptions struct {
 	// TTL is how long a record outlives the last refresh of its lease.
 	TTL time.Duration
@@ -71,7 +80,12 @@ type RegistryOptions struct {
 	// kept (okso's --offline-retention).
 	OfflineRetention time.Duration
 	Replicas         int
-	File             bool // file storage instead of memory
+	// Memory keeps the buckets in memory. By default they are on file:
+	// a record is written only when something changes, so it must
+	// outlive a restart of NATS. An older okso's bucket in memory is
+	// moved to file when the registry is opened to make it (not
+	// BindOnly).
+	Memory bool
 	// BindOnly: the bucket must exist; it is neither created nor changed
 	// (a role's NATS credential may do neither).
 	BindOnly bool
@@ -81,6 +95,7 @@ type RegistryOptions struct {
 type Registry struct {
 	js        jetstream.JetStream
 	kv        jetstream.KeyValue
+	tiers     jetstream.KeyValue // okso_tiers: the tiers' leases
 	ttl       time.Duration
 	retention time.Duration
 }
@@ -104,18 +119,28 @@ func OpenRegistry(ctx context.Context, nc *nats.Conn, opts RegistryOptions) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("open jetstream: %w", err)
 	}
-	kv, err := openKV(ctx, js, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:         BucketNodes,
-		Description:    "okso live nodes",
+		Description:    "okso nodes",
 		History:        1,
-		Storage:        storage(opts.File),
+		Storage:        storage(!opts.Memory),
 		Replicas:       max(opts.Replicas, 1),
 		LimitMarkerTTL: opts.TTL,
-	}, opts.BindOnly)
+	}
+	if !opts.BindOnly && !opts.Memory {
+		if err := nodesToFile(ctx, js, opts); err != nil {
+			return nil, fmt.Errorf("move kv %s to file storage: %w", BucketNodes, err)
+		}
+	}
+	kv, err := openKV(ctx, js, cfg, opts.BindOnly)
 	if err != nil {
 		return nil, err
 	}
-	return &Registry{js: js, kv: kv, ttl: opts.TTL, retention: opts.OfflineRetention}, nil
+	tiers, err := openKV(ctx, js, tiersConfig(opts), opts.BindOnly)
+	if err != nil {
+		return nil, err
+	}
+	return &Registry{js: js, kv: kv, tiers: tiers, ttl: opts.TTL, retention: opts.OfflineRetention}, nil
 }
 
 // TTL returns the lease duration; a holder refreshes well within it.
@@ -130,6 +155,9 @@ var ErrLeaseLost = errors.New("registry lease lost")
 type Lease struct {
 	r   *Registry
 	key string
+	// tier: the record lives as long as its tier's lease, not its own:
+	// it is written without a TTL.
+	tier bool
 	// node is the record, encoded again on each refresh rather than kept
 	// encoded: a tier holds a lease per device, and the record's slices
 	// are the session's own.
@@ -139,7 +167,10 @@ type Lease struct {
 }
 
 // Claim writes n's record, online, with a TTL, replacing any record of the
-// node.
+// node: the record is its own lease, which its holder refreshes well
+// within the TTL. That is an older tier's way, whose records a gateway
+// still reads (and tests' way of writing a node with no tier); a tier
+// claims under its own lease ([TierLease.Claim]).
 func (r *Registry) Claim(ctx context.Context, n Node) (*Lease, error) {
 	n.State, n.LastSeen = StateOnline, time.Time{}
 	data, err := json.Marshal(n)
@@ -178,7 +209,10 @@ func (r *Registry) Reclaim(ctx context.Context, n Node) (*Lease, error) {
 
 func (l *Lease) subject() string { return "$KV." + BucketNodes + "." + l.key }
 
-// Refresh extends the lease, only if the record is still the one it wrote.
+// Refresh writes the record again, only if it is still the one the lease
+// wrote: a record that is its own lease lives another TTL; one under its
+// tier's lease is written again as it is (after the tier's lease
+// lapsed, when another tier may have marked it offline).
 func (l *Lease) Refresh(ctx context.Context) error {
 	if l.left {
 		return ErrLeaseLost
@@ -187,8 +221,11 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ack, err := l.r.js.Publish(ctx, l.subject(), data,
-		jetstream.WithMsgTTL(l.r.ttl), jetstream.WithExpectLastSequencePerSubject(l.rev))
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(l.rev)}
+	if !l.tier {
+		opts = append(opts, jetstream.WithMsgTTL(l.r.ttl))
+	}
+	ack, err := l.r.js.Publish(ctx, l.subject(), data, opts...)
 	if err != nil {
 		if wrongSequence(err) {
 			return ErrLeaseLost
@@ -197,6 +234,19 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	}
 	l.rev = ack.Sequence
 	return nil
+}
+
+// Current reports whether the node's record is still the one this lease
+// wrote last.
+func (l *Lease) Current(ctx context.Context) (bool, error) {
+	if l.left {
+		return false, nil
+	}
+	now, err := readState(ctx, l.r.js.Conn(), BucketNodes, l.key)
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", l.key, err)
+	}
+	return now[l.key].seq == l.rev, nil
 }
 
 // Release removes the record, only if it is still the one this lease wrote:
@@ -226,12 +276,30 @@ func (l *Lease) Leave(ctx context.Context, lastSeen time.Time) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.r.js.Publish(ctx, l.subject(), data,
-		jetstream.WithMsgTTL(l.r.retention), jetstream.WithExpectLastSequencePerSubject(l.rev))
-	if err != nil {
-		if wrongSequence(err) {
-			return nil // a newer record, or none: not ours to mark
+	rev := l.rev
+	for range claimTries {
+		_, err = l.r.js.Publish(ctx, l.subject(), data,
+			jetstream.WithMsgTTL(l.r.retention), jetstream.WithExpectLastSequencePerSubject(rev))
+		if err == nil || !wrongSequence(err) {
+			break
 		}
+		// Written since: still this session's own online record (written
+		// again as it was, by a move of the bucket, say), or not ours to
+		// mark.
+		now, rerr := readState(ctx, l.r.js.Conn(), BucketNodes, l.key)
+		if rerr != nil {
+			return fmt.Errorf("mark node %s offline: %w", l.key, rerr)
+		}
+		e := now[l.key]
+		var there Node
+		if e.value == nil || json.Unmarshal(e.value, &there) != nil || there.NodeID != l.key ||
+			there.SessionID != l.node.SessionID || there.Offline() {
+			l.left = true
+			return nil
+		}
+		rev = e.seq
+	}
+	if err != nil {
 		return fmt.Errorf("mark node %s offline: %w", l.key, err)
 	}
 	l.left = true
@@ -261,33 +329,6 @@ func (r *Registry) Get(ctx context.Context, nodeID string) (*Node, error) {
 		return nil, fmt.Errorf("get node %s: %w: it names node %q", nodeID, ErrBadRecord, n.NodeID)
 	}
 	return &n, nil
-}
-
-// Event is one change of the registry seen by [Registry.Watch].
-type Event struct {
-	NodeID  string
-	Node    *Node // nil when the node went away
-	Initial bool  // part of the initial state
-	// Expired: the node went away because its lease ran out (its tier
-	// stopped refreshing it), not because its tier removed it.
-	Expired bool
-}
-
-// Watch calls fn for every record present, then calls ready once, then
-// calls fn for every change, until ctx is done. It returns ctx's error, or
-// the watch's if it fails. fn and ready run on Watch's goroutine.
-func (r *Registry) Watch(ctx context.Context, fn func(Event), ready func()) error {
-	return watchKV(ctx, r.js, BucketNodes, func(c kvChange) {
-		ev := Event{NodeID: c.key, Initial: c.initial, Expired: c.expired}
-		if c.value != nil {
-			var n Node
-			if err := json.Unmarshal(c.value, &n); err != nil || n.NodeID != c.key {
-				return // not a record okso wrote; ignore it
-			}
-			ev.Node = &n
-		}
-		fn(ev)
-	}, ready)
 }
 
 // WatchRaw is [Registry.Watch] without the decoding, for a watcher that

@@ -171,7 +171,7 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 64<<10, "largest frame a device may send")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", 5*time.Second, "time a device has to authenticate, and then to announce")
 	fs.DurationVar(&c.PingInterval, "ping-interval", 15*time.Second, "how often the tier pings each device")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 15*time.Second, "how long a node outlives its tier in the registry")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 15*time.Second, "the tier's lease in the registry, refreshed every third of it: how long its nodes stay online after it died")
 	fs.DurationVar(&c.OfflineRetention, "offline-retention", bus.DefaultOfflineRetention, "how long the registry keeps the record of a node that left: until then a call of its tools answers E_NODE_OFFLINE to its tenant (at least 1s)")
 	fs.Float64Var(&c.ConnRatePerIP, "conn-rate-per-ip", 100, "device connection attempts per second from one address (-1: no limit); excess ones close with 4429")
 	fs.IntVar(&c.ConnBurstPerIP, "conn-burst-per-ip", 1000, "burst of device connection attempts from one address")

@@ -95,6 +95,8 @@ type session struct {
 	// replaced: the session closed with 4409; the newer session writes
 	// the node's record, this one no longer does.
 	replaced    bool
+	keeper      *keeper                // once the node's record is written
+	recheck     bool                   // the record changed before keeper was set
 	streams     map[string]*tierStream // by cmd msg_id
 	streamsByID map[string]string      // stream id -> cmd msg_id
 }
@@ -559,6 +561,10 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 
 	// Online only once the subject is served: claim after the flush.
 	lease, err := s.claim(ctx)
+	if errors.Is(err, bus.ErrLeaseLost) {
+		s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
+		return nil
+	}
 	if err != nil {
 		s.t.log.Error("claim registry record", "node_id", s.nodeID, "err", err)
 		s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier cannot write the registry")
@@ -624,9 +630,11 @@ func internSafety(class string) string {
 	return class
 }
 
-// keeper refreshes a session's registry lease and pings its device, on
+// keeper refreshes a session's node binding and pings its device, on
 // timers rather than a goroutine of its own: a tier holds tens of
-// thousands of sessions, and each parked goroutine costs its stack.
+// thousands of sessions, and each parked goroutine costs its stack. The
+// node's record needs no refresh: it lives as long as the tier's lease
+// ([Tier.holdLease]).
 type keeper struct {
 	s       *session
 	mu      sync.Mutex // held by a refresh in progress
@@ -635,15 +643,30 @@ type keeper struct {
 	refresh *time.Timer
 	ping    *time.Timer
 	pinging sync.WaitGroup
+	// retry writes the record again after a failed reassert, again later
+	// than the last.
+	retry *time.Timer
+	again time.Duration
 }
 
-// keepAlive starts refreshing lease and pinging until stop.
+// keepAlive starts refreshing the binding and pinging until stop.
 func (s *session) keepAlive(lease *bus.Lease) *keeper {
 	k := &keeper{s: s, lease: lease}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.refresh = time.AfterFunc(s.t.o.Registry.TTL()/3, k.onRefresh)
+	k.refresh = time.AfterFunc(s.t.o.Bindings.RefreshEvery(), k.onRefresh)
 	k.ping = time.AfterFunc(s.t.o.PingInterval, k.onPing)
+	s.mu.Lock()
+	s.keeper = k
+	recheck := s.recheck
+	s.mu.Unlock()
+	if recheck { // the record changed between the claim and now
+		s.t.goFor(s, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+			defer cancel()
+			k.reassert(ctx)
+		})
+	}
 	return k
 }
 
@@ -654,15 +677,19 @@ func (k *keeper) stop() *bus.Lease {
 	k.stopped = true
 	k.refresh.Stop()
 	k.ping.Stop()
+	if k.retry != nil {
+		k.retry.Stop()
+	}
 	lease := k.lease
 	k.mu.Unlock()
 	k.pinging.Wait()
 	return lease
 }
 
-// refreshTimeout bounds the JetStream work of one lease refresh.
+// refreshTimeout bounds the JetStream work of one refresh.
 const refreshTimeout = 10 * time.Second
 
+// onRefresh refreshes the node's binding to its tenant.
 func (k *keeper) onRefresh() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -673,59 +700,60 @@ func (k *keeper) onRefresh() {
 	// A timer's callback runs for no caller: its context is its own, bounded.
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
-	if time.Since(s.boundAt) >= s.t.o.Bindings.RefreshEvery() {
-		owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
-		switch {
-		case errors.Is(err, bus.ErrOtherTenant):
-			// An operator freed the node id and another tenant took it.
-			s.refuseOtherTenant(owner)
-			return
-		case err != nil:
-			s.t.log.Warn("refresh node binding", "node_id", s.nodeID, "err", err)
-		default:
-			s.boundAt = time.Now()
-		}
+	owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+	switch {
+	case errors.Is(err, bus.ErrOtherTenant):
+		// An operator freed the node id and another tenant took it.
+		s.refuseOtherTenant(owner)
+		return
+	case err != nil:
+		s.t.log.Warn("refresh node binding", "node_id", s.nodeID, "err", err)
+	default:
+		s.boundAt = time.Now()
 	}
-	err := k.lease.Refresh(ctx)
-	if errors.Is(err, bus.ErrLeaseLost) {
-		// Replaced only if a newer session holds the node; a record that
-		// expired (NATS was away longer than the lease) is claimed again.
-		// A record that is not an okso node is no owner: claim over it.
-		n, gerr := s.t.o.Registry.Get(ctx, s.nodeID)
-		over := errors.Is(gerr, bus.ErrBadRecord) // claim over what is there
-		if over {
-			n, gerr = nil, nil
-		}
-		// Session ids are ULIDs: the greater is the newer. An older
-		// session's record written after this one's (their claims
-		// crossed) is no owner: that session leaves with 4409 on this
-		// one's takeover, writing nothing, and this one claims over it.
-		if gerr == nil && n != nil && n.SessionID > s.id {
+	k.refresh.Reset(s.t.o.Bindings.RefreshEvery())
+}
+
+// reassert writes the node's record again if it is no longer the one
+// the session wrote: after the tier's lease lapsed (another tier may have
+// marked it offline meanwhile), or when another write took its place. A
+// newer session's record ends this session with 4409.
+func (k *keeper) reassert(ctx context.Context) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.s
+	if k.stopped || s.closed() {
+		return
+	}
+	current, err := k.lease.Current(ctx)
+	if err == nil && !current {
+		var l *bus.Lease
+		l, err = s.t.lease.Claim(ctx, s.record())
+		if errors.Is(err, bus.ErrLeaseLost) {
 			s.close(wire.CloseReplaced, "", "registry record taken by a newer session")
 			return
-		}
-		if gerr == nil && n != nil && n.SessionID != s.id {
-			over = true
-		}
-		var l *bus.Lease
-		switch {
-		case gerr != nil:
-			s.t.log.Warn("read registry record", "node_id", s.nodeID, "err", gerr)
-		case n == nil && !over:
-			// No record: take it again only if no session claimed the
-			// node since the read (the next refresh sees who did).
-			l, err = s.t.o.Registry.Reclaim(ctx, s.record())
-		default:
-			l, err = s.t.o.Registry.Claim(ctx, s.record())
 		}
 		if l != nil {
 			k.lease = l
 		}
 	}
 	if err != nil {
-		s.t.log.Warn("refresh registry record", "node_id", s.nodeID, "err", err)
+		// Nothing else would write it (no refresh is periodic): try again
+		// a little later each time, until it is written or the session ends.
+		k.again = min(max(2*k.again, time.Second), s.t.o.Registry.TTL())
+		s.t.log.Warn("write registry record again", "node_id", s.nodeID, "err", err, "again_in", k.again)
+		if k.retry == nil {
+			k.retry = time.AfterFunc(k.again, func() {
+				ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+				defer cancel()
+				k.reassert(ctx)
+			})
+		} else {
+			k.retry.Reset(k.again)
+		}
+		return
 	}
-	k.refresh.Reset(s.t.o.Registry.TTL() / 3)
+	k.again = 0
 }
 
 func (k *keeper) onPing() {
@@ -752,12 +780,29 @@ func (k *keeper) onPing() {
 	k.mu.Unlock()
 }
 
-// claim writes the node's record.
+// leaseWait bounds how long a session waits for its tier to take its
+// lease (the tier's first write to NATS) before it sends its device away.
+const leaseWait = 10 * time.Second
+
+// claim writes the node's record, under the tier's lease once the tier
+// holds it. It returns bus.ErrLeaseLost when a newer session holds the
+// node.
 func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
+	wait := time.NewTimer(leaseWait)
+	defer wait.Stop()
+	select {
+	case <-s.t.leased:
+	case <-wait.C:
+		return nil, fmt.Errorf("the tier holds no lease yet (NATS away?) after %v", leaseWait)
+	case <-s.done:
+		return nil, errors.New("session ended before the tier held its lease")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	err = s.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		lease, err = s.t.o.Registry.Claim(ctx, s.record())
+		lease, err = s.t.lease.Claim(ctx, s.record())
 		return err
-	}, nil)
+	}, bus.ErrLeaseLost)
 	return lease, err
 }
 

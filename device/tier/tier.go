@@ -56,7 +56,9 @@ type Options struct {
 	Auditor  *bus.Auditor
 	Logger   *slog.Logger
 
-	// Name identifies this tier replica in the registry.
+	// Name identifies this tier instance in the registry: its lease's
+	// key, and the tier of its nodes' records. It must be unique to the
+	// instance ([bus.ValidTierID]); by default it is made at random.
 	Name string
 	// AuthTimeout bounds the time from upgrade to auth, and from auth to
 	// announce (5 s).
@@ -143,6 +145,14 @@ type Tier struct {
 	inbox    string
 	inboxSub *nats.Subscription
 
+	// lease is the tier's lease (okso_tiers), under which its sessions
+	// write their nodes' records; leased is closed once it is held.
+	lease  *bus.TierLease
+	leased chan struct{}
+	// orphans indexes the online records of every tier, from the tier's
+	// watch of the registry, for its sweep of dead tiers' records.
+	orphans *bus.Orphans
+
 	// tools counts each tenant's tools, from a watch of the registry;
 	// nil without a cap.
 	tools *toolCounts
@@ -186,6 +196,9 @@ func New(o Options) (*Tier, error) {
 	if o.Name == "" {
 		o.Name = "tier-" + strings.ToLower(wire.NewMsgID()[16:])
 	}
+	if !bus.ValidTierID(o.Name) {
+		return nil, fmt.Errorf("device tier: name %q: letters, digits, '-' and '_' only", o.Name)
+	}
 	if o.ConnRatePerIP == 0 {
 		o.ConnRatePerIP = 100
 	}
@@ -209,7 +222,7 @@ func New(o Options) (*Tier, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue)}
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans()}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
@@ -236,10 +249,115 @@ func New(o Options) (*Tier, error) {
 		}
 	})
 	t.bg.Go(func() { t.dispatch(ctx) })
-	if t.tools != nil {
-		t.bg.Go(func() { t.watchTools(ctx) })
-	}
+	t.bg.Go(func() { t.holdLease(ctx) })
+	t.bg.Go(func() { t.watchRecords(ctx) })
 	return t, nil
+}
+
+// holdLease takes the tier's lease, then refreshes it every third of
+// the registry's TTL until ctx ends, and then releases it. When the
+// lease lapsed meanwhile (NATS was away longer than the TTL), every
+// session writes its node's record again. This is the tier's only
+// periodic write: nothing is refreshed per node.
+func (t *Tier) holdLease(ctx context.Context) {
+	period := t.o.Registry.TTL() / 3
+	wait := 100 * time.Millisecond
+	for t.lease == nil {
+		lctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		l, err := t.o.Registry.HoldTier(lctx, t.o.Name)
+		cancel()
+		if err == nil {
+			t.lease = l // before leased is closed: read only after it
+			close(t.leased)
+			t.bg.Go(func() { t.sweep(ctx) })
+			break
+		}
+		t.log.Warn("take the tier's lease", "tier", t.o.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, period)
+	}
+	defer func() {
+		// The sessions have left (Shutdown stops the tier's goroutines
+		// after them): nodes whose records could not say so go offline now.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := t.lease.Release(rctx); err != nil {
+			t.log.Warn("release the tier's lease", "tier", t.o.Name, "err", err)
+		}
+	}()
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+		lapsed, err := t.lease.Refresh(lctx)
+		cancel()
+		if err != nil {
+			t.log.Warn("refresh the tier's lease", "tier", t.o.Name, "err", err)
+			continue
+		}
+		if lapsed {
+			t.log.Warn("the tier's lease had lapsed: writing its nodes' records again", "tier", t.o.Name)
+			t.reassert(ctx)
+		}
+	}
+}
+
+// sweep marks offline the records dead tiers left online, while the
+// tier runs ([bus.TierLease.Sweep]), following again a second after its
+// watch fails.
+func (t *Tier) sweep(ctx context.Context) {
+	for {
+		err := t.lease.Sweep(ctx, t.orphans, t.log)
+		if ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("sweep dead tiers' records", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// reassert has every session write its node's record again.
+func (t *Tier) reassert(ctx context.Context) {
+	t.mu.Lock()
+	keepers := make([]*keeper, 0, len(t.sessions))
+	for _, s := range t.sessions {
+		s.mu.Lock()
+		if s.keeper != nil {
+			keepers = append(keepers, s.keeper)
+		}
+		s.mu.Unlock()
+	}
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for _, k := range keepers {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			kctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+			defer cancel()
+			k.reassert(kctx)
+		})
+	}
+	wg.Wait()
 }
 
 // goFor runs f on a goroutine of its own on behalf of s, which Shutdown

@@ -183,21 +183,71 @@ func (c *toolCounts) loaded() {
 	}
 }
 
-// watchTools keeps the tier's tool counts in step with the registry until
-// ctx ends, watching again a second after a watch fails.
-func (t *Tier) watchTools(ctx context.Context) {
+// watchRecords follows the registry until ctx ends, watching again a
+// second after a watch fails: it keeps the tier's tool counts (with a
+// cap) and its index of the nodes of each tier (for [bus.TierLease.Sweep]),
+// and has a session here write its node's record again when another
+// write took its place ([Tier.checkRecord]).
+func (t *Tier) watchRecords(ctx context.Context) {
 	for {
-		t.tools.resync()
-		err := t.o.Registry.WatchRaw(ctx, func(node string, value []byte, _ bool) { t.tools.apply(node, value) },
-			t.tools.loaded)
+		if t.tools != nil {
+			t.tools.resync()
+		}
+		err := t.o.Registry.WatchRaw(ctx, func(node string, value []byte, _ bool) {
+			if t.tools != nil {
+				t.tools.apply(node, value)
+			}
+			t.orphans.Apply(node, value)
+			t.checkRecord(node, value)
+		}, func() {
+			if t.tools != nil {
+				t.tools.loaded()
+			}
+			t.orphans.Loaded()
+		})
 		if ctx.Err() != nil {
 			return
 		}
-		t.log.Warn("watch registry for tool counts", "err", err)
+		t.log.Warn("watch registry", "err", err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// checkRecord looks at a change of the record of a node: if a session
+// here holds the node and the record is no longer its own online record
+// (removed, marked offline by a tier that took this one for dead, or
+// written by another session), the session writes it again, or leaves
+// with 4409 if a newer session wrote it ([keeper.reassert]). Nothing is
+// written while the records are this tier's sessions' own.
+func (t *Tier) checkRecord(node string, value []byte) {
+	t.mu.Lock()
+	s := t.sessions[node]
+	t.mu.Unlock()
+	if s == nil {
+		return
+	}
+	if value != nil {
+		var r record
+		if json.Unmarshal(value, &r) == nil && r.NodeID == node && r.SessionID == s.id && r.State != bus.StateOffline {
+			return
+		}
+	}
+	s.mu.Lock()
+	k := s.keeper
+	if k == nil {
+		s.recheck = true // keepAlive looks again once the claim is in
+	}
+	s.mu.Unlock()
+	if k == nil || s.closed() {
+		return // not claimed yet, or leaving
+	}
+	t.goFor(s, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+		defer cancel()
+		k.reassert(ctx)
+	})
 }

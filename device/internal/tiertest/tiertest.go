@@ -48,10 +48,8 @@ import (
 // Tenant is the tenant of every device token [Harness.Token] mints.
 const Tenant = "acme"
 
-// RegistryTTL keeps records for a minute, so that the sessions' lease
-// refresh (every 20 s) never runs during a test and cannot mask a missing
-// prompt reaction (a replaced session must be closed at once, not when its
-// lease is found lost).
+// RegistryTTL is the tiers' lease: a minute, so that a test's tier
+// never misses a heartbeat (every 20 s) on a loaded machine.
 const RegistryTTL = time.Minute
 
 // WaitFor bounds every wait of the tests for an event that should come at
