@@ -103,7 +103,11 @@ func (d *devices) known() []string {
 // other servers a little after the record does.
 func (d *devices) apply(ctx context.Context, ev bus.Event) {
 	if ev.Node != nil && ev.Node.Offline() {
-		d.left(ev.Node)
+		why := reasonDisconnect
+		if ev.Expired {
+			why = reasonLapsed // its tier's lease: the tier died or lost NATS
+		}
+		d.left(ev.Node, why)
 		return
 	}
 	d.mu.Lock()
@@ -113,6 +117,11 @@ func (d *devices) apply(ctx context.Context, ev bus.Event) {
 			d.mu.Unlock()
 			return // a lease refresh: nothing changed
 		}
+		// Online again, even in the session that was offline (its tier's
+		// lease lapsed and came back): what the node left before is past.
+		// An offline record that comes while this one is probed is kept
+		// (list).
+		delete(d.offline, ev.NodeID)
 		if d.pending[ev.NodeID] == ev.Node.SessionID {
 			d.mu.Unlock()
 			return // already being probed
@@ -159,12 +168,13 @@ func (d *devices) gone(nodeID, why string) {
 	}
 }
 
-// left takes a node whose record says it left: its tools are unlisted,
-// and it is remembered as offline for its tenant's calls. A probe of its
+// left takes a node whose record says it left, or whose tier's lease
+// lapsed (why says which): its tools are unlisted, and it is remembered
+// as offline for its tenant's calls. A probe of its
 // session still running gives up (it is no longer pending).
-func (d *devices) left(rec *bus.Node) {
+func (d *devices) left(rec *bus.Node, why string) {
 	if !schemas.ValidTenant(rec.Tenant) {
-		d.gone(rec.NodeID, reasonDisconnect)
+		d.gone(rec.NodeID, why)
 		return
 	}
 	n := *rec
@@ -172,7 +182,7 @@ func (d *devices) left(rec *bus.Node) {
 	delete(d.pending, n.NodeID)
 	d.offline[n.NodeID] = &n
 	d.mu.Unlock()
-	d.unlist(n.NodeID, reasonDisconnect)
+	d.unlist(n.NodeID, why)
 	d.feed.changed()
 }
 
