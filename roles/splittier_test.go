@@ -1,11 +1,8 @@
 package roles
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
-
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/schemas"
 )
@@ -39,20 +36,7 @@ func TestSplitTierKilled(t *testing.T) {
 		gw.wait(msgIs("node online"))
 	}
 
-	out, err := exec.Command(bin, "token", "mint", "--data-dir", data, "--tenant", "demo").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
-	s, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{
-		Endpoint:   mcpURL,
-		HTTPClient: &httpClientWithToken(strings.TrimSpace(string(out))).Client,
-		MaxRetries: -1,
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := mcpSession(t, mcpURL, mintToken(t, bin, data)) // tenant demo
 	list, err := s.ListTools(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
