@@ -178,6 +178,9 @@ func New(o Options) (*Gateway, error) {
 	// The sources, one line each.
 	g.devices = newDevices(o.NC, o.Registry, o.Schemas, &toolDocs{set: o.Schemas, log: log}, g.shelf, log, g.streams.nodeGone)
 	g.sources = append(g.sources, g.devices)
+	if err := addFleet(g.shelf, g.shelf.catalog, o.Schemas, g.devices, g.form); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if o.Remotes != nil {
 		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.foreignChecks))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,8 +22,13 @@ const pageSize = 1000
 
 // toolList is one view's tools, sorted by listed name. Read-only once made.
 type toolList struct {
-	names []string
-	tools []*sdk.Tool
+	names   []string
+	tools   []*sdk.Tool
+	entries []*entry // of tools, in their order
+	// hits are the list's search index (okso.find_tools), made once on
+	// the first search of the list (fleet.go).
+	once sync.Once
+	hits []*hit
 }
 
 // list returns a view's tools, from the cache or made now. It is made
@@ -46,14 +52,16 @@ func (c *catalog) list(v view) *toolList {
 			if tenant == anyTenant && (own[e.name] != nil || own[e.safe] != nil) {
 				continue // the tenant's own, of the same owner, while it moves between keys
 			}
-			l.tools = append(l.tools, e.listed[v.form])
+			l.entries = append(l.entries, e)
 		}
 	}
 	c.mu.RUnlock()
-	slices.SortFunc(l.tools, func(a, b *sdk.Tool) int { return strings.Compare(a.Name, b.Name) })
-	l.names = make([]string, len(l.tools))
-	for i, t := range l.tools {
-		l.names[i] = t.Name
+	slices.SortFunc(l.entries, func(a, b *entry) int { return strings.Compare(a.listed[v.form].Name, b.listed[v.form].Name) })
+	l.tools = make([]*sdk.Tool, len(l.entries))
+	l.names = make([]string, len(l.entries))
+	for i, e := range l.entries {
+		l.tools[i] = e.listed[v.form]
+		l.names[i] = l.tools[i].Name
 	}
 	c.mu.Lock()
 	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {
