@@ -24,10 +24,12 @@ import (
 // (the device source's presence memory, the catalog's cached lists),
 // never touching a device, so any replica answers the same.
 
-// The fleet tools' canonical names.
+// The fleet tools' canonical names. fleet.call, the fan-out that
+// find_tools' templates point to (DESIGN.md §8), comes next.
 const (
 	ToolFleetNodes = "fleet.nodes"
 	ToolFindTools  = "okso.find_tools"
+	ToolFleetCall  = "fleet.call"
 )
 
 // Bounds of the fleet tools' pages: their schemas' defaults.
@@ -296,20 +298,24 @@ type hit struct {
 // that tools/list computes nothing for it.
 func (l *toolList) index(form nameForm) []*hit {
 	l.once.Do(func() {
-		byPattern := map[string]*hit{}
+		// A device tool's name around its node id: "sysecho." and
+		// ".echo.invoke" (substrings, not copies).
+		type around struct{ before, after string }
+		byPattern := map[around]*hit{}
 		for _, e := range l.entries {
 			kind, _ := e.desc.Meta[schemas.MetaKind].(string)
-			if e.origin.source != sourceNameDevice || e.origin.nodeID == "" {
+			at := strings.Index(e.name, "."+e.origin.nodeID+".")
+			if e.origin.source != sourceNameDevice || e.origin.nodeID == "" || at < 0 {
 				l.hits = append(l.hits, newHit(e, e.listed[form].Name, kind, 0))
 				continue
 			}
-			pattern := nameIn(strings.Replace(e.name, "."+e.origin.nodeID+".", ".*.", 1), form)
-			if h := byPattern[pattern]; h != nil {
+			key := around{e.name[:at+1], e.name[at+1+len(e.origin.nodeID):]}
+			if h := byPattern[key]; h != nil {
 				h.nodes++
 				continue
 			}
-			h := newHit(e, pattern, kind, 1)
-			byPattern[pattern] = h
+			h := newHit(e, nameIn(key.before+"*"+key.after, form), kind, 1)
+			byPattern[key] = h
 			l.hits = append(l.hits, h)
 		}
 		for _, h := range l.hits {
@@ -349,9 +355,6 @@ func templateDescription(h *hit, form nameForm) string {
 		"or many at once with %s and tool %s. Safety class: %s.",
 		words, h.nodes, h.name, nameIn(ToolFleetCall, form), h.name, h.e.class)
 }
-
-// ToolFleetCall is the fan-out tool templates point to (DESIGN.md §8).
-const ToolFleetCall = "fleet.call"
 
 // nameIn is a canonical name in a form.
 func nameIn(name string, form nameForm) string {

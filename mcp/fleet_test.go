@@ -365,3 +365,20 @@ func BenchmarkFindTools(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFindToolsAfterChange searches the 30,000 tools of 10,000
+// nodes right after a change of the tenant's tools: the view's list and
+// its index are made again.
+func BenchmarkFindToolsAfterChange(b *testing.B) {
+	f, _ := testFleet(b, 10000)
+	c := &callCtx{claims: tokenOf("demo", auth.ScopeReadOnly, "")}
+	args := json.RawMessage(`{"query":"metrics snapshot"}`)
+	for b.Loop() {
+		f.cat.mu.Lock()
+		f.cat.changed("demo")
+		f.cat.mu.Unlock()
+		if _, env := f.findTools(b.Context(), c, args); env != nil {
+			b.Fatal(env)
+		}
+	}
+}

@@ -5,9 +5,11 @@
 // answer (output schema, node id) before it reaches the agent.
 //
 // Every tool lives in one catalog (catalog.go), fed by its sources
-// (source.go: devices, upstreams, callers' own tools); every door looks a
-// tool up there once per call, runs the same checks on what it finds
-// (call.go) and calls the entry's invoker.
+// (source.go: devices, upstreams, callers' own tools) and holding okso's
+// own (the relay's, and the fleet tools of fleet.go, which read the
+// device source's presence memory and the catalog itself); every door
+// looks a tool up there once per call, runs the same checks on what it
+// finds (call.go) and calls the entry's invoker.
 //
 // Create a [Gateway] with [New], run its registry watch with
 // [Gateway.Run], and serve [Gateway.Handler]. It never imports the device

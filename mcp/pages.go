@@ -43,7 +43,11 @@ func (c *catalog) list(v view) *toolList {
 	}
 	gen, genAll := c.gens[v.tenant], c.gens[anyTenant]
 	own := c.tenants[v.tenant]
-	l := &toolList{}
+	type named struct {
+		name string // listed, inline for the sort
+		e    *entry
+	}
+	var all []named
 	for _, tenant := range [...]string{v.tenant, anyTenant} {
 		for name, e := range c.tenants[tenant] {
 			if name != e.name || !v.allows(e.scope) { // once per entry
@@ -52,16 +56,14 @@ func (c *catalog) list(v view) *toolList {
 			if tenant == anyTenant && (own[e.name] != nil || own[e.safe] != nil) {
 				continue // the tenant's own, of the same owner, while it moves between keys
 			}
-			l.entries = append(l.entries, e)
+			all = append(all, named{e.listed[v.form].Name, e})
 		}
 	}
 	c.mu.RUnlock()
-	slices.SortFunc(l.entries, func(a, b *entry) int { return strings.Compare(a.listed[v.form].Name, b.listed[v.form].Name) })
-	l.tools = make([]*sdk.Tool, len(l.entries))
-	l.names = make([]string, len(l.entries))
-	for i, e := range l.entries {
-		l.tools[i] = e.listed[v.form]
-		l.names[i] = l.tools[i].Name
+	slices.SortFunc(all, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	l := &toolList{entries: make([]*entry, len(all)), tools: make([]*sdk.Tool, len(all)), names: make([]string, len(all))}
+	for i, n := range all {
+		l.entries[i], l.tools[i], l.names[i] = n.e, n.e.listed[v.form], n.name
 	}
 	c.mu.Lock()
 	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {
