@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -19,7 +20,7 @@ func TestToolNamesInClients(t *testing.T) {
 	o := startOkso(t, 2)
 	seedToken := o.mintWith(t, []string{"--tool-names", auth.ToolNamesSeed}, auth.ScopeReadOnly)
 	safe := readOnlyToolsOf(o.nodes)
-	var seed []string
+	seed := []string{mcp.ToolFleetNodes, mcp.ToolFindTools}
 	for _, n := range o.nodes {
 		seed = append(seed, echoTool(n), snapshotTool(n), subscribeTool(n), pinReadTool(n))
 	}

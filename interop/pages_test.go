@@ -23,7 +23,7 @@ func TestListPages(t *testing.T) {
 		t.Errorf("listed more than once: %v", dup)
 	}
 	if distinct := slices.Compact(slices.Clone(got)); !slices.Equal(distinct, want) {
-		t.Errorf("listed %d distinct tools in pages %v, want the %d of %d nodes", len(distinct), l.Pages, len(want), mock)
+		t.Errorf("listed %d distinct tools in pages %v, want the %d of %d nodes and okso's own", len(distinct), l.Pages, len(want), mock)
 	}
 }
 

@@ -27,10 +27,17 @@ func pinWriteTool(node string) string  { return "gpio." + node + ".pin.write" }
 // name works.
 func listedName(canonical string) string { return schemas.SafeToolName(canonical) }
 
-// readOnlyToolsOf are the listed names of the tools of nodes that a token
-// with only tools:call:read_only lists, sorted.
+// oksoTools are the listed names of okso's own read-only tools, which
+// every tenant lists to every token that may call read-only tools.
+func oksoTools() []string {
+	return []string{listedName(mcp.ToolFleetNodes), listedName(mcp.ToolFindTools)}
+}
+
+// readOnlyToolsOf are the listed names of the tools that a token with
+// only tools:call:read_only lists, sorted: those of nodes, and okso's
+// own.
 func readOnlyToolsOf(nodes []string) []string {
-	var names []string
+	names := oksoTools()
 	for _, n := range nodes {
 		names = append(names, readOnlyTools(n)...)
 	}
@@ -168,6 +175,45 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("fleet tools", func(t *testing.T) {
+		t.Parallel()
+		// Listed first (call.mjs lists every tool), so the client checks
+		// each structuredContent against the fleet tools' outputSchemas.
+		out := callTools(t, o, o.token, false,
+			call{"fleet-nodes", map[string]any{"labels": map[string]any{"fleet": "mock"}, "limit": 3}},
+			call{"okso-find_tools", map[string]any{"query": "echo", "source": "device"}},
+			call{"fleet-nodes", map[string]any{"limit": 0}})
+		var page struct {
+			Nodes []struct {
+				NodeID   string   `json:"node_id"`
+				Presence string   `json:"presence"`
+				Tools    []string `json:"tools"`
+			} `json:"nodes"`
+			Total      int    `json:"total"`
+			NextCursor string `json:"next_cursor"`
+		}
+		if wantResult(t, "fleet-nodes", out[0], &page) {
+			mocks := slices.Sorted(slices.Values(o.nodes))
+			if page.Total != len(mocks) || len(page.Nodes) != 3 || page.NextCursor != mocks[2] || page.Nodes[0].NodeID != mocks[0] ||
+				page.Nodes[0].Presence != "online" || !slices.Contains(page.Nodes[0].Tools, listedName(echoTool(mocks[0]))) {
+				t.Errorf("fleet-nodes answered %+v, want the first 3 of %v", page, mocks)
+			}
+		}
+		var found struct {
+			Tools []struct {
+				Template struct {
+					Pattern string `json:"pattern"`
+					Nodes   int    `json:"nodes"`
+				} `json:"template"`
+			} `json:"tools"`
+		}
+		if wantResult(t, "okso-find_tools", out[1], &found) &&
+			(len(found.Tools) != 1 || found.Tools[0].Template.Pattern != "sysecho-*-echo-invoke" || found.Tools[0].Template.Nodes < len(o.nodes)) {
+			t.Errorf("okso-find_tools answered %+v, want one echo template of every node", found)
+		}
+		wantError(t, "fleet-nodes with limit 0", out[2], "E_MANIFEST_INVALID")
+	})
+
 	t.Run("errors are results", func(t *testing.T) {
 		t.Parallel()
 		out := callTools(t, o, o.token, false,
@@ -274,7 +320,7 @@ func TestTypeScriptSDK(t *testing.T) {
 			token := o.mint(t, c.scope)
 			var l listed
 			runScript(t, clientEnv(o.mcpURL, token), &l, "list.mjs")
-			var want []string
+			want := oksoTools()
 			for _, n := range o.nodes {
 				want = append(want, readOnlyTools(n)...)
 				if c.mutates {

@@ -317,7 +317,7 @@ func TestStdioInspector(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &l); err != nil {
 			t.Fatalf("stdout is not the list (%v):\n%s", err, out)
 		}
-		want := slices.Sorted(slices.Values(readOnlyTools(node)))
+		want := slices.Sorted(slices.Values(append(readOnlyTools(node), oksoTools()...)))
 		if got := slices.Sorted(slices.Values(l.names())); !slices.Equal(got, want) {
 			t.Errorf("the Inspector lists %v through okso stdio, want %v", got, want)
 		}

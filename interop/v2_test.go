@@ -212,7 +212,7 @@ func v2ListAndCalls(t *testing.T, o *okso, m v2Mode, node string) {
 	p.finish()
 
 	t.Run("tools/list", func(t *testing.T) {
-		want := []string{upstreamEcho}
+		want := append([]string{upstreamEcho}, oksoTools()...)
 		for _, n := range o.nodes {
 			want = append(want, readOnlyTools(n)...)
 		}

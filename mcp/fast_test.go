@@ -231,7 +231,11 @@ func TestCompleted(t *testing.T) {
 	if !reflect.DeepEqual(exported, copied) {
 		t.Fatalf("the SDK's CallToolResult has the fields %v; completed copies %v", exported, copied)
 	}
-	g, err := New(Options{NC: &nats.Conn{}, Registry: &bus.Registry{}, Schemas: &schemas.Set{}, Verifier: &auth.Verifier{}})
+	set, err := schemas.Load() // the gateway's own tools (fleet.nodes…) carry embedded schemas
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{NC: &nats.Conn{}, Registry: &bus.Registry{}, Schemas: set, Verifier: &auth.Verifier{}})
 	if err != nil {
 		t.Fatal(err)
 	}

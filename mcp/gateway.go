@@ -5,9 +5,11 @@
 // answer (output schema, node id) before it reaches the agent.
 //
 // Every tool lives in one catalog (catalog.go), fed by its sources
-// (source.go: devices, upstreams, callers' own tools); every door looks a
-// tool up there once per call, runs the same checks on what it finds
-// (call.go) and calls the entry's invoker.
+// (source.go: devices, upstreams, callers' own tools) and holding okso's
+// own (the relay's, and the fleet tools of fleet.go, which read the
+// device source's presence memory and the catalog itself); every door
+// looks a tool up there once per call, runs the same checks on what it
+// finds (call.go) and calls the entry's invoker.
 //
 // Create a [Gateway] with [New], run its registry watch with
 // [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
@@ -178,6 +180,9 @@ func New(o Options) (*Gateway, error) {
 	// The sources, one line each.
 	g.devices = newDevices(o.NC, o.Registry, o.Schemas, &toolDocs{set: o.Schemas, log: log}, g.shelf, log, g.streams.nodeGone)
 	g.sources = append(g.sources, g.devices)
+	if err := addFleet(g.shelf, g.shelf.catalog, o.Schemas, g.devices, g.form); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if o.Remotes != nil {
 		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.foreignChecks))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,8 +22,13 @@ const pageSize = 1000
 
 // toolList is one view's tools, sorted by listed name. Read-only once made.
 type toolList struct {
-	names []string
-	tools []*sdk.Tool
+	names   []string
+	tools   []*sdk.Tool
+	entries []*entry // of tools, in their order
+	// hits are the list's search index (okso.find_tools), made once on
+	// the first search of the list (fleet.go).
+	once sync.Once
+	hits []*hit
 }
 
 // list returns a view's tools, from the cache or made now. It is made
@@ -37,7 +43,11 @@ func (c *catalog) list(v view) *toolList {
 	}
 	gen, genAll := c.gens[v.tenant], c.gens[anyTenant]
 	own := c.tenants[v.tenant]
-	l := &toolList{}
+	type named struct {
+		name string // listed, inline for the sort
+		e    *entry
+	}
+	var all []named
 	for _, tenant := range [...]string{v.tenant, anyTenant} {
 		for name, e := range c.tenants[tenant] {
 			if name != e.name || !v.allows(e.scope) { // once per entry
@@ -46,14 +56,14 @@ func (c *catalog) list(v view) *toolList {
 			if tenant == anyTenant && (own[e.name] != nil || own[e.safe] != nil) {
 				continue // the tenant's own, of the same owner, while it moves between keys
 			}
-			l.tools = append(l.tools, e.listed[v.form])
+			all = append(all, named{e.listed[v.form].Name, e})
 		}
 	}
 	c.mu.RUnlock()
-	slices.SortFunc(l.tools, func(a, b *sdk.Tool) int { return strings.Compare(a.Name, b.Name) })
-	l.names = make([]string, len(l.tools))
-	for i, t := range l.tools {
-		l.names[i] = t.Name
+	slices.SortFunc(all, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	l := &toolList{entries: make([]*entry, len(all)), tools: make([]*sdk.Tool, len(all)), names: make([]string, len(all))}
+	for i, n := range all {
+		l.entries[i], l.tools[i], l.names[i] = n.e, n.e.listed[v.form], n.name
 	}
 	c.mu.Lock()
 	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {

@@ -611,9 +611,11 @@ func TestToolsFollowDevices(t *testing.T) {
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	f.waitNodes(DefaultTenant, 1)
 	list, err := s.ListTools(t.Context(), nil)
-	// A read-only token sees the pin's read, not its write.
+	// A read-only token sees the pin's read, not its write, and okso's
+	// own read-only tools, listed for every tenant.
 	want := map[string]bool{listedName(echoName(id)): true, "sys-" + id + "-metrics-snapshot": true,
-		"sys-" + id + "-metrics-subscribe": true, "gpio-" + id + "-pin-read": true}
+		"sys-" + id + "-metrics-subscribe": true, "gpio-" + id + "-pin-read": true,
+		listedName(mcp.ToolFleetNodes): true, listedName(mcp.ToolFindTools): true}
 	if err != nil || len(list.Tools) != len(want) {
 		for _, tl := range list.Tools {
 			t.Log(tl.Name)
@@ -629,8 +631,8 @@ func TestToolsFollowDevices(t *testing.T) {
 	<-done
 	f.waitNodes(DefaultTenant, 0)
 	list, err = s.ListTools(t.Context(), nil)
-	if err != nil || len(list.Tools) != 0 {
-		t.Fatalf("list after disconnect %+v, %v: want none", list, err)
+	if err != nil || len(list.Tools) != 2 || list.Tools[0].Name != listedName(mcp.ToolFleetNodes) || list.Tools[1].Name != listedName(mcp.ToolFindTools) {
+		t.Fatalf("list after disconnect %d tools, %v: want okso's own two alone", len(list.Tools), err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/remote"
 )
 
@@ -124,7 +125,15 @@ func TestEndpointRoundTrip(t *testing.T) {
 	url, reader := f.a.MCPURL(), f.token(auth.MintOptions{})
 
 	a := askEndpoint(t, url, reader, `{"action":"list_tools"}`)
-	if len(a.Tools) != 1 || a.Tools[0].Name != "ext-echo_external" || !strings.HasPrefix(a.Tools[0].Safety, "read_only") {
+	// ext's tool, beside okso's own read-only tools (fleet.nodes,
+	// okso.find_tools), which every tenant lists.
+	var ext []string
+	for _, tl := range a.Tools {
+		if !strings.HasPrefix(tl.Name, "fleet-") && !strings.HasPrefix(tl.Name, "okso-") {
+			ext = append(ext, tl.Name+" "+tl.Safety)
+		}
+	}
+	if len(a.Tools) != 3 || len(ext) != 1 || !strings.HasPrefix(ext[0], "ext-echo_external read_only") {
 		t.Fatalf("list_tools = %+v", a)
 	}
 	// Called by its listed name and by its seed name alike.
@@ -139,10 +148,12 @@ func TestEndpointRoundTrip(t *testing.T) {
 		t.Errorf("a number for message = %+v (%+v), want invalid_arguments", a, a.Error)
 	}
 
-	// A tenant the upstream is not configured for neither lists nor calls it.
+	// A tenant the upstream is not configured for neither lists nor calls
+	// it: it lists okso's own two tools alone.
 	other := f.token(auth.MintOptions{Tenant: "other"})
-	if a := askEndpoint(t, url, other, `{"action":"list_tools"}`); a.Type != "result" || len(a.Tools) != 0 {
-		t.Errorf("tenant other lists %+v", a)
+	if a := askEndpoint(t, url, other, `{"action":"list_tools"}`); a.Type != "result" || len(a.Tools) != 2 ||
+		a.Tools[0].Name != listedName(mcp.ToolFleetNodes) || a.Tools[1].Name != listedName(mcp.ToolFindTools) {
+		t.Errorf("tenant other lists %d tools (%s)", len(a.Tools), a.Type)
 	}
 	a = askEndpoint(t, url, other, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":"x"}}`)
 	if a.Type != "error" || a.Error.Category != "unauthorized" {

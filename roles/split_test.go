@@ -185,8 +185,8 @@ func TestSplitMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tools) != 4*n { // echo, metrics snapshot and subscribe, pin read per node
-		t.Fatalf("listed %d tools, want %d", len(list.Tools), 4*n)
+	if len(list.Tools) != 4*n+2 { // echo, metrics snapshot and subscribe, pin read per node; fleet.nodes, okso.find_tools
+		t.Fatalf("listed %d tools, want %d", len(list.Tools), 4*n+2)
 	}
 	for _, tl := range list.Tools {
 		if !strings.HasPrefix(tl.Name, "sysecho-") {
