@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -78,6 +79,11 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 	return Parse(data, path, getenv)
 }
 
+// loadSchemas compiles the embedded schemas once: a set is read-only,
+// and compiling every schema costs tens of milliseconds, which a reload,
+// or a fuzzer calling Parse thousands of times, would pay each time.
+var loadSchemas = sync.OnceValues(schemas.Load)
+
 // Parse checks a config file's contents against remotes.config@1.0.0, then
 // what the schema cannot say: unique names, durations within bounds,
 // ${VAR} in header values (from getenv; nil is an empty environment),
@@ -96,7 +102,7 @@ func Parse(data []byte, name string, getenv func(string) (string, bool)) (*Confi
 	if getenv == nil {
 		getenv = func(string) (string, bool) { return "", false }
 	}
-	set, err := schemas.Load()
+	set, err := loadSchemas()
 	if err != nil {
 		return nil, fmt.Errorf("load the config schema: %w", err)
 	}
