@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -71,6 +72,11 @@ type Claims struct {
 	// to this agent ([ToolNamesSafe] or [ToolNamesSeed]), whatever the
 	// gateway's own setting.
 	ToolNames string `json:"tool_names,omitempty"`
+	// NodeTools, when set, says whether the gateway lists the per-node
+	// device tools to this agent, whatever the gateway's own setting;
+	// false keeps its tools/list lean (the tools stay callable by name).
+	// A claim that is not a boolean is refused at verification.
+	NodeTools *bool `json:"node_tools,omitempty"`
 	// Labels, in a device token, are the operator's labels for the
 	// node: they win over the ones the device announces, key by key.
 	// auth does not check them; the tier does, by the label rules.
@@ -236,6 +242,8 @@ type MintOptions struct {
 	Now      time.Time // zero: the current time
 	// ToolNames sets the tool_names claim ("": none, the gateway decides).
 	ToolNames string
+	// NodeTools sets the node_tools claim (nil: none, the gateway decides).
+	NodeTools *bool
 	// Labels of a device token's node (the claim labels); nil: none.
 	Labels map[string]string
 	// Issuer is the iss claim ("": [Issuer]): okso's authorization
@@ -280,6 +288,7 @@ func (s *Signer) Mint(o MintOptions) (string, error) {
 		Tenant:    o.Tenant,
 		Scope:     strings.Join(o.Scopes, " "),
 		ToolNames: o.ToolNames,
+		NodeTools: o.NodeTools,
 		Labels:    o.Labels,
 	}
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, c)
@@ -454,7 +463,10 @@ func (v *Verifier) reason(err error, t *jwt.Token, c *Claims) string {
 	if t != nil {
 		alg, _ = t.Header["alg"].(string)
 	}
+	var typ *json.UnmarshalTypeError
 	switch {
+	case errors.As(err, &typ) && typ.Field == "node_tools":
+		return "its node_tools claim is not a boolean"
 	case t == nil, errors.Is(err, jwt.ErrTokenMalformed):
 		return "it is not a well-formed JWT"
 	case alg != jwt.SigningMethodEdDSA.Alg():

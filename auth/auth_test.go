@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -111,6 +112,8 @@ func TestVerifyRejects(t *testing.T) {
 		"exp just in the past": ed(with("exp", now.Add(-2*time.Second).Unix())),
 		"tool_names seed":      ed(with("tool_names", "seed")),
 		"tool_names safe":      ed(with("tool_names", "safe")),
+		"node_tools false":     ed(with("node_tools", false)),
+		"node_tools true":      ed(with("node_tools", true)),
 	} {
 		if _, err := v.Verify(tok); err != nil {
 			t.Errorf("control %s: %v", name, err)
@@ -178,6 +181,9 @@ func TestVerifyRejects(t *testing.T) {
 		"empty jti":          ed(with("jti", "")),
 		"tool_names unknown": ed(with("tool_names", "dotted")),
 		"tool_names number":  ed(with("tool_names", 1)),
+		"node_tools string":  ed(with("node_tools", "false")),
+		"node_tools number":  ed(with("node_tools", 0)),
+		"node_tools object":  ed(with("node_tools", map[string]bool{"x": false})),
 		"tampered tenant":    edParts[0] + "." + b64(with("tenant", "other")) + "." + edParts[2],
 		"tampered signature": edParts[0] + "." + edParts[1] + "." + flip(edParts[2]),
 		"signature dropped":  edParts[0] + "." + edParts[1] + ".",
@@ -585,6 +591,49 @@ func TestMintToolNames(t *testing.T) {
 		!strings.Contains(err.Error(), `unknown tool names form "dots"`) {
 		t.Errorf("mint with tool names dots: %v", err)
 	}
+}
+
+// TestNodeToolsClaim: the node_tools claim is minted as asked (absent,
+// false, true), read back by the verifier as minted, and a claim that is
+// not a boolean is refused with a reason that names it.
+func TestNodeToolsClaim(t *testing.T) {
+	s, err := auth.LoadOrCreateSigner(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := auth.NewVerifier(s.Public(), auth.AudienceGateway)
+	no, yes := false, true
+	for _, want := range []*bool{nil, &no, &yes} {
+		tok, err := s.Mint(auth.MintOptions{Subject: "a", Tenant: "demo", NodeTools: want})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := v.Verify(tok)
+		if err != nil {
+			t.Fatalf("minted with node tools %v: %v", want, err)
+		}
+		if (c.NodeTools == nil) != (want == nil) || want != nil && *c.NodeTools != *want {
+			t.Errorf("minted with node tools %v: verified %v", fmtBool(want), fmtBool(c.NodeTools))
+		}
+	}
+
+	now := time.Now()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv := auth.NewVerifier(priv.Public().(ed25519.PublicKey), auth.AudienceGateway)
+	tok := signWith(t, jwt.SigningMethodEdDSA, priv, claimsWith(now, "node_tools", "false"))
+	if _, err := pv.Verify(tok); err == nil || !strings.Contains(err.Error(), "node_tools claim is not a boolean") {
+		t.Errorf("node_tools \"false\" (a string): %v", err)
+	}
+}
+
+func fmtBool(b *bool) string {
+	if b == nil {
+		return "absent"
+	}
+	return strconv.FormatBool(*b)
 }
 
 func TestMintRefusesUnknownScope(t *testing.T) {

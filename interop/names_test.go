@@ -100,3 +100,35 @@ func TestToolNamesInClients(t *testing.T) {
 		}
 	})
 }
+
+// TestLeanListInClients: for a token minted with okso token mint
+// --no-node-tools, the official TypeScript SDK's client lists okso's own
+// tools and no per-node tool, and still calls a per-node tool by either
+// of its names.
+func TestLeanListInClients(t *testing.T) {
+	o := startOkso(t, 2)
+	lean := o.mintWith(t, []string{"--no-node-tools"}, auth.ScopeReadOnly)
+	var l listed
+	runScript(t, clientEnv(o.mcpURL, lean), &l, "list.mjs")
+	if got, want := slices.Sorted(slices.Values(l.names())), oksoTools(); !slices.Equal(got, want) {
+		t.Errorf("lists %v for a --no-node-tools token, want %v", got, want)
+	}
+	// The same gateway lists them all for a token without the claim.
+	var full listed
+	runScript(t, clientEnv(o.mcpURL, o.token), &full, "list.mjs")
+	if got, want := slices.Sorted(slices.Values(full.names())), readOnlyToolsOf(o.nodes); !slices.Equal(got, want) {
+		t.Errorf("lists %v for a plain token, want %v", got, want)
+	}
+	node := o.nodes[0]
+	out := callTools(t, o, lean, false,
+		call{listedName(echoTool(node)), map[string]any{"message": "safe"}},
+		call{echoTool(node), map[string]any{"message": "seed"}})
+	for i, want := range []string{"safe", "seed"} {
+		var echo struct {
+			Message string `json:"message"`
+		}
+		if wantResult(t, "unlisted echo by its "+want+" name", out[i], &echo) && echo.Message != want {
+			t.Errorf("unlisted echo by its %s name answered %q", want, echo.Message)
+		}
+	}
+}

@@ -160,6 +160,11 @@ func formOf(claim string, gateway nameForm) nameForm {
 	return gateway
 }
 
+// perNode reports whether the entry is a per-node tool: one of a
+// device's capabilities, as its source recorded when it was made (a
+// name is never parsed for it).
+func (e *entry) perNode() bool { return e.origin.source == sourceNameDevice }
+
 // names are the names a call may use for the entry: its canonical name
 // and its listed one (the same for names without a dot).
 func (e *entry) names() []string {
@@ -170,12 +175,17 @@ func (e *entry) names() []string {
 }
 
 // view is what one caller may see: a tenant's tools, filtered by the
-// call scopes of the caller's token, named in one form. Each view has its
-// own cached list (pages.go).
+// call scopes of the caller's token, named in one form, with or without
+// the per-node tools. Each view has its own cached list (pages.go).
 type view struct {
 	tenant string
 	scopes uint8 // scopeBit of every call scope the token grants
 	form   nameForm
+	// lean leaves the per-node tools ([entry.perNode]) out of the list
+	// (DESIGN.md §8, --node-tools=false); they stay callable by name, and
+	// fleet.nodes and okso.find_tools, which use views that are never
+	// lean, still see them.
+	lean bool
 }
 
 // scopeBit maps a call scope to its bit in view.scopes; 0 for none.
@@ -191,8 +201,14 @@ func scopeBit(scope string) uint8 {
 	return 0
 }
 
-func viewOf(c *auth.Claims, form nameForm) view {
-	v := view{tenant: c.Tenant, form: formOf(c.ToolNames, form)}
+// viewOf is the view of a token's caller: form and nodeTools are the
+// gateway's settings, for a token without a tool_names or node_tools
+// claim (a claim wins).
+func viewOf(c *auth.Claims, form nameForm, nodeTools bool) view {
+	if c.NodeTools != nil {
+		nodeTools = *c.NodeTools
+	}
+	v := view{tenant: c.Tenant, form: formOf(c.ToolNames, form), lean: !nodeTools}
 	for _, s := range [...]string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive} {
 		if c.HasScope(s) { // granted, or implied by a wider scope
 			v.scopes |= scopeBit(s)

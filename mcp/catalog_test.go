@@ -201,6 +201,81 @@ func TestCatalogNames(t *testing.T) {
 	}
 }
 
+// TestCatalogLean: a lean view's pages leave out the per-node tools, as
+// their source recorded them (a device's), and keep okso's own, upstream
+// and caller tools, whatever their names look like; the full view of the
+// same tenant, scopes and form lists them all, each list cached apart and
+// both remade after a change; a per-node tool is still looked up by
+// either of its names.
+func TestCatalogLean(t *testing.T) {
+	c, _ := testCatalog(t)
+	mk := func(name, source, owner string) *entry {
+		e := testEntry(name, "read_only")
+		e.origin.source, e.origin.owner = source, owner
+		return e
+	}
+	c.put("okso/fleet", anyTenant, []*entry{mk("fleet.nodes", sourceNameOkso, "")})
+	c.put("node/1", "a", []*entry{mk("sysecho.n1.echo.invoke", sourceNameDevice, "node/n1")})
+	// An upstream tool whose name has a device tool's shape: its source,
+	// not its name, says it is not per-node.
+	c.put("remote/web/a", "a", []*entry{mk("web.n2.echo.invoke", sourceNameUpstream, "upstream/web")})
+	c.put("caller/x", "a", []*entry{mk("ant_send", sourceNameCaller, "listen/x")})
+
+	full := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
+	lean := full
+	lean.lean = true
+	wantFull := []string{"ant_send", "fleet-nodes", "sysecho-n1-echo-invoke", "web-n2-echo-invoke"}
+	wantLean := []string{"ant_send", "fleet-nodes", "web-n2-echo-invoke"}
+	for range 2 { // made, then from the cache
+		if got := listedBy(t, c, full); !slices.Equal(got, wantFull) {
+			t.Errorf("full view lists %v, want %v", got, wantFull)
+		}
+		if got := listedBy(t, c, lean); !slices.Equal(got, wantLean) {
+			t.Errorf("lean view lists %v, want %v", got, wantLean)
+		}
+	}
+	if c.list(full) == c.list(lean) {
+		t.Error("the lean and the full view share one cached list")
+	}
+	for _, name := range []string{"sysecho.n1.echo.invoke", "sysecho-n1-echo-invoke"} {
+		if e, _ := c.lookup("a", name); e == nil || !e.perNode() {
+			t.Errorf("per-node tool by %s: %+v", name, e)
+		}
+	}
+
+	// A change remakes both: a second node's tool is in the full list only.
+	c.put("node/3", "a", []*entry{mk("sysecho.n3.echo.invoke", sourceNameDevice, "node/n3")})
+	if got := listedBy(t, c, lean); !slices.Equal(got, wantLean) {
+		t.Errorf("after a node came, lean view lists %v", got)
+	}
+	if got := listedBy(t, c, full); len(got) != len(wantFull)+1 {
+		t.Errorf("after a node came, full view lists %v", got)
+	}
+}
+
+// TestViewOfNodeTools: the gateway's setting decides whether a token's
+// view is lean, unless its node_tools claim says, which wins either way.
+func TestViewOfNodeTools(t *testing.T) {
+	no, yes := false, true
+	for _, c := range []struct {
+		claim    *bool
+		gateway  bool
+		wantLean bool
+	}{
+		{nil, true, false},
+		{nil, false, true},
+		{&no, true, true},
+		{&yes, false, false},
+		{&no, false, true},
+		{&yes, true, false},
+	} {
+		v := viewOf(&auth.Claims{Tenant: "a", NodeTools: c.claim}, formSafe, c.gateway)
+		if v.lean != c.wantLean {
+			t.Errorf("claim %v, gateway node tools %v: lean %v, want %v", c.claim, c.gateway, v.lean, c.wantLean)
+		}
+	}
+}
+
 // TestCatalogKeyMovesTenant: a key put again for another tenant (a node
 // id freed and taken by another tenant) leaves the first tenant's list,
 // and its sessions hear of it.

@@ -218,7 +218,8 @@ func (f *fleet) nodes(_ context.Context, c *callCtx, raw json.RawMessage) (json.
 		}
 	}
 	end := min(start+a.Limit, len(matches))
-	v := viewOf(c.claims, f.form)
+	v := viewOf(c.claims, f.form, true)
+	v.lean = false // every node's tools, listed or not, whatever the token's node_tools
 	doc := nodesDoc{Nodes: make([]nodeDoc, 0, end-start), Total: len(matches)}
 	for _, m := range matches[start:end] {
 		doc.Nodes = append(doc.Nodes, describeNode(m.n, m.offline, v))
@@ -436,7 +437,10 @@ func (f *fleet) findTools(_ context.Context, c *callCtx, raw json.RawMessage) (j
 	if !ok {
 		return nil, schemas.NewError(schemas.CodeManifestInvalid, "cursor: pass the next_cursor of the page before")
 	}
-	v := viewOf(c.claims, f.form)
+	// What the caller may call, which includes the per-node tools a
+	// lean list leaves out, whatever the token's node_tools.
+	v := viewOf(c.claims, f.form, true)
+	v.lean = false
 	words := strings.Fields(strings.ToLower(a.Query))
 	type ranked struct {
 		h     *hit

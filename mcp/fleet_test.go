@@ -281,6 +281,25 @@ func TestFindTools(t *testing.T) {
 		}
 	})
 
+	t.Run("lean token", func(t *testing.T) {
+		// A lean list leaves the per-node tools out; find_tools searches
+		// what the caller may call, and fleet.nodes names every tool.
+		no := false
+		lean := tokenOf("demo", auth.ScopeReadOnly, "")
+		lean.NodeTools = &no
+		got := find(t, lean, `{"query":"echo"}`)
+		if len(got.Tools) != 1 || got.Tools[0].Template == nil || got.Tools[0].Template.Nodes != 48 {
+			t.Errorf("echo for a lean token: %+v", got.Tools)
+		}
+		var nodes nodesDoc
+		if err := json.Unmarshal(callFleet(t, f, ToolFleetNodes, lean, `{"limit":1}`), &nodes); err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes.Nodes) != 1 || len(nodes.Nodes[0].Tools) == 0 {
+			t.Errorf("fleet.nodes for a lean token: %+v", nodes.Nodes)
+		}
+	})
+
 	t.Run("a word of a description", func(t *testing.T) {
 		got := find(t, demo, `{"query":"WITHOUT reaching"}`)
 		if len(got.Tools) == 0 || got.Tools[0].Name != "fleet-nodes" || got.Tools[0].Source != "okso" || got.Tools[0].OutputSchema == nil {

@@ -82,6 +82,11 @@ type Options struct {
 	// without a tool_names claim: auth.ToolNamesSafe (the default) or
 	// auth.ToolNamesSeed. A call by either form works whatever it is.
 	ToolNames string
+	// NoNodeTools leaves the per-node device tools out of tools/list for
+	// a token without a node_tools claim (DESIGN.md §8, lean lists): they
+	// stay callable by name, and fleet.nodes and okso.find_tools still
+	// see them. okso's own, upstream and caller tools stay listed.
+	NoNodeTools bool
 	// Revoked, when set, says whether a token id was revoked: such a token
 	// is refused (401) and its calls denied.
 	Revoked interface{ Revoked(jti string) bool }
@@ -619,7 +624,7 @@ func (g *Gateway) listTools(req sdk.Request) (sdk.Result, error) {
 	if p, ok := req.GetParams().(*sdk.ListToolsParams); ok && p != nil {
 		cursor = p.Cursor
 	}
-	return g.shelf.page(viewOf(c, g.form), cursor)
+	return g.shelf.page(viewOf(c, g.form, !g.o.NoNodeTools), cursor)
 }
 
 func trimASCII(s string, max int) string {

@@ -11,7 +11,7 @@ import (
 )
 
 // tools/list is answered from okso's own lists, one per view (tenant ×
-// scopes × name form), made on the view's first request after a change
+// scopes × name form × per-node tools), made on the view's first request after a change
 // and kept until the next: sorted by listed name and paged by a cursor
 // that names the last tool of the page before, so a page follows the one
 // before it even when the list changed in between (as the SDK's own
@@ -50,7 +50,7 @@ func (c *catalog) list(v view) *toolList {
 	var all []named
 	for _, tenant := range [...]string{v.tenant, anyTenant} {
 		for name, e := range c.tenants[tenant] {
-			if name != e.name || !v.allows(e.scope) { // once per entry
+			if name != e.name || !v.allows(e.scope) || v.lean && e.perNode() { // once per entry
 				continue
 			}
 			if tenant == anyTenant && (own[e.name] != nil || own[e.safe] != nil) {

@@ -37,6 +37,7 @@ type gatewayConfig struct {
 	Stateful            bool
 	NoFastPath          bool
 	ToolNames           string // the form of listed tool names: safe or seed
+	NoNodeTools         bool   // leave per-node tools out of tools/list (--node-tools=false)
 	AllowedOrigins      []string
 	Audience            string
 	Version             string
@@ -180,6 +181,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Stateful:       cfg.Stateful,
 		NoFastPath:     cfg.NoFastPath,
 		ToolNames:      cfg.ToolNames,
+		NoNodeTools:    cfg.NoNodeTools,
 		AllowedOrigins: cfg.AllowedOrigins,
 		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -152,6 +153,8 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.BoolVar(&c.NoFastPath, "no-fast-path", false, "answer every tools/call through the MCP SDK's per-request session (SSE) instead of okso's JSON fast path")
 	fs.StringVar(&c.ToolNames, "tool-names", auth.ToolNamesSafe, "how tools/list names tools: safe (dots as dashes, sysecho-<node>-echo-invoke, which every agent host accepts) "+
 		"or seed (sysecho.<node>.echo.invoke); a token's tool_names claim wins, and a call by either form works")
+	fs.VarPF(negated{&c.NoNodeTools}, "node-tools", "", "list the per-node device tools in tools/list; false lists only okso's own (fleet-nodes, okso-find_tools…), "+
+		"upstream and caller tools, and a per-node tool stays callable by name; a token's node_tools claim wins").NoOptDefVal = "true"
 	fs.StringSliceVar(&c.AllowedOrigins, "allowed-origin", nil, "browser origin trusted to call /mcp (repeatable)")
 	fs.StringVar(&c.Audience, "audience", "", "audience agent tokens must carry (default okso-mcp)")
 	fs.DurationVar(&c.AuditRetention, "audit-retention", 0, "keep audit events (okso.v1.audit.>) in the JetStream stream okso_audit this long (0: publish only)")
@@ -165,6 +168,30 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.DurationVar(&c.CallerTimeout, "caller-timeout", 60*time.Second, "how long a call to an agent's own tool (caller_tools_listen) waits for its answer; then E_DEADLINE_EXCEEDED")
 	fs.DurationVar(&c.CallerLeaseTTL, "caller-lease-ttl", 15*time.Second, "lease of a caller's declaration and of its claim of the caller_id in okso_callers: how long they outlive a gateway that died holding its listen (at least 1s)")
 }
+
+// negated is a boolean flag that stores the negation of its value, so
+// that a config field whose zero value is the default (NoNodeTools) is
+// set by a flag that is true by default (--node-tools).
+type negated struct{ p *bool }
+
+func (n negated) String() string {
+	if n.p == nil { // pflag's zero value of the type
+		return "true"
+	}
+	return strconv.FormatBool(!*n.p)
+}
+
+func (n negated) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*n.p = !v
+	return nil
+}
+
+func (negated) Type() string     { return "bool" }
+func (negated) IsBoolFlag() bool { return true }
 
 func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.StringVar(&c.Addr, "device-addr", DefaultDeviceAddr, "device tier listen address (WebSocket at /v1/device/ws)")

@@ -501,6 +501,8 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 		isDev   bool
 		nodeID  string
 		labels  []string
+		// noNodeTools mints the claim node_tools: false.
+		noNodeTools bool
 	)
 	mint := &cobra.Command{
 		Use:   "mint",
@@ -557,6 +559,12 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 			if o.ToolNames != "" && (isDev || !auth.ValidToolNames(o.ToolNames)) {
 				return fmt.Errorf("--tool-names %q: want %s or %s, for an agent token", o.ToolNames, auth.ToolNamesSafe, auth.ToolNamesSeed)
 			}
+			if noNodeTools {
+				if isDev {
+					return errors.New("--no-node-tools is an agent token's: drop --device")
+				}
+				o.NodeTools = new(bool) // false: the claim node_tools: false
+			}
 			tok, err := signer.Mint(o)
 			if err != nil {
 				return err
@@ -583,6 +591,8 @@ func tokenCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.StringVar(&o.Audience, "audience", "", "audience (default okso-mcp, or okso-device with --device)")
 	fs.BoolVar(&isDev, "device", false, "mint a device token (scope device:connect)")
 	fs.StringVar(&o.ToolNames, "tool-names", "", "how the gateway lists tools to this agent: safe (sysecho-<node>-echo-invoke) or seed (sysecho.<node>.echo.invoke); default: the gateway's --tool-names")
+	fs.BoolVar(&noNodeTools, "no-node-tools", false, "the gateway leaves the per-node device tools out of this agent's tools/list (they stay callable by name, "+
+		"and fleet-nodes, okso-find_tools still find them); default: the gateway's --node-tools")
 	fs.StringVar(&nodeID, "node-id", "", "node id of a device token")
 	fs.StringArrayVar(&labels, "label", nil, "label of a device token's node, key=value (repeatable, at most 16): it wins over the device's own")
 	fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "directory of the signing key (created if missing)")
