@@ -49,18 +49,7 @@ func TestLeanLists(t *testing.T) {
 		listedName(mcp.ToolFleetNodes), listedName(mcp.ToolFindTools), "web-search"}
 	slices.Sort(leanWant)
 	fullWant := slices.Sorted(slices.Values(append(slices.Clone(leanWant), perNode...)))
-	list := func(s *sdk.ClientSession) []string {
-		t.Helper()
-		var names []string
-		for tl, err := range s.Tools(t.Context(), nil) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			names = append(names, tl.Name)
-		}
-		slices.Sort(names)
-		return names
-	}
+	list := func(s *sdk.ClientSession) []string { return listedNames(t, s) }
 
 	leanSession := f.client(lean, "")
 	if got := list(leanSession); !slices.Equal(got, leanWant) {

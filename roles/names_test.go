@@ -49,18 +49,7 @@ func TestToolNames(t *testing.T) {
 		`{"caller_id":"ant","tools":[{"name":"send_note","inputSchema":{"type":"object"}}]}`)
 	f.waitTool(DefaultTenant, "ant_send_note", true)
 
-	list := func(s *sdk.ClientSession) []string {
-		t.Helper()
-		var names []string
-		for tl, err := range s.Tools(t.Context(), nil) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			names = append(names, tl.Name)
-		}
-		slices.Sort(names)
-		return names
-	}
+	list := func(s *sdk.ClientSession) []string { return listedNames(t, s) }
 	echo := echoName(node)
 	safe := []string{"ant_send_note", "caller_tool_response", "caller_tools_listen", "gpio-" + node + "-pin-read",
 		"gpio-" + node + "-pin-write", "sys-" + node + "-metrics-snapshot", "sys-" + node + "-metrics-subscribe",
@@ -202,4 +191,19 @@ func TestListMatchesSDKEachRevision(t *testing.T) {
 			sameAnswer(t, got, want, false)
 		})
 	}
+}
+
+// listedNames is every name a session's tools/list gives (following its
+// pages), sorted.
+func listedNames(t *testing.T, s *sdk.ClientSession) []string {
+	t.Helper()
+	var names []string
+	for tl, err := range s.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
 }
