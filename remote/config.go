@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -399,7 +398,6 @@ func keysByLine(root *yaml.Node, loc []string) []string { return yamlconf.KeysBy
 func valueAt(doc any, loc []string) any                 { return yamlconf.ValueAt(doc, loc) }
 func quote(s string) string                             { return yamlconf.Quote(s) }
 func printable(s string) string                         { return yamlconf.Printable(s) }
-func typeWords(types ...string) string                  { return yamlconf.TypeWords(types...) }
 
 func errAt(file string, root *yaml.Node, loc []string, format string, args ...any) error {
 	return form().ErrAt(file, root, loc, format, args...)
@@ -438,33 +436,15 @@ const upstreamKeys = "name, transport, command, env, url, headers, tenants, allo
 // under env and headers, whose values may be secrets.
 func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, at []string, msg string) {
 	loc := e.InstanceLocation
-	val := valueAt(doc, loc)
 	secret := len(loc) >= 3 && loc[0] == "upstreams" && (loc[2] == "env" || loc[2] == "headers" || loc[2] == "url")
-	shown := func() string {
-		switch v := val.(type) {
-		case string:
-			if !secret {
-				return quote(v)
-			}
-		case bool, int, uint64, float64:
-			if !secret {
-				return fmt.Sprint(v)
-			}
-		}
-		return "the value"
-	}
+	shown := func() string { return yamlconf.Shown(valueAt(doc, loc), secret) }
 	last := ""
 	if len(loc) > 0 {
 		last = loc[len(loc)-1]
 	}
 	switch k := e.ErrorKind.(type) {
 	case *kind.AdditionalProperties:
-		// Name the unknown key that comes first in the file.
-		props := slices.Clone(k.Properties)
-		slices.SortFunc(props, func(a, b string) int {
-			return cmp.Or(cmp.Compare(lineOf(root, append(slices.Clone(loc), a)), lineOf(root, append(slices.Clone(loc), b))), strings.Compare(a, b))
-		})
-		at := append(slices.Clone(loc), props[0])
+		at := append(slices.Clone(loc), yamlconf.FirstByLine(root, loc, k.Properties))
 		switch {
 		case len(loc) == 0:
 			return at, at, "unknown key; the file has only upstreams"
@@ -530,11 +510,7 @@ func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, a
 		}
 		return loc, loc, "holds a NUL character"
 	case *kind.Type:
-		m := "want " + typeWords(k.Want...) + ", not " + typeWords(k.Got)
-		if slices.Contains(k.Want, "string") && (k.Got == "number" || k.Got == "integer" || k.Got == "boolean") {
-			m += " (quote it)"
-		}
-		return loc, loc, m
+		return loc, loc, yamlconf.TypeMismatch(k.Want, k.Got)
 	case *kind.MinItems:
 		switch last {
 		case "allow":

@@ -108,27 +108,14 @@ func issuersForm() *yamlconf.Form {
 // describeIssuers words one broken rule of the issuers file.
 func describeIssuers(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, at []string, msg string) {
 	loc := e.InstanceLocation
-	val := yamlconf.ValueAt(doc, loc)
-	shown := func() string {
-		switch v := val.(type) {
-		case string:
-			return yamlconf.Quote(v)
-		case bool, int, uint64, float64:
-			return fmt.Sprint(v)
-		}
-		return "the value"
-	}
+	shown := func() string { return yamlconf.Shown(yamlconf.ValueAt(doc, loc), false) }
 	last := ""
 	if len(loc) > 0 {
 		last = loc[len(loc)-1]
 	}
 	switch k := e.ErrorKind.(type) {
 	case *kind.AdditionalProperties:
-		props := slices.Clone(k.Properties)
-		slices.SortFunc(props, func(a, b string) int {
-			return yamlconf.LineOf(root, append(slices.Clone(loc), a)) - yamlconf.LineOf(root, append(slices.Clone(loc), b))
-		})
-		at := append(slices.Clone(loc), props[0])
+		at := append(slices.Clone(loc), yamlconf.FirstByLine(root, loc, k.Properties))
 		switch {
 		case len(loc) == 0:
 			return at, at, "unknown key; the file has only issuers"
@@ -176,11 +163,7 @@ func describeIssuers(root *yaml.Node, doc any, e *jsonschema.ValidationError) (f
 		}
 		return loc, loc, "holds a control character"
 	case *kind.Type:
-		m := "want " + yamlconf.TypeWords(k.Want...) + ", not " + yamlconf.TypeWords(k.Got)
-		if slices.Contains(k.Want, "string") && (k.Got == "number" || k.Got == "integer" || k.Got == "boolean") {
-			m += " (quote it)"
-		}
-		return loc, loc, m
+		return loc, loc, yamlconf.TypeMismatch(k.Want, k.Got)
 	case *kind.MinItems:
 		if last == "tenants" {
 			return loc, loc, "empty; list the tenants this issuer may speak for"

@@ -419,3 +419,36 @@ func ValueAt(doc any, loc []string) any {
 	}
 	return v
 }
+
+// Shown is a value of the file as an error quotes it: a string quoted, a
+// number or boolean as written, anything else (or a secret's value)
+// "the value".
+func Shown(v any, secret bool) string {
+	if !secret {
+		switch v := v.(type) {
+		case string:
+			return Quote(v)
+		case bool, int, uint64, float64:
+			return fmt.Sprint(v)
+		}
+	}
+	return "the value"
+}
+
+// FirstByLine is, of the keys of the mapping at loc, the one the file
+// writes first (by name when two share a line): the unknown key an
+// error names.
+func FirstByLine(root *yaml.Node, loc, keys []string) string {
+	line := func(k string) int { return LineOf(root, append(slices.Clone(loc), k)) }
+	return slices.MinFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(line(a), line(b)), strings.Compare(a, b)) })
+}
+
+// TypeMismatch words a value of type got where want is asked, with a hint
+// to quote a number or boolean given for a string.
+func TypeMismatch(want []string, got string) string {
+	m := "want " + TypeWords(want...) + ", not " + TypeWords(got)
+	if slices.Contains(want, "string") && (got == "number" || got == "integer" || got == "boolean") {
+		m += " (quote it)"
+	}
+	return m
+}
