@@ -86,6 +86,7 @@ func (r Role) Permissions() *server.Permissions {
 		a.kv(BucketTiers, false) // a node is online while its tier's lease is
 		a.kv(BucketRemotes, false)
 		a.kv(BucketCallers, true)
+		a.kv(BucketPlans, true) // fleet.call's dry runs, for any replica to run
 		a.kv(BucketRevoked, false)
 		// okso's authorization server: every record but the operator's
 		// decisions, which only the admin writes (okso oauth approve).

@@ -325,12 +325,14 @@ func checkRoles(t *testing.T, url string, seeds string) {
 		dev.mayNotSubscribe(t, bus.Stream("*"))
 		dev.mayNotSubscribe(t, "_INBOX.gateway.>")
 		dev.mayNotPublish(t, "$KV."+bus.BucketRemotes+".ext", nil)
+		dev.mayNotPublish(t, "$KV."+bus.BucketPlans+".p1", nil) // a plan is a gateway's
 	})
 	t.Run("remote", func(t *testing.T) {
 		rem.mayNotSubscribe(t, bus.NodeCmd("*"))
 		rem.mayNotPublish(t, bus.NodeCmd(node), nil)
 		rem.mayNotPublish(t, "$KV."+bus.BucketNodes+"."+node, nil)
 		rem.mayNotPublish(t, "$KV."+bus.BucketTiers+".tier-a", nil)
+		rem.mayNotPublish(t, "$KV."+bus.BucketPlans+".p1", nil)
 		rem.mayNotSubscribe(t, ">")
 	})
 	// No role but the admin may forge a revocation or take one back, by

@@ -76,6 +76,27 @@ type AuditEvent struct {
 	Code      string        `json:"code,omitempty"`
 	Duration  time.Duration `json:"duration_ns"`
 	RequestID string        `json:"request_id,omitempty"`
+	// Parent is the request id of the fleet.call whose fan-out made this
+	// node's call.
+	Parent string `json:"parent_request_id,omitempty"`
+	// Fanout, on a fleet.call's own event, says what the fan-out did.
+	Fanout *FanoutAudit `json:"fanout,omitempty"`
+}
+
+// FanoutAudit is what one fleet.call did: its verb and plan, and how
+// many nodes it targeted, called, and with what outcome. The nodes it
+// called are those whose events name its request id as their Parent.
+type FanoutAudit struct {
+	Tool     string         `json:"tool"` // the verb's name pattern, sysecho.*.echo.invoke
+	PlanID   string         `json:"plan_id,omitempty"`
+	DryRun   bool           `json:"dry_run,omitempty"`
+	Targeted int            `json:"targeted"`
+	Sent     int            `json:"sent"` // calls that went to a node
+	OK       int            `json:"ok"`
+	Failed   map[string]int `json:"failed,omitempty"` // by error code
+	// Ended says why the fan-out stopped early: "budget" (--fleet-budget
+	// ran out) or "cancelled" (its caller cancelled or hung up).
+	Ended string `json:"ended,omitempty"`
 }
 
 // Auditor records audit events: one structured log line each when it has
@@ -286,7 +307,7 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 		} else if e.Caller != "" {
 			where, at = "caller", e.Caller
 		}
-		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
+		attrs := []slog.Attr{
 			slog.String("actor", e.Actor),
 			slog.String("tenant", e.Tenant),
 			slog.String("subject", e.Subject),
@@ -297,7 +318,16 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 			slog.String("code", e.Code),
 			slog.Duration("duration", e.Duration),
 			slog.String("request_id", e.RequestID),
-		)
+		}
+		if e.Parent != "" {
+			attrs = append(attrs, slog.String("parent_request_id", e.Parent))
+		}
+		if f := e.Fanout; f != nil {
+			attrs = append(attrs, slog.Group("fanout", slog.String("tool", f.Tool), slog.String("plan_id", f.PlanID),
+				slog.Bool("dry_run", f.DryRun), slog.Int("targeted", f.Targeted), slog.Int("sent", f.Sent),
+				slog.Int("ok", f.OK), slog.Any("failed", f.Failed), slog.String("ended", f.Ended)))
+		}
+		a.Log.LogAttrs(context.Background(), slog.LevelInfo, "audit", attrs...)
 	}
 	if a.Observe != nil {
 		a.Observe(e)
@@ -318,10 +348,10 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 // json.Marshal writes as RFC 3339 with whole-minute offsets.
 func (e AuditEvent) encode() ([]byte, error) {
 	_, offset := e.Time.Zone()
-	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 {
+	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 || e.Fanout != nil { // a fan-out's: one per fleet.call
 		return json.Marshal(e)
 	}
-	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code, e.RequestID}
+	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code, e.RequestID, e.Parent}
 	n := 160
 	for _, s := range strs {
 		if !jsonscan.HTMLSafe(s) {
@@ -347,6 +377,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	b = append(b, `,"duration_ns":`...)
 	b = strconv.AppendInt(b, int64(e.Duration), 10)
 	b = appendMember(b, "request_id", e.RequestID, true)
+	b = appendMember(b, "parent_request_id", e.Parent, true)
 	return append(b, '}'), nil
 }
 

@@ -46,6 +46,9 @@ func InitState(ctx context.Context, nc *nats.Conn, o StateOptions) error {
 	if _, err := OpenOAuth(ctx, nc, OAuthOptions{Replicas: o.Replicas}); err != nil {
 		return err
 	}
+	if _, err := OpenPlans(ctx, nc, PlansOptions{Replicas: o.Replicas}); err != nil {
+		return err
+	}
 	if o.AuditRetention > 0 {
 		return KeepAudit(ctx, nc, o.AuditRetention, o.Replicas, false, false)
 	}

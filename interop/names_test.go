@@ -20,7 +20,7 @@ func TestToolNamesInClients(t *testing.T) {
 	o := startOkso(t, 2)
 	seedToken := o.mintWith(t, []string{"--tool-names", auth.ToolNamesSeed}, auth.ScopeReadOnly)
 	safe := readOnlyToolsOf(o.nodes)
-	seed := []string{mcp.ToolFleetNodes, mcp.ToolFindTools}
+	seed := []string{mcp.ToolFleetCall, mcp.ToolFleetNodes, mcp.ToolFindTools}
 	for _, n := range o.nodes {
 		seed = append(seed, echoTool(n), snapshotTool(n), subscribeTool(n), pinReadTool(n))
 	}

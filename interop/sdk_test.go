@@ -30,7 +30,7 @@ func listedName(canonical string) string { return schemas.SafeToolName(canonical
 // oksoTools are the listed names of okso's own read-only tools, which
 // every tenant lists to every token that may call read-only tools.
 func oksoTools() []string {
-	return []string{listedName(mcp.ToolFleetNodes), listedName(mcp.ToolFindTools)}
+	return []string{listedName(mcp.ToolFleetCall), listedName(mcp.ToolFleetNodes), listedName(mcp.ToolFindTools)}
 }
 
 // readOnlyToolsOf are the listed names of the tools that a token with
@@ -212,6 +212,35 @@ func TestTypeScriptSDK(t *testing.T) {
 			t.Errorf("okso-find_tools answered %+v, want one echo template of every node", found)
 		}
 		wantError(t, "fleet-nodes with limit 0", out[2], "E_MANIFEST_INVALID")
+
+		// fleet-call on every node: a row each, which the client checks
+		// against the tool's outputSchema, and a progress notification
+		// per node finished.
+		var fan struct {
+			Progress []struct {
+				Progress, Total float64
+				Message         string
+			} `json:"progress"`
+			Outcome outcome `json:"outcome"`
+		}
+		runScript(t, clientEnv(o.mcpURL, o.token), &fan, "progress.mjs",
+			`{"name":"fleet-call","arguments":{"tool":"sysecho-*-echo-invoke","arguments":{"message":"hi"}}}`)
+		var run struct {
+			Results []struct {
+				NodeID string `json:"node_id"`
+				OK     bool   `json:"ok"`
+			} `json:"results"`
+			Summary struct {
+				Targeted, OK int
+			} `json:"summary"`
+		}
+		if wantResult(t, "fleet-call", fan.Outcome, &run) && (run.Summary.OK != len(o.nodes) || len(run.Results) != len(o.nodes)) {
+			t.Errorf("fleet-call answered %+v, want a row of every node (%d)", run, len(o.nodes))
+		}
+		if len(fan.Progress) != len(o.nodes) || fan.Progress[len(fan.Progress)-1].Progress != float64(len(o.nodes)) ||
+			fan.Progress[0].Total != float64(len(o.nodes)) || !strings.HasSuffix(fan.Progress[0].Message, " ok") {
+			t.Errorf("fleet-call progress %+v, want one per node of %d", fan.Progress, len(o.nodes))
+		}
 	})
 
 	t.Run("errors are results", func(t *testing.T) {

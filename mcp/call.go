@@ -221,6 +221,8 @@ func (c *callCtx) request(ctx context.Context, args json.RawMessage, h hop) (*bu
 	case err != nil && errors.Is(context.Cause(cctx), errOwnerGone),
 		errors.Is(err, nats.ErrNoResponders):
 		return nil, c.fail(schemas.CodeNodeOffline, h.offline)
+	case err != nil && errors.Is(context.Cause(ctx), errFleetBudget):
+		return nil, c.fail(schemas.CodeDeadlineExceeded, "no answer within the fleet budget")
 	case err != nil && ctx.Err() != nil:
 		return nil, c.fail(schemas.CodeDeadlineExceeded, "call cancelled by the client")
 	case err != nil && cctx.Err() != nil:
@@ -335,6 +337,9 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 		return g.subscribeMCP(ctx, req, c, args)
 	case c.entry.session != nil:
 		return c.entry.session(ctx, req, c, args), nil
+	}
+	if c.entry.reports {
+		ctx = withProgress(ctx, req)
 	}
 	result, e := c.unary(ctx, args)
 	if e != nil {

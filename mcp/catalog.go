@@ -83,6 +83,10 @@ type entry struct {
 	invoker invoker
 	stream  opener
 	session sessionCall
+	// reports: the invoker tells the caller of its progress when asked
+	// (fleet.call), which only the SDK's door, holding the caller's
+	// session, can send.
+	reports bool
 	// desc is the tool as tools/list shows it under its canonical name,
 	// its schemas as JSON documents; listed holds it under each form's
 	// name (made when the entry is first put).

@@ -536,7 +536,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	sessionless := r.Header.Get("Mcp-Protocol-Version") >= sessionless
 	c := g.newCall(claims, req.Params.Name, r.Header)
 	switch {
-	case c.entry != nil && (c.entry.stream != nil || c.entry.session != nil):
+	case c.entry != nil && (c.entry.stream != nil || c.entry.session != nil || c.entry.reports):
 		return false
 	case c.entry == nil && c.elsewhere == "" && sessionless:
 		return false // the SDK answers an unknown tool with an HTTP status of its own

@@ -24,8 +24,7 @@ import (
 // (the device source's presence memory, the catalog's cached lists),
 // never touching a device, so any replica answers the same.
 
-// The fleet tools' canonical names. fleet.call, the fan-out that
-// find_tools' templates point to (DESIGN.md §8), comes next.
+// The fleet tools' canonical names.
 const (
 	ToolFleetNodes = "fleet.nodes"
 	ToolFindTools  = "okso.find_tools"
@@ -39,33 +38,49 @@ const (
 )
 
 // fleet serves the fleet tools. It holds no state of its own: it reads
-// the device source and the catalog, each under its own lock.
+// the device source and the catalog, each under its own lock, and keeps
+// fleet.call's plans in NATS.
 type fleet struct {
 	devices *devices
 	cat     *catalog
-	form    nameForm // the gateway's, for tokens that do not say
+	form    nameForm      // the gateway's, for tokens that do not say
+	plans   *bus.Plans    // nil: fleet.call makes and runs no plan
+	budget  time.Duration // of a whole fan-out
 }
 
 // addFleet puts the fleet tools in the catalog for every tenant.
-func addFleet(f feed, cat *catalog, set *schemas.Set, d *devices, form nameForm) error {
-	fl := &fleet{devices: d, cat: cat, form: form}
+func addFleet(f feed, fl *fleet, set *schemas.Set) error {
+	if fl.budget <= 0 {
+		fl.budget = DefaultFleetBudget
+	}
 	var entries []*entry
 	for _, t := range []struct {
 		name, title, desc, in, out string
 		serve                      unaryCall
+		class                      string // as listed: what the tool itself may do
 	}{
 		{ToolFleetNodes, "Find nodes of your fleet",
 			"Lists the nodes of your tenant that match every filter given (kind, cap_id, verb, agent, name, labels, " +
 				"node_id_prefix, node_ids, presence): each with its presence, name, labels, agent, when it connected or was " +
 				"last seen, and its tools. Ordered by node id and paged (limit, cursor); total counts every match. " +
 				"Answers from the gateway's memory, without reaching any device.",
-			schemas.FleetNodesInput, schemas.FleetNodesOutput, fl.nodes},
+			schemas.FleetNodesInput, schemas.FleetNodesOutput, fl.nodes, schemas.SafetyReadOnly},
 		{ToolFindTools, "Search the tools you may call",
 			"Searches every tool you may call, from every source (devices, federated upstreams, other clients, okso), " +
 				"by words in its name, title and description, and by source or kind; best matches first, paged. " +
 				"Answers full descriptors. The same tool on many nodes is one result, a template with the node count, " +
 				"which fleet.call reaches on all of them.",
-			schemas.FindToolsInput, schemas.FindToolsOutput, fl.findTools},
+			schemas.FindToolsInput, schemas.FindToolsOutput, fl.findTools, schemas.SafetyReadOnly},
+		{ToolFleetCall, "Call one verb on many nodes",
+			"Calls one verb of your devices, with one arguments object, on every node a selector picks (the filters " +
+				"of fleet.nodes; none: every online node with the verb), concurrency at once, and answers a row per node " +
+				"(ok with its result, or its error) and a summary. Name the verb by tool (sysecho.*.echo.invoke, from " +
+				"okso.find_tools) or by kind, cap_id and verb. More matches than max_nodes is an error, never a cut. " +
+				"dry_run answers how many nodes, a sample and the strictest safety class, and a plan_id; a mutating or " +
+				"destructive verb on more than one node runs only such a plan, with the same verb and arguments. " +
+				"Needs the scope of the strictest class among the nodes. Each finished node is a progress notification " +
+				"when you send a progressToken.",
+			schemas.FleetCallInput, schemas.FleetCallOutput, fl.call, schemas.SafetyDestructive},
 	} {
 		in, ok := set.Standalone(t.in)
 		out, ok2 := set.Standalone(t.out)
@@ -74,16 +89,25 @@ func addFleet(f feed, cat *catalog, set *schemas.Set, d *devices, form nameForm)
 		}
 		st := &sdk.Tool{
 			Name: t.name, Title: t.title, Description: t.desc, InputSchema: in, OutputSchema: out,
-			Annotations: &sdk.ToolAnnotations{Title: t.title, ReadOnlyHint: true},
-			Meta:        sdk.Meta{schemas.MetaSafetyClass: schemas.SafetyReadOnly},
+			Annotations: &sdk.ToolAnnotations{Title: t.title, ReadOnlyHint: t.class == schemas.SafetyReadOnly},
+			Meta:        sdk.Meta{schemas.MetaSafetyClass: t.class},
+		}
+		if t.class != schemas.SafetyReadOnly {
+			// It may be anything its verbs are: the run checks the
+			// scope of the strictest among its nodes (fleetcall.go).
+			yes := true
+			st.Annotations.DestructiveHint = &yes
 		}
 		if err := sdkAccepts(st); err != nil {
 			return fmt.Errorf("fleet tool %s: %w", t.name, err)
 		}
 		entries = append(entries, &entry{
-			name:    t.name,
+			name: t.name,
+			// Every caller may call a fleet tool: fleet.call checks the
+			// scope its verb needs among the nodes it reaches.
 			class:   schemas.SafetyReadOnly,
 			scope:   auth.ScopeReadOnly,
+			reports: t.name == ToolFleetCall,
 			input:   embedded{set, t.in},
 			output:  embedded{set, t.out},
 			shape:   shapeDocument,
@@ -166,50 +190,7 @@ func (f *fleet) nodes(_ context.Context, c *callCtx, raw json.RawMessage) (json.
 	if a.Limit == 0 {
 		a.Limit = defaultNodesLimit
 	}
-	online, offline := a.Presence != "offline", a.Presence == "offline" || a.Presence == "any"
-	tenant := c.claims.Tenant
-	type found struct {
-		n       *bus.Node
-		offline bool
-	}
-	var matches []found
-	consider := func(d *devices, id string) {
-		// A node both listed and offline (an instant while it leaves,
-		// or its offline record came while it was probed) is offline:
-		// that record is the later.
-		if n := d.offline[id]; n != nil {
-			if offline && n.Tenant == tenant && a.match(n) {
-				matches = append(matches, found{n, true})
-			}
-			return
-		}
-		if n := d.nodes[id]; n != nil && online && n.Tenant == tenant && a.match(n) {
-			matches = append(matches, found{n, false})
-		}
-	}
-	d := f.devices
-	d.mu.RLock()
-	switch {
-	case a.NodeIDs != nil:
-		for _, id := range a.NodeIDs { // unique: the schema says so
-			consider(d, id)
-		}
-	default:
-		if online {
-			for id := range d.nodes {
-				consider(d, id)
-			}
-		}
-		if offline {
-			for id := range d.offline {
-				if d.nodes[id] == nil { // else considered above
-					consider(d, id)
-				}
-			}
-		}
-	}
-	d.mu.RUnlock()
-	slices.SortFunc(matches, func(x, y found) int { return strings.Compare(x.n.NodeID, y.n.NodeID) })
+	matches := f.devices.matching(c.claims.Tenant, &a)
 	start := 0
 	if a.Cursor != "" {
 		start, _ = slices.BinarySearchFunc(matches, a.Cursor, func(x found, id string) int { return strings.Compare(x.n.NodeID, id) })
@@ -232,6 +213,72 @@ func (f *fleet) nodes(_ context.Context, c *callCtx, raw json.RawMessage) (json.
 		return nil, schemas.NewError(schemas.CodeInternal, "nodes do not encode")
 	}
 	return out, nil
+}
+
+// found is a node a selector matched, online or offline.
+type found struct {
+	n       *bus.Node
+	offline bool
+}
+
+// matching returns the nodes of tenant that pass every filter of a, in
+// node id order: gathered under the source's read lock (records are
+// read-only once stored), sorted under none.
+func (d *devices) matching(tenant string, a *nodesArgs) []found {
+	online, offline := a.Presence != "offline", a.Presence == "offline" || a.Presence == "any"
+	var matches []found
+	consider := func(id string) {
+		// A node both listed and offline (an instant while it leaves,
+		// or its offline record came while it was probed) is offline:
+		// that record is the later.
+		if n := d.offline[id]; n != nil {
+			if offline && n.Tenant == tenant && a.match(n) {
+				matches = append(matches, found{n, true})
+			}
+			return
+		}
+		if n := d.nodes[id]; n != nil && online && n.Tenant == tenant && a.match(n) {
+			matches = append(matches, found{n, false})
+		}
+	}
+	d.mu.RLock()
+	switch {
+	case a.NodeIDs != nil:
+		for _, id := range a.NodeIDs { // unique: the schema says so
+			consider(id)
+		}
+	default:
+		if online {
+			for id := range d.nodes {
+				consider(id)
+			}
+		}
+		if offline {
+			for id := range d.offline {
+				if d.nodes[id] == nil { // else considered above
+					consider(id)
+				}
+			}
+		}
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(matches, func(x, y found) int { return strings.Compare(x.n.NodeID, y.n.NodeID) })
+	return matches
+}
+
+// record returns the record of a node of tenant, online or remembered
+// offline; nil for none.
+func (d *devices) record(tenant, nodeID string) *bus.Node {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	n := d.offline[nodeID]
+	if n == nil {
+		n = d.nodes[nodeID]
+	}
+	if n == nil || n.Tenant != tenant {
+		return nil
+	}
+	return n
 }
 
 // describeNode is a node as fleet.nodes answers it, its tools those the

@@ -25,7 +25,8 @@ func testFleet(t testing.TB, n int) (*fleet, *devices) {
 	t.Helper()
 	d := listingDevices(t)
 	sh := d.feed.(*shelf)
-	if err := addFleet(sh, sh.catalog, d.set, d, formSafe); err != nil {
+	fl := &fleet{devices: d, cat: sh.catalog, form: formSafe}
+	if err := addFleet(sh, fl, d.set); err != nil {
 		t.Fatal(err)
 	}
 	echo := schemas.Capability{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
@@ -64,7 +65,7 @@ func testFleet(t testing.TB, n int) (*fleet, *devices) {
 		off.State, off.LastSeen = bus.StateOffline, connected.Add(time.Hour)
 		d.left(&off, reasonDisconnect)
 	}
-	return &fleet{devices: d, cat: sh.catalog, form: formSafe}, d
+	return fl, d
 }
 
 func tokenOf(tenant, scope, names string) *auth.Claims {
@@ -262,8 +263,10 @@ func TestFindTools(t *testing.T) {
 	}
 
 	t.Run("a template per device tool", func(t *testing.T) {
+		// The template first (echo in its name), then fleet.call (in
+		// its description).
 		got := find(t, demo, `{"query":"echo"}`)
-		if got.Total != 1 || len(got.Tools) != 1 {
+		if got.Total != 2 || len(got.Tools) != 2 || got.Tools[1].Name != "fleet-call" {
 			t.Fatalf("%+v", got)
 		}
 		h := got.Tools[0]
@@ -272,11 +275,11 @@ func TestFindTools(t *testing.T) {
 			t.Errorf("echo: %+v %+v", h, h.Template)
 		}
 		seed := find(t, tokenOf("demo", auth.ScopeReadOnly, auth.ToolNamesSeed), `{"query":"echo"}`)
-		if len(seed.Tools) != 1 || seed.Tools[0].Template.Pattern != "sysecho.*.echo.invoke" || seed.Tools[0].Template.Via != "fleet.call" {
+		if len(seed.Tools) != 2 || seed.Tools[0].Template.Pattern != "sysecho.*.echo.invoke" || seed.Tools[0].Template.Via != "fleet.call" {
 			t.Errorf("seed form: %+v", seed.Tools)
 		}
 		other := find(t, tokenOf("other", auth.ScopeReadOnly, ""), `{"query":"echo"}`)
-		if len(other.Tools) != 1 || other.Tools[0].Template.Nodes != 1 {
+		if len(other.Tools) != 2 || other.Tools[0].Template.Nodes != 1 {
 			t.Errorf("tenant other: %+v", other.Tools)
 		}
 	})
@@ -288,7 +291,7 @@ func TestFindTools(t *testing.T) {
 		lean := tokenOf("demo", auth.ScopeReadOnly, "")
 		lean.NodeTools = &no
 		got := find(t, lean, `{"query":"echo"}`)
-		if len(got.Tools) != 1 || got.Tools[0].Template == nil || got.Tools[0].Template.Nodes != 48 {
+		if len(got.Tools) != 2 || got.Tools[0].Template == nil || got.Tools[0].Template.Nodes != 48 {
 			t.Errorf("echo for a lean token: %+v", got.Tools)
 		}
 		var nodes nodesDoc
@@ -321,11 +324,11 @@ func TestFindTools(t *testing.T) {
 			names = append(names, h.Name)
 		}
 		// caller_tools_listen needs tools:call:mutating: not in this view.
-		if !slices.Equal(names, []string{"fleet-nodes", "okso-find_tools"}) {
+		if !slices.Equal(names, []string{"fleet-call", "fleet-nodes", "okso-find_tools"}) {
 			t.Errorf("okso's: %v", names)
 		}
 		got = find(t, tokenOf("demo", auth.ScopeMutating, ""), `{"source":"okso"}`)
-		if got.Total != 3 {
+		if got.Total != 4 {
 			t.Errorf("okso's for a mutating token: %d", got.Total)
 		}
 		got = find(t, demo, `{"kind":"system.metrics"}`)
@@ -355,7 +358,7 @@ func TestFindTools(t *testing.T) {
 		for _, h := range all.Tools {
 			want = append(want, h.Name)
 		}
-		if all.Total != 5 || !slices.Equal(paged, want) {
+		if all.Total != 6 || !slices.Equal(paged, want) {
 			t.Errorf("paged %v, want %v (total %d)", paged, want, all.Total)
 		}
 	})

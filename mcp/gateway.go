@@ -53,6 +53,12 @@ type Options struct {
 	Callers *bus.Callers
 	// CallerTimeout bounds a relayed call to a caller's tool (60 s).
 	CallerTimeout time.Duration
+	// Plans, when set, keeps fleet.call's dry runs for any replica to
+	// run; without it a dry run, and a run that needs a plan, fail.
+	Plans *bus.Plans
+	// FleetBudget bounds a whole fleet.call fan-out (30 s): a node that
+	// has not answered by then is E_DEADLINE_EXCEEDED in its row.
+	FleetBudget time.Duration
 	// Relayers, when set, are the roles whose requests on a listen's
 	// subjects the gateway serves ([bus.FromRole]): a message that
 	// reached one any other way is dropped. Nil: any request.
@@ -185,7 +191,8 @@ func New(o Options) (*Gateway, error) {
 	// The sources, one line each.
 	g.devices = newDevices(o.NC, o.Registry, o.Schemas, &toolDocs{set: o.Schemas, log: log}, g.shelf, log, g.streams.nodeGone)
 	g.sources = append(g.sources, g.devices)
-	if err := addFleet(g.shelf, g.shelf.catalog, o.Schemas, g.devices, g.form); err != nil {
+	fl := &fleet{devices: g.devices, cat: g.shelf.catalog, form: g.form, plans: o.Plans, budget: o.FleetBudget}
+	if err := addFleet(g.shelf, fl, o.Schemas); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if o.Remotes != nil {

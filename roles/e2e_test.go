@@ -258,7 +258,11 @@ func TestEndToEndEcho(t *testing.T) {
 					names = append(names, tl.Name)
 					nodes[tl.Name] = nodeOf(tl)
 				}
-				if tl.Annotations == nil || !tl.Annotations.ReadOnlyHint || tl.Title == "" ||
+				// A read-only token's tools are read-only, but fleet.call,
+				// which may be anything its verbs are (and is, with this
+				// token, read-only fan-outs alone).
+				readOnly := tl.Name != listedName(mcp.ToolFleetCall)
+				if tl.Annotations == nil || tl.Annotations.ReadOnlyHint != readOnly || tl.Title == "" ||
 					tl.InputSchema == nil || tl.OutputSchema == nil {
 					t.Errorf("tool %s lacks title, readOnlyHint or schemas: %+v", tl.Name, tl)
 				}
@@ -615,7 +619,7 @@ func TestToolsFollowDevices(t *testing.T) {
 	// own read-only tools, listed for every tenant.
 	want := map[string]bool{listedName(echoName(id)): true, "sys-" + id + "-metrics-snapshot": true,
 		"sys-" + id + "-metrics-subscribe": true, "gpio-" + id + "-pin-read": true,
-		listedName(mcp.ToolFleetNodes): true, listedName(mcp.ToolFindTools): true}
+		listedName(mcp.ToolFleetCall): true, listedName(mcp.ToolFleetNodes): true, listedName(mcp.ToolFindTools): true}
 	if err != nil || len(list.Tools) != len(want) {
 		for _, tl := range list.Tools {
 			t.Log(tl.Name)
@@ -631,8 +635,9 @@ func TestToolsFollowDevices(t *testing.T) {
 	<-done
 	f.waitNodes(DefaultTenant, 0)
 	list, err = s.ListTools(t.Context(), nil)
-	if err != nil || len(list.Tools) != 2 || list.Tools[0].Name != listedName(mcp.ToolFleetNodes) || list.Tools[1].Name != listedName(mcp.ToolFindTools) {
-		t.Fatalf("list after disconnect %d tools, %v: want okso's own two alone", len(list.Tools), err)
+	if err != nil || len(list.Tools) != 3 || list.Tools[0].Name != listedName(mcp.ToolFleetCall) ||
+		list.Tools[1].Name != listedName(mcp.ToolFleetNodes) || list.Tools[2].Name != listedName(mcp.ToolFindTools) {
+		t.Fatalf("list after disconnect %d tools, %v: want okso's own three alone", len(list.Tools), err)
 	}
 }
 

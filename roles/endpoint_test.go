@@ -125,7 +125,7 @@ func TestEndpointRoundTrip(t *testing.T) {
 	url, reader := f.a.MCPURL(), f.token(auth.MintOptions{})
 
 	a := askEndpoint(t, url, reader, `{"action":"list_tools"}`)
-	// ext's tool, beside okso's own read-only tools (fleet.nodes,
+	// ext's tool, beside okso's own tools (fleet.call, fleet.nodes,
 	// okso.find_tools), which every tenant lists.
 	var ext []string
 	for _, tl := range a.Tools {
@@ -133,7 +133,7 @@ func TestEndpointRoundTrip(t *testing.T) {
 			ext = append(ext, tl.Name+" "+tl.Safety)
 		}
 	}
-	if len(a.Tools) != 3 || len(ext) != 1 || !strings.HasPrefix(ext[0], "ext-echo_external read_only") {
+	if len(a.Tools) != 4 || len(ext) != 1 || !strings.HasPrefix(ext[0], "ext-echo_external read_only") {
 		t.Fatalf("list_tools = %+v", a)
 	}
 	// Called by its listed name and by its seed name alike.
@@ -149,10 +149,11 @@ func TestEndpointRoundTrip(t *testing.T) {
 	}
 
 	// A tenant the upstream is not configured for neither lists nor calls
-	// it: it lists okso's own two tools alone.
+	// it: it lists okso's own three tools alone.
 	other := f.token(auth.MintOptions{Tenant: "other"})
-	if a := askEndpoint(t, url, other, `{"action":"list_tools"}`); a.Type != "result" || len(a.Tools) != 2 ||
-		a.Tools[0].Name != listedName(mcp.ToolFleetNodes) || a.Tools[1].Name != listedName(mcp.ToolFindTools) {
+	if a := askEndpoint(t, url, other, `{"action":"list_tools"}`); a.Type != "result" || len(a.Tools) != 3 ||
+		a.Tools[0].Name != listedName(mcp.ToolFleetCall) || a.Tools[1].Name != listedName(mcp.ToolFleetNodes) ||
+		a.Tools[2].Name != listedName(mcp.ToolFindTools) {
 		t.Errorf("tenant other lists %d tools (%s)", len(a.Tools), a.Type)
 	}
 	a = askEndpoint(t, url, other, `{"action":"call_tool","tool":"ext.echo_external","arguments":{"message":"x"}}`)

@@ -8,6 +8,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/schemas"
@@ -206,6 +207,21 @@ func TestFindTools(t *testing.T) {
 	callFleet(t, s, mcp.ToolFindTools, map[string]any{"query": "MESSAGE"}, &byWord)
 	if len(byWord.Tools) == 0 || byWord.Tools[0].Template == nil || byWord.Tools[0].Template.Pattern != "sysecho-*-echo-invoke" {
 		t.Errorf("by a word of its description: %+v", byWord.Tools)
+	}
+
+	// A federated upstream's tool, by a word of its description alone.
+	remotes, err := bus.OpenRemotes(t.Context(), f.nc, bus.RemotesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.putRemote(remotes, &bus.Remote{Upstream: "web", Transport: "stdio", Tenants: []string{DefaultTenant}, TimeoutMs: 2000,
+		Tools: []bus.RemoteTool{{Name: "lookup", Description: "Finds the timetable of a zeppelin line.",
+			InputSchema: json.RawMessage(echoInput), Safety: schemas.SafetyReadOnly}}}, DefaultTenant, "web.lookup", true)
+	var upstream findPage
+	callFleet(t, s, mcp.ToolFindTools, map[string]any{"query": "Zeppelin"}, &upstream)
+	if len(upstream.Tools) != 1 || upstream.Tools[0].Name != "web-lookup" || upstream.Tools[0].Source != "upstream" ||
+		upstream.Tools[0].Template != nil {
+		t.Errorf("a federated tool by a word of its description: %+v", upstream.Tools)
 	}
 
 	var own findPage

@@ -56,6 +56,8 @@ type gatewayConfig struct {
 	// replica that died holding its listen.
 	CallerTimeout  time.Duration
 	CallerLeaseTTL time.Duration
+	// FleetBudget bounds a whole fleet.call fan-out (0: 30 s).
+	FleetBudget time.Duration
 	// ShutdownDrain is how long a stopping gateway stays unready but
 	// serving, before it stops accepting (0: it stops at once).
 	ShutdownDrain time.Duration
@@ -77,6 +79,9 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	if cfg.CallerTimeout < 0 {
 		return nil, fmt.Errorf("--caller-timeout %v: must be positive", cfg.CallerTimeout)
+	}
+	if cfg.FleetBudget < 0 {
+		return nil, fmt.Errorf("--fleet-budget %v: must be positive", cfg.FleetBudget)
 	}
 	pair, err := cfg.TLS.load(c.log, "--tls")
 	if err != nil {
@@ -117,6 +122,12 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	callers, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Callers, error) {
 		return bus.OpenCallers(ctx, nc, bus.CallersOptions{TTL: cfg.CallerLeaseTTL, Replicas: np.replicas, BindOnly: np.bindOnly()})
+	})
+	if err != nil {
+		return nil, err
+	}
+	plans, err := whileJetStreamForms(ctx, c.log, nc, func(ctx context.Context) (*bus.Plans, error) {
+		return bus.OpenPlans(ctx, nc, bus.PlansOptions{Replicas: np.replicas, BindOnly: np.bindOnly()})
 	})
 	if err != nil {
 		return nil, err
@@ -172,6 +183,8 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Remotes:        remotes,
 		Callers:        callers,
 		CallerTimeout:  cfg.CallerTimeout,
+		Plans:          plans,
+		FleetBudget:    cfg.FleetBudget,
 		Relayers:       []bus.Role{bus.RoleGateway},
 		Schemas:        c.schemas,
 		Verifier:       verifier,

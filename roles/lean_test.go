@@ -46,7 +46,7 @@ func TestLeanLists(t *testing.T) {
 	perNode := []string{"gpio-" + node + "-pin-read", "gpio-" + node + "-pin-write", "sys-" + node + "-metrics-snapshot",
 		"sys-" + node + "-metrics-subscribe", listedName(echo)}
 	leanWant := []string{"ant_send_note", "caller_tool_response", "caller_tools_listen",
-		listedName(mcp.ToolFleetNodes), listedName(mcp.ToolFindTools), "web-search"}
+		listedName(mcp.ToolFleetCall), listedName(mcp.ToolFleetNodes), listedName(mcp.ToolFindTools), "web-search"}
 	slices.Sort(leanWant)
 	fullWant := slices.Sorted(slices.Values(append(slices.Clone(leanWant), perNode...)))
 	list := func(s *sdk.ClientSession) []string { return listedNames(t, s) }

@@ -53,11 +53,11 @@ func TestToolNames(t *testing.T) {
 	echo := echoName(node)
 	safe := []string{"ant_send_note", "caller_tool_response", "caller_tools_listen", "gpio-" + node + "-pin-read",
 		"gpio-" + node + "-pin-write", "sys-" + node + "-metrics-snapshot", "sys-" + node + "-metrics-subscribe",
-		listedName(echo), "web-a-b", "web-get-sum", "web-v1-search", "fleet-nodes", "okso-find_tools"}
+		listedName(echo), "web-a-b", "web-get-sum", "web-v1-search", "fleet-call", "fleet-nodes", "okso-find_tools"}
 	slices.Sort(safe)
 	seed := []string{"ant_send_note", "caller_tool_response", "caller_tools_listen", "gpio." + node + ".pin.read",
 		"gpio." + node + ".pin.write", "sys." + node + ".metrics.snapshot", "sys." + node + ".metrics.subscribe",
-		echo, "web.a-b", "web.get-sum", "web.v1.search", "fleet.nodes", "okso.find_tools"}
+		echo, "web.a-b", "web.get-sum", "web.v1.search", "fleet.call", "fleet.nodes", "okso.find_tools"}
 	slices.Sort(seed)
 
 	byDefault := f.client(f.token(auth.MintOptions{Scopes: mutating}), "")

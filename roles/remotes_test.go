@@ -215,9 +215,9 @@ func TestRemoteTools(t *testing.T) {
 			}
 
 			// Another tenant neither lists nor calls the tools: it lists
-			// okso's own two alone.
+			// okso's own three alone.
 			other := f.client(f.token(auth.MintOptions{Tenant: "other"}), "2025-11-25")
-			if lt, err := other.ListTools(t.Context(), nil); err != nil || len(lt.Tools) != 2 {
+			if lt, err := other.ListTools(t.Context(), nil); err != nil || len(lt.Tools) != 3 {
 				t.Errorf("tenant other lists %v (%v)", lt, err)
 			}
 			res, err = other.CallTool(t.Context(), &sdk.CallToolParams{Name: "up.echo", Arguments: map[string]any{"message": "hi"}})

@@ -185,8 +185,8 @@ func TestSplitMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tools) != 4*n+2 { // echo, metrics snapshot and subscribe, pin read per node; fleet.nodes, okso.find_tools
-		t.Fatalf("listed %d tools, want %d", len(list.Tools), 4*n+2)
+	if len(list.Tools) != 4*n+3 { // echo, metrics snapshot and subscribe, pin read per node; fleet.call, fleet.nodes, okso.find_tools
+		t.Fatalf("listed %d tools, want %d", len(list.Tools), 4*n+3)
 	}
 	for _, tl := range list.Tools {
 		if !strings.HasPrefix(tl.Name, "sysecho-") {
@@ -205,6 +205,18 @@ func TestSplitMode(t *testing.T) {
 		if out.Message != "split" || out.NodeID != nodeOf(tl) {
 			t.Errorf("call %s: result %s", tl.Name, b)
 		}
+	}
+
+	// fleet.call's plan, kept in okso_plans by the gateway's credential,
+	// and run by it.
+	echo := map[string]any{"tool": "sysecho-*-echo-invoke", "arguments": map[string]any{"message": "split"}}
+	plan, e := fanOut(t, s, withArgs(echo, "dry_run", true))
+	if e != nil || plan.Targeted != n || plan.PlanID == "" {
+		t.Fatalf("dry run in split mode: %+v %v\n%s", plan, e, gw.log())
+	}
+	run, e := fanOut(t, s, withArgs(echo, "plan_id", plan.PlanID))
+	if e != nil || run.Summary.OK != n {
+		t.Fatalf("plan run in split mode: %+v %v\n%s", run, e, gw.log())
 	}
 
 	fleet.stop()

@@ -1,0 +1,108 @@
+package mcp
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/schemas"
+)
+
+// The calls the schema's golden files mark refused (the verb named both
+// ways, neither way, or by part of kind, cap_id and verb) pass the flat
+// schema and are refused by the gateway with E_MANIFEST_INVALID before
+// anything else; the others name a verb.
+func TestFleetCallVerbRule(t *testing.T) {
+	f, _ := testFleet(t, 4)
+	e, _ := f.cat.lookup("demo", ToolFleetCall)
+	files, err := filepath.Glob("../schemas/testdata/valid/" + strings.TrimPrefix(schemas.FleetCallInput, "mcp://schemas/") + "/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("golden calls: %v", err)
+	}
+	for _, file := range files {
+		doc, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.input.validate(doc); err != nil {
+			t.Fatalf("%s fails the schema: %s", file, e.input.explain(err))
+		}
+		var a callArgs
+		if err := json.Unmarshal(doc, &a); err != nil {
+			t.Fatal(err)
+		}
+		_, env := verbOf(&a)
+		refused := strings.HasSuffix(file, ".refused.json")
+		if refused != (env != nil) || env != nil && env.Code != schemas.CodeManifestInvalid {
+			t.Errorf("%s: %+v, refused %v", filepath.Base(file), env, refused)
+		}
+	}
+}
+
+// A verb is named the same by tool in either form and by kind, cap_id
+// and verb.
+func TestFleetCallVerbForms(t *testing.T) {
+	for _, a := range []callArgs{
+		{Tool: "sysecho.*.echo.invoke"}, {Tool: "sysecho-*-echo-invoke"}, {Kind: "system.echo", CapID: "echo", Verb: "invoke"},
+	} {
+		if ref, e := verbOf(&a); e != nil || ref.pattern() != "sysecho.*.echo.invoke" || ref.name("n") != "sysecho.n.echo.invoke" {
+			t.Errorf("%+v: %+v %v", a, ref, e)
+		}
+	}
+}
+
+// Two calls agree on their arguments whatever the order of their
+// members; any other difference is another digest.
+func TestDigest(t *testing.T) {
+	a := digest(json.RawMessage(`{"b":1,"a":{"y":[1,2],"x":"s"}}`))
+	if b := digest(json.RawMessage(` { "a" : {"x":"s","y":[1,2]}, "b":1 }`)); a != b {
+		t.Errorf("member order changes the digest: %s %s", a, b)
+	}
+	for _, other := range []string{`{"b":2,"a":{"y":[1,2],"x":"s"}}`, `{"b":1,"a":{"y":[2,1],"x":"s"}}`, `{"b":1.0,"a":{"y":[1,2],"x":"s"}}`} {
+		if digest(json.RawMessage(other)) == a {
+			t.Errorf("%s has the digest of another document", other)
+		}
+	}
+	if digest(nil) != "" || digest(json.RawMessage("null")) != "" {
+		t.Error("no document has a digest")
+	}
+}
+
+// A selector resolves to the tenant's nodes that have the verb; a node
+// named by id is a target whatever its presence, and one of another
+// tenant, or that lacks the verb, too (its row will say why); a
+// streaming verb is refused.
+func TestFleetCallResolve(t *testing.T) {
+	f, _ := testFleet(t, 6) // nodes 0 and 1 offline; metrics on even nodes; 6 and 7 are tenant other's
+	echo := verbRef{"sysecho", "echo", "invoke"}
+	ids := func(ts []target) []string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.nodeID)
+		}
+		return out
+	}
+	got, e := f.resolve("demo", &nodesArgs{}, echo)
+	if e != nil || strings.Join(ids(got), ",") != strings.Join([]string{fleetNodeID(2), fleetNodeID(3), fleetNodeID(4), fleetNodeID(5)}, ",") {
+		t.Errorf("every online node: %v %v", ids(got), e)
+	}
+	snap := verbRef{"sys", "sys", "snapshot"}
+	got, e = f.resolve("demo", &nodesArgs{NodeIDs: []string{fleetNodeID(0), fleetNodeID(3), fleetNodeID(4), fleetNodeID(6)}}, snap)
+	want := []string{fleetNodeID(0), fleetNodeID(3), fleetNodeID(4), fleetNodeID(6)} // 0 offline, 3 lacks it, 6 not demo's
+	if e != nil || strings.Join(ids(got), ",") != strings.Join(want, ",") {
+		t.Errorf("named nodes: %v %v, want %v", ids(got), e, want)
+	}
+	if _, e := f.resolve("demo", &nodesArgs{}, verbRef{"sys", "sys", "subscribe"}); e == nil || e.Code != schemas.CodeManifestInvalid {
+		t.Errorf("a streaming verb: %v", e)
+	}
+	// The strictest class decides the scope; none is read_only.
+	if c := strictest([]target{{class: schemas.SafetyReadOnly}, {class: schemas.SafetyDestructive}, {class: schemas.SafetyMutating}, {}}); c != schemas.SafetyDestructive {
+		t.Errorf("strictest = %s", c)
+	}
+	if c := strictest(nil); c != schemas.SafetyReadOnly || auth.ScopeFor(c) != auth.ScopeReadOnly {
+		t.Errorf("strictest of none = %s", c)
+	}
+}
