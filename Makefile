@@ -69,6 +69,11 @@ clean:
 scale:
 	./scripts/scale.sh $(N)
 
+## fleet-bench: fleet.call of system.echo over N mock devices (default 10000) next to the same calls made one by one by okso bench, and the p50 of fleet.nodes (a page of 1,000) and okso.find_tools (make fleet-bench N=1000)
+.PHONY: fleet-bench
+fleet-bench:
+	./scripts/fleet-bench.sh $(N)
+
 ## bench-compare: okso (all-in-one + a 1,000-device mock fleet) against a bare go-sdk echo server, side by side with okso bench (BENCH_DURATION=10s BENCH_ROUNDS=3; GOGC goes to both servers)
 .PHONY: bench-compare
 bench-compare:

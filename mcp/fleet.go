@@ -248,15 +248,18 @@ func (d *devices) matching(tenant string, a *nodesArgs) []found {
 			consider(id)
 		}
 	default:
+		// Each map walked once, each record read where it lies.
 		if online {
-			for id := range d.nodes {
-				consider(id)
+			for id, n := range d.nodes {
+				if n.Tenant == tenant && (len(d.offline) == 0 || d.offline[id] == nil) && a.match(n) {
+					matches = append(matches, found{n, false})
+				}
 			}
 		}
 		if offline {
-			for id := range d.offline {
-				if d.nodes[id] == nil { // else considered above
-					consider(id)
+			for _, n := range d.offline {
+				if n.Tenant == tenant && a.match(n) {
+					matches = append(matches, found{n, true})
 				}
 			}
 		}

@@ -93,6 +93,10 @@ func TestLeanLists(t *testing.T) {
 	if len(found.Tools) == 0 {
 		t.Error("okso.find_tools finds no device tool for a lean token")
 	}
+	if run, e := fanOut(t, leanSession, map[string]any{"tool": "sysecho-*-echo-invoke", "arguments": map[string]any{"message": "lean"}}); e != nil ||
+		run.Summary.OK != 1 || run.codes()[node] != "ok" {
+		t.Errorf("fleet.call for a lean token: %+v %v", run, e)
+	}
 
 	// The gateway's flag alone, and a claim that wins over it.
 	leanGateway := f.secondGateway(gatewayConfig{NoNodeTools: true})
