@@ -77,7 +77,7 @@ func (r verbRef) name(nodeID string) string {
 
 // verbOf reads the verb from the arguments: exactly one of tool, or
 // kind, cap_id and verb all three (a rule the flat schema states only in
-// words, DESIGN.md §8). A kind no table has names a verb no node has.
+// words, DESIGN.md §8).
 func verbOf(a *callArgs) (verbRef, *schemas.Error) {
 	triple := a.Kind != "" || a.CapID != "" || a.Verb != ""
 	switch {
@@ -95,7 +95,10 @@ func verbOf(a *callArgs) (verbRef, *schemas.Error) {
 		return verbRef{}, schemas.NewError(schemas.CodeManifestInvalid,
 			"tool: name the verb, by tool (sysecho.*.echo.invoke) or by kind, cap_id and verb all three")
 	}
-	k, _ := schemas.LookupKind(a.Kind)
+	k, ok := schemas.LookupKind(a.Kind)
+	if !ok {
+		return verbRef{}, schemas.NewError(schemas.CodeToolNotFound, "kind: no device of this gateway can have kind "+a.Kind)
+	}
 	return verbRef{k.Short, a.CapID, a.Verb}, nil
 }
 

@@ -52,6 +52,9 @@ func TestFleetCallVerbForms(t *testing.T) {
 			t.Errorf("%+v: %+v %v", a, ref, e)
 		}
 	}
+	if _, e := verbOf(&callArgs{Kind: "no.such", CapID: "echo", Verb: "invoke"}); e == nil || e.Code != schemas.CodeToolNotFound {
+		t.Errorf("an unknown kind: %v", e)
+	}
 }
 
 // Two calls agree on their arguments whatever the order of their
