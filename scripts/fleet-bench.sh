@@ -40,19 +40,7 @@ OKSO=$PWD/bin/okso
 
 "$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>"$work/token.err" || {
 	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
-"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
-	>"$work/device.out" 2>"$work/device.log" &
-tier=$!
-pids+=("$tier")
-l=$(wait_for "$work/device.log" "$tier" '"msg":"listening"' 30) || { status=1; exit 1; }
-nats_url=$(jq -r .nats_url <<<"$l")
-device_url=$(jq -r .device_url <<<"$l")
-"$OKSO" gateway --nats-url "$nats_url" --mcp-addr 127.0.0.1:0 --data-dir "$data" \
-	>"$work/gateway.out" 2>"$work/gateway.log" &
-gw=$!
-pids+=("$gw")
-l=$(wait_for "$work/gateway.log" "$gw" '"msg":"listening"' 30) || { status=1; exit 1; }
-mcp_url=$(jq -r .mcp_url <<<"$l")
+start_split "$data" || { status=1; exit 1; }
 log "tier pid $tier, gateway pid $gw at $mcp_url"
 
 log "mock-fleet -n $N"

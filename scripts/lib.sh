@@ -117,3 +117,26 @@ start_okso() {
 }
 okso_env=()
 fleet_flags=()
+
+# start_split DATA [TIER_FLAGS...]: starts `okso device` ($OKSO, embedding
+# NATS, with TIER_FLAGS) and `okso gateway` on that NATS, both on
+# 127.0.0.1 with the data dir DATA; sets tier and gw (their pids, also in
+# pids), nats_url, device_url and mcp_url. Fails when either does not say
+# it listens within 30 s.
+start_split() {
+	local data=$1 l
+	shift
+	"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
+		"$@" >"$work/device.out" 2>"$work/device.log" &
+	tier=$!
+	pids+=("$tier")
+	l=$(wait_for "$work/device.log" "$tier" '"msg":"listening"' 30) || return 1
+	nats_url=$(jq -r .nats_url <<<"$l")
+	device_url=$(jq -r .device_url <<<"$l")
+	"$OKSO" gateway --nats-url "$nats_url" --mcp-addr 127.0.0.1:0 --data-dir "$data" \
+		>"$work/gateway.out" 2>"$work/gateway.log" &
+	gw=$!
+	pids+=("$gw")
+	l=$(wait_for "$work/gateway.log" "$gw" '"msg":"listening"' 30) || return 1
+	mcp_url=$(jq -r .mcp_url <<<"$l")
+}

@@ -15,13 +15,13 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/internal/bearer"
+	"github.com/okso-io/okso/scripts/results"
 )
 
 func main() {
@@ -112,16 +112,7 @@ func main() {
 	fmt.Printf("fleet.call median %s (%s calls/s); fleet.nodes page of 1000 p50 %s; okso.find_tools p50 %s\n",
 		res["fanout_wall"], res["fanout_calls_per_s"], res["nodes_page_p50"], res["find_tools_p50"])
 	if *out != "" {
-		var b strings.Builder
-		keys := make([]string, 0, len(res))
-		for k := range res {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%s=%s\n", k, res[k])
-		}
-		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		if err := results.Write(*out, res); err != nil {
 			fatal(err)
 		}
 	}

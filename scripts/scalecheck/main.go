@@ -31,6 +31,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/internal/bearer"
+	"github.com/okso-io/okso/scripts/results"
 )
 
 type listing struct {
@@ -71,16 +72,7 @@ func main() {
 	res := map[string]string{}
 	ok := run(res, *url, *token, *want, *concurrency, *waitList, *callTimeout, *deadline, *message)
 	if *out != "" {
-		var b strings.Builder
-		keys := make([]string, 0, len(res))
-		for k := range res {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%s=%s\n", k, res[k])
-		}
-		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		if err := results.Write(*out, res); err != nil {
 			fatal(err)
 		}
 	}
