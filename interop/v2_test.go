@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/mcp"
 )
 
 // upstreamEcho is the federated tool TestTypeScriptSDKv2 calls: the echo
@@ -190,6 +191,21 @@ func v2ListAndCalls(t *testing.T, o *okso, m v2Mode, node string) {
 				t.Errorf("%s answered %s, want its echo of \"federated\"", upstreamEcho, oc.Result)
 			}
 		}},
+		{"fleet.call", call{mcp.ToolFleetCall, map[string]any{"tool": "sysecho.*.echo.invoke", "arguments": map[string]any{"message": "fan"}}},
+			func(t *testing.T, oc outcome) {
+				// Checked by the client against fleet.call's outputSchema.
+				var run struct {
+					Results []struct {
+						OK bool `json:"ok"`
+					} `json:"results"`
+					Summary struct {
+						OK int `json:"ok"`
+					} `json:"summary"`
+				}
+				if wantResult(t, "fleet.call", oc, &run) && (run.Summary.OK != len(o.nodes) || len(run.Results) != len(o.nodes)) {
+					t.Errorf("fleet.call answered %+v, want a row of every node (%d)", run, len(o.nodes))
+				}
+			}},
 		{"tool error", call{echoTool(node), map[string]any{"message": strings.Repeat("a", 1025)}}, func(t *testing.T, oc outcome) {
 			wantError(t, "echo of 1025 characters", oc, "E_MANIFEST_INVALID")
 		}},
