@@ -61,6 +61,17 @@ func (r fanRun) codes() map[string]string {
 	return out
 }
 
+// errors are the failed rows' envelopes.
+func (r fanRun) errors() []schemas.Error {
+	var out []schemas.Error
+	for _, row := range r.Results {
+		if row.Error != nil {
+			out = append(out, *row.Error)
+		}
+	}
+	return out
+}
+
 // fanOut calls fleet.call and returns its answer, or the error envelope
 // of a refused call.
 func fanOut(t *testing.T, s *sdk.ClientSession, args map[string]any) (fanRun, *schemas.Error) {
