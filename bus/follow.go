@@ -221,10 +221,19 @@ func (f *follower) resyncKey(ctx context.Context, key string) error {
 	return nil
 }
 
+// present stands, in a follower's state, for a key's value, which the
+// follower reports and does not keep: a bucket of a million records is
+// followed without a copy of each.
+var present = []byte{}
+
 // set records key's new message and reports the change.
 func (f *follower) set(key string, e kvEntry, initial bool) {
 	was := f.state[key].value
-	f.state[key] = e
+	kept := e
+	if e.value != nil {
+		kept.value = present
+	}
+	f.state[key] = kept
 	switch {
 	case e.value != nil:
 		f.fn(kvChange{key: key, value: e.value, seq: e.seq, initial: initial, at: e.at})

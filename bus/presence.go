@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -108,9 +109,30 @@ func decodeNode(c kvChange) presenceChange {
 			pc.skip = true // not a record okso wrote; ignore it
 			return pc
 		}
+		n.intern()
 		pc.node = &n
 	}
 	return pc
+}
+
+// intern makes the record's strings that repeat across nodes (tenant,
+// tier, agent, capabilities' kinds, schemas, classes and verbs) share one
+// copy each, as a gateway holds every node's record: a million nodes
+// repeat a handful of values. (unique forgets a value no record holds.)
+func (n *Node) intern() {
+	in := func(s *string) { *s = unique.Make(*s).Value() }
+	for _, s := range []*string{&n.Tenant, &n.Tier, &n.Agent.Name, &n.Agent.Version, &n.State} {
+		in(s)
+	}
+	for i := range n.Capabilities {
+		c := &n.Capabilities[i]
+		for _, s := range []*string{&c.CapID, &c.Kind, &c.SchemaRef, &c.SafetyClass} {
+			in(s)
+		}
+		for j := range c.Verbs {
+			in(&c.Verbs[j])
+		}
+	}
 }
 
 // presence merges the nodes' records and the tiers' leases.

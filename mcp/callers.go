@@ -243,7 +243,7 @@ func (s *callers) entry(rec *bus.Caller, t bus.CallerTool) (*entry, error) {
 		scope:   auth.ScopeFor(class),
 		input:   foreign{in, s.checks},
 		shape:   shapeToolResult,
-		origin:  origin{source: sourceNameCaller, owner: callerKey(rec.ListenID), callerID: rec.CallerID},
+		origin:  &origin{source: sourceNameCaller, owner: callerKey(rec.ListenID), callerID: rec.CallerID},
 		invoker: &relayedTool{s: s, listenID: rec.ListenID, subject: bus.CallerReq(rec.ListenID), budget: s.timeout},
 		desc:    st,
 	}, nil

@@ -74,8 +74,9 @@ type entry struct {
 	output validator
 	// shape says what a successful call's result is.
 	shape shape
-	// origin says what serves the tool, for the catalog and the audit.
-	origin origin
+	// origin says what serves the tool, for the catalog and the audit;
+	// one per owner, shared by its entries. Never nil.
+	origin *origin
 	// invoker runs a unary call of the tool; stream, when set, opens the
 	// stream a call of a streaming tool answers with; session serves a
 	// tool of okso's own that needs the caller's MCP session (it holds
@@ -89,9 +90,34 @@ type entry struct {
 	reports bool
 	// desc is the tool as tools/list shows it under its canonical name,
 	// its schemas as JSON documents; listed holds it under each form's
-	// name (made when the entry is first put).
+	// name (made when the entry is first put). A device's tool has
+	// neither: lazy makes its descriptor when a list needs it, so that
+	// tens of thousands of nodes hold none at rest.
 	desc   *sdk.Tool
 	listed [formCount]*sdk.Tool
+	lazy   describer
+}
+
+// describer makes the descriptor of an entry that keeps none.
+type describer interface {
+	describe(e *entry, form nameForm) *sdk.Tool
+}
+
+// tool is the entry's descriptor as a list names it in form. Read-only.
+func (e *entry) tool(form nameForm) *sdk.Tool {
+	if e.lazy != nil {
+		return e.lazy.describe(e, form)
+	}
+	return e.listed[form]
+}
+
+// listedName is the entry's name in form (the safe one is recorded when
+// the entry is first put).
+func (e *entry) listedName(form nameForm) string {
+	if form == formSafe {
+		return e.safe
+	}
+	return e.name
 }
 
 // origin is what serves an entry: its source, as unlisting names it, and
@@ -105,6 +131,9 @@ type origin struct {
 	// As audit events and logs name the owner.
 	nodeID, upstream, callerID string
 }
+
+// oksoOrigin is the origin of okso's own tools.
+var oksoOrigin = &origin{source: sourceNameOkso}
 
 // audit names the entry's owner in an audit event.
 func (o *origin) audit(ev *bus.AuditEvent) {
@@ -304,6 +333,8 @@ func (c *catalog) put(key, tenant string, entries []*entry) {
 	for _, e := range entries {
 		if e.safe == "" { // first put: no one else sees it yet
 			e.safe = schemas.SafeToolName(e.name)
+		}
+		if e.listed[formSeed] == nil && e.lazy == nil {
 			e.listed[formSeed] = e.desc
 			e.listed[formSafe] = e.desc
 			if e.safe != e.name {

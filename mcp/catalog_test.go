@@ -15,7 +15,7 @@ import (
 )
 
 func testEntry(name, class string) *entry {
-	return &entry{name: name, class: class, scope: auth.ScopeFor(class),
+	return &entry{name: name, class: class, scope: auth.ScopeFor(class), origin: &origin{},
 		desc: &sdk.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`)}}
 }
 

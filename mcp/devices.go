@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,13 +23,15 @@ import (
 // while the registry keeps their records. It is safe for concurrent use.
 type devices struct {
 	watched
-	nc    *nats.Conn
-	reg   *bus.Registry
-	set   *schemas.Set
-	docs  *toolDocs
-	feed  feed
-	log   *slog.Logger
-	ended func(nodeID string) // the node's streams end (its session went)
+	nc   *nats.Conn
+	reg  *bus.Registry
+	set  *schemas.Set
+	docs *toolDocs
+	// templates are the verbs' shared parts of the node's tools.
+	templates templates
+	feed      feed
+	log       *slog.Logger
+	ended     func(nodeID string) // the node's streams end (its session went)
 
 	listMu  sync.Mutex // orders listing and unlisting nodes
 	mu      sync.RWMutex
@@ -321,7 +322,10 @@ func (d *devices) unlist(nodeID, why string) {
 // project builds the catalog entries of one node record: a tool per verb
 // of each capability ([schemas.Project], as the tier projected them),
 // served on the node's cmd subject. A record Project refuses (which no
-// tier writes) lists no tool at all.
+// tier writes) lists no tool at all. An entry holds its names, its node
+// and its verb's template, shared by every node: its descriptor is made
+// when a list needs it ([verbTemplate.describe]), so that a node at rest
+// costs no descriptor per tool.
 func (d *devices) project(rec *bus.Node) []*entry {
 	tools, err := schemas.Project(rec.NodeID, rec.Capabilities)
 	if err != nil {
@@ -329,51 +333,22 @@ func (d *devices) project(rec *bus.Node) []*entry {
 		return nil
 	}
 	entries := make([]*entry, 0, len(tools))
-	node := &nodeTool{nodeID: rec.NodeID, subject: bus.NodeCmd(rec.NodeID)}
+	node := &nodeTool{nodeID: rec.NodeID, subject: bus.NodeCmd(rec.NodeID), rec: rec}
+	from := &origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID}
 	for _, t := range tools {
-		c, v, class := t.Cap, t.Verb, t.Class
-		st := &sdk.Tool{
-			Name:        t.Name,
-			Title:       fmt.Sprintf("%s (node %s)", v.Title, rec.NodeID),
-			Description: describeDeviceTool(c.Kind, v, class, rec),
-			InputSchema: d.docs.get(v.Input),
-			Annotations: &sdk.ToolAnnotations{
-				Title:          v.Title,
-				ReadOnlyHint:   class == schemas.SafetyReadOnly,
-				IdempotentHint: t.Kind.Idempotent || c.Idempotent,
-			},
-			Meta: sdk.Meta{
-				schemas.MetaNodeID:      rec.NodeID,
-				schemas.MetaKind:        c.Kind,
-				schemas.MetaSafetyClass: class,
-			},
-		}
-		if class == schemas.SafetyDestructive {
-			yes := true
-			st.Annotations.DestructiveHint = &yes
-		} else if class != schemas.SafetyReadOnly {
-			no := false
-			st.Annotations.DestructiveHint = &no
-		}
-		if v.Stream {
-			st.OutputSchema = d.docs.get(v.Result)
-			st.Description += " Streams each frame as a progress notification (send a progressToken) " +
-				"until cancelled; the result tells how the stream ended."
-		} else {
-			st.OutputSchema = d.docs.get(v.Output)
-		}
+		tmpl := d.templates.of(d, t)
 		e := &entry{
 			name:    t.Name,
-			class:   class,
-			scope:   auth.ScopeFor(class),
-			input:   embedded{d.set, v.Input},
-			output:  embedded{d.set, v.Output}, // of each frame, for a stream
+			class:   tmpl.class,
+			scope:   tmpl.scope,
+			input:   tmpl.input,
+			output:  tmpl.output, // of each frame, for a stream
 			shape:   shapeDocument,
-			origin:  origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID},
+			origin:  from,
 			invoker: node,
-			desc:    st,
+			lazy:    tmpl,
 		}
-		if v.Stream {
+		if t.Verb.Stream {
 			e.stream = node
 		}
 		entries = append(entries, e)
@@ -381,9 +356,92 @@ func (d *devices) project(rec *bus.Node) []*entry {
 	return entries
 }
 
+// verbTemplate is what the tools of one verb share on every node (of one
+// kind, class and idempotence): its checks and the parts of its
+// descriptor that do not name the node. Read-only once made.
+type verbTemplate struct {
+	kind          string
+	verb          schemas.Verb
+	class, scope  string
+	input, output validator
+	in, out       json.RawMessage
+	ann           *sdk.ToolAnnotations // shared by every descriptor made: read-only
+}
+
+// templates are the verb templates made so far. Safe for concurrent use.
+type templates struct {
+	mu sync.Mutex
+	m  map[templateKey]*verbTemplate
+}
+
+type templateKey struct {
+	kind, verb, class string
+	idempotent        bool
+}
+
+// of returns the template of a projected tool's verb, made on first use.
+func (ts *templates) of(d *devices, t schemas.Tool) *verbTemplate {
+	k := templateKey{t.Cap.Kind, t.Verb.Name, t.Class, t.Kind.Idempotent || t.Cap.Idempotent}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tmpl := ts.m[k]; tmpl != nil {
+		return tmpl
+	}
+	v := t.Verb
+	tmpl := &verbTemplate{kind: k.kind, verb: v, class: k.class, scope: auth.ScopeFor(k.class),
+		input: embedded{d.set, v.Input}, output: embedded{d.set, v.Output}, in: d.docs.get(v.Input),
+		ann: &sdk.ToolAnnotations{Title: v.Title, ReadOnlyHint: k.class == schemas.SafetyReadOnly, IdempotentHint: k.idempotent}}
+	if k.class == schemas.SafetyDestructive {
+		yes := true
+		tmpl.ann.DestructiveHint = &yes
+	} else if k.class != schemas.SafetyReadOnly {
+		no := false
+		tmpl.ann.DestructiveHint = &no
+	}
+	if v.Stream {
+		tmpl.out = d.docs.get(v.Result)
+	} else {
+		tmpl.out = d.docs.get(v.Output)
+	}
+	if ts.m == nil {
+		ts.m = map[templateKey]*verbTemplate{}
+	}
+	ts.m[k] = tmpl
+	return tmpl
+}
+
+// describe makes the descriptor of a node's tool e, named in form.
+func (t *verbTemplate) describe(e *entry, form nameForm) *sdk.Tool {
+	rec := e.invoker.(*nodeTool).rec
+	st := &sdk.Tool{
+		Name:         e.listedName(form),
+		Title:        t.verb.Title + " (node " + rec.NodeID + ")",
+		Description:  describeDeviceTool(t.kind, t.verb, t.class, rec),
+		InputSchema:  t.in,
+		OutputSchema: t.out,
+		Annotations:  t.ann,
+		Meta: sdk.Meta{
+			schemas.MetaNodeID:      rec.NodeID,
+			schemas.MetaKind:        t.kind,
+			schemas.MetaSafetyClass: t.class,
+		},
+	}
+	if form == formSafe && e.safe != e.name {
+		st.Meta[schemas.MetaName] = e.name
+	}
+	if t.verb.Stream {
+		st.Description += " Streams each frame as a progress notification (send a progressToken) " +
+			"until cancelled; the result tells how the stream ended."
+	}
+	return st
+}
+
 // nodeTool invokes the tools of one node: on the node's cmd subject,
 // where the tier session holding the node answers.
-type nodeTool struct{ nodeID, subject string }
+type nodeTool struct {
+	nodeID, subject string
+	rec             *bus.Node // read-only once stored
+}
 
 func (n *nodeTool) hop() hop { return hop{subject: n.subject, offline: "node is offline"} }
 

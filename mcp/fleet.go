@@ -111,7 +111,7 @@ func addFleet(f feed, fl *fleet, set *schemas.Set) error {
 			input:   embedded{set, t.in},
 			output:  embedded{set, t.out},
 			shape:   shapeDocument,
-			origin:  origin{source: sourceNameOkso},
+			origin:  oksoOrigin,
 			invoker: t.serve,
 			desc:    st,
 		})
@@ -354,10 +354,13 @@ func (l *toolList) index(form nameForm) []*hit {
 		type around struct{ before, after string }
 		byPattern := map[around]*hit{}
 		for _, e := range l.entries {
-			kind, _ := e.desc.Meta[schemas.MetaKind].(string)
+			kind := ""
+			if t, ok := e.lazy.(*verbTemplate); ok {
+				kind = t.kind
+			}
 			at := strings.Index(e.name, "."+e.origin.nodeID+".")
 			if e.origin.source != sourceNameDevice || e.origin.nodeID == "" || at < 0 {
-				l.hits = append(l.hits, newHit(e, e.listed[form].Name, kind, 0))
+				l.hits = append(l.hits, newHit(e, e.listedName(form), kind, 0))
 				continue
 			}
 			key := around{e.name[:at+1], e.name[at+1+len(e.origin.nodeID):]}
@@ -380,9 +383,10 @@ func (l *toolList) index(form nameForm) []*hit {
 }
 
 func newHit(e *entry, name, kind string, nodes int) *hit {
-	h := &hit{e: e, name: name, nodes: nodes, kind: kind, title: e.desc.Title, desc: e.desc.Description}
-	if nodes > 0 && e.desc.Annotations != nil && e.desc.Annotations.Title != "" {
-		h.title = e.desc.Annotations.Title // not the one node's "(node …)"
+	desc := e.tool(formSeed)
+	h := &hit{e: e, name: name, nodes: nodes, kind: kind, title: desc.Title, desc: desc.Description}
+	if nodes > 0 && desc.Annotations != nil && desc.Annotations.Title != "" {
+		h.title = desc.Annotations.Title // not the one node's "(node …)"
 	}
 	h.lname = strings.ToLower(name + " " + e.name)
 	h.ltitle = strings.ToLower(h.title)
@@ -538,7 +542,7 @@ func (f *fleet) findTools(_ context.Context, c *callCtx, raw json.RawMessage) (j
 
 // doc is the hit as find_tools answers it.
 func (h *hit) doc(form nameForm) toolDoc {
-	t := h.e.listed[form]
+	t := h.e.tool(form)
 	d := toolDoc{Name: t.Name, Title: trimUTF8(h.title, maxTitle), Description: h.desc,
 		InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, Source: h.e.origin.source, Kind: h.kind}
 	if a := t.Annotations; a != nil {

@@ -78,7 +78,7 @@ func BenchmarkListPage(b *testing.B) {
 	entries := make([]*entry, 1000)
 	for i := range entries {
 		name := fmt.Sprintf("sysecho.n%05d.echo.invoke", i)
-		entries[i] = &entry{name: name, scope: auth.ScopeReadOnly, desc: &sdk.Tool{Name: name, Title: "Echo a message (node n)",
+		entries[i] = &entry{name: name, scope: auth.ScopeReadOnly, origin: &origin{}, desc: &sdk.Tool{Name: name, Title: "Echo a message (node n)",
 			Description: "system.echo invoke on node n. Safety class: read_only.", InputSchema: in, OutputSchema: out,
 			Annotations: &sdk.ToolAnnotations{Title: "Echo a message", ReadOnlyHint: true, IdempotentHint: true},
 			Meta:        sdk.Meta{"io.okso/node_id": "n", "io.okso/kind": "system.echo", "io.okso/safety_class": "read_only"}}}
@@ -117,7 +117,7 @@ func TestProjectRecord(t *testing.T) {
 		t.Fatalf("%d entries for %d projected tools", len(entries), len(tools))
 	}
 	for i, e := range entries {
-		if e.name != tools[i].Name || e.class != tools[i].Class || e.desc.Name != e.name ||
+		if e.name != tools[i].Name || e.class != tools[i].Class || e.tool(formSeed).Name != e.name ||
 			e.origin.nodeID != node || e.invoker.(*nodeTool).subject != bus.NodeCmd(node) {
 			t.Errorf("entry %d = %s (%s), want %s (%s)", i, e.name, e.class, tools[i].Name, tools[i].Class)
 		}

@@ -56,14 +56,14 @@ func (c *catalog) list(v view) *toolList {
 			if tenant == anyTenant && (own[e.name] != nil || own[e.safe] != nil) {
 				continue // the tenant's own, of the same owner, while it moves between keys
 			}
-			all = append(all, named{e.listed[v.form].Name, e})
+			all = append(all, named{e.listedName(v.form), e})
 		}
 	}
 	c.mu.RUnlock()
 	slices.SortFunc(all, func(a, b named) int { return strings.Compare(a.name, b.name) })
 	l := &toolList{entries: make([]*entry, len(all)), tools: make([]*sdk.Tool, len(all)), names: make([]string, len(all))}
 	for i, n := range all {
-		l.entries[i], l.tools[i], l.names[i] = n.e, n.e.listed[v.form], n.name
+		l.entries[i], l.tools[i], l.names[i] = n.e, n.e.tool(v.form), n.name
 	}
 	c.mu.Lock()
 	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {

@@ -102,7 +102,7 @@ func (s *callers) relayEntries() ([]*entry, error) {
 			class:   schemas.SafetyMutating,
 			scope:   auth.ScopeMutating,
 			input:   foreign{f: f},
-			origin:  origin{source: sourceNameOkso},
+			origin:  oksoOrigin,
 			session: session,
 			desc: &sdk.Tool{
 				Name: name, Title: title, Description: desc, InputSchema: json.RawMessage(schema),

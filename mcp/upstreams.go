@@ -227,7 +227,7 @@ func (u *upstreams) entry(upstream string, t bus.RemoteTool, budget time.Duratio
 		scope:   auth.ScopeFor(t.Safety),
 		input:   foreign{in, u.checks},
 		shape:   shapeToolResult,
-		origin:  origin{source: sourceNameUpstream, owner: "upstream/" + upstream, upstream: upstream},
+		origin:  &origin{source: sourceNameUpstream, owner: "upstream/" + upstream, upstream: upstream},
 		invoker: &upstreamTool{subject: bus.RemoteCall(upstream), budget: budget},
 	}
 	st := &sdk.Tool{
