@@ -498,8 +498,15 @@ func (r *fanout) run(caller context.Context, concurrency, maxTotal int, summaryO
 	default:
 		r.audit.Ended = "cancelled"
 	}
-	// The failures first, while they fit, then the successes: a bounded
-	// answer drops what went right before what went wrong.
+	return fanAnswer(failRows, okRows, sum, maxTotal, planID)
+}
+
+// fanAnswer writes a run's answer: its rows, the failures first, then the
+// successes, each in the order they finished, as many as maxTotal bytes
+// of rows hold (the others counted in the summary's omitted: a bounded
+// answer drops what went right before what went wrong), its summary and
+// its plan.
+func fanAnswer(failRows, okRows [][]byte, sum summaryDoc, maxTotal int, planID string) json.RawMessage {
 	total := 0
 	keep := func(docs [][]byte) [][]byte {
 		var kept [][]byte

@@ -109,3 +109,52 @@ func TestFleetCallResolve(t *testing.T) {
 		t.Errorf("strictest of none = %s", c)
 	}
 }
+
+// A run's answer holds max_total_bytes of rows at most, the failures
+// kept before the successes, the rest counted as omitted, and passes
+// fleet.call's output schema.
+func TestFleetCallAnswerBounds(t *testing.T) {
+	f, _ := testFleet(t, 1)
+	e, _ := f.cat.lookup("demo", ToolFleetCall)
+	big := json.RawMessage(`{"message":"` + strings.Repeat("x", 1000) + `","node_id":"` + fleetNodeID(0) + `","received_at_ms":1795000000000}`)
+	var okRows, failRows [][]byte
+	for i := range 100 {
+		okRows = append(okRows, []byte(`{"node_id":"`+fleetNodeID(i)+`","ok":true,"result":`+string(big)+`}`))
+	}
+	for i := 100; i < 110; i++ {
+		failRows = append(failRows, failedRow(fleetNodeID(i), schemas.NewError(schemas.CodeNodeOffline, "node is offline"), false).doc)
+	}
+	sum := summaryDoc{Targeted: 110, OK: 100, Failed: map[string]int{schemas.CodeNodeOffline: 10}}
+	out := fanAnswer(failRows, okRows, sum, 64<<10, fleetNodeID(999))
+	if err := e.output.validate(out); err != nil {
+		t.Fatalf("the answer fails fleet.call's output schema: %s", e.output.explain(err))
+	}
+	var got struct {
+		Results []struct {
+			OK bool `json:"ok"`
+		} `json:"results"`
+		Summary summaryDoc `json:"summary"`
+		PlanID  string     `json:"plan_id"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	kept := len(got.Results)
+	if kept >= 110 || got.Summary.Omitted != 110-kept || got.PlanID != fleetNodeID(999) {
+		t.Errorf("%d rows kept, %d omitted, plan %q", kept, got.Summary.Omitted, got.PlanID)
+	}
+	for i := range 10 {
+		if got.Results[i].OK {
+			t.Fatalf("row %d succeeded: the failures come first", i)
+		}
+	}
+	var whole struct{ Results []json.RawMessage }
+	_ = json.Unmarshal(out, &whole)
+	size := 0
+	for _, r := range whole.Results {
+		size += len(r) + 1
+	}
+	if size > 64<<10 {
+		t.Errorf("rows of %d bytes, over max_total_bytes (%d)", size, 64<<10)
+	}
+}
