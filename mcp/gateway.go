@@ -14,8 +14,10 @@
 // Every request to a door is authenticated first (gate.go).
 //
 // Create a [Gateway] with [New], run its registry watch with
-// [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
-// tier: the two meet on NATS (package bus).
+// [Gateway.Run], and serve [Gateway.Handler]. What it holds is looked at
+// through its owners' read-only views: [Gateway.Catalog],
+// [Gateway.Devices], [Gateway.Streams], [Gateway.Listens]. It never
+// imports the device tier: the two meet on NATS (package bus).
 package mcp
 
 import (
@@ -125,9 +127,6 @@ type Gateway struct {
 	sources []source
 	devices *devices
 	callers *callers
-	// foreignChecks counts the checks run against schemas okso did not
-	// write (upstreams' and caller tools').
-	foreignChecks atomic.Int64
 
 	link     *link       // the NATS connection, down or not
 	cancels  cancels     // a call's cancellation from any replica (cancel.go)
@@ -193,12 +192,12 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if o.Remotes != nil {
-		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.foreignChecks))
+		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.shelf.foreignChecks))
 	}
 	if o.Callers != nil {
 		var err error
 		g.callers, err = newCallers(callersConfig{nc: o.NC, bucket: o.Callers, relayers: o.Relayers,
-			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.foreignChecks, feed: g.shelf, log: log,
+			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.shelf.foreignChecks, feed: g.shelf, log: log,
 			cancellable: g.cancels.cancellable, revoked: g.gate.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -226,13 +225,6 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // Ready is closed once the gateway has loaded the registry.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
-// HasTool reports whether a tenant's callers may find the named tool
-// (whatever their scopes).
-func (g *Gateway) HasTool(tenant, name string) bool {
-	e, _ := g.shelf.lookup(tenant, name)
-	return e != nil
-}
-
 // Wait blocks until cond holds over the gateway's view of the fleet, or ctx
 // ends. cond is called with the number of live nodes per tenant.
 func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]int) bool) error {
@@ -248,6 +240,32 @@ func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]i
 		}
 	}
 }
+
+// EndStreams ends every stream the gateway holds open (it is stopping):
+// each subscription gets its 1000 close event, and each caller's listen
+// ends, its waiting calls failing E_NODE_OFFLINE at once. The gateway
+// goes on answering other requests.
+func (g *Gateway) EndStreams() {
+	g.streams.closeAll()
+	if g.callers != nil {
+		g.callers.held.endAll("the gateway is stopping")
+	}
+}
+
+// Catalog is a look at the gateway's catalog: the tools it holds, and
+// what left it.
+func (g *Gateway) Catalog() CatalogView { return CatalogView{g.shelf} }
+
+// Devices is a look at the gateway's device source: the nodes it lists
+// and those it remembers as offline.
+func (g *Gateway) Devices() DeviceView { return DeviceView{g.devices} }
+
+// Streams is a look at the streams the gateway holds open.
+func (g *Gateway) Streams() StreamView { return StreamView{g.streams} }
+
+// Listens is a look at the gateway's caller source: the listens whose
+// tools it lists.
+func (g *Gateway) Listens() ListenView { return ListenView{g.callers} }
 
 // maxMCPBody bounds the body of one MCP request: a tools/call is small;
 // 413 beyond.
@@ -490,45 +508,3 @@ func (h quietHandler) WithAttrs(a []slog.Attr) slog.Handler {
 func (h quietHandler) WithGroup(n string) slog.Handler {
 	return quietHandler{h.Handler.WithGroup(n), h.min}
 }
-
-// NodeIDs returns the nodes the gateway lists.
-func (g *Gateway) NodeIDs() map[string]bool { return g.devices.ids() }
-
-// HasNode reports whether the gateway currently lists the node.
-func (g *Gateway) HasNode(nodeID string) bool { return g.devices.has(nodeID) }
-
-// NodeOffline reports whether the gateway knows the node as one that
-// left (and whose record the registry still keeps).
-func (g *Gateway) NodeOffline(nodeID string) bool { return g.devices.isOffline(nodeID) }
-
-// ListenOf returns the listen whose tools the gateway lists for a caller
-// id in a tenant; "" when none.
-func (g *Gateway) ListenOf(tenant, callerID string) string {
-	if g.callers == nil {
-		return ""
-	}
-	return g.callers.listenOf(tenant, callerID)
-}
-
-// EndListens ends every listen this gateway holds (it is stopping): their
-// waiting calls fail E_NODE_OFFLINE at once.
-func (g *Gateway) EndListens() {
-	if g.callers != nil {
-		g.callers.held.endAll("the gateway is stopping")
-	}
-}
-
-// OpenStreams is the number of streams the gateway holds open.
-func (g *Gateway) OpenStreams() int { return g.streams.open() }
-
-// DroppedFrames is the number of stream frames dropped for failing their
-// schema or naming another node.
-func (g *Gateway) DroppedFrames() int64 { return g.streams.dropped.Load() }
-
-// CloseStreams ends every open stream with 1000 (the gateway is stopping);
-// each client gets its close event.
-func (g *Gateway) CloseStreams() { g.streams.closeAll() }
-
-// ForeignChecks is how many checks the gateway ran against schemas it did
-// not write (upstreams' and caller tools' arguments and results).
-func (g *Gateway) ForeignChecks() int64 { return g.foreignChecks.Load() }

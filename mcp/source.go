@@ -41,14 +41,31 @@ type feed interface {
 	changed()
 }
 
-// shelf is the gateway's feed: the catalog, the count of unlistings, and
-// the waiters of [Gateway.Wait].
+// shelf is the gateway's feed: the catalog, the count of unlistings, the
+// waiters of [Gateway.Wait], and the count of the checks its entries ran
+// against schemas okso did not write (upstreams' and caller tools').
 type shelf struct {
 	*catalog
-	log        *slog.Logger
-	unlistings unlistings
-	changes    changes
+	log           *slog.Logger
+	unlistings    unlistings
+	changes       changes
+	foreignChecks atomic.Int64
 }
+
+// CatalogView is a read-only look at a gateway's catalog ([Gateway.Catalog]).
+// It is safe for concurrent use.
+type CatalogView struct{ s *shelf }
+
+// Has reports whether a tenant's callers may find the named tool
+// (whatever their scopes).
+func (v CatalogView) Has(tenant, name string) bool {
+	e, _ := v.s.lookup(tenant, name)
+	return e != nil
+}
+
+// ForeignChecks is how many checks the gateway ran against schemas it did
+// not write (upstreams' and caller tools' arguments and results).
+func (v CatalogView) ForeignChecks() int64 { return v.s.foreignChecks.Load() }
 
 func newShelf(newServer func() *sdk.Server, log *slog.Logger) *shelf {
 	s := &shelf{log: log}

@@ -71,9 +71,9 @@ func (s *shelf) unlisted(source, reason string, attrs ...any) {
 }
 
 // Unlisted is how many times tools left the catalog, by "source/reason"
-// (for the metrics). It is safe for concurrent use.
-func (g *Gateway) Unlisted() map[string]int64 {
-	u := &g.shelf.unlistings
+// (for the metrics).
+func (v CatalogView) Unlisted() map[string]int64 {
+	u := &v.s.unlistings
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := make(map[string]int64, len(u.n))
