@@ -229,7 +229,7 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // ends. cond is called with the number of live nodes per tenant.
 func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]int) bool) error {
 	for {
-		ch := g.shelf.changes.next()
+		ch := g.shelf.next()
 		if cond(g.devices.counts()) {
 			return nil
 		}
