@@ -121,7 +121,7 @@ func (c *callCtx) check(args json.RawMessage, decoded any) (json.RawMessage, *sc
 	if c.claims == nil {
 		return nil, c.fail(schemas.CodeSafetyDenied, "no verified token")
 	}
-	if c.g.revoked(c.claims) { // revoked since the request came in
+	if c.g.gate.revoked(c.claims) { // revoked since the request came in
 		return nil, c.fail(schemas.CodeSafetyDenied, "token revoked")
 	}
 	if c.g.link.isDown() {

@@ -175,6 +175,20 @@ func (s *callers) listenOf(tenant, callerID string) string {
 	return ""
 }
 
+// ListenView is a read-only look at a gateway's caller source
+// ([Gateway.Listens]); without Options.Callers it sees no listen. It is
+// safe for concurrent use.
+type ListenView struct{ s *callers }
+
+// Of returns the listen whose tools the gateway lists for a caller id in
+// a tenant; "" when none.
+func (v ListenView) Of(tenant, callerID string) string {
+	if v.s == nil {
+		return ""
+	}
+	return v.s.listenOf(tenant, callerID)
+}
+
 // validCallerID reports whether id can name a caller: okso's own
 // namespaces (caller_tools_listen…) cannot be taken.
 func validCallerID(id string) bool { return callerIDPattern.MatchString(id) && !schemas.IsReserved(id) }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/nats-io/nats.go"
@@ -128,12 +129,18 @@ func (cs cancels) relay(w http.ResponseWriter, r *http.Request, id []byte) {
 // in place once the NATS connection is next flushed.
 func (cs cancels) cancellable(ctx context.Context, claims *auth.Claims, id []byte) (_ context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	stops := []func() bool{}
+	var watch sync.WaitGroup // stop waits for it
 	if hc, ok := ctx.Value(httpCallKey{}).(*httpCall); ok && !cs.stateful {
 		// The SDK does not tie a handler to its HTTP request before
 		// protocol 2026-07-28: a client that hung up would be noticed at
 		// the next write only.
-		stops = append(stops, context.AfterFunc(hc.done, cancel))
+		watch.Go(func() {
+			select {
+			case <-hc.hungUp:
+				cancel()
+			case <-ctx.Done():
+			}
+		})
 	}
 	var sub *nats.Subscription
 	if id == nil {
@@ -147,12 +154,10 @@ func (cs cancels) cancellable(ctx context.Context, claims *auth.Claims, id []byt
 		}
 	}
 	return ctx, func() {
-		for _, s := range stops {
-			s()
-		}
 		if sub != nil {
 			_ = sub.Unsubscribe()
 		}
 		cancel()
+		watch.Wait()
 	}
 }

@@ -478,6 +478,20 @@ func (d *devices) has(nodeID string) bool {
 	return d.nodes[nodeID] != nil
 }
 
+// DeviceView is a read-only look at a gateway's device source
+// ([Gateway.Devices]). It is safe for concurrent use.
+type DeviceView struct{ d *devices }
+
+// IDs returns the nodes the gateway lists.
+func (v DeviceView) IDs() map[string]bool { return v.d.ids() }
+
+// Listed reports whether the gateway currently lists the node.
+func (v DeviceView) Listed(nodeID string) bool { return v.d.has(nodeID) }
+
+// Offline reports whether the gateway knows the node as one that left
+// (and whose record the registry still keeps).
+func (v DeviceView) Offline(nodeID string) bool { return v.d.isOffline(nodeID) }
+
 // counts returns the number of listed nodes per tenant.
 func (d *devices) counts() map[string]int {
 	d.mu.RLock()

@@ -48,7 +48,7 @@ func TestLapsedNodeReturns(t *testing.T) {
 		t.Helper()
 		timeout := time.After(10 * time.Second)
 		for {
-			next := shelf.changes.next()
+			next := shelf.next()
 			if cond() {
 				return
 			}
@@ -66,9 +66,7 @@ func TestLapsedNodeReturns(t *testing.T) {
 	if listed() || !d.isOffline(node) {
 		t.Fatalf("after its tier's lease lapsed: listed %v, offline %v; want unlisted and offline", listed(), d.isOffline(node))
 	}
-	shelf.unlistings.mu.Lock()
-	lapsed := shelf.unlistings.n[sourceNameDevice+"/"+reasonLapsed]
-	shelf.unlistings.mu.Unlock()
+	lapsed := CatalogView{shelf}.Unlisted()[sourceNameDevice+"/"+reasonLapsed]
 	if lapsed != 1 {
 		t.Errorf("unlisted %d times for a lapsed lease, want 1", lapsed)
 	}

@@ -11,9 +11,13 @@
 // looks a tool up there once per call, runs the same checks on what it
 // finds (call.go) and calls the entry's invoker.
 //
+// Every request to a door is authenticated first (gate.go).
+//
 // Create a [Gateway] with [New], run its registry watch with
-// [Gateway.Run], and serve [Gateway.Handler]. It never imports the device
-// tier: the two meet on NATS (package bus).
+// [Gateway.Run], and serve [Gateway.Handler]. What it holds is looked at
+// through its owners' read-only views: [Gateway.Catalog],
+// [Gateway.Devices], [Gateway.Streams], [Gateway.Listens]. It never
+// imports the device tier: the two meet on NATS (package bus).
 package mcp
 
 import (
@@ -24,14 +28,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/auth"
@@ -119,6 +121,8 @@ type Gateway struct {
 	log     *slog.Logger
 	handler http.Handler
 	ready   chan struct{}
+	// gate authenticates every request to the doors (gate.go).
+	gate *gate
 
 	// shelf holds every tenant's tools (the catalog: the one place a
 	// tool is looked up), as the sources feed it.
@@ -129,9 +133,6 @@ type Gateway struct {
 	sources []source
 	devices *devices
 	callers *callers
-	// foreignChecks counts the checks run against schemas okso did not
-	// write (upstreams' and caller tools').
-	foreignChecks atomic.Int64
 
 	link     *link       // the NATS connection, down or not
 	cancels  cancels     // a call's cancellation from any replica (cancel.go)
@@ -181,6 +182,8 @@ func New(o Options) (*Gateway, error) {
 		o:     o,
 		log:   log,
 		ready: make(chan struct{}),
+		gate: &gate{verifier: o.Verifier, revocations: o.Revoked, oauth: o.OAuth,
+			servers: o.AuthorizationServers, publicURL: o.PublicURL, auditor: o.Auditor},
 
 		streams: newStreams(o.NC, o.MaxStreamsPerTenant),
 		link:    &link{nc: o.NC, log: log},
@@ -196,13 +199,13 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if o.Remotes != nil {
-		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.foreignChecks))
+		g.sources = append(g.sources, newUpstreams(o.Remotes, g.shelf, log, o.Budget, &g.shelf.foreignChecks))
 	}
 	if o.Callers != nil {
 		var err error
 		g.callers, err = newCallers(callersConfig{nc: o.NC, bucket: o.Callers, relayers: o.Relayers,
-			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.foreignChecks, feed: g.shelf, log: log,
-			cancellable: g.cancels.cancellable, revoked: g.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
+			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.shelf.foreignChecks, feed: g.shelf, log: log,
+			cancellable: g.cancels.cancellable, revoked: g.gate.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
@@ -229,18 +232,11 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // Ready is closed once the gateway has loaded the registry.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
-// HasTool reports whether a tenant's callers may find the named tool
-// (whatever their scopes).
-func (g *Gateway) HasTool(tenant, name string) bool {
-	e, _ := g.shelf.lookup(tenant, name)
-	return e != nil
-}
-
 // Wait blocks until cond holds over the gateway's view of the fleet, or ctx
 // ends. cond is called with the number of live nodes per tenant.
 func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]int) bool) error {
 	for {
-		ch := g.shelf.changes.next()
+		ch := g.shelf.next()
 		if cond(g.devices.counts()) {
 			return nil
 		}
@@ -251,6 +247,32 @@ func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]i
 		}
 	}
 }
+
+// EndStreams ends every stream the gateway holds open (it is stopping):
+// each subscription gets its 1000 close event, and each caller's listen
+// ends, its waiting calls failing E_NODE_OFFLINE at once. The gateway
+// goes on answering other requests.
+func (g *Gateway) EndStreams() {
+	g.streams.closeAll()
+	if g.callers != nil {
+		g.callers.held.endAll("the gateway is stopping")
+	}
+}
+
+// Catalog is a look at the gateway's catalog: the tools it holds, and
+// what left it.
+func (g *Gateway) Catalog() CatalogView { return CatalogView{g.shelf} }
+
+// Devices is a look at the gateway's device source: the nodes it lists
+// and those it remembers as offline.
+func (g *Gateway) Devices() DeviceView { return DeviceView{g.devices} }
+
+// Streams is a look at the streams the gateway holds open.
+func (g *Gateway) Streams() StreamView { return StreamView{g.streams} }
+
+// Listens is a look at the gateway's caller source: the listens whose
+// tools it lists.
+func (g *Gateway) Listens() ListenView { return ListenView{g.callers} }
 
 // maxMCPBody bounds the body of one MCP request: a tools/call is small;
 // 413 beyond.
@@ -270,13 +292,13 @@ func (g *Gateway) routes() http.Handler {
 			g.log.Warn("ignoring allowed origin", "origin", o, "err", err)
 		}
 	}
-	mux.Handle("/mcp", cop.Handler(g.authenticate(g.fastCall(withHTTPCall(mcpHandler)))))
-	mux.Handle("POST /mcp/tools/call", cop.Handler(g.authenticate(http.HandlerFunc(g.serveToolsCall))))
+	mux.Handle("/mcp", cop.Handler(g.gate.authenticate(g.fastCall(withHTTPCall(mcpHandler)))))
+	mux.Handle("POST /mcp/tools/call", cop.Handler(g.gate.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
 	if g.o.OAuth != nil {
-		g.o.OAuth.routes(mux, g.baseURL)
+		g.o.OAuth.routes(mux, g.gate.baseURL)
 	}
-	meta := http.HandlerFunc(g.serveResourceMetadata)
+	meta := http.HandlerFunc(g.gate.serveResourceMetadata)
 	mux.Handle("/.well-known/oauth-protected-resource", meta)
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", meta)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -337,175 +359,6 @@ func (c closing) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 // sdkLog is the SDK's logger: log, at warnings and above.
 func sdkLog(log *slog.Logger) *slog.Logger {
 	return slog.New(quietHandler{log.Handler(), slog.LevelWarn})
-}
-
-// baseURL is the gateway's own URL: --public-url, or as the client
-// addressed it.
-func (g *Gateway) baseURL(r *http.Request) string {
-	if g.o.PublicURL != "" {
-		return strings.TrimSuffix(g.o.PublicURL, "/")
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
-}
-
-// TokenVerifier checks agent tokens. Verify returns a token's claims or
-// an error wrapping [auth.ErrInvalid] that says why in one sentence;
-// Cached is a cheap look at what Verify accepted before, with the token's
-// id. Implementations are safe for concurrent use.
-type TokenVerifier interface {
-	Verify(token string) (*auth.Claims, error)
-	Cached(token string) (jti string, ok bool)
-}
-
-func (g *Gateway) serveResourceMetadata(w http.ResponseWriter, r *http.Request) {
-	base := g.baseURL(r)
-	sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
-		Resource:               base + "/mcp",
-		AuthorizationServers:   g.authorizationServers(base),
-		ScopesSupported:        []string{auth.ScopeReadOnly, auth.ScopeMutating, auth.ScopeDestructive},
-		BearerMethodsSupported: []string{"header"},
-		ResourceName:           "okso MCP gateway",
-	}).ServeHTTP(w, r)
-}
-
-// authenticate requires a valid agent token; a missing or invalid one gets
-// 401 with WWW-Authenticate pointing at the protected-resource metadata.
-//
-// The SDK's middleware is built once per metadata URL (one with
-// --public-url, else one per host the clients name, up to a bound), and
-// each token's TokenInfo once (kept under the bound of the verifier's
-// cache): neither changes between requests, and building them cost a
-// dozen allocations per call. Every request still has its token verified
-// (from the verifier's cache: expiry) and checked for revocation.
-func (g *Gateway) authenticate(next http.Handler) http.Handler {
-	var (
-		infoMu sync.Mutex
-		infos  = map[string]*sdkauth.TokenInfo{} // by token
-	)
-	verify := func(ctx context.Context, token string, r *http.Request) (*sdkauth.TokenInfo, error) {
-		c, err := g.verifyToken(ctx, token, r)
-		if err != nil {
-			// Who sent it is unknown: logged, not published to a tenant.
-			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionDenied, Code: "invalid_token"})
-			return nil, tokenError(err.Error())
-		}
-		if g.revoked(c) {
-			g.o.Auditor.Record(bus.AuditEvent{Actor: "gateway", Tenant: c.Tenant, Subject: c.Subject, JTI: c.ID,
-				Decision: bus.DecisionRevoked, Code: schemas.CodeSafetyDenied})
-			return nil, tokenError("invalid token: it was revoked")
-		}
-		infoMu.Lock()
-		defer infoMu.Unlock()
-		info := infos[token]
-		if info == nil {
-			info = &sdkauth.TokenInfo{
-				Scopes:     c.Scopes(),
-				Expiration: c.ExpiresAt.Time,
-				UserID:     c.Tenant + "/" + c.Subject,
-				Extra:      map[string]any{claimsKey: c},
-			}
-			if len(infos) >= maxTokenInfos { // tokens the verifier has let go of are among them
-				clear(infos)
-			}
-			infos[token] = info
-		}
-		return info, nil
-	}
-	middleware := func(base string) http.Handler {
-		h := sdkauth.RequireBearerToken(verify, &sdkauth.RequireBearerTokenOptions{
-			ResourceMetadataURL: base + "/.well-known/oauth-protected-resource/mcp",
-		})(next)
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !g.passes(r) {
-				// The refusal is written without reading the body, and the
-				// connection closed after it: net/http would otherwise
-				// read what the body declares before answering, and a
-				// client that never sends it would hold the connection.
-				w.Header().Set("Connection", "close")
-			}
-			h.ServeHTTP(w, r)
-		})
-	}
-	if g.o.PublicURL != "" {
-		return middleware(g.baseURL(nil))
-	}
-	type origin struct {
-		host string
-		tls  bool
-	}
-	var (
-		mu     sync.Mutex
-		byHost = map[origin]http.Handler{}
-	)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o := origin{r.Host, r.TLS != nil}
-		mu.Lock()
-		h := byHost[o]
-		mu.Unlock()
-		if h == nil {
-			h = middleware(g.baseURL(r))
-			mu.Lock()
-			if len(byHost) < maxMetadataHosts {
-				byHost[o] = h
-			}
-			mu.Unlock()
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// passes reports whether the request's bearer token will be accepted,
-// as cheaply as possible for a token seen before.
-func (g *Gateway) passes(r *http.Request) bool {
-	// Read as the SDK reads it: a scheme, any case, and a token.
-	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") {
-		return false
-	}
-	token = strings.TrimSpace(token)
-	jti, ok := g.o.Verifier.Cached(token)
-	if !ok {
-		c, err := g.verifyToken(r.Context(), token, r)
-		if err != nil {
-			return false
-		}
-		jti = c.ID
-	}
-	return g.o.Revoked == nil || !g.o.Revoked.Revoked(jti)
-}
-
-// tokenError is why a bearer token was refused, the one sentence of the
-// 401 answer; it is an sdkauth.ErrInvalidToken.
-type tokenError string
-
-func (e tokenError) Error() string        { return string(e) }
-func (e tokenError) Is(target error) bool { return target == sdkauth.ErrInvalidToken }
-
-// maxTokenInfos bounds the TokenInfos kept (the verifier's cache of
-// verified tokens has the same bound); maxMetadataHosts, the host names
-// whose middleware is kept (clients name a few; any beyond get theirs
-// built per request).
-const (
-	maxTokenInfos    = 4096
-	maxMetadataHosts = 16
-)
-
-const claimsKey = "okso.claims"
-
-func (g *Gateway) revoked(c *auth.Claims) bool {
-	return g.o.Revoked != nil && g.o.Revoked.Revoked(c.ID)
-}
-
-func claimsOf(ti *sdkauth.TokenInfo) *auth.Claims {
-	if ti == nil {
-		return nil
-	}
-	c, _ := ti.Extra[claimsKey].(*auth.Claims)
-	return c
 }
 
 // server returns the MCP server of the caller's tenant, which carries its
@@ -662,45 +515,3 @@ func (h quietHandler) WithAttrs(a []slog.Attr) slog.Handler {
 func (h quietHandler) WithGroup(n string) slog.Handler {
 	return quietHandler{h.Handler.WithGroup(n), h.min}
 }
-
-// NodeIDs returns the nodes the gateway lists.
-func (g *Gateway) NodeIDs() map[string]bool { return g.devices.ids() }
-
-// HasNode reports whether the gateway currently lists the node.
-func (g *Gateway) HasNode(nodeID string) bool { return g.devices.has(nodeID) }
-
-// NodeOffline reports whether the gateway knows the node as one that
-// left (and whose record the registry still keeps).
-func (g *Gateway) NodeOffline(nodeID string) bool { return g.devices.isOffline(nodeID) }
-
-// ListenOf returns the listen whose tools the gateway lists for a caller
-// id in a tenant; "" when none.
-func (g *Gateway) ListenOf(tenant, callerID string) string {
-	if g.callers == nil {
-		return ""
-	}
-	return g.callers.listenOf(tenant, callerID)
-}
-
-// EndListens ends every listen this gateway holds (it is stopping): their
-// waiting calls fail E_NODE_OFFLINE at once.
-func (g *Gateway) EndListens() {
-	if g.callers != nil {
-		g.callers.held.endAll("the gateway is stopping")
-	}
-}
-
-// OpenStreams is the number of streams the gateway holds open.
-func (g *Gateway) OpenStreams() int { return g.streams.open() }
-
-// DroppedFrames is the number of stream frames dropped for failing their
-// schema or naming another node.
-func (g *Gateway) DroppedFrames() int64 { return g.streams.dropped.Load() }
-
-// CloseStreams ends every open stream with 1000 (the gateway is stopping);
-// each client gets its close event.
-func (g *Gateway) CloseStreams() { g.streams.closeAll() }
-
-// ForeignChecks is how many checks the gateway ran against schemas it did
-// not write (upstreams' and caller tools' arguments and results).
-func (g *Gateway) ForeignChecks() int64 { return g.foreignChecks.Load() }

@@ -461,24 +461,3 @@ func (s *OAuthServer) mint(g *OAuthGrant, base string) (token, jti string, exp t
 	}
 	return token, c.ID, now.Add(s.o.AccessTTL), nil
 }
-
-// verifyToken verifies an agent's bearer token at /mcp: one of the
-// authorization server's (by its key id), else okso's own.
-func (g *Gateway) verifyToken(ctx context.Context, token string, r *http.Request) (*auth.Claims, error) {
-	if g.o.OAuth != nil && g.o.OAuth.Issued(token) {
-		return g.o.OAuth.Verify(ctx, token, g.baseURL(r))
-	}
-	return g.o.Verifier.Verify(token)
-}
-
-// authorizationServers are those the protected-resource metadata lists:
-// the trusted external issuers (Options.AuthorizationServers), then this
-// gateway itself when it is one. Clients take the first: an operator who
-// names an identity provider of their own prefers it.
-func (g *Gateway) authorizationServers(base string) []string {
-	servers := append([]string{}, g.o.AuthorizationServers...)
-	if g.o.OAuth != nil {
-		servers = append(servers, base)
-	}
-	return servers
-}

@@ -211,11 +211,11 @@ func TestAuthorizationServers(t *testing.T) {
 		{[]string{"https://idp"}, false, "[https://idp]"},
 		{[]string{"https://idp"}, true, "[https://idp http://gw]"},
 	} {
-		g := &Gateway{o: Options{AuthorizationServers: tc.issuers}}
+		gt := &gate{servers: tc.issuers}
 		if tc.own {
-			g.o.OAuth = &OAuthServer{}
+			gt.oauth = &OAuthServer{}
 		}
-		got := g.authorizationServers("http://gw")
+		got := gt.authorizationServers("http://gw")
 		if got == nil || fmt.Sprint(got) != tc.want {
 			t.Errorf("issuers %v, own %v: %v, want %s (never null)", tc.issuers, tc.own, got, tc.want)
 		}

@@ -300,21 +300,21 @@ func (p *progressSink) setWriteDeadline(t time.Time) error {
 
 // httpCall is what a tool handler may need of the HTTP request that
 // carried its call, which the SDK's handlers do not see: the response's
-// controller (write deadlines for streamed notifications) and the
-// request's context (done when the client hangs up).
+// controller (write deadlines for streamed notifications) and when the
+// client hung up (the request context's Done).
 //
 // Only a stateless gateway's handlers can use it: a stateful session's
 // handlers run in the context of the request that created the session.
 type httpCall struct {
-	rc   *http.ResponseController
-	done context.Context
+	rc     *http.ResponseController
+	hungUp <-chan struct{}
 }
 
 type httpCallKey struct{}
 
 func withHTTPCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hc := &httpCall{rc: http.NewResponseController(w), done: r.Context()}
+		hc := &httpCall{rc: http.NewResponseController(w), hungUp: r.Context().Done()}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpCallKey{}, hc)))
 	})
 }

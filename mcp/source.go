@@ -41,14 +41,34 @@ type feed interface {
 	changed()
 }
 
-// shelf is the gateway's feed: the catalog, the count of unlistings, and
-// the waiters of [Gateway.Wait].
+// shelf is the gateway's feed: the catalog, the count of unlistings, the
+// waiters of [Gateway.Wait], and the count of the checks its entries ran
+// against schemas okso did not write (upstreams' and caller tools'). Its
+// own lock, mu, covers what the catalog's does not.
 type shelf struct {
 	*catalog
-	log        *slog.Logger
-	unlistings unlistings
-	changes    changes
+	log           *slog.Logger
+	foreignChecks atomic.Int64
+
+	mu         sync.Mutex
+	unlistings map[string]int64 // "source/reason" → count
+	change     chan struct{}    // closed and replaced on every change
 }
+
+// CatalogView is a read-only look at a gateway's catalog ([Gateway.Catalog]).
+// It is safe for concurrent use.
+type CatalogView struct{ s *shelf }
+
+// Has reports whether a tenant's callers may find the named tool
+// (whatever their scopes).
+func (v CatalogView) Has(tenant, name string) bool {
+	e, _ := v.s.lookup(tenant, name)
+	return e != nil
+}
+
+// ForeignChecks is how many checks the gateway ran against schemas it did
+// not write (upstreams' and caller tools' arguments and results).
+func (v CatalogView) ForeignChecks() int64 { return v.s.foreignChecks.Load() }
 
 func newShelf(newServer func() *sdk.Server, log *slog.Logger) *shelf {
 	s := &shelf{log: log}
@@ -63,31 +83,28 @@ func (s *shelf) refused(e *entry, taken string) {
 	s.unlisted(e.origin.source, reasonToolRefused, attrs...)
 }
 
-// changes wakes the waiters of a change. The zero value is ready; it is
-// safe for concurrent use.
-type changes struct {
-	mu sync.Mutex
-	ch chan struct{} // closed and replaced on every change
-}
-
 // next returns a channel closed at the next change.
-func (c *changes) next() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ch == nil {
-		c.ch = make(chan struct{})
+func (s *shelf) next() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.change == nil {
+		s.change = make(chan struct{})
 	}
-	return c.ch
+	return s.change
 }
 
 func (s *shelf) changed() {
-	c := &s.changes
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ch != nil {
-		close(c.ch)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake()
+}
+
+// wake wakes the waiters of a change; s.mu is held.
+func (s *shelf) wake() {
+	if s.change != nil {
+		close(s.change)
 	}
-	c.ch = make(chan struct{})
+	s.change = make(chan struct{})
 }
 
 // Run follows the registries (KV okso_nodes, and okso_remotes and

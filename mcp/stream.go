@@ -239,6 +239,17 @@ func (st *streams) track(s *stream, add bool) {
 	}
 }
 
+// StreamView is a read-only look at the streams a gateway holds open
+// ([Gateway.Streams]). It is safe for concurrent use.
+type StreamView struct{ st *streams }
+
+// Open is the number of streams the gateway holds open.
+func (v StreamView) Open() int { return v.st.open() }
+
+// Dropped is the number of stream frames dropped for failing their
+// schema or naming another node.
+func (v StreamView) Dropped() int64 { return v.st.dropped.Load() }
+
 // closeAll ends every open stream with 1000 (the gateway is stopping);
 // each client gets its close event.
 func (st *streams) closeAll() {

@@ -3,7 +3,6 @@ package mcp
 import (
 	"context"
 	"log/slog"
-	"sync"
 )
 
 // No tool leaves the catalog silently: every path that takes a source's
@@ -48,37 +47,28 @@ func unlistLevel(reason string) slog.Level {
 	return slog.LevelInfo
 }
 
-// unlistings counts the removals of tools by source and reason. The zero
-// value is ready; it is safe for concurrent use.
-type unlistings struct {
-	mu sync.Mutex
-	n  map[string]int64 // "source/reason" → count
-}
-
 // unlisted says that a source's tools (or one tool) left the catalog,
 // and why, and counts it; attrs name what left.
 func (s *shelf) unlisted(source, reason string, attrs ...any) {
 	// Said before counted: whoever sees the count finds the line written.
 	s.log.Log(context.Background(), unlistLevel(reason), source+" tools unlisted: "+reason, attrs...)
-	u := &s.unlistings
-	u.mu.Lock()
-	if u.n == nil {
-		u.n = map[string]int64{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unlistings == nil {
+		s.unlistings = map[string]int64{}
 	}
-	u.n[source+"/"+reason]++
-	u.mu.Unlock()
-	s.changed() // Wait sees the count
+	s.unlistings[source+"/"+reason]++
+	s.wake() // Wait sees the count
 }
 
 // Unlisted is how many times tools left the catalog, by "source/reason"
-// (for the metrics). It is safe for concurrent use.
-func (g *Gateway) Unlisted() map[string]int64 {
-	u := &g.shelf.unlistings
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	out := make(map[string]int64, len(u.n))
-	for k, v := range u.n {
-		out[k] = v
+// (for the metrics).
+func (v CatalogView) Unlisted() map[string]int64 {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	out := make(map[string]int64, len(v.s.unlistings))
+	for k, n := range v.s.unlistings {
+		out[k] = n
 	}
 	return out
 }

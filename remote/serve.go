@@ -19,8 +19,9 @@ const maxAttempts = 3
 const retryWait = 50 * time.Millisecond
 
 // onCall takes one request of the upstream's subject. It runs on the
-// subscription's goroutine, so it only admits the call and hands it on.
-func (s *upstream) onCall(m *nats.Msg) {
+// subscription's goroutine, so it only admits the call and hands it on,
+// to run in calls (ended when a stopping tier's grace has passed).
+func (s *upstream) onCall(calls context.Context, m *nats.Msg) {
 	if r := s.t.o.Requesters; r != nil && !bus.FromRole(m, r...) {
 		s.log.Warn("dropped a message on the upstream's subject that no gateway sent", "reply", m.Reply)
 		return
@@ -53,7 +54,7 @@ func (s *upstream) onCall(m *nats.Msg) {
 	go func() {
 		defer s.calls.Done()
 		defer func() { <-s.sem }()
-		s.serve(m)
+		s.serve(calls, m)
 	}()
 }
 
@@ -72,7 +73,9 @@ func (s *upstream) event(m *nats.Msg, start time.Time) bus.AuditEvent {
 // serve runs one call: it checks the request, calls the upstream (again,
 // for an idempotent tool after a transient failure, within the budget),
 // and answers with the upstream's CallToolResult or an error envelope.
-func (s *upstream) serve(m *nats.Msg) {
+// The call ends when calls does (a stopping tier's grace has passed),
+// answered E_NODE_OFFLINE.
+func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 	start := time.Now()
 	ev := s.event(m, start)
 	call, err := bus.DecodeCall(m.Data)
@@ -91,7 +94,7 @@ func (s *upstream) serve(m *nats.Msg) {
 		s.answer(m, ev, schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the remote tier")
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.stopCtx, d) // a stopping tier ends the call after its grace
+	ctx, cancel := context.WithTimeout(calls, d)
 	defer cancel()
 	meta := func() map[string]any { // a fresh map per attempt: a client may write into it
 		meta := map[string]any{schemas.MetaRequestID: ev.RequestID}
@@ -107,7 +110,7 @@ func (s *upstream) serve(m *nats.Msg) {
 		// started again) the call waits for the next, within its budget.
 		if sv = s.acquire(ctx, sv); sv == nil {
 			switch {
-			case isClosed(s.stopping):
+			case calls.Err() != nil:
 				s.answer(m, ev, schemas.CodeNodeOffline, "the remote tier is stopping")
 			case ctx.Err() != nil:
 				s.answer(m, ev, schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
@@ -140,7 +143,7 @@ func (s *upstream) serve(m *nats.Msg) {
 		}
 		code, transient := Classify(err)
 		switch {
-		case isClosed(s.stopping):
+		case calls.Err() != nil:
 			s.answer(m, ev, schemas.CodeNodeOffline, "the remote tier is stopping")
 			return
 		case ctx.Err() != nil:

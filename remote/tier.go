@@ -147,17 +147,19 @@ func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
 		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
 	s.state.Store(&serving{down: true, changed: make(chan struct{})})
-	s.stopCtx, s.endCalls = context.WithCancel(context.Background())
-	s.stopping = s.stopCtx.Done()
-	defer s.endCalls()
+	// calls is the context of the calls the upstream's subscription
+	// admits: leave ends it StopGrace after the tier began to stop,
+	// ending the calls still in flight.
+	calls, endCalls := context.WithCancel(context.Background())
+	defer endCalls()
 	defer s.retiring.Wait()
 	backoff := t.o.MinBackoff
 	quick := false // the last session that served ended sooner than the backoff
 	for {
 		began := time.Now()
-		served, why := s.session(ctx)
+		served, why := s.session(ctx, calls)
 		if ctx.Err() != nil {
-			s.leave(ctx, nil)
+			s.leave(ctx, nil, endCalls)
 			return
 		}
 		if served && time.Since(began) >= backoff {
@@ -171,11 +173,11 @@ func (t *Tier) keep(ctx context.Context, u *Upstream) {
 			quick = true
 			continue
 		}
-		s.leave(ctx, why)
+		s.leave(ctx, why, endCalls)
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
-			s.leave(ctx, nil)
+			s.leave(ctx, nil, endCalls)
 			return
 		case <-time.After(wait):
 		}
@@ -200,11 +202,6 @@ type upstream struct {
 	// retiring counts the connections of ended sessions still open: each
 	// is closed once the calls using it have ended.
 	retiring sync.WaitGroup
-	// stopCtx ends with endCalls, which ends the calls still in flight
-	// StopGrace after the tier began to stop; stopping is its Done.
-	stopCtx  context.Context
-	stopping <-chan struct{}
-	endCalls context.CancelFunc
 	// admitting says whether onCall admits calls; admitMu orders it
 	// with calls.Add, so that no call is added once a stopping tier
 	// waits for them.
@@ -335,8 +332,9 @@ func (s *upstream) retire(c *conn) {
 // connection ends, a re-list fails or ctx ends. It reports whether the
 // upstream was served at all, and why the session ended (nil: ctx
 // ended). The subscription and the record outlive it: keep ends them
-// with leave when no session follows at once.
-func (s *upstream) session(ctx context.Context) (bool, error) {
+// with leave when no session follows at once. The calls it admits run
+// in calls (see keep).
+func (s *upstream) session(ctx, calls context.Context) (bool, error) {
 	t := s.t
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	client, err := t.o.Dial(dctx, s.cfg, s.log)
@@ -367,7 +365,7 @@ func (s *upstream) session(ctx context.Context) (bool, error) {
 		// finds a responder (as the device tier flushes its
 		// subscription first).
 		s.setAdmitting(true)
-		sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, s.onCall)
+		sub, err := t.o.NC.QueueSubscribe(bus.RemoteCall(s.cfg.Name), bus.QueueRemote, func(m *nats.Msg) { s.onCall(calls, m) })
 		if err == nil {
 			err = t.o.NC.FlushTimeout(5 * time.Second)
 		}
@@ -564,9 +562,10 @@ func (s *upstream) unwatch() {
 // this replica can no longer list (why) is removed, unless another
 // replica serves it. A replica that stops leaves the record to expire:
 // another replica that serves the upstream keeps it, with no gap; its
-// calls in flight have StopGrace to end. Either way, tools that leave
-// every list are logged once, at warn, with the reason.
-func (s *upstream) leave(ctx context.Context, why error) {
+// calls in flight have StopGrace to end, then endCalls ends them. Either
+// way, tools that leave every list are logged once, at warn, with the
+// reason.
+func (s *upstream) leave(ctx context.Context, why error, endCalls func()) {
 	s.setState(nil, true)
 	if s.sub != nil {
 		if err := s.sub.Unsubscribe(); err != nil {
@@ -581,7 +580,7 @@ func (s *upstream) leave(ctx context.Context, why error) {
 		if rev != 0 {
 			s.stopped()
 		}
-		grace := time.AfterFunc(s.t.o.StopGrace, s.endCalls)
+		grace := time.AfterFunc(s.t.o.StopGrace, endCalls)
 		defer grace.Stop()
 		s.calls.Wait()
 		return

@@ -66,5 +66,5 @@ func TestBenchSubscribeCommand(t *testing.T) {
 		len(r.Errors) != 1 || r.Errors["close/4429"] != 1 {
 		t.Errorf("bench result %s: want 3 tools, 3 streams held with frames, one refused with close/4429", out.String())
 	}
-	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 }

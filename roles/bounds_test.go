@@ -61,9 +61,9 @@ func TestSchemaBombs(t *testing.T) {
 			if e.Code != schemas.CodeManifestInvalid || !strings.Contains(e.Message, "(boom)") || !strings.Contains(e.Message, "expansion bound") {
 				t.Errorf("declaring the bomb: %s, want E_MANIFEST_INVALID naming the tool and the bound", e.JSON())
 			}
-			before := gw.ForeignChecks()
+			before := gw.Catalog().ForeignChecks()
 			noTool("bomb_boom")
-			if got := gw.ForeignChecks(); got != before {
+			if got := gw.Catalog().ForeignChecks(); got != before {
 				t.Errorf("%d checks ran for a refused tool", got-before)
 			}
 		})
@@ -84,13 +84,13 @@ func TestSchemaBombs(t *testing.T) {
 				{Name: "boomout", InputSchema: json.RawMessage(`{"type":"object"}`), OutputSchema: json.RawMessage(schemaBomb(18)), Safety: schemas.SafetyReadOnly},
 			}}
 		f.putRemote(remotes, rec, DefaultTenant, "up.echo", true)
-		if gw.HasTool(DefaultTenant, "up.boom") || gw.HasTool(DefaultTenant, "up.boomout") {
+		if gw.Catalog().Has(DefaultTenant, "up.boom") || gw.Catalog().Has(DefaultTenant, "up.boomout") {
 			t.Fatal("an upstream tool past the bounds is listed")
 		}
-		before := gw.ForeignChecks()
+		before := gw.Catalog().ForeignChecks()
 		noTool("up.boom")
 		noTool("up.boomout")
-		if got := gw.ForeignChecks(); got != before {
+		if got := gw.Catalog().ForeignChecks(); got != before {
 			t.Errorf("%d checks ran for refused tools", got-before)
 		}
 		// The count moves for the tool that was admitted (arguments and
@@ -99,7 +99,7 @@ func TestSchemaBombs(t *testing.T) {
 		if err != nil || res.IsError {
 			t.Fatalf("up.echo: %v %+v", err, res)
 		}
-		if got := gw.ForeignChecks(); got != before+2 {
+		if got := gw.Catalog().ForeignChecks(); got != before+2 {
 			t.Errorf("a call of an admitted tool ran %d checks, want 2", got-before)
 		}
 	})

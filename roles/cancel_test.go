@@ -169,7 +169,7 @@ func TestMCPStreamCancel(t *testing.T) {
 	if !ended {
 		t.Error("the stream ended without its result")
 	}
-	if n := f.a.gw.gw.OpenStreams(); n != 0 {
+	if n := f.a.gw.gw.Streams().Open(); n != 0 {
 		t.Errorf("%d streams still open", n)
 	}
 }

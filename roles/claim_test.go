@@ -230,7 +230,7 @@ func TestRelayClaimTakeover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for _, gw := range []*mcp.Gateway{f.a.gw.gw, second.gw} {
-		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.ListenOf(DefaultTenant, "a") == next.id }); err != nil {
+		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.Listens().Of(DefaultTenant, "a") == next.id }); err != nil {
 			t.Fatal("a gateway never listed the new listen's tools")
 		}
 	}

@@ -198,7 +198,7 @@ func (f *fixture) connectDevice(tenant string, edit func(id string, o *agent.Opt
 	f.t.Cleanup(stop)
 	wctx, wcancel := context.WithTimeout(f.t.Context(), 10*time.Second)
 	defer wcancel()
-	if err := f.a.gw.gw.Wait(wctx, func(map[string]int) bool { return f.a.gw.gw.HasNode(id) }); err != nil {
+	if err := f.a.gw.gw.Wait(wctx, func(map[string]int) bool { return f.a.gw.gw.Devices().Listed(id) }); err != nil {
 		f.t.Fatalf("gateway never listed node %s", id)
 	}
 	return id, stop

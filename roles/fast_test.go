@@ -61,8 +61,8 @@ func (f *fixture) secondGateway(cfg gatewayConfig) *gatewayPart {
 	case <-wctx.Done():
 		f.t.Fatal("second gateway never loaded the registry")
 	}
-	for id := range f.a.gw.gw.NodeIDs() {
-		if err := p.gw.Wait(wctx, func(map[string]int) bool { return p.gw.HasNode(id) }); err != nil {
+	for id := range f.a.gw.gw.Devices().IDs() {
+		if err := p.gw.Wait(wctx, func(map[string]int) bool { return p.gw.Devices().Listed(id) }); err != nil {
 			f.t.Fatalf("second gateway never listed node %s", id)
 		}
 	}

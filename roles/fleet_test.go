@@ -80,7 +80,7 @@ func TestFleetNodes(t *testing.T) {
 	replica := f.secondGateway(gatewayConfig{})
 	for _, gw := range []*mcp.Gateway{f.a.gw.gw, replica.gw} {
 		waitGateway(t, gw, "the fleet", func() bool {
-			return gw.NodeOffline(gone) && gw.HasNode(host) && gw.HasNode(theirs) && !gw.HasNode(gone)
+			return gw.Devices().Offline(gone) && gw.Devices().Listed(host) && gw.Devices().Listed(theirs) && !gw.Devices().Listed(gone)
 		})
 	}
 	s := f.clientAt(f.a.MCPURL(), f.token(auth.MintOptions{}))

@@ -260,8 +260,7 @@ func (p *gatewayPart) actors(g *run.Group) {
 			p.gw.Drain()
 			time.Sleep(p.drain)
 		}
-		p.gw.CloseStreams()
-		p.gw.EndListens()
+		p.gw.EndStreams()
 		sctx, scancel := shutdownCtx()
 		defer scancel()
 		p.http.stop(sctx)

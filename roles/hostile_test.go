@@ -651,7 +651,7 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 	if open != quota || limited != streams-quota {
 		t.Errorf("%d streams open, %d closed 4429, %d other; want %d, %d, 0", open, limited, other, quota, streams-quota)
 	}
-	heldGW, heldTier, heldDevice := f.a.gw.gw.OpenStreams(), f.a.tier.tier.Streams(), deviceStreams.Load()
+	heldGW, heldTier, heldDevice := f.a.gw.gw.Streams().Open(), f.a.tier.tier.Streams(), deviceStreams.Load()
 	if heldGW != quota || heldTier != quota || heldDevice != quota {
 		t.Errorf("gateway, tier and device hold %d, %d, %d streams; want %d each", heldGW, heldTier, heldDevice, quota)
 	}
@@ -671,7 +671,7 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 	for i := range opens {
 		opens[i].close()
 	}
-	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 	eventually(t, "tier streams closed", func() bool { return f.a.tier.tier.Streams() == 0 })
 	eventually(t, "device streams stopped", func() bool { return deviceStreams.Load() == 0 })
 	closeTime := time.Since(closeStart)
@@ -682,7 +682,7 @@ func TestHostileIdleSSEStreams(t *testing.T) {
 		t.Errorf("stream after the others closed: %+v, %v; want a metric", again.first, again.err)
 	}
 	again.close()
-	eventually(t, "last stream closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "last stream closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 	hostile(t, "one client holding 1,000 idle SSE streams (quota 256 per tenant)",
 		"%d open (first event metric), %d got event close %s at once, %d other, in %v; gateway/tier/device held %d/%d/%d; other tenant streamed and called ok; all closed in %v (gateway, tier, device back to 0); quota free again",
 		open, limited, want4429, other, openTime.Round(time.Millisecond), heldGW, heldTier, heldDevice, closeTime.Round(time.Millisecond))

@@ -184,7 +184,7 @@ func startRelayed(t *testing.T) *relayed {
 		t.Fatal("the gateway never listed the device")
 	}
 	r := &relayed{t: t, logs: logs, link: link, gw: gp}
-	for id := range gp.gw.NodeIDs() {
+	for id := range gp.gw.Devices().IDs() {
 		r.node = id
 	}
 	if r.tok, err = c.signer.Mint(auth.MintOptions{Subject: "agent", Tenant: DefaultTenant,

@@ -73,14 +73,14 @@ func TestPresenceRemembers(t *testing.T) {
 	f := startAllInOne(t, 0, nil)
 	replica := f.secondGateway(gatewayConfig{})
 	id, stop := f.connectDevice(DefaultTenant, nil)
-	waitGateway(t, replica.gw, "the node online", func() bool { return replica.gw.HasNode(id) })
+	waitGateway(t, replica.gw, "the node online", func() bool { return replica.gw.Devices().Listed(id) })
 	if reg := f.record(id); reg == nil || reg.Offline() {
 		t.Fatalf("registry record %+v, want online", reg)
 	}
 
 	stop()
 	for _, gw := range []*mcp.Gateway{f.a.gw.gw, replica.gw} {
-		waitGateway(t, gw, "the node offline", func() bool { return gw.NodeOffline(id) && !gw.HasNode(id) })
+		waitGateway(t, gw, "the node offline", func() bool { return gw.Devices().Offline(id) && !gw.Devices().Listed(id) })
 	}
 	reg := f.record(id)
 	if reg == nil || !reg.Offline() || reg.LastSeen.IsZero() {
@@ -89,7 +89,7 @@ func TestPresenceRemembers(t *testing.T) {
 	// A gateway started now (a restarted one) knows it from the registry
 	// alone, once it is ready.
 	restarted := f.secondGateway(gatewayConfig{})
-	if !restarted.gw.NodeOffline(id) {
+	if !restarted.gw.Devices().Offline(id) {
 		t.Fatal("restarted gateway does not know the node that left")
 	}
 
@@ -218,8 +218,8 @@ func TestPresenceReplacedSession(t *testing.T) {
 		t.Fatalf("registry record %+v, want the new session online", rec)
 	}
 	gw := f.a.gw.gw
-	waitGateway(t, gw, "the new session listed", func() bool { return gw.HasNode(id) })
-	if gw.NodeOffline(id) {
+	waitGateway(t, gw, "the new session listed", func() bool { return gw.Devices().Listed(id) })
+	if gw.Devices().Offline(id) {
 		t.Error("gateway holds the replaced node offline")
 	}
 	s := f.client(f.token(auth.MintOptions{}), "")
@@ -235,12 +235,12 @@ func TestPresenceRetention(t *testing.T) {
 	id, stop := f.connectDevice(DefaultTenant, nil)
 	stop()
 	gw := f.a.gw.gw
-	waitGateway(t, gw, "the node offline", func() bool { return gw.NodeOffline(id) })
+	waitGateway(t, gw, "the node offline", func() bool { return gw.Devices().Offline(id) })
 	s := f.client(f.token(auth.MintOptions{}), "")
 	if code := callCode(t, s, echoName(id)); code != schemas.CodeNodeOffline {
 		t.Errorf("call of the node that left: %q, want E_NODE_OFFLINE", code)
 	}
-	waitGateway(t, gw, "the offline node forgotten", func() bool { return !gw.NodeOffline(id) })
+	waitGateway(t, gw, "the offline node forgotten", func() bool { return !gw.Devices().Offline(id) })
 	if reg := f.record(id); reg != nil {
 		t.Errorf("registry record %+v after the offline retention, want none", reg)
 	}

@@ -116,7 +116,7 @@ func waitTool(t *testing.T, gw *mcp.Gateway, tenant, name string, listed bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := gw.Wait(ctx, func(map[string]int) bool { return gw.HasTool(tenant, name) == listed }); err != nil {
+	if err := gw.Wait(ctx, func(map[string]int) bool { return gw.Catalog().Has(tenant, name) == listed }); err != nil {
 		t.Fatalf("%s listed = %v never came", name, listed)
 	}
 }
@@ -304,7 +304,7 @@ func TestRelay(t *testing.T) {
 				t.Errorf("%s: %s, want E_MANIFEST_INVALID", name, e.JSON())
 			}
 		}
-		if second.gw.ListenOf(DefaultTenant, "c") != "" || second.gw.ListenOf(DefaultTenant, "caller") != "" {
+		if second.gw.Listens().Of(DefaultTenant, "c") != "" || second.gw.Listens().Of(DefaultTenant, "caller") != "" {
 			t.Error("a refused declaration was registered")
 		}
 	})
@@ -432,7 +432,7 @@ func TestRelayLifetimes(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		gw := f.a.gw.gw
-		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.ListenOf(DefaultTenant, "a") == second.id }); err != nil {
+		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.Listens().Of(DefaultTenant, "a") == second.id }); err != nil {
 			t.Fatal("the gateway never listed the second listen's tools")
 		}
 		f.answeredBy(t, b, second, tokA, "second")
@@ -564,7 +564,7 @@ func TestRelayGuards(t *testing.T) {
 		if e := envelope(t, res); e.Code != schemas.CodeSafetyDenied {
 			t.Errorf("agent-x listening as a: %s, want E_SAFETY_DENIED", e.JSON())
 		}
-		if f.a.gw.gw.ListenOf(DefaultTenant, "a") != a.id {
+		if f.a.gw.gw.Listens().Of(DefaultTenant, "a") != a.id {
 			t.Error("agent-x's attempt changed whose tools a_send are")
 		}
 	})

@@ -76,7 +76,7 @@ func (f *fixture) waitTool(tenant, name string, listed bool) {
 	ctx, cancel := context.WithTimeout(f.t.Context(), 10*time.Second)
 	defer cancel()
 	gw := f.a.gw.gw
-	if err := gw.Wait(ctx, func(map[string]int) bool { return gw.HasTool(tenant, name) == listed }); err != nil {
+	if err := gw.Wait(ctx, func(map[string]int) bool { return gw.Catalog().Has(tenant, name) == listed }); err != nil {
 		f.t.Fatalf("gateway never had tool %s for %s = %v", name, tenant, listed)
 	}
 }
@@ -289,7 +289,7 @@ func TestRemoteToolsListChanged(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		if err := second.gw.Wait(ctx, func(map[string]int) bool { return second.gw.HasTool(DefaultTenant, name) == listed }); err != nil {
+		if err := second.gw.Wait(ctx, func(map[string]int) bool { return second.gw.Catalog().Has(DefaultTenant, name) == listed }); err != nil {
 			t.Fatalf("the second gateway never had %s = %v", name, listed)
 		}
 	}

@@ -91,4 +91,4 @@ func TestSafetyMatrix(t *testing.T) {
 }
 
 // nodeIDs returns the nodes the gateway lists.
-func (f *fixture) nodeIDs() map[string]bool { return f.a.gw.gw.NodeIDs() }
+func (f *fixture) nodeIDs() map[string]bool { return f.a.gw.gw.Devices().IDs() }

@@ -255,7 +255,7 @@ func checkSSEStream(t *testing.T, f *fixture, proto int) {
 	}
 	cancel() // the client goes away
 	wait(t, probe.exited, "device stream loop end")
-	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 	eventually(t, "tier streams closed", func() bool { return f.a.tier.tier.Streams() == 0 })
 	eventually(t, "gateway subscriptions released", func() bool { return f.a.gw.nc.NumSubscriptions() == gwSubs })
 }
@@ -273,7 +273,7 @@ func TestSSEDeviceKilled(t *testing.T) {
 		if e.name == "metric" {
 			break
 		}
-		t.Logf("event %+v open=%d", e, f.a.gw.gw.OpenStreams())
+		t.Logf("event %+v open=%d", e, f.a.gw.gw.Streams().Open())
 	}
 	kill()
 	var last event
@@ -283,7 +283,7 @@ func TestSSEDeviceKilled(t *testing.T) {
 	if last.name != "close" || last.data != `{"code":4503,"reason":"device_offline"}` {
 		t.Fatalf("last event %+v, want close 4503 device_offline", last)
 	}
-	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 }
 
 // TestSSERefusals: every bad request is refused with its code before any
@@ -382,7 +382,7 @@ func TestSSEQuota(t *testing.T) {
 		t.Fatalf("second stream: %+v, want close 4429", e)
 	}
 	cancel()
-	eventually(t, "first stream closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "first stream closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 	resp := f.post(t.Context(), tok, "text/event-stream", subscribeBody(node, `{}`))
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(resp.Body)
@@ -420,7 +420,7 @@ func TestSSEBadFramesDropped(t *testing.T) {
 			t.Fatalf("a bad frame reached the client: %s", e.data)
 		}
 	}
-	if n := f.a.gw.gw.DroppedFrames(); n < 3 {
+	if n := f.a.gw.gw.Streams().Dropped(); n < 3 {
 		t.Errorf("dropped %d frames, want 3", n)
 	}
 }
@@ -483,7 +483,7 @@ func TestMCPSubscribe(t *testing.T) {
 		t.Errorf("cancelled call returned %v", err)
 	}
 	wait(t, probe.exited, "device stream loop end after the client cancelled")
-	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.OpenStreams() == 0 })
+	eventually(t, "gateway streams closed", func() bool { return f.a.gw.gw.Streams().Open() == 0 })
 
 	resc, errc := call(t.Context())
 	wait(t, probe.started, "second stream start")

@@ -27,10 +27,10 @@ func TestNoSilentUnlisting(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.Unlisted()[key] >= n }); err != nil {
-			t.Fatalf("%s counted %d times, want %d (%v)", key, gw.Unlisted()[key], n, gw.Unlisted())
+		if err := gw.Wait(ctx, func(map[string]int) bool { return gw.Catalog().Unlisted()[key] >= n }); err != nil {
+			t.Fatalf("%s counted %d times, want %d (%v)", key, gw.Catalog().Unlisted()[key], n, gw.Catalog().Unlisted())
 		}
-		if got := gw.Unlisted()[key]; got != n {
+		if got := gw.Catalog().Unlisted()[key]; got != n {
 			t.Errorf("%s counted %d times, want %d", key, got, n)
 		}
 	}
@@ -114,7 +114,7 @@ func TestNoSilentUnlisting(t *testing.T) {
 		first := f.listen(f.a.MCPURL(), tok, twoTools)
 		waitTool(t, gw, DefaultTenant, "a_send", true)
 		second := f.listen(f.a.MCPURL(), tok, twoTools)
-		if gw.ListenOf(DefaultTenant, "a") != second.id {
+		if gw.Listens().Of(DefaultTenant, "a") != second.id {
 			t.Fatal("the second listen does not hold the tools")
 		}
 		<-first.done
@@ -127,11 +127,11 @@ func TestNoSilentUnlisting(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		both := func() int64 {
-			u := gw.Unlisted()
+			u := gw.Catalog().Unlisted()
 			return u["caller/replaced by a newer listen"] + u["caller/removed by its owner"]
 		}
 		if err := gw.Wait(ctx, func(map[string]int) bool { return both() >= 2 }); err != nil || both() != 2 {
-			t.Errorf("two listens unlisted %v, want the first replaced or removed, the second removed", gw.Unlisted())
+			t.Errorf("two listens unlisted %v, want the first replaced or removed, the second removed", gw.Catalog().Unlisted())
 		}
 		said(t, "INFO", "caller tools unlisted: removed by its owner", "listen_id", second.id)
 	})
