@@ -114,7 +114,11 @@ func TestNoSilentUnlisting(t *testing.T) {
 		first := f.listen(f.a.MCPURL(), tok, twoTools)
 		waitTool(t, gw, DefaultTenant, "a_send", true)
 		second := f.listen(f.a.MCPURL(), tok, twoTools)
-		if gw.Listens().Of(DefaultTenant, "a") != second.id {
+		// The holder learns of its own declaration from the bucket's
+		// watch, which may come after the listen said it is ready.
+		wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer wcancel()
+		if err := gw.Wait(wctx, func(map[string]int) bool { return gw.Listens().Of(DefaultTenant, "a") == second.id }); err != nil {
 			t.Fatal("the second listen does not hold the tools")
 		}
 		<-first.done
