@@ -170,7 +170,7 @@ func NewOAuthServer(o OAuthServerOptions) (*OAuthServer, error) {
 		o: o, log: log,
 		register:  rate.NewLimiter(o.Registrations, o.RegistrationBurst),
 		requests:  rate.NewLimiter(requestRate, requestBurst),
-		cimd:      newCIMDFetcher(o.CIMD),
+		cimd:      newCIMDFetcher(o.CIMD, o.Now),
 		verifiers: map[string]*auth.Verifier{},
 		grants:    map[string]grantSeen{},
 	}, nil

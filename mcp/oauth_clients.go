@@ -331,7 +331,8 @@ const (
 // resolves to a private address is refused too.
 type cimdFetcher struct {
 	client *http.Client
-	limit  *rate.Limiter
+	limit  *rate.Limiter // on the server's clock
+	now    func() time.Time
 
 	mu    sync.Mutex
 	cache map[string]cimdEntry
@@ -342,7 +343,7 @@ type cimdEntry struct {
 	at time.Time
 }
 
-func newCIMDFetcher(o CIMDOptions) *cimdFetcher {
+func newCIMDFetcher(o CIMDOptions, now func() time.Time) *cimdFetcher {
 	d := &net.Dialer{
 		Timeout: cimdTimeout,
 		Control: func(_, address string, _ syscall.RawConn) error {
@@ -374,6 +375,7 @@ func newCIMDFetcher(o CIMDOptions) *cimdFetcher {
 			},
 		},
 		limit: rate.NewLimiter(cimdRate, cimdBurst),
+		now:   now,
 		cache: map[string]cimdEntry{},
 	}
 }
@@ -433,10 +435,10 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*oauthClient, error
 	f.mu.Lock()
 	e, ok := f.cache[id]
 	f.mu.Unlock()
-	if ok && time.Since(e.at) < cimdCache {
+	if ok && f.now().Sub(e.at) < cimdCache {
 		return e.c, nil
 	}
-	if !f.limit.Allow() {
+	if !f.limit.AllowN(f.now(), 1) {
 		return nil, errCIMDBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, cimdTimeout)
@@ -483,7 +485,7 @@ func (f *cimdFetcher) fetch(ctx context.Context, id string) (*oauthClient, error
 	if len(f.cache) >= cimdCacheSize {
 		clear(f.cache)
 	}
-	f.cache[id] = cimdEntry{c: c, at: time.Now()}
+	f.cache[id] = cimdEntry{c: c, at: f.now()}
 	f.mu.Unlock()
 	return c, nil
 }
