@@ -65,8 +65,11 @@ type Options struct {
 	AuthTimeout time.Duration
 	// MaxFrameBytes is the largest frame a device may send (64 KiB).
 	MaxFrameBytes int
-	// PingInterval is how often the tier pings each device (15 s); a device
-	// that does not answer within the next interval is dropped with 4408.
+	// PingInterval is how long a device may stay silent before the tier
+	// pings it (15 s): a device heard from (any frame, its own ping, a
+	// pong) within the interval is not pinged, and one heard from for no
+	// two intervals is dropped with 4408, so a ping always has a whole
+	// interval to be answered.
 	PingInterval time.Duration
 	// WriteTimeout bounds one frame write (5 s).
 	WriteTimeout time.Duration
@@ -153,6 +156,11 @@ type Tier struct {
 	// watch of the registry, for its sweep of dead tiers' records.
 	orphans *bus.Orphans
 
+	// live watches every session's device from announce on, and pings
+	// or drops the silent ones; it runs until stopLive.
+	live     *liveness
+	stopLive context.CancelFunc
+
 	// tools counts each tenant's tools, from a watch of the registry;
 	// nil without a cap.
 	tools *toolCounts
@@ -222,7 +230,8 @@ func New(o Options) (*Tier, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans()}
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
+		live: newLiveness(o.PingInterval)}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
@@ -249,6 +258,10 @@ func New(o Options) (*Tier, error) {
 		}
 	})
 	t.bg.Go(func() { t.dispatch(ctx) })
+	// Devices are watched until Shutdown, even if NATS closed for good.
+	lctx, stopLive := context.WithCancel(context.Background())
+	t.stopLive = stopLive
+	t.bg.Go(func() { t.live.run(lctx) })
 	t.bg.Go(func() { t.holdLease(ctx) })
 	t.bg.Go(func() { t.watchRecords(ctx) })
 	return t, nil
@@ -562,6 +575,7 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 	t.stopOnce.Do(func() {
 		t.stopErr = errors.Join(t.cancelSub.Unsubscribe(), t.inboxSub.Unsubscribe())
 		t.stopBG()
+		t.stopLive()
 	})
 	t.bg.Wait()
 	if t.stopErr != nil {
@@ -587,9 +601,13 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	hw := &hijackRecorder{ResponseWriter: w}
+	// A device's pings and pongs are signs of life as good as its frames.
+	live := new(peer)
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		Subprotocols:    []string{wire.Subprotocol},
 		CompressionMode: websocket.CompressionDisabled,
+		OnPingReceived:  func(context.Context, []byte) bool { t.live.hear(live); return true },
+		OnPongReceived:  func(context.Context, []byte) { t.live.hear(live) },
 	})
 	if err != nil {
 		return // Accept has written the HTTP error
@@ -597,7 +615,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// The tier enforces its own frame limit so that an oversize frame closes
 	// with 4413, not the library's 1009.
 	c.SetReadLimit(-1)
-	s := newSession(t, c, r)
+	s := newSession(t, c, live, r)
 	s.raw = hw.conn
 	t.mu.Lock()
 	refuse := ""
