@@ -264,14 +264,16 @@ func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[stri
 	// An inbox no one can guess: the answers a follower takes from it are
 	// its state.
 	inbox := nc.NewInbox() + "." + rand.Text()
-	sub, err := nc.SubscribeSync(inbox)
+	// A page at a time, each read to its end before the next is asked
+	// for: a channel of one page's answers never fills. (A sync
+	// subscription's has room for nats.go's 65,536 by default: 512 KiB
+	// allocated per read, which a tier does for every node that connects.)
+	page := make(chan *nats.Msg, directBatch+2)
+	sub, err := nc.ChanSubscribe(inbox, page)
 	if err != nil {
 		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
-	}
 	state := map[string]kvEntry{}
 	subject := "$KV." + bucket + "." + key
 	for seq := uint64(1); ; {
@@ -283,7 +285,7 @@ func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[stri
 		if err := nc.PublishRequest(jsAPI+"DIRECT.GET."+kvStream(bucket), inbox, req); err != nil {
 			return nil, fmt.Errorf("read kv %s: %w", bucket, err)
 		}
-		more, next, err := readPage(ctx, sub, bucket, state)
+		more, next, err := readPage(ctx, page, bucket, state)
 		if err != nil {
 			return nil, err
 		}
@@ -296,13 +298,15 @@ func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[stri
 
 // readPage reads the answers to one direct get, into state: more says
 // whether messages remain after them, from sequence next.
-func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state map[string]kvEntry) (more bool, next uint64, _ error) {
+func readPage(ctx context.Context, page <-chan *nats.Msg, bucket string, state map[string]kvEntry) (more bool, next uint64, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return false, 0, fmt.Errorf("read kv %s: %w", bucket, err)
+		var m *nats.Msg
+		select {
+		case m = <-page:
+		case <-ctx.Done():
+			return false, 0, fmt.Errorf("read kv %s: %w", bucket, ctx.Err())
 		}
 		status := ""
 		if !FromJetStream(m) { // a stored message's own Status header is data
