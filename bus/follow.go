@@ -43,7 +43,7 @@ const directBatch = 256
 // kvEntry is a key's last message, as a follower knows it.
 type kvEntry struct {
 	seq   uint64
-	value []byte // nil: the key was deleted
+	value []byte // nil: the key was deleted; a follower keeps it empty
 	// expired: the key went away because its TTL ran out (a lease that
 	// lapsed), not because it was deleted or purged.
 	expired bool
@@ -224,10 +224,17 @@ func (f *follower) resyncKey(ctx context.Context, key string) error {
 // set records key's new message and reports the change.
 func (f *follower) set(key string, e kvEntry, initial bool) {
 	was := f.state[key].value
+	value := e.value
+	if value != nil {
+		// Only whether the key has a value is kept (fn does not keep it
+		// either): a follower of every node's record would otherwise hold
+		// each record's bytes a second time.
+		e.value = []byte{}
+	}
 	f.state[key] = e
 	switch {
-	case e.value != nil:
-		f.fn(kvChange{key: key, value: e.value, seq: e.seq, initial: initial, at: e.at})
+	case value != nil:
+		f.fn(kvChange{key: key, value: value, seq: e.seq, initial: initial, at: e.at})
 	case was != nil && !initial:
 		f.fn(kvChange{key: key, seq: e.seq, expired: e.expired, at: e.at})
 	}
