@@ -13,10 +13,8 @@ import (
 // or a pong counts. A device heard from within the last interval is not
 // pinged at all, so a device that talks (or pings on its own) costs the
 // tier no keepalive traffic of its own. One heard from for no whole
-// interval is pinged once; one still silent two intervals after it was
-// last heard from is dropped. That keeps the bounds of one ping per
-// interval: a ping always has a whole interval to be answered, and a dead
-// device is dropped at most two intervals after its last frame.
+// interval is pinged once, and has timeout to answer: one still silent
+// interval+timeout after it was last heard from is dropped.
 //
 // Its work grows with the pings it sends, not with the devices it
 // watches: each shard keeps its peers on a wheel of slots, one per tick,
@@ -34,10 +32,14 @@ type liveness struct {
 	next      atomic.Uint32 // the shard of the next peer, round robin
 }
 
-// liveTicks is how many ticks an interval has: a peer is visited up to a
-// tick after it becomes due, so the thresholds are a tick or two short of
-// the interval to keep the bounds.
+// liveTicks is how many ticks the shorter of interval and timeout has: a
+// peer is visited up to a tick after it becomes due, so the thresholds
+// are a tick or two short to keep the bounds.
 const liveTicks = 64
+
+// maxLiveSlots bounds a wheel's slots (a tick of a long interval is
+// longer than liveTicks would make it).
+const maxLiveSlots = 4096
 
 // liveShards is how many wheels share the peers: each ticks on its own
 // goroutine, at its own random offset, so their work does not come at
@@ -61,16 +63,16 @@ type peer struct {
 }
 
 // newLiveness returns a liveness that pings peers silent for about
-// interval and drops those silent for 2×interval.
-func newLiveness(interval time.Duration) *liveness {
-	tick := max(interval/liveTicks, time.Millisecond)
+// interval, and drops those silent for interval+timeout.
+func newLiveness(interval, timeout time.Duration) *liveness {
+	tick := max(min(interval, timeout)/liveTicks, (interval+timeout)/maxLiveSlots, time.Millisecond)
 	l := &liveness{
 		tick: tick,
 		// Visited up to a tick late: pinged before the interval is over,
-		// the ping then has a whole interval before the drop, and the
-		// drop comes at most 2×interval after the last frame.
+		// the ping then has at least timeout before the drop, and the
+		// drop comes at most interval+timeout after the last frame.
 		pingAfter: interval - 2*tick,
-		dropAfter: 2*interval - tick,
+		dropAfter: interval + timeout - tick,
 		epoch:     time.Now(),
 	}
 	// A peer is never scheduled further than pingAfter ahead.

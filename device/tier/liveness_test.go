@@ -2,7 +2,7 @@ package tier
 
 import (
 	"context"
-	"strconv"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -47,10 +47,16 @@ func (f *fakePeer) state() ([]time.Time, time.Time) {
 	return append([]time.Time(nil), f.pings...), f.lostAt
 }
 
-// withLiveness runs test in a bubble with a liveness of interval running.
+// withLiveness runs test in a bubble with a liveness of interval (and as
+// long a timeout) running.
 func withLiveness(t *testing.T, interval time.Duration, test func(t *testing.T, l *liveness)) {
+	withLivenessTimeout(t, interval, interval, test)
+}
+
+// withLivenessTimeout is withLiveness with another timeout.
+func withLivenessTimeout(t *testing.T, interval, timeout time.Duration, test func(t *testing.T, l *liveness)) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newLiveness(interval)
+		l := newLiveness(interval, timeout)
 		ctx, cancel := context.WithCancel(t.Context())
 		var wg sync.WaitGroup
 		wg.Go(func() { l.run(ctx) })
@@ -81,50 +87,56 @@ func TestLivenessChattyNeverPinged(t *testing.T) {
 
 // TestLivenessSilentDropped: a device that falls silent (at once, or
 // after answering some pings) is pinged once more, within the interval
-// after it was last heard from; that ping has a whole interval to be
-// answered; the device is dropped at most two intervals after it was
+// after it was last heard from; that ping has the whole timeout to be
+// answered; the device is dropped at most interval+timeout after it was
 // last heard from.
 func TestLivenessSilentDropped(t *testing.T) {
-	for _, n := range []int{0, 1, 3} {
-		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			answers := n
-			withLiveness(t, liveInterval, func(t *testing.T, l *liveness) {
-				f := &fakePeer{l: l}
-				last := time.Now() // when the device was last heard from
-				var mu sync.Mutex
-				f.answer = func() {
+	for _, c := range []struct{ interval, timeout time.Duration }{
+		{liveInterval, liveInterval},
+		{liveInterval * 3 / 2, liveInterval / 2}, // the same bound, fewer pings
+		{time.Hour, liveInterval},
+	} {
+		for _, n := range []int{0, 1, 3} {
+			t.Run(fmt.Sprintf("%v+%v/%d answers", c.interval, c.timeout, n), func(t *testing.T) {
+				withLivenessTimeout(t, c.interval, c.timeout, func(t *testing.T, l *liveness) {
+					answers := n
+					f := &fakePeer{l: l}
+					last := time.Now() // when the device was last heard from
+					var mu sync.Mutex
+					f.answer = func() {
+						mu.Lock()
+						defer mu.Unlock()
+						if answers > 0 {
+							answers--
+							f.hear()
+							last = time.Now()
+						}
+					}
+					l.add(&f.p, f)
+					time.Sleep(time.Duration(n+2) * (c.interval + c.timeout))
+					synctest.Wait()
 					mu.Lock()
 					defer mu.Unlock()
-					if answers > 0 {
-						answers--
-						f.hear()
-						last = time.Now()
+					pings, lost := f.state()
+					if len(pings) != n+1 {
+						t.Fatalf("%d pings, want %d", len(pings), n+1)
 					}
-				}
-				l.add(&f.p, f)
-				time.Sleep(10 * liveInterval)
-				synctest.Wait()
-				mu.Lock()
-				defer mu.Unlock()
-				pings, lost := f.state()
-				if len(pings) != n+1 {
-					t.Fatalf("%d pings, want %d", len(pings), n+1)
-				}
-				ping := pings[len(pings)-1]
-				if since := ping.Sub(last); since > liveInterval || since < liveInterval-2*l.tick {
-					t.Errorf("last ping %v after the device was last heard from, want within the last two ticks of the %v interval", since, liveInterval)
-				}
-				if lost.IsZero() {
-					t.Fatal("a silent device was never dropped")
-				}
-				if since := lost.Sub(last); since > 2*liveInterval {
-					t.Errorf("dropped %v after it was last heard from, want at most %v", since, 2*liveInterval)
-				}
-				if grace := lost.Sub(ping); grace < liveInterval {
-					t.Errorf("dropped %v after its last ping, want a whole interval (%v) to answer", grace, liveInterval)
-				}
+					ping := pings[len(pings)-1]
+					if since := ping.Sub(last); since > c.interval || since < c.interval-2*l.tick {
+						t.Errorf("last ping %v after the device was last heard from, want within the last two ticks of the %v interval", since, c.interval)
+					}
+					if lost.IsZero() {
+						t.Fatal("a silent device was never dropped")
+					}
+					if since := lost.Sub(last); since > c.interval+c.timeout {
+						t.Errorf("dropped %v after it was last heard from, want at most %v", since, c.interval+c.timeout)
+					}
+					if grace := lost.Sub(ping); grace < c.timeout {
+						t.Errorf("dropped %v after its last ping, want the whole timeout (%v) to answer", grace, c.timeout)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 

@@ -678,21 +678,28 @@ func authRace(t *testing.T, rc *rawClient, token string) string {
 }
 
 // TestMissedPings drops a device that stops answering pings: 4408, and its
-// node goes offline.
+// node goes offline; with a timeout of its own too.
 func TestMissedPings(t *testing.T) {
-	tt := newTestTier(t, tier.Options{PingInterval: 100 * time.Millisecond})
-	events := tt.watch(t)
-	node := wire.NewNodeID()
-	rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
+	for _, o := range []tier.Options{
+		{PingInterval: 100 * time.Millisecond},
+		{PingInterval: 150 * time.Millisecond, PingTimeout: 50 * time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%v+%v", o.PingInterval, o.PingTimeout), func(t *testing.T) {
+			tt := newTestTier(t, o)
+			events := tt.watch(t)
+			node := wire.NewNodeID()
+			rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
 
-	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
-		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
-	})
-	_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
-	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
-	r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
-	if !errors.Is(r.Err, nats.ErrNoResponders) {
-		t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
+			tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
+				return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
+			})
+			_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
+			waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
+			r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
+			if !errors.Is(r.Err, nats.ErrNoResponders) {
+				t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
+			}
+		})
 	}
 }
 

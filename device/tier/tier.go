@@ -67,10 +67,13 @@ type Options struct {
 	MaxFrameBytes int
 	// PingInterval is how long a device may stay silent before the tier
 	// pings it (15 s): a device heard from (any frame, its own ping, a
-	// pong) within the interval is not pinged, and one heard from for no
-	// two intervals is dropped with 4408, so a ping always has a whole
-	// interval to be answered.
+	// pong) within the interval is not pinged.
 	PingInterval time.Duration
+	// PingTimeout is how long a pinged device has to answer (the
+	// interval): one heard from for no PingInterval+PingTimeout is
+	// dropped with 4408. A longer interval with a shorter timeout pings
+	// idle devices less often within the same bound.
+	PingTimeout time.Duration
 	// WriteTimeout bounds one frame write (5 s).
 	WriteTimeout time.Duration
 	// Requesters, when set, are the roles whose requests the tier serves
@@ -198,6 +201,9 @@ func New(o Options) (*Tier, error) {
 	if o.PingInterval <= 0 {
 		o.PingInterval = 15 * time.Second
 	}
+	if o.PingTimeout <= 0 {
+		o.PingTimeout = o.PingInterval
+	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 5 * time.Second
 	}
@@ -231,7 +237,7 @@ func New(o Options) (*Tier, error) {
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
 		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
-		live: newLiveness(o.PingInterval)}
+		live: newLiveness(o.PingInterval, o.PingTimeout)}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
