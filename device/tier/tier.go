@@ -160,9 +160,8 @@ type Tier struct {
 	orphans *bus.Orphans
 
 	// live watches every session's device from announce on, and pings
-	// or drops the silent ones; it runs until stopLive.
-	live     *liveness
-	stopLive context.CancelFunc
+	// or drops the silent ones; it runs as the tier's own goroutines do.
+	live *liveness
 
 	// tools counts each tenant's tools, from a watch of the registry;
 	// nil without a cap.
@@ -264,10 +263,7 @@ func New(o Options) (*Tier, error) {
 		}
 	})
 	t.bg.Go(func() { t.dispatch(ctx) })
-	// Devices are watched until Shutdown, even if NATS closed for good.
-	lctx, stopLive := context.WithCancel(context.Background())
-	t.stopLive = stopLive
-	t.bg.Go(func() { t.live.run(lctx) })
+	t.bg.Go(func() { t.live.run(ctx) })
 	t.bg.Go(func() { t.holdLease(ctx) })
 	t.bg.Go(func() { t.watchRecords(ctx) })
 	return t, nil
@@ -581,7 +577,6 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 	t.stopOnce.Do(func() {
 		t.stopErr = errors.Join(t.cancelSub.Unsubscribe(), t.inboxSub.Unsubscribe())
 		t.stopBG()
-		t.stopLive()
 	})
 	t.bg.Wait()
 	if t.stopErr != nil {
