@@ -18,8 +18,9 @@ import (
 //
 // Its work grows with the pings it sends, not with the devices it
 // watches: each shard keeps its peers on a wheel of slots, one per tick,
-// and visits a peer only when it could be due (about once an interval),
-// on one goroutine per shard rather than a timer per session. Make one
+// and visits a peer only when it could be due (about once an interval,
+// and every tick while its ping is unanswered), on one goroutine per
+// shard rather than a timer per session. Make one
 // with [newLiveness], start it with [liveness.run], add a peer when its
 // session starts, and remove it when it ends. It is safe for concurrent
 // use.
@@ -37,8 +38,8 @@ type liveness struct {
 // are a tick or two short to keep the bounds.
 const liveTicks = 64
 
-// maxLiveSlots bounds a wheel's slots (a tick of a long interval is
-// longer than liveTicks would make it).
+// maxLiveSlots bounds a wheel's slots: with an interval far longer than
+// the timeout, ticks are longer than liveTicks alone would make them.
 const maxLiveSlots = 4096
 
 // liveShards is how many wheels share the peers: each ticks on its own
