@@ -43,7 +43,7 @@ const directBatch = 256
 // kvEntry is a key's last message, as a follower knows it.
 type kvEntry struct {
 	seq   uint64
-	value []byte // nil: the key was deleted
+	value []byte // nil: the key was deleted; a follower keeps it empty
 	// expired: the key went away because its TTL ran out (a lease that
 	// lapsed), not because it was deleted or purged.
 	expired bool
@@ -221,22 +221,20 @@ func (f *follower) resyncKey(ctx context.Context, key string) error {
 	return nil
 }
 
-// present stands, in a follower's state, for a key's value, which the
-// follower reports and does not keep: a bucket of a million records is
-// followed without a copy of each.
-var present = []byte{}
-
 // set records key's new message and reports the change.
 func (f *follower) set(key string, e kvEntry, initial bool) {
 	was := f.state[key].value
-	kept := e
-	if e.value != nil {
-		kept.value = present
+	value := e.value
+	if value != nil {
+		// Only whether the key has a value is kept (fn does not keep it
+		// either): a follower of every node's record would otherwise hold
+		// each record's bytes a second time.
+		e.value = []byte{}
 	}
-	f.state[key] = kept
+	f.state[key] = e
 	switch {
-	case e.value != nil:
-		f.fn(kvChange{key: key, value: e.value, seq: e.seq, initial: initial, at: e.at})
+	case value != nil:
+		f.fn(kvChange{key: key, value: value, seq: e.seq, initial: initial, at: e.at})
 	case was != nil && !initial:
 		f.fn(kvChange{key: key, seq: e.seq, expired: e.expired, at: e.at})
 	}
@@ -273,14 +271,16 @@ func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[stri
 	// An inbox no one can guess: the answers a follower takes from it are
 	// its state.
 	inbox := nc.NewInbox() + "." + rand.Text()
-	sub, err := nc.SubscribeSync(inbox)
+	// A page at a time, each read to its end before the next is asked
+	// for: a channel of one page's answers never fills. (A sync
+	// subscription's has room for nats.go's 65,536 by default: 512 KiB
+	// allocated per read, which a tier does for every node that connects.)
+	page := make(chan *nats.Msg, directBatch+2)
+	sub, err := nc.ChanSubscribe(inbox, page)
 	if err != nil {
 		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		return nil, fmt.Errorf("read kv %s: %w", bucket, err)
-	}
 	state := map[string]kvEntry{}
 	subject := "$KV." + bucket + "." + key
 	for seq := uint64(1); ; {
@@ -292,7 +292,7 @@ func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[stri
 		if err := nc.PublishRequest(jsAPI+"DIRECT.GET."+kvStream(bucket), inbox, req); err != nil {
 			return nil, fmt.Errorf("read kv %s: %w", bucket, err)
 		}
-		more, next, err := readPage(ctx, sub, bucket, state)
+		more, next, err := readPage(ctx, page, bucket, state)
 		if err != nil {
 			return nil, err
 		}
@@ -305,13 +305,15 @@ func readState(ctx context.Context, nc *nats.Conn, bucket, key string) (map[stri
 
 // readPage reads the answers to one direct get, into state: more says
 // whether messages remain after them, from sequence next.
-func readPage(ctx context.Context, sub *nats.Subscription, bucket string, state map[string]kvEntry) (more bool, next uint64, _ error) {
+func readPage(ctx context.Context, page <-chan *nats.Msg, bucket string, state map[string]kvEntry) (more bool, next uint64, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return false, 0, fmt.Errorf("read kv %s: %w", bucket, err)
+		var m *nats.Msg
+		select {
+		case m = <-page:
+		case <-ctx.Done():
+			return false, 0, fmt.Errorf("read kv %s: %w", bucket, ctx.Err())
 		}
 		status := ""
 		if !FromJetStream(m) { // a stored message's own Status header is data

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -209,6 +211,14 @@ func (d *DeviceTier) close() {
 	}
 }
 
+// deviceGCPercent is okso device's GOGC unless the variable is set. A
+// tier's heap is mostly its sessions' long-lived state, and Go's default
+// (100) lets the heap grow by as much again before a collection: the
+// memory of as many devices again. At 50, 10,000 devices took 34 KB per
+// connection rather than 42 (make scale); the collections it adds come
+// with calls, whose garbage is small next to that state.
+const deviceGCPercent = 50
+
 func deviceCmd(stderr io.Writer) *cobra.Command {
 	var (
 		cfg  DeviceTierConfig
@@ -219,6 +229,9 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 		Short: "Run the devices' door: the okso.v1 WebSocket endpoint at /v1/device/ws",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, set := os.LookupEnv("GOGC"); !set {
+				debug.SetGCPercent(deviceGCPercent)
+			}
 			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
 				cfg.auditLog = logs.auditLog()
 				d, err := NewDeviceTier(ctx, log, cfg)

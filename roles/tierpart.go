@@ -35,6 +35,7 @@ type tierConfig struct {
 	MaxFrameBytes     int
 	AuthTimeout       time.Duration
 	PingInterval      time.Duration
+	PingTimeout       time.Duration
 	LeaseTTL          time.Duration
 	OfflineRetention  time.Duration
 	ConnRatePerIP     float64
@@ -149,6 +150,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		MaxFrameBytes:     cfg.MaxFrameBytes,
 		AuthTimeout:       cfg.AuthTimeout,
 		PingInterval:      cfg.PingInterval,
+		PingTimeout:       cfg.PingTimeout,
 	})
 	if err != nil {
 		return nil, err

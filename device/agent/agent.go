@@ -34,6 +34,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -101,9 +102,12 @@ type Options struct {
 	// not for a refusal for good, which Run returns. It is called from the
 	// goroutine of Run, in turn with OnReady and OnLost.
 	OnFail func(err error)
-	// PingInterval is how often the device pings its tier (30 s): a
-	// connection that died without a close (a crashed host, a NAT that
-	// forgot it) is noticed and replaced.
+	// PingInterval is how long the device may hear nothing from its tier
+	// before it pings it (30 s); a tier that does not answer within the
+	// next interval is dropped, so a connection that died without a close
+	// (a crashed host, a NAT that forgot it) is noticed and replaced. Any
+	// frame, ping or pong of the tier's counts: a tier that pings more
+	// often is never pinged.
 	PingInterval time.Duration
 }
 
@@ -232,7 +236,23 @@ type conn struct {
 	c      *websocket.Conn
 	writes *wire.WriteGuard
 	clock  tierClock // the zero value when the tier sent no clock
+	heard  *heard    // when the tier was last heard from
 }
+
+// heard is when a connection last heard from its tier: any frame, a ping
+// of the tier's or a pong, on the monotonic clock. It is safe for
+// concurrent use.
+type heard struct {
+	epoch time.Time
+	last  atomic.Int64 // since epoch
+}
+
+func newHeard() *heard { return &heard{epoch: time.Now()} }
+
+func (h *heard) now()                              { h.last.Store(int64(time.Since(h.epoch))) }
+func (h *heard) ping(context.Context, []byte) bool { h.now(); return true }
+func (h *heard) pong(context.Context, []byte)      { h.now() }
+func (h *heard) silent() time.Duration             { return time.Since(h.epoch) - time.Duration(h.last.Load()) }
 
 // tierClock is the device's reckoning of its tier's clock: the tier's
 // time at auth_ok, and when auth_ok arrived on the device's monotonic
@@ -285,6 +305,7 @@ func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
 	if err != nil {
 		return wire.Envelope{}, closeErr(err)
 	}
+	c.heard.now()
 	if typ != websocket.MessageText {
 		return wire.Envelope{}, c.refuse(errors.New("tier sent a binary frame"))
 	}
@@ -332,14 +353,16 @@ func closeErr(err error) error {
 // announce_ok.
 func (d *Device) session(ctx context.Context, url string) (ready bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPClient: d.client})
+	h := newHeard()
+	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPClient: d.client,
+		OnPingReceived: h.ping, OnPongReceived: h.pong})
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("dial device tier %s: %w", url, err)
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	cn := &conn{d: d, c: c, writes: wire.NewWriteGuard(writeTimeout, func() {
+	cn := &conn{d: d, c: c, heard: h, writes: wire.NewWriteGuard(writeTimeout, func() {
 		// The tier stopped reading: the writes fail, the session ends, and
 		// Run reconnects.
 		d.log.Info("the device tier stalled a write: connection dropped", "url", url, "err", c.CloseNow())
@@ -452,23 +475,33 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	}()
 	pingDone := make(chan struct{})
 	defer close(pingDone)
+	// The device pings only a tier it heard nothing from (no frame, ping
+	// or pong) for a whole interval: a tier that pings its devices, as
+	// okso's does, spares them pings of their own. A tier that answers no
+	// ping within the next interval is dropped, as before.
 	wg.Go(func() {
-		t := time.NewTicker(c.d.o.PingInterval)
+		every := c.d.o.PingInterval
+		t := time.NewTimer(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-pingDone:
 				return
 			case <-t.C:
-				pctx, cancel := context.WithTimeout(ctx, c.d.o.PingInterval)
-				err := c.c.Ping(pctx)
-				cancel()
-				if err != nil {
-					// The read below fails; Run reconnects.
-					c.d.log.Debug("the device tier missed a ping: connection dropped", "err", err, "close", c.c.CloseNow())
-					return
-				}
 			}
+			if left := every - c.heard.silent(); left > 0 {
+				t.Reset(left)
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, every)
+			err := c.c.Ping(pctx)
+			cancel()
+			if err != nil {
+				// The read below fails; Run reconnects.
+				c.d.log.Debug("the device tier missed a ping: connection dropped", "err", err, "close", c.c.CloseNow())
+				return
+			}
+			t.Reset(every)
 		}
 	})
 	// The read takes ctx without its end: a read whose context ends drops

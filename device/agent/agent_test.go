@@ -41,10 +41,16 @@ type rawTier struct {
 
 func newRawTier(t *testing.T, set *schemas.Set) *rawTier {
 	t.Helper()
+	return newRawTierWith(t, set, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol}})
+}
+
+// newRawTierWith is newRawTier accepting with o.
+func newRawTierWith(t *testing.T, set *schemas.Set, o *websocket.AcceptOptions) *rawTier {
+	t.Helper()
 	rt := &rawTier{conns: make(chan *websocket.Conn, 1), set: set}
 	done := make(chan struct{})
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol}})
+		c, err := websocket.Accept(w, r, o)
 		if err != nil {
 			return
 		}

@@ -44,6 +44,7 @@ type session struct {
 	t      *Tier
 	c      *websocket.Conn
 	raw    net.Conn // under c; dropped when a close handshake stalls
+	live   *peer    // when the device was last heard from
 	writes *wire.WriteGuard
 	id     string
 	remote string
@@ -119,10 +120,11 @@ type pendingCall struct {
 	subject   string
 }
 
-func newSession(t *Tier, c *websocket.Conn, r *http.Request) *session {
+func newSession(t *Tier, c *websocket.Conn, live *peer, r *http.Request) *session {
 	s := &session{
 		t:         t,
 		c:         c,
+		live:      live,
 		id:        wire.NewMsgID(),
 		remote:    r.RemoteAddr,
 		done:      make(chan struct{}),
@@ -258,6 +260,7 @@ func (s *session) read(ctx context.Context) (wire.Envelope, error) {
 	if err != nil {
 		return wire.Envelope{}, err
 	}
+	s.t.live.hear(s.live)
 	if typ != websocket.MessageText {
 		s.close(wire.CloseMalformed, "", "binary frames are not allowed")
 		return wire.Envelope{}, errClosed
@@ -630,32 +633,31 @@ func internSafety(class string) string {
 	return class
 }
 
-// keeper refreshes a session's node binding and pings its device, on
-// timers rather than a goroutine of its own: a tier holds tens of
-// thousands of sessions, and each parked goroutine costs its stack. The
-// node's record needs no refresh: it lives as long as the tier's lease
-// ([Tier.holdLease]).
+// keeper refreshes a session's node binding, on a timer rather than a
+// goroutine of its own (a tier holds tens of thousands of sessions, and
+// each parked goroutine costs its stack), and is the session as the
+// tier's [liveness] sees it. The node's record needs no refresh: it lives
+// as long as the tier's lease ([Tier.holdLease]).
 type keeper struct {
 	s       *session
 	mu      sync.Mutex // held by a refresh in progress
 	lease   *bus.Lease // the lease a refresh may re-claim
 	stopped bool
 	refresh *time.Timer
-	ping    *time.Timer
-	pinging sync.WaitGroup
 	// retry writes the record again after a failed reassert, again later
 	// than the last.
 	retry *time.Timer
 	again time.Duration
 }
 
-// keepAlive starts refreshing the binding and pinging until stop.
+// keepAlive starts refreshing the binding, and watching the device's
+// liveness, until stop.
 func (s *session) keepAlive(lease *bus.Lease) *keeper {
 	k := &keeper{s: s, lease: lease}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refresh = time.AfterFunc(s.t.o.Bindings.RefreshEvery(), k.onRefresh)
-	k.ping = time.AfterFunc(s.t.o.PingInterval, k.onPing)
+	s.t.live.add(s.live, k)
 	s.mu.Lock()
 	s.keeper = k
 	recheck := s.recheck
@@ -670,19 +672,18 @@ func (s *session) keepAlive(lease *bus.Lease) *keeper {
 	return k
 }
 
-// stop ends the timers, waits for a refresh or ping in progress, and
-// returns the lease as it now is (a refresh may have claimed it again).
+// stop ends the timers and the liveness watch, waits for a refresh in
+// progress, and returns the lease as it now is (a refresh may have claimed it again).
 func (k *keeper) stop() *bus.Lease {
 	k.mu.Lock()
 	k.stopped = true
 	k.refresh.Stop()
-	k.ping.Stop()
 	if k.retry != nil {
 		k.retry.Stop()
 	}
 	lease := k.lease
 	k.mu.Unlock()
-	k.pinging.Wait()
+	k.s.t.live.remove(k.s.live)
 	return lease
 }
 
@@ -756,28 +757,23 @@ func (k *keeper) reassert(ctx context.Context) {
 	k.again = 0
 }
 
-func (k *keeper) onPing() {
-	k.mu.Lock()
-	if k.stopped {
-		k.mu.Unlock()
-		return
-	}
-	k.pinging.Add(1)
-	k.mu.Unlock()
-	defer k.pinging.Done()
+// ping pings the device, on a goroutine of the session's: the library's
+// Ping waits for the pong, which ends it (the pong itself counts as
+// liveness through the read loop), or for the connection's close, which
+// liveness brings about if the pong never comes.
+func (k *keeper) ping() {
 	s := k.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.t.o.PingInterval)
-	err := s.c.Ping(ctx)
-	cancel()
-	if err != nil {
-		s.close(wire.CloseLiveness, "", "device missed a ping")
-		return
-	}
-	k.mu.Lock()
-	if !k.stopped {
-		k.ping.Reset(s.t.o.PingInterval)
-	}
-	k.mu.Unlock()
+	s.t.goFor(s, func() {
+		if err := s.c.Ping(context.Background()); err != nil {
+			s.t.log.Debug("ping device", "session", s.id, "err", err)
+		}
+	})
+}
+
+// lost closes the session of a device that answered no ping.
+func (k *keeper) lost() {
+	s := k.s
+	s.t.goFor(s, func() { s.close(wire.CloseLiveness, "", "device missed a ping") })
 }
 
 // leaseWait bounds how long a session waits for its tier to take its

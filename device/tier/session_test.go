@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -677,20 +678,114 @@ func authRace(t *testing.T, rc *rawClient, token string) string {
 }
 
 // TestMissedPings drops a device that stops answering pings: 4408, and its
-// node goes offline.
+// node goes offline; with a timeout of its own too.
 func TestMissedPings(t *testing.T) {
-	tt := newTestTier(t, tier.Options{PingInterval: 100 * time.Millisecond})
-	events := tt.watch(t)
-	node := wire.NewNodeID()
-	rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
+	for _, o := range []tier.Options{
+		{PingInterval: 100 * time.Millisecond},
+		{PingInterval: 150 * time.Millisecond, PingTimeout: 50 * time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%v+%v", o.PingInterval, o.PingTimeout), func(t *testing.T) {
+			tt := newTestTier(t, o)
+			events := tt.watch(t)
+			node := wire.NewNodeID()
+			rc, _ := tt.connectRaw(t, node) // and never reads again: no pongs
 
-	tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
-		return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
-	})
-	_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
-	waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
-	r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
-	if !errors.Is(r.Err, nats.ErrNoResponders) {
-		t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
+			tt.Audit.Wait(t, func(e tiertest.AuditEntry) bool {
+				return e.Decision == bus.DecisionProtocol && e.NodeID == node && e.Code == strconv.Itoa(wire.CloseLiveness)
+			})
+			_ = rc.c.CloseNow() // the tier's close handshake need not wait for us
+			waitEvent(t, events, func(e bus.Event) bool { return leftEvent(e, node) })
+			r := tt.Call(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
+			if !errors.Is(r.Err, nats.ErrNoResponders) {
+				t.Fatalf("call after the device was dropped: %v, want nats.ErrNoResponders", r)
+			}
+		})
+	}
+}
+
+// TestPingOnlySilent: the tier pings a device only when it heard nothing
+// from it for a whole interval. Devices that ping the tier on their own,
+// or send frames, more often than that are never pinged; a quiet device
+// beside them, which answers pings, is pinged and kept. The quiet
+// device's pings are the test's clock: three of them span more than two
+// intervals.
+func TestPingOnlySilent(t *testing.T) {
+	tt := newTestTier(t, tier.Options{PingInterval: time.Second})
+	connect := func(pinged chan struct{}) *rawClient {
+		rc := tt.dial(t, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol},
+			OnPingReceived: func(context.Context, []byte) bool {
+				select {
+				case pinged <- struct{}{}:
+				default:
+				}
+				return true
+			}})
+		node := wire.NewNodeID()
+		rc.authenticate(t, tt.Token(t, node))
+		rc.announce(t, node, echoCapability())
+		return rc
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// Each talks every 50 ms, far more often than the interval.
+	talkers := map[string]func(*rawClient) error{
+		"pings": func(rc *rawClient) error { return rc.c.Ping(ctx) },
+		"frames": func(rc *rawClient) error { // acks of nothing: dropped and audited
+			b, err := wire.Encode(wire.TypeCmdAck, wire.NewMsgID(), wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
+			if err == nil {
+				err = rc.c.Write(ctx, websocket.MessageText, b)
+			}
+			return err
+		},
+	}
+	pinged := map[string]chan struct{}{}
+	done := make(chan error, len(talkers))
+	for name, talk := range talkers {
+		pinged[name] = make(chan struct{}, 1)
+		rc := connect(pinged[name])
+		rc.c.CloseRead(ctx) // reads, so that pongs come back
+		go func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					done <- nil
+					return
+				case <-tick.C:
+				}
+				if err := talk(rc); err != nil && ctx.Err() == nil {
+					done <- fmt.Errorf("%s: %w", name, err)
+					return
+				}
+			}
+		}()
+	}
+	quietPinged := make(chan struct{}, 8)
+	quiet := connect(quietPinged)
+	quietCtx := quiet.c.CloseRead(ctx)
+	for i := range 3 {
+		select {
+		case <-quietPinged:
+		case err := <-done:
+			t.Fatalf("a talking device stopped: %v", err)
+		case <-quietCtx.Done():
+			t.Fatal("the quiet device, which answers pings, was dropped")
+		case <-time.After(tiertest.WaitFor):
+			t.Fatalf("the quiet device got %d pings, want 3", i)
+		}
+	}
+	cancel()
+	for range talkers {
+		if err := <-done; err != nil {
+			t.Fatalf("a talking device stopped: %v", err)
+		}
+	}
+	for name, ch := range pinged {
+		select {
+		case <-ch:
+			t.Errorf("the device that talks with %s was pinged", name)
+		default:
+		}
 	}
 }

@@ -65,9 +65,15 @@ type Options struct {
 	AuthTimeout time.Duration
 	// MaxFrameBytes is the largest frame a device may send (64 KiB).
 	MaxFrameBytes int
-	// PingInterval is how often the tier pings each device (15 s); a device
-	// that does not answer within the next interval is dropped with 4408.
+	// PingInterval is how long a device may stay silent before the tier
+	// pings it (15 s): a device heard from (any frame, its own ping, a
+	// pong) within the interval is not pinged.
 	PingInterval time.Duration
+	// PingTimeout is how long a pinged device has to answer (the
+	// interval): one heard from for no PingInterval+PingTimeout is
+	// dropped with 4408. A longer interval with a shorter timeout pings
+	// idle devices less often within the same bound.
+	PingTimeout time.Duration
 	// WriteTimeout bounds one frame write (5 s).
 	WriteTimeout time.Duration
 	// Requesters, when set, are the roles whose requests the tier serves
@@ -153,6 +159,10 @@ type Tier struct {
 	// watch of the registry, for its sweep of dead tiers' records.
 	orphans *bus.Orphans
 
+	// live watches every session's device from announce on, and pings
+	// or drops the silent ones; it runs as the tier's own goroutines do.
+	live *liveness
+
 	// tools counts each tenant's tools, from a watch of the registry;
 	// nil without a cap.
 	tools *toolCounts
@@ -190,6 +200,9 @@ func New(o Options) (*Tier, error) {
 	if o.PingInterval <= 0 {
 		o.PingInterval = 15 * time.Second
 	}
+	if o.PingTimeout <= 0 {
+		o.PingTimeout = o.PingInterval
+	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 5 * time.Second
 	}
@@ -222,7 +235,8 @@ func New(o Options) (*Tier, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
-		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans()}
+		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
+		live: newLiveness(o.PingInterval, o.PingTimeout)}
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
@@ -249,6 +263,7 @@ func New(o Options) (*Tier, error) {
 		}
 	})
 	t.bg.Go(func() { t.dispatch(ctx) })
+	t.bg.Go(func() { t.live.run(ctx) })
 	t.bg.Go(func() { t.holdLease(ctx) })
 	t.bg.Go(func() { t.watchRecords(ctx) })
 	return t, nil
@@ -587,9 +602,13 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	hw := &hijackRecorder{ResponseWriter: w}
+	// A device's pings and pongs are signs of life as good as its frames.
+	live := new(peer)
 	c, err := websocket.Accept(hw, r, &websocket.AcceptOptions{
 		Subprotocols:    []string{wire.Subprotocol},
 		CompressionMode: websocket.CompressionDisabled,
+		OnPingReceived:  func(context.Context, []byte) bool { t.live.hear(live); return true },
+		OnPongReceived:  func(context.Context, []byte) { t.live.hear(live) },
 	})
 	if err != nil {
 		return // Accept has written the HTTP error
@@ -597,7 +616,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// The tier enforces its own frame limit so that an oversize frame closes
 	// with 4413, not the library's 1009.
 	c.SetReadLimit(-1)
-	s := newSession(t, c, r)
+	s := newSession(t, c, live, r)
 	s.raw = hw.conn
 	t.mu.Lock()
 	refuse := ""

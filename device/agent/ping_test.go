@@ -1,0 +1,67 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/schemas"
+)
+
+// TestDevicePingsOnlySilentTier: a device pings its tier only when it
+// heard nothing from it for a whole interval. While the tier pings it
+// more often than that, the device sends no ping of its own; once the
+// tier falls silent (still answering), the device pings it.
+func TestDevicePingsOnlySilentTier(t *testing.T) {
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 500 * time.Millisecond
+	devicePinged := make(chan struct{}, 1)
+	rt := newRawTierWith(t, set, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol},
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case devicePinged <- struct{}{}:
+			default:
+			}
+			return true
+		}})
+	node := wire.NewNodeID()
+	o := agent.MockOptions(node, set, 1)
+	o.URLs, o.Token, o.PingInterval = []string{rt.url}, "unchecked", interval
+	runStandalone(t, o)
+	tc := rt.accept(t)
+	tc.handshake(t, node, time.Now().UnixMilli())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	tc.c.CloseRead(ctx) // reads on, so that pongs and pings are handled
+
+	// Four intervals of the tier pinging every tenth of one.
+	tick := time.NewTicker(interval / 10)
+	defer tick.Stop()
+	for range 40 {
+		<-tick.C
+		pctx, pcancel := context.WithTimeout(ctx, waitFor)
+		err := tc.c.Ping(pctx)
+		pcancel()
+		if err != nil {
+			t.Fatalf("the device did not answer the tier's ping: %v", err)
+		}
+	}
+	select {
+	case <-devicePinged:
+		t.Fatal("the device pinged a tier that pinged it ten times an interval")
+	default:
+	}
+	// The tier falls silent: the device pings it.
+	select {
+	case <-devicePinged:
+	case <-time.After(waitFor):
+		t.Fatal("the device did not ping a silent tier")
+	}
+}
