@@ -131,7 +131,7 @@ func TestFleetCall(t *testing.T) {
 			t.Fatalf("refused: %s %s", e.Code, e.Message)
 		}
 		if run.Summary.Targeted != all || run.Summary.OK != all || len(run.Results) != all || len(run.Summary.Failed) != 0 {
-			t.Fatalf("summary %+v, %d rows; want %d ok", run.Summary, len(run.Results), all)
+			t.Fatalf("summary %+v, %d rows; want %d ok (failures %v)", run.Summary, len(run.Results), all, run.errors())
 		}
 		for _, row := range run.Results {
 			var r struct {
