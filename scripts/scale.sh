@@ -75,21 +75,8 @@ mb() { awk -v k="$1" 'BEGIN{printf "%.1f MB", k/1024}'; }
 "$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>"$work/token.err" || {
 	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
 read -r -a tier_flags <<<"${SCALE_TIER_FLAGS:-}"
-"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
-	"${tier_flags[@]}" >"$work/device.out" 2>"$work/device.log" &
-tier=$!
-pids+=("$tier")
-l=$(wait_for "$work/device.log" "$tier" '"msg":"listening"' 30) || { status=1; exit 1; }
-nats_url=$(jq -r .nats_url <<<"$l")
-device_url=$(jq -r .device_url <<<"$l")
+start_split "$data" "${tier_flags[@]}" || { status=1; exit 1; }
 log "device tier pid $tier: nats $nats_url, devices $device_url"
-
-"$OKSO" gateway --nats-url "$nats_url" --mcp-addr 127.0.0.1:0 --data-dir "$data" \
-	>"$work/gateway.out" 2>"$work/gateway.log" &
-gw=$!
-pids+=("$gw")
-l=$(wait_for "$work/gateway.log" "$gw" '"msg":"listening"' 30) || { status=1; exit 1; }
-mcp_url=$(jq -r .mcp_url <<<"$l")
 log "gateway pid $gw: $mcp_url"
 
 sleep 2
