@@ -62,7 +62,13 @@ else
 fi
 nofile=$(ulimit -n)
 log "ulimit -n $nofile (hard $(ulimit -Hn), want $want for N=$N)"
-[ "$nofile" -lt $((N + 256)) ] && log "WARNING: ulimit -n $nofile is below N+256; expect EMFILE"
+if [ "$nofile" -lt $((N + 256)) ]; then
+	# One device tier holds a descriptor per device: it would stall at
+	# EMFILE. Raising the hard limit takes CAP_SYS_RESOURCE.
+	log "ulimit -n $nofile (hard $(ulimit -Hn)) is below N+256: one tier cannot hold $N devices here; raise the hard limit or lower N"
+	status=1
+	exit 1
+fi
 
 # --- helpers -------------------------------------------------------------------
 rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
