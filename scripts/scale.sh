@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Scale check of one device tier (issue 4, "Scale"): N simulated devices
-# against one `okso device`, one `okso gateway` on its embedded NATS, all on
+# Scale check of the device tier (issue 4, "Scale"): N simulated devices
+# against `okso device` (one, or as many as the open-files limit needs, on
+# the first one's embedded NATS), one `okso gateway` on that NATS, all on
 # 127.0.0.1. Measures connect time, the tier's RSS before/after and per
 # connection, the fleet's RSS; then scripts/scalecheck lists every tool over
 # MCP (official Go SDK client, following pagination) and calls
@@ -18,6 +19,8 @@
 #                          1,000 nodes with calls over all of them (10s; 0: skip)
 #   SCALE_IDLE             seconds the connected fleet idles (no calls) while the CPU
 #                          time of every process is measured (60; 0: skip)
+#   SCALE_TIERS            device tiers (default: as many as keep each under the
+#                          open-files limit, less 1,024; 1 where the limit allows)
 #   SCALE_FLEET_SIZE       devices per mock-fleet process (20000): a larger N runs
 #                          several, each dialling from its own loopback address
 #                          (127.0.0.2, 127.0.0.3, ...), since one source address
@@ -62,13 +65,17 @@ else
 fi
 nofile=$(ulimit -n)
 log "ulimit -n $nofile (hard $(ulimit -Hn), want $want for N=$N)"
-if [ "$nofile" -lt $((N + 256)) ]; then
-	# One device tier holds a descriptor per device: it would stall at
-	# EMFILE. Raising the hard limit takes CAP_SYS_RESOURCE.
-	log "ulimit -n $nofile (hard $(ulimit -Hn)) is below N+256: one tier cannot hold $N devices here; raise the hard limit or lower N"
+# A device tier, and a fleet, holds a descriptor per device: where the
+# limit is below N (raising the hard limit takes CAP_SYS_RESOURCE), the
+# devices are spread over several tiers on one NATS, as a large fleet runs.
+per_process=$((nofile - 1024))
+if [ "$per_process" -lt 1000 ]; then
+	log "ulimit -n $nofile: too low to run a device tier of any size"
 	status=1
 	exit 1
 fi
+NTIERS=${SCALE_TIERS:-$(((N + per_process - 1) / per_process))}
+[ "$FLEET_SIZE" -gt "$per_process" ] && FLEET_SIZE=$per_process
 
 # --- helpers -------------------------------------------------------------------
 rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -84,11 +91,25 @@ read -r -a tier_flags <<<"${SCALE_TIER_FLAGS:-}"
 start_split "$data" "${tier_flags[@]}" || { status=1; exit 1; }
 log "device tier pid $tier: nats $nats_url, devices $device_url"
 log "gateway pid $gw: $mcp_url"
+# More tiers, on the first one's NATS: tiers and device_urls list them all.
+tiers=("$tier") device_urls=("$device_url")
+for ((k = 1; k < NTIERS; k++)); do
+	"$OKSO" device --nats-url "$nats_url" --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
+		"${tier_flags[@]}" >"$work/device$k.out" 2>"$work/device$k.log" &
+	tiers+=($!)
+	pids+=($!)
+	l=$(wait_for "$work/device$k.log" "$!" '"msg":"listening"' 30) || { status=1; exit 1; }
+	device_urls+=("$(jq -r .device_url <<<"$l")")
+	log "device tier $k pid ${tiers[$k]}: devices ${device_urls[$k]}"
+done
+tiers_rss() { local p t=0; for p in "${tiers[@]}"; do t=$((t + $(rss_kb "$p"))); done; echo "$t"; }
+tiers_fds() { local p t=0; for p in "${tiers[@]}"; do t=$((t + $(fds "$p"))); done; echo "$t"; }
+tiers_cpu() { local p t=0; for p in "${tiers[@]}"; do t=$((t + $(cpu "$p"))); done; echo "$t"; }
 
 sleep 2
-tier_rss_before=$(rss_kb "$tier")
+tier_rss_before=$(tiers_rss)
 gw_rss_before=$(rss_kb "$gw")
-log "before: tier RSS $(mb "$tier_rss_before"), gateway RSS $(mb "$gw_rss_before"), tier fds $(fds "$tier")"
+log "before: tier RSS $(mb "$tier_rss_before") ($NTIERS tier(s)), gateway RSS $(mb "$gw_rss_before"), tier fds $(tiers_fds)"
 
 # --- the fleet(s) -----------------------------------------------------------------
 # One mock-fleet per FLEET_SIZE devices, each with its own seed (its own
@@ -96,6 +117,7 @@ log "before: tier RSS $(mb "$tier_rss_before"), gateway RSS $(mb "$gw_rss_before
 rate_flag=()
 [ -n "${SCALE_CONNECT_RATE:-}" ] && rate_flag=(--connect-rate "$SCALE_CONNECT_RATE")
 nfleets=$(((N + FLEET_SIZE - 1) / FLEET_SIZE))
+[ "$nfleets" -lt "$NTIERS" ] && nfleets=$NTIERS # fleet i dials tier i mod NTIERS
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 fleets=()
 t0=$(date +%s.%N)
@@ -103,8 +125,9 @@ for ((i = 0; i < nfleets; i++)); do
 	n=$((N / nfleets + (i < N % nfleets ? 1 : 0)))
 	src=()
 	[ "$nfleets" -gt 1 ] && src=(--source-addr "127.0.0.$((i + 2))")
-	log "starting mock-fleet $i: -n $n --seed $((i + 1)) ${src[*]} ${rate_flag[*]}"
-	"$OKSO" mock-fleet -n "$n" --seed "$((i + 1))" --connect "$device_url" --data-dir "$data" "${src[@]}" "${rate_flag[@]}" \
+	url=${device_urls[$((i % NTIERS))]}
+	log "starting mock-fleet $i: -n $n --seed $((i + 1)) ${src[*]} ${rate_flag[*]} to tier $((i % NTIERS))"
+	"$OKSO" mock-fleet -n "$n" --seed "$((i + 1))" --connect "$url" --data-dir "$data" "${src[@]}" "${rate_flag[@]}" \
 		>"$work/fleet$i.out" 2>"$work/fleet$i.log" &
 	fleets+=($!)
 	pids+=($!)
@@ -140,7 +163,7 @@ while :; do
 		break
 	fi
 	if [ $((now - last_print)) -ge 5 ]; then
-		log "progress: $(connected_count)/$N connected, tier RSS $(mb "$(rss_kb "$tier")"), tier fds $(fds "$tier")"
+		log "progress: $(connected_count)/$N connected, tier RSS $(mb "$(tiers_rss)"), tier fds $(tiers_fds)"
 		last_print=$now
 	fi
 	sleep 0.2
@@ -158,12 +181,12 @@ else
 fi
 
 fleet_rss_kb() { local f t=0; for f in "${fleets[@]}"; do t=$((t + $(rss_kb "$f"))); done; echo "$t"; }
-tier_rss_conn=$(rss_kb "$tier")
+tier_rss_conn=$(tiers_rss)
 sleep 5 # let the registry writes and the GC settle
-tier_rss_after=$(rss_kb "$tier")
+tier_rss_after=$(tiers_rss)
 fleet_rss=$(fleet_rss_kb)
 gw_rss_listed=$(rss_kb "$gw")
-tier_fds=$(fds "$tier")
+tier_fds=$(tiers_fds)
 per_conn=$(awk -v a="$tier_rss_after" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
 gw_per_node=$(awk -v a="$gw_rss_listed" -v b="$gw_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
 fleet_per_dev=$(awk -v a="$fleet_rss" -v n="$N" 'BEGIN{printf "%.1f", a/n}')
@@ -179,10 +202,10 @@ idle_row() { # idle_row TICKS: "% of a core, µs/s per device"
 }
 if [ "$IDLE" != 0 ]; then
 	log "idling ${IDLE}s: CPU time of the tier, the gateway and the fleet(s), no calls"
-	tier_c0=$(cpu "$tier") gw_c0=$(cpu "$gw") fleet_c0=0
+	tier_c0=$(tiers_cpu) gw_c0=$(cpu "$gw") fleet_c0=0
 	for f in "${fleets[@]}"; do fleet_c0=$((fleet_c0 + $(cpu "$f"))); done
 	sleep "$IDLE"
-	tier_c1=$(cpu "$tier") gw_c1=$(cpu "$gw") fleet_c1=0
+	tier_c1=$(tiers_cpu) gw_c1=$(cpu "$gw") fleet_c1=0
 	for f in "${fleets[@]}"; do fleet_c1=$((fleet_c1 + $(cpu "$f"))); done
 	idle_tier=$(idle_row $((tier_c1 - tier_c0)))
 	idle_gw=$(idle_row $((gw_c1 - gw_c0)))
@@ -200,7 +223,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		-concurrency "$CONCURRENCY" -wait-list "$wait_list" -out "$work/results" 2>&1 | tee -a "$work/scalecheck.out"
 	sc=${PIPESTATUS[0]}
 	[ "$sc" != 0 ] && status=1
-	[ "$ROUNDS" -gt 1 ] && log "after round $round: tier RSS $(mb "$(rss_kb "$tier")"), gateway RSS $(mb "$(rss_kb "$gw")")"
+	[ "$ROUNDS" -gt 1 ] && log "after round $round: tier RSS $(mb "$(tiers_rss)"), gateway RSS $(mb "$(rss_kb "$gw")")"
 done
 
 # --- throughput: calls spread over every node, and over the first 1,000 ----------------
@@ -227,14 +250,17 @@ fi
 
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 gw_rss_after=$(rss_kb "$gw")
-tier_rss_calls=$(rss_kb "$tier")
+tier_rss_calls=$(tiers_rss)
 
 r() { awk -F= -v k="$1" '$1==k{sub(/^[^=]*=/,""); print; exit}' "$work/results" 2>/dev/null; }
 
 # --- liveness and logs ----------------------------------------------------------------
 died=
-for pair in "device tier:$tier" "gateway:$gw"; do
+for pair in "gateway:$gw"; do
 	alive "${pair##*:}" || died="$died ${pair%%:*}"
+done
+for ((k = 0; k < NTIERS; k++)); do
+	alive "${tiers[$k]}" || died="$died device-tier$k"
 done
 for ((i = 0; i < nfleets; i++)); do
 	alive "${fleets[$i]}" || died="$died mock-fleet$i"
@@ -264,18 +290,20 @@ for f in "${fleets[@]}"; do stop_fleet="$stop_fleet $(stop "$f" 60)"; done
 stop_fleet=${stop_fleet# }
 # the tier should see every device leave
 for ((i = 0; i < 300; i++)); do
-	gone=$(grep -c '"decision":"disconnected"' "$work/device.log")
+	gone=$(cat "$work"/device*.log | grep -c '"decision":"disconnected"')
 	[ "$gone" -ge "$N" ] && break
 	sleep 0.1
 done
 stop_gw=$(stop "$gw" 30)
-stop_tier=$(stop "$tier" 30)
+stop_tier=
+for p in "${tiers[@]}"; do stop_tier="$stop_tier $(stop "$p" 30)"; done
+stop_tier=${stop_tier# }
 log "stopped: mock-fleet $stop_fleet ($gone disconnects seen by the tier), gateway $stop_gw, tier $stop_tier"
 case "$stop_fleet$stop_gw$stop_tier" in *KILLED*) status=1 ;; esac
 
 echo
 echo "== WARN/ERROR lines in the roles' logs (count, level, msg)"
-for role in device gateway $(for ((i = 0; i < nfleets; i++)); do echo "fleet$i"; done); do
+for role in device $(for ((k = 1; k < NTIERS; k++)); do echo "device$k"; done) gateway $(for ((i = 0; i < nfleets; i++)); do echo "fleet$i"; done); do
 	f=$work/$role.log
 	n=$(grep -cE '"level":"(ERROR|WARN)"' "$f")
 	echo "-- $role: $n"
@@ -292,6 +320,7 @@ echo "== okso scale summary (N=$N)"
 row() { printf '  %-28s %s\n' "$1" "$2"; }
 row "devices (N)" "$N"
 row "connect time" "$connect_summary"
+row "device tiers" "$NTIERS (each under the descriptor limit, $nofile)"
 row "tier RSS before" "$(mb "$tier_rss_before")"
 row "tier RSS after connect" "$(mb "$tier_rss_conn") (+5s: $(mb "$tier_rss_after"); after calls: $(mb "$tier_rss_calls"))"
 row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
