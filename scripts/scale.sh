@@ -88,6 +88,9 @@ mb() { awk -v k="$1" 'BEGIN{printf "%.1f MB", k/1024}'; }
 "$OKSO" token mint --data-dir "$data" --tenant demo >"$work/token" 2>"$work/token.err" || {
 	log "token mint failed: $(cat "$work/token.err")"; status=1; exit 1; }
 read -r -a tier_flags <<<"${SCALE_TIER_FLAGS:-}"
+# A mock device has 5 tools; the default cap of a tenant's tools (100,000)
+# is below a 20,000-device fleet's.
+tier_flags=(--max-tools-per-tenant "$((N * 5 + 1000))" "${tier_flags[@]}")
 start_split "$data" "${tier_flags[@]}" || { status=1; exit 1; }
 log "device tier pid $tier: nats $nats_url, devices $device_url"
 log "gateway pid $gw: $mcp_url"
