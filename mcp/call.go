@@ -269,7 +269,8 @@ func (c *callCtx) checkToolResult(result json.RawMessage) (json.RawMessage, *sch
 		if out != nil {
 			why = out.explain(err)
 		}
-		c.g.log.Warn("upstream result refused", "tool", c.entry.name, "err", why)
+		// An upstream's, or a caller tool's relayed back: the log says which.
+		c.g.log.Warn(c.entry.origin.source+" result refused", append(c.entry.origin.attrs(), "tool", c.entry.name, "err", why)...)
 		return nil, c.fail(schemas.CodeInternal, "result fails the tool's output schema")
 	}
 	return result, nil
@@ -348,7 +349,7 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	if c.entry.shape == shapeToolResult {
 		var res sdk.CallToolResult
 		if err := json.Unmarshal(result, &res); err != nil {
-			c.g.log.Warn("upstream result unreadable", "tool", c.entry.name, "err", err)
+			c.g.log.Warn(c.entry.origin.source+" result unreadable", append(c.entry.origin.attrs(), "tool", c.entry.name, "err", err)...)
 			return errorResult(schemas.NewError(schemas.CodeInternal, "result fails the tool's output schema"), c.requestID), nil
 		}
 		res.Meta = sdk.Meta{MetaRequestID: c.requestID}
