@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -232,10 +233,11 @@ func (f *fleet) call(ctx context.Context, c *callCtx, raw json.RawMessage) (json
 	if len(a.Arguments) == 0 || string(a.Arguments) == "null" {
 		a.Arguments = json.RawMessage("{}")
 	}
-	a.MaxNodes = cmp0(a.MaxNodes, defaultMaxNodes)
-	a.Concurrency = cmp0(a.Concurrency, defaultConcurrency)
-	a.MaxResultBytes = cmp0(a.MaxResultBytes, defaultMaxResultBytes)
-	a.MaxTotalBytes = cmp0(a.MaxTotalBytes, defaultMaxTotalBytes)
+	// An argument left out is 0: its default.
+	a.MaxNodes = cmp.Or(a.MaxNodes, defaultMaxNodes)
+	a.Concurrency = cmp.Or(a.Concurrency, defaultConcurrency)
+	a.MaxResultBytes = cmp.Or(a.MaxResultBytes, defaultMaxResultBytes)
+	a.MaxTotalBytes = cmp.Or(a.MaxTotalBytes, defaultMaxTotalBytes)
 	tenant := c.claims.Tenant
 	argsDigest, selDigest := digest(a.Arguments), digest(a.Selector)
 	fan := &bus.FanoutAudit{Tool: ref.pattern(), PlanID: a.PlanID, DryRun: a.DryRun}
@@ -303,13 +305,8 @@ func (f *fleet) call(ctx context.Context, c *callCtx, raw json.RawMessage) (json
 	return run.run(ctx, a.Concurrency, a.MaxTotalBytes, a.SummaryOnly, a.PlanID), nil
 }
 
-// cmp0 is v, or def when v is 0 (an argument left out).
-func cmp0(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
-}
+// msgNoPlan answers a plan_id that names no live plan of the caller's.
+var msgNoPlan = "plan_id: no such plan, or it expired (a plan lasts " + bus.PlanTTL.String() + "): make a new dry run"
 
 // plan reads a plan the caller may run.
 func (f *fleet) plan(ctx context.Context, c *callCtx, id string) (*bus.Plan, *schemas.Error) {
@@ -319,15 +316,13 @@ func (f *fleet) plan(ctx context.Context, c *callCtx, id string) (*bus.Plan, *sc
 	plan, err := f.plans.Get(ctx, id, time.Now())
 	switch {
 	case errors.Is(err, bus.ErrNoPlan):
-		return nil, schemas.NewError(schemas.CodeSafetyDenied, "plan_id: no such plan, or it expired (a plan lasts "+
-			bus.PlanTTL.String()+"): make a new dry run")
+		return nil, schemas.NewError(schemas.CodeSafetyDenied, msgNoPlan)
 	case err != nil:
 		c.g.log.Error("fleet.call plan", "plan_id", id, "err", err)
 		return nil, schemas.NewError(schemas.CodeInternal, msgRegistryDown)
 	case plan.Tenant != c.claims.Tenant || plan.Subject != c.claims.Subject:
 		// Another caller's plan is no plan of this one's.
-		return nil, schemas.NewError(schemas.CodeSafetyDenied, "plan_id: no such plan, or it expired (a plan lasts "+
-			bus.PlanTTL.String()+"): make a new dry run")
+		return nil, schemas.NewError(schemas.CodeSafetyDenied, msgNoPlan)
 	}
 	return plan, nil
 }
@@ -433,6 +428,7 @@ type fanout struct {
 
 // row is one node's outcome, as its answer carries it.
 type row struct {
+	node string
 	ok   bool
 	code string // of a failure
 	doc  []byte // the row, encoded
@@ -483,9 +479,9 @@ func (r *fanout) run(caller context.Context, concurrency, maxTotal int, summaryO
 			failRows = append(failRows, rw.doc)
 		}
 		if r.progress != nil && caller.Err() == nil { // the last rows may come after the budget ran out
-			msg := rowNode(rw.doc) + " ok"
+			msg := rw.node + " ok"
 			if !rw.ok {
-				msg = rowNode(rw.doc) + " " + rw.code
+				msg = rw.node + " " + rw.code
 			}
 			r.progress(caller, done, len(r.targets), msg)
 		}
@@ -554,15 +550,6 @@ type summaryDoc struct {
 	Omitted  int            `json:"omitted,omitempty"`
 }
 
-// rowNode reads back the node id of an encoded row (its first member).
-func rowNode(doc []byte) string {
-	const prefix = len(`{"node_id":"`)
-	if len(doc) < prefix+26 {
-		return ""
-	}
-	return string(doc[prefix : prefix+26])
-}
-
 // one calls the verb on one node, as a single call of its tool would go,
 // with an audit event of its own naming the fan-out's request, and
 // returns its row. A node the budget or a cancel left uncalled gets a
@@ -616,7 +603,7 @@ func (r *fanout) one(ctx context.Context, nodeID string) row {
 		b.Write(result)
 		b.WriteByte('}')
 	}
-	return row{ok: true, doc: b.Bytes(), sent: true}
+	return row{node: nodeID, ok: true, doc: b.Bytes(), sent: true}
 }
 
 // failedRow is a node's row of failure.
@@ -627,5 +614,5 @@ func failedRow(nodeID string, e *schemas.Error, sent bool) row {
 	b.WriteString(`","ok":false,"error":`)
 	b.Write(e.JSON())
 	b.WriteByte('}')
-	return row{code: e.Code, doc: b.Bytes(), sent: sent}
+	return row{node: nodeID, code: e.Code, doc: b.Bytes(), sent: sent}
 }

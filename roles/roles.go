@@ -22,6 +22,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/tier"
+	"github.com/okso-io/okso/mcp"
 )
 
 // Version is the okso version, set at build time with -ldflags.
@@ -165,7 +166,7 @@ func addGatewayFlags(fs *pflag.FlagSet, c *gatewayConfig) {
 	fs.DurationVar(&c.ShutdownDrain, "shutdown-drain", 0, "on stop, stay unready (/readyz 503) but serving this long, answering with Connection: close, before closing the listener (for load balancers)")
 	fs.DurationVar(&c.StreamPing, "stream-ping-interval", 25*time.Second, "heartbeat of metric streams")
 	fs.DurationVar(&c.StreamIdle, "stream-idle-timeout", 90*time.Second, "a stream whose client makes no read progress this long is closed with 4408")
-	fs.DurationVar(&c.FleetBudget, "fleet-budget", 30*time.Second, "how long one fleet.call fan-out may take in all; a node that has not answered by then is E_DEADLINE_EXCEEDED in its row")
+	fs.DurationVar(&c.FleetBudget, "fleet-budget", mcp.DefaultFleetBudget, "how long one fleet.call fan-out may take in all; a node that has not answered by then is E_DEADLINE_EXCEEDED in its row")
 	fs.DurationVar(&c.CallerTimeout, "caller-timeout", 60*time.Second, "how long a call to an agent's own tool (caller_tools_listen) waits for its answer; then E_DEADLINE_EXCEEDED")
 	fs.DurationVar(&c.CallerLeaseTTL, "caller-lease-ttl", 15*time.Second, "lease of a caller's declaration and of its claim of the caller_id in okso_callers: how long they outlive a gateway that died holding its listen (at least 1s)")
 }
