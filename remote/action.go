@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/okso-io/okso/internal/child"
 )
 
 // ActionOptions configure [NewAction].
@@ -235,21 +236,21 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 
 	ctx, cancel := context.WithTimeout(ctx, a.o.Timeout)
 	defer cancel()
-	p, err := startProc(a.o.Command, a.o.Env, "", a.o.Log)
+	p, err := child.Start(child.Options{Argv: a.o.Command, Env: a.o.Env, Log: a.o.Log, LogMessage: "upstream stderr"})
 	if err != nil {
 		return nil, fmt.Errorf("action %s: %w", what, err)
 	}
-	defer p.stdout.Close()
+	defer p.Stdout.Close()
 	wrote := make(chan struct{})
 	// A process that leaves its stdin unread (one it started may hold it)
 	// must not keep the write, and so the call, past its deadline.
 	if d, ok := ctx.Deadline(); ok {
-		_ = p.stdin.SetWriteDeadline(d)
+		_ = p.Stdin.SetWriteDeadline(d)
 	}
 	go func() {
 		defer close(wrote)
-		_, _ = p.stdin.Write(append(body, '\n')) // EPIPE if it reads nothing: its business
-		p.stdin.Close()
+		_, _ = p.Stdin.Write(append(body, '\n')) // EPIPE if it reads nothing: its business
+		p.Stdin.Close()
 	}()
 	type output struct {
 		b   []byte
@@ -257,7 +258,7 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 	}
 	read := make(chan output, 1)
 	go func() {
-		b, err := io.ReadAll(io.LimitReader(p.stdout, maxActionReply+1))
+		b, err := io.ReadAll(io.LimitReader(p.Stdout, maxActionReply+1))
 		read <- output{b, err}
 	}()
 
@@ -272,7 +273,7 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 	case <-a.closing:
 	}
 	if !got { // no reply yet: end it
-		p.kill()
+		p.Kill()
 		<-read
 		<-wrote
 		if err := ctx.Err(); err != nil {
@@ -281,25 +282,25 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 		return nil, fmt.Errorf("action %s: %w", what, mcp.ErrConnectionClosed)
 	}
 	if len(out.b) > maxActionReply {
-		p.kill()
+		p.Kill()
 		<-wrote
 		return nil, fmt.Errorf("action %s: %w: longer than %d bytes", what, errBadReply, maxActionReply)
 	}
 	// Its stdout is closed: it is exiting, or should.
 	select {
-	case <-p.exited:
+	case <-p.Exited():
 	case <-ctx.Done():
-		p.kill()
+		p.Kill()
 	case <-a.closing:
-		p.kill()
+		p.Kill()
 	}
-	<-p.done
+	<-p.Done()
 	<-wrote
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("action %s: did not exit within %v: %w", what, a.o.Timeout, err)
 	}
-	if p.err != nil {
-		return nil, fmt.Errorf("action %s: endpoint failed: %w", what, p.err)
+	if p.Err() != nil {
+		return nil, fmt.Errorf("action %s: endpoint failed: %w", what, p.Err())
 	}
 	if out.err != nil && !errors.Is(out.err, os.ErrDeadlineExceeded) {
 		return nil, fmt.Errorf("action %s: read reply: %w", what, out.err)

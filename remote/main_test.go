@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/okso-io/okso/remote"
+	"github.com/okso-io/okso/internal/child"
 	"github.com/okso-io/okso/remote/internal/testupstream"
 )
 
@@ -17,7 +17,7 @@ import (
 // processes an upstream started are reaped.
 func TestMain(m *testing.M) {
 	testupstream.Main()
-	if err := remote.BecomeSubreaper(); err != nil {
+	if err := child.BecomeSubreaper(); err != nil {
 		panic(err)
 	}
 	goleak.VerifyTestMain(m)

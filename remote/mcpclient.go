@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/okso-io/okso/internal/child"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -58,7 +59,7 @@ const sessionExit = time.Second
 // mcpClient is a [Client] over an MCP session, stdio or HTTP.
 type mcpClient struct {
 	cs      *mcp.ClientSession
-	proc    *proc       // stdio only
+	proc    *child.Proc // stdio only
 	http    *httpCaller // http only
 	changed chan struct{}
 	// done is closed once the session has ended and, for stdio, the
@@ -129,7 +130,7 @@ func DialStdio(ctx context.Context, o StdioOptions) (Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p, err := startProc(o.Command, o.Env, o.Dir, log)
+	p, err := child.Start(child.Options{Argv: o.Command, Env: o.Env, Dir: o.Dir, Log: log, LogMessage: "upstream stderr"})
 	if err != nil {
 		return nil, err
 	}
@@ -139,13 +140,13 @@ func DialStdio(ctx context.Context, o StdioOptions) (Client, error) {
 	// Not the SDK's CommandTransport: it waits for the process itself (so
 	// a process that died while a child of its holds stdout goes
 	// unnoticed), and signals the process alone, never its group.
-	cs, err := sdk.Connect(ctx, &mcp.IOTransport{Reader: p.stdout, Writer: p.stdin}, nil)
+	cs, err := sdk.Connect(ctx, &mcp.IOTransport{Reader: p.Stdout, Writer: p.Stdin}, nil)
 	if err != nil {
-		p.stdin.Close()
-		p.stdout.Close()
-		p.kill()
-		if p.err != nil && ctx.Err() == nil {
-			err = fmt.Errorf("%w (%v): %w", ErrProcessExited, p.err, err)
+		p.Stdin.Close()
+		p.Stdout.Close()
+		p.Kill()
+		if p.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (%v): %w", ErrProcessExited, p.Err(), err)
 		}
 		return nil, fmt.Errorf("connect to %s: %w", o.Command[0], err)
 	}
@@ -164,15 +165,15 @@ func (c *mcpClient) watchStdio() {
 		_ = c.cs.Wait()
 	}()
 	select {
-	case <-c.proc.exited:
+	case <-c.proc.Exited():
 		_ = c.cs.Close() // calls in flight fail now
 	case <-ended:
 		if !c.closing.Load() { // Close ends the process politely itself
-			c.proc.kill()
+			c.proc.Kill()
 		}
 	}
 	<-ended
-	<-c.proc.done
+	<-c.proc.Done()
 }
 
 // maxIdleConnsPerUpstream is how many idle connections to an HTTP
@@ -424,7 +425,7 @@ func (c *mcpClient) Close() error {
 		c.running.Wait()
 		err := c.cs.Close()
 		if c.proc != nil {
-			c.proc.stop()
+			c.proc.Stop()
 			err = nil
 		}
 		<-c.done

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/okso-io/okso/internal/child"
 	"github.com/okso-io/okso/remote"
 	"github.com/okso-io/okso/remote/internal/testupstream"
 )
@@ -150,7 +151,7 @@ func TestReapOrphans(t *testing.T) {
 	reaped := make(chan struct{})
 	go func() {
 		defer close(reaped)
-		err = remote.ReapOrphans(ctx)
+		err = child.ReapOrphans(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/child"
 	"github.com/okso-io/okso/remote"
 )
 
@@ -63,7 +64,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	// Before any upstream starts: the processes its helpers leave behind,
 	// out of its process group, come to okso (Linux), to be reaped and
 	// ended with it, not to init.
-	if err := remote.BecomeSubreaper(); err != nil {
+	if err := child.BecomeSubreaper(); err != nil {
 		c.log.Warn("the upstreams' orphans go to init, not to okso", "err", err)
 	}
 	nc, err := np.connect(bus.RoleRemote, "okso-remote")
@@ -112,7 +113,7 @@ func (p *remotePart) actors(g *run.Group) {
 		reaped := make(chan struct{})
 		go func() {
 			defer close(reaped)
-			_ = remote.ReapOrphans(rctx)
+			_ = child.ReapOrphans(rctx)
 		}()
 		defer func() { stop(); <-reaped }()
 		return p.tier.Run(ctx)

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package remote
+package child
 
 import (
 	"os/exec"

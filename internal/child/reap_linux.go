@@ -1,4 +1,4 @@
-package remote
+package child
 
 import (
 	"context"
@@ -32,7 +32,7 @@ import (
 // leaves alone every child in okso's own process group, which is where
 // os/exec puts the processes other code of the process starts.
 
-// started registers the processes startProc started, until they are
+// started registers the processes Start started, until they are
 // waited for. starting is held, shared, from a start until its process
 // is registered, and exclusively by a sweep: a sweep never takes a
 // process just started for an orphan.
@@ -180,7 +180,7 @@ func endEscaped(pipes []uint64) {
 }
 
 // orphans returns this process's children that it adopted: not started
-// by startProc, not in its process group, and, when pipes is not nil,
+// by Start, not in its process group, and, when pipes is not nil,
 // holding one of them. The caller holds started.starting.
 func orphans(pipes []uint64) []int {
 	me, group := os.Getpid(), syscall.Getpgrp()

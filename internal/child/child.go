@@ -1,7 +1,15 @@
-package remote
+// Package child runs a command as the leader of a process group of its
+// own, over pipes whose ends are ours, and ends the whole group: the
+// remote tier's stdio and action upstreams and the device agent's local
+// tools. A process that stops or dies takes nothing of its group with it
+// unnoticed, and, where okso is the reaper of orphans (BecomeSubreaper),
+// not even what escaped the group.
+package child
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +23,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// An upstream's process is given these bounds.
+// A process is given these bounds.
 const (
 	// stopGrace is how long Close waits for a stdio process to exit once
 	// its stdin is closed, and again after SIGTERM, before SIGKILL.
@@ -32,15 +40,15 @@ const (
 	stderrBurst = 100
 )
 
-// proc is one upstream process, the leader of a process group of its
-// own, talking over pipes whose ends are ours: so that Wait returns as
-// soon as the process exits, whoever else holds the pipes, and so that
-// the tier can then end the whole group, reap it, and read the pipes to
-// their end. Start it with startProc.
-type proc struct {
+// A Proc is one process, the leader of a process group of its own,
+// talking over pipes whose ends are ours: so that Wait returns as soon as
+// the process exits, whoever else holds the pipes, and so that its owner
+// can then end the whole group, reap it, and read the pipes to their end.
+// Start it with [Start].
+type Proc struct {
 	cmd    *exec.Cmd
-	stdin  *os.File // our end of the process's stdin
-	stdout *os.File // our end of the process's stdout
+	Stdin  *os.File // our end of the process's stdin; the caller closes it
+	Stdout *os.File // our end of the process's stdout; the caller closes it
 	// exited is closed once the process has exited and every process
 	// of its group has been killed and reaped (the reaping of those
 	// that are not our children is their parent's).
@@ -54,9 +62,27 @@ type proc struct {
 	pipes []uint64
 }
 
-// startProc starts argv in dir with env and nothing else of ours but
-// PATH and HOME (env may set those too), its stderr logged to log.
-func startProc(argv []string, env map[string]string, dir string, log *slog.Logger) (*proc, error) {
+// Options say how a process is started and where its stderr goes.
+type Options struct {
+	Argv []string
+	// Env is the process's whole environment besides our PATH and HOME
+	// (which it may set too).
+	Env map[string]string
+	Dir string
+	// Log receives the process's stderr, a line per record, with
+	// LogMessage (default "stderr") at LogLevel.
+	Log        *slog.Logger
+	LogMessage string
+	LogLevel   slog.Level
+}
+
+// Start starts o.Argv in o.Dir with o.Env and nothing else of ours but
+// PATH and HOME.
+func Start(o Options) (*Proc, error) {
+	argv, env, dir, log := o.Argv, o.Env, o.Dir, o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errors.New("no command")
 	}
@@ -76,17 +102,17 @@ func startProc(argv []string, env map[string]string, dir string, log *slog.Logge
 		pipes[i], pipes[i+1] = r, w
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0], pipes[3], pipes[5]
-	p := &proc{cmd: cmd, stdin: pipes[1], stdout: pipes[2], exited: make(chan struct{}), done: make(chan struct{})}
+	p := &Proc{cmd: cmd, Stdin: pipes[1], Stdout: pipes[2], exited: make(chan struct{}), done: make(chan struct{})}
 	for _, f := range []*os.File{pipes[1], pipes[2], pipes[4]} {
 		if ino := pipeInode(f); ino != 0 {
 			p.pipes = append(p.pipes, ino)
 		}
 	}
 	started := make(chan error, 1)
-	go p.run(started, pipes[4], log)
+	go p.run(started, pipes[4], stderrLog{log, cmp.Or(o.LogMessage, "stderr"), o.LogLevel})
 	if err := <-started; err != nil {
-		p.stdin.Close()
-		p.stdout.Close()
+		p.Stdin.Close()
+		p.Stdout.Close()
 		pipes[4].Close()
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
@@ -116,7 +142,7 @@ func environ(env map[string]string) []string {
 
 // run starts the process, reports the outcome on started, and then
 // waits for it, ends its group, and reads its stderr to the end.
-func (p *proc) run(started chan<- error, stderr *os.File, log *slog.Logger) {
+func (p *Proc) run(started chan<- error, stderr *os.File, log stderrLog) {
 	unlock := lockThread()
 	err := startTracked(p.cmd)
 	// The child's ends are the child's now.
@@ -143,17 +169,34 @@ func (p *proc) run(started chan<- error, stderr *os.File, log *slog.Logger) {
 	// once, then EOF, unless a process that left the group holds them
 	// and okso is not its reaper (endEscaped ended it otherwise).
 	deadline := time.Now().Add(drainWait)
-	_ = p.stdout.SetReadDeadline(deadline)
+	_ = p.Stdout.SetReadDeadline(deadline)
 	_ = stderr.SetReadDeadline(deadline)
 	close(p.exited)
 	<-logged
 	close(p.done)
 }
 
-// stop ends the process politely, as the MCP specification asks of a
+// Exited is closed once the process has exited and every process of its
+// group has been killed and reaped (the reaping of those that are not
+// our children is their parent's).
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// Done is closed after Exited, once the process's stderr has been read to
+// its end.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is how the process ended (exec.Cmd.Wait's error), once Exited is
+// closed.
+func (p *Proc) Err() error { return p.err }
+
+// ExitCode is the process's exit status once Exited is closed, or -1 when
+// a signal ended it.
+func (p *Proc) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
+
+// Stop ends the process politely, as the MCP specification asks of a
 // stdio client whose stdin is already closed: a grace period, SIGTERM to
 // the group, another, then SIGKILL. It returns once p is done.
-func (p *proc) stop() {
+func (p *Proc) Stop() {
 	t := time.NewTimer(stopGrace)
 	defer t.Stop()
 	select {
@@ -170,9 +213,9 @@ func (p *proc) stop() {
 	<-p.done
 }
 
-// kill ends the process and its group at once, and returns once p is
+// Kill ends the process and its group at once, and returns once p is
 // done.
-func (p *proc) kill() {
+func (p *Proc) Kill() {
 	select {
 	case <-p.exited:
 	default:
@@ -184,7 +227,7 @@ func (p *proc) kill() {
 // logStderr logs what a process writes on stderr, line by line, each cut
 // to stderrLine bytes, at most stderrRate lines a second; it returns at
 // EOF or once r's read deadline passes, and closes r.
-func logStderr(r *os.File, log *slog.Logger) {
+func logStderr(r *os.File, log stderrLog) {
 	defer r.Close()
 	lim := rate.NewLimiter(stderrRate, stderrBurst)
 	br := bufio.NewReaderSize(r, stderrLine)
@@ -194,9 +237,9 @@ func logStderr(r *os.File, log *slog.Logger) {
 		if line != "" {
 			if lim.Allow() {
 				if dropped > 0 {
-					log.Info("upstream stderr", "line", line, "dropped_before", dropped)
+					log.line(line, "dropped_before", dropped)
 				} else {
-					log.Info("upstream stderr", "line", line)
+					log.line(line)
 				}
 				dropped = 0
 			} else {
@@ -205,11 +248,22 @@ func logStderr(r *os.File, log *slog.Logger) {
 		}
 		if err != nil {
 			if dropped > 0 {
-				log.Info("upstream stderr lines dropped", "dropped", dropped)
+				log.Log(context.Background(), log.level, log.msg+" lines dropped", "dropped", dropped)
 			}
 			return
 		}
 	}
+}
+
+// stderrLog is where a process's stderr lines go.
+type stderrLog struct {
+	*slog.Logger
+	msg   string
+	level slog.Level
+}
+
+func (l stderrLog) line(line string, args ...any) {
+	l.Log(context.Background(), l.level, l.msg, append([]any{"line", line}, args...)...)
 }
 
 // readLine reads one line from br, and returns at most its first
