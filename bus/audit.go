@@ -81,6 +81,11 @@ type AuditEvent struct {
 	Parent string `json:"parent_request_id,omitempty"`
 	// Fanout, on a fleet.call's own event, says what the fan-out did.
 	Fanout *FanoutAudit `json:"fanout,omitempty"`
+	// QueryHash, on a local tool's run (DESIGN.md §12), is the hex SHA-256
+	// of the query it was given as TOOL_QUERY: enough to tell whether two
+	// runs had the same query, or one a query known to the reader, never
+	// the query's text.
+	QueryHash string `json:"query_sha256,omitempty"`
 }
 
 // FanoutAudit is what one fleet.call did: its verb and plan, and how
@@ -322,6 +327,9 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 		if e.Parent != "" {
 			attrs = append(attrs, slog.String("parent_request_id", e.Parent))
 		}
+		if e.QueryHash != "" {
+			attrs = append(attrs, slog.String("query_sha256", e.QueryHash))
+		}
 		if f := e.Fanout; f != nil {
 			attrs = append(attrs, slog.Group("fanout", slog.String("tool", f.Tool), slog.String("plan_id", f.PlanID),
 				slog.Bool("dry_run", f.DryRun), slog.Int("targeted", f.Targeted), slog.Int("sent", f.Sent),
@@ -351,7 +359,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 || e.Fanout != nil { // a fan-out's: one per fleet.call
 		return json.Marshal(e)
 	}
-	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code, e.RequestID, e.Parent}
+	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code, e.RequestID, e.Parent, e.QueryHash}
 	n := 160
 	for _, s := range strs {
 		if !jsonscan.HTMLSafe(s) {
@@ -378,6 +386,7 @@ func (e AuditEvent) encode() ([]byte, error) {
 	b = strconv.AppendInt(b, int64(e.Duration), 10)
 	b = appendMember(b, "request_id", e.RequestID, true)
 	b = appendMember(b, "parent_request_id", e.Parent, true)
+	b = appendMember(b, "query_sha256", e.QueryHash, true)
 	return append(b, '}'), nil
 }
 

@@ -27,7 +27,7 @@ func FuzzAuditEncode(f *testing.F) {
 		e := AuditEvent{
 			Time:  time.Unix(0, unixNano).In(time.FixedZone("z", offset%(24*3600))),
 			Actor: actor, Tenant: tenant, Subject: subject, JTI: jti, Tool: tool, Upstream: upstream,
-			Decision: decision, Code: code, Duration: time.Duration(dur), RequestID: reqID,
+			Decision: decision, Code: code, Duration: time.Duration(dur), RequestID: reqID, Parent: jti, QueryHash: reqID,
 		}
 		want, wantErr := json.Marshal(e)
 		got, err := e.encode()

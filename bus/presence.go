@@ -116,7 +116,8 @@ func decodeNode(c kvChange) presenceChange {
 }
 
 // intern makes the record's strings that repeat across nodes (tenant,
-// tier, agent, capabilities' kinds, schemas, classes and verbs) share one
+// tier, agent, capabilities' kinds, schemas, classes, verbs and local
+// tools' descriptions) share one
 // copy each, as a gateway holds every node's record: a million nodes
 // repeat a handful of values. (unique forgets a value no record holds.)
 func (n *Node) intern() {
@@ -128,6 +129,9 @@ func (n *Node) intern() {
 		c := &n.Capabilities[i]
 		for _, s := range []*string{&c.CapID, &c.Kind, &c.SchemaRef, &c.SafetyClass} {
 			in(s)
+		}
+		if c.Description != "" {
+			in(&c.Description)
 		}
 		for j := range c.Verbs {
 			in(&c.Verbs[j])

@@ -14,6 +14,11 @@ const (
 	// KindGPIO is a simulated GPIO pin, the mutating demo kind of mock
 	// devices: read is read-only, write mutates.
 	KindGPIO = "sim.gpio"
+	// KindLocal is seed 002's local tool (DESIGN.md §12): a command the
+	// device's operator declared, run with the call's query in its
+	// environment. Its safety class is the operator's word for each tool:
+	// the kind clamps none.
+	KindLocal = "local.tool"
 )
 
 // Verb describes one verb of a capability kind: the schemas of its
@@ -68,20 +73,23 @@ var kinds = map[string]Kind{
 		{Name: "read", Input: GPIOReadInput, Output: GPIORead, Title: "Read a pin", Safety: SafetyReadOnly},
 		{Name: "write", Input: GPIOWriteInput, Output: GPIOWrite, Title: "Drive a pin"},
 	}},
+	KindLocal: {Name: KindLocal, Short: localShort, Verbs: []Verb{
+		{Name: "run", Input: LocalRunInput, Output: LocalRun, Title: "Run a device's own tool"},
+	}},
 }
 
-// localShort is the kind_short of seed 002's local tools (DESIGN.md §12),
-// taken before the kind itself lands so that no upstream is named so.
+// localShort is the kind_short of seed 002's local tools (DESIGN.md §12).
 const localShort = "local"
+
+// MaxLocalQuery is the most bytes a local tool's query may have: the
+// arguments schema counts characters, the agent counts bytes too.
+const MaxLocalQuery = 4096
 
 // IsKindShort reports whether name is the kind_short of a kind: the first
 // segment of a device tool's name. Upstream names share that namespace
 // (DESIGN.md §8): the listed (safe) names of a device's tools and of an
 // upstream's could otherwise be the same.
 func IsKindShort(name string) bool {
-	if name == localShort {
-		return true
-	}
 	for _, k := range kinds {
 		if k.Short == name {
 			return true

@@ -20,6 +20,9 @@ type Capability struct {
 	SafetyClass string      `json:"safety_class"`
 	Idempotent  bool        `json:"idempotent,omitempty"`
 	Constraints Constraints `json:"constraints,omitzero"`
+	// Description is a local tool's (kind local.tool), in its operator's
+	// words; no other kind has one.
+	Description string `json:"description,omitempty"`
 }
 
 // Constraints limit how a capability may be called.

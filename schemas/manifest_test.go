@@ -50,6 +50,30 @@ func TestProject(t *testing.T) {
 	}
 }
 
+// TestProjectLocalTool: a local tool projects one tool, run, whose class
+// is its capability's (the kind clamps none), and the longest cap_id the
+// manifest allows it still makes a valid name.
+func TestProjectLocalTool(t *testing.T) {
+	long := strings.Repeat("l", 24)
+	caps := []schemas.Capability{
+		{CapID: "restart", Kind: schemas.KindLocal, SchemaRef: schemas.LocalRunInput, Verbs: []string{"run"},
+			SafetyClass: schemas.SafetyDestructive, Description: "Restart the camera."},
+		{CapID: long, Kind: schemas.KindLocal, SchemaRef: schemas.LocalRunInput, Verbs: []string{"run"},
+			SafetyClass: schemas.SafetyReadOnly, Description: "Tail a log."},
+	}
+	tools, err := schemas.Project(node, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools) != 2 || tools[0].Name != "local."+node+".restart.run" || tools[0].Class != schemas.SafetyDestructive ||
+		tools[1].Name != "local."+node+"."+long+".run" || tools[1].Class != schemas.SafetyReadOnly {
+		t.Errorf("Project = %+v", tools)
+	}
+	if len(tools[1].Name) > schemas.MaxToolName || tools[1].Verb.Output != schemas.LocalRun {
+		t.Errorf("%s: %d characters, output %s", tools[1].Name, len(tools[1].Name), tools[1].Verb.Output)
+	}
+}
+
 // TestProjectRefuses: what the manifest schema cannot say, Project does,
 // for the tier and the gateway alike.
 func TestProjectRefuses(t *testing.T) {

@@ -27,7 +27,6 @@ func TestUpstreamNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := slices.Clone(reserved)
-	want = append(want, localShort)
 	for _, k := range kinds {
 		want = append(want, k.Short)
 	}

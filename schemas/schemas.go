@@ -52,6 +52,8 @@ const (
 	GPIORead         = IDPrefix + "sim.gpio.read.output@1.0.0"
 	GPIOWriteInput   = IDPrefix + "sim.gpio.write.input@1.0.0"
 	GPIOWrite        = IDPrefix + "sim.gpio.write.output@1.0.0"
+	LocalRunInput    = IDPrefix + "local.tool.run.input@1.0.0"
+	LocalRun         = IDPrefix + "local.tool.run.output@1.0.0"
 	Manifest         = IDPrefix + "manifest@1.0.0"
 	Envelope         = IDPrefix + "envelope@1.0.0"
 	ErrorEnvelope    = IDPrefix + "error@1.0.0"

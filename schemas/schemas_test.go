@@ -68,6 +68,8 @@ func TestGolden(t *testing.T) {
 		"fleet.call.output@1.0.0",
 		"okso.find_tools.input@1.0.0",
 		"okso.find_tools.output@1.0.0",
+		"local.tool.run.input@1.0.0",
+		"local.tool.run.output@1.0.0",
 	}
 	seen := map[string]map[string]int{"valid": {}, "invalid": {}}
 	for _, kind := range []string{"valid", "invalid"} {

@@ -2,6 +2,8 @@ package tier
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
@@ -118,7 +121,11 @@ type pendingCall struct {
 	start     time.Time
 	requestID string
 	subject   string
+	queryHash string // a local tool's (bus.AuditEvent.QueryHash)
 }
+
+// offered are the protocol features the tier offers in auth_ok.
+var offered = []string{wire.FeatureDeadlineAt, wire.FeatureLabels, wire.FeatureLocalTools}
 
 func newSession(t *Tier, c *websocket.Conn, live *peer, r *http.Request) *session {
 	s := &session{
@@ -335,7 +342,7 @@ func (s *session) run(ctx context.Context) {
 	s.clockAt = time.Now()
 	s.clockMs = s.clockAt.UnixMilli()
 	if s.write(ctx, wire.TypeAuthOK, "", wire.AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
-		ServerTimeMs: s.clockMs, Features: []string{wire.FeatureDeadlineAt, wire.FeatureLabels}}) != nil {
+		ServerTimeMs: s.clockMs, Features: offered}) != nil {
 		return
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
@@ -605,6 +612,10 @@ func project(nodeID string, caps []schemas.Capability) (tools []string, byID map
 		// The strings of a closed set are kept as the table's own, not as
 		// each session's decoded copies.
 		c.Kind, c.SafetyClass = t.Kind.Name, internSafety(c.SafetyClass)
+		if c.Description != "" {
+			// A fleet that shares one tools file shares its texts.
+			c.Description = unique.Make(c.Description).Value()
+		}
 		if v, ok := t.Kind.VerbByInput(c.SchemaRef); ok {
 			c.SchemaRef = v.Input
 		}
@@ -1039,6 +1050,9 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	cs.inflight++
 	p := &pendingCall{reply: m.Reply, cap: cs, tool: call.Tool, start: start, requestID: reqID,
 		subject: m.Header.Get(bus.HeaderSubject)}
+	if cs.Kind == schemas.KindLocal {
+		p.queryHash = queryHash(args)
+	}
 	s.pending[cmdID] = p
 	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
 	s.mu.Unlock()
@@ -1077,8 +1091,23 @@ func (s *session) take(cmdID string) *pendingCall {
 // hop on this P rather than before it.
 func (s *session) finish(p *pendingCall, reply []byte, decision, code string) {
 	s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: p.subject, Tool: p.tool, NodeID: s.nodeID,
-		Decision: decision, Code: code, Duration: time.Since(p.start), RequestID: p.requestID})
+		Decision: decision, Code: code, Duration: time.Since(p.start), RequestID: p.requestID,
+		QueryHash: p.queryHash})
 	s.respond(p.reply, reply)
+}
+
+// queryHash returns the hex SHA-256 of the query in a local tool's
+// arguments, as the tool receives it in TOOL_QUERY, or "" when it has
+// none: the audit may say which query a run had, never what it said.
+func queryHash(args []byte) string {
+	var a struct {
+		Query *string `json:"query"`
+	}
+	if json.Unmarshal(args, &a) != nil || a.Query == nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(*a.Query))
+	return hex.EncodeToString(sum[:])
 }
 
 func (s *session) respond(reply string, data []byte) {

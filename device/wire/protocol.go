@@ -104,6 +104,12 @@ const FeatureDeadlineAt = "deadline_at"
 // tier decodes the announce strictly and would refuse the session.
 const FeatureLabels = "labels"
 
+// FeatureLocalTools, in auth_ok's features, says the tier accepts
+// capabilities of kind local.tool and their description (DESIGN.md §12).
+// A device announces its local tools only to a tier that offers it: an
+// older tier refuses the whole manifest (4400).
+const FeatureLocalTools = "local_tools"
+
 // Defaults of the protocol.
 const (
 	DefaultMaxFrameBytes = 64 << 10
