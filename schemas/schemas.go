@@ -54,9 +54,11 @@ const (
 	GPIOWrite        = IDPrefix + "sim.gpio.write.output@1.0.0"
 	LocalRunInput    = IDPrefix + "local.tool.run.input@1.0.0"
 	LocalRun         = IDPrefix + "local.tool.run.output@1.0.0"
-	Manifest         = IDPrefix + "manifest@1.0.0"
-	Envelope         = IDPrefix + "envelope@1.0.0"
-	ErrorEnvelope    = IDPrefix + "error@1.0.0"
+	// AgentTools is the contract of okso agent's --tools file.
+	AgentTools    = IDPrefix + "agent.tools@1.0.0"
+	Manifest      = IDPrefix + "manifest@1.0.0"
+	Envelope      = IDPrefix + "envelope@1.0.0"
+	ErrorEnvelope = IDPrefix + "error@1.0.0"
 
 	// The fleet tools' arguments and results (DESIGN.md §8, issue 30).
 	// FleetSelector is the one statement of the filters fleet.nodes and

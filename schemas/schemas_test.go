@@ -70,6 +70,7 @@ func TestGolden(t *testing.T) {
 		"okso.find_tools.output@1.0.0",
 		"local.tool.run.input@1.0.0",
 		"local.tool.run.output@1.0.0",
+		"agent.tools@1.0.0",
 	}
 	seen := map[string]map[string]int{"valid": {}, "invalid": {}}
 	for _, kind := range []string{"valid", "invalid"} {

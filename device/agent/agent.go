@@ -237,6 +237,10 @@ type conn struct {
 	writes *wire.WriteGuard
 	clock  tierClock // the zero value when the tier sent no clock
 	heard  *heard    // when the tier was last heard from
+	// maxFrame is the largest frame the tier reads (hello's
+	// max_frame_bytes): a result that would make a larger cmd_ack is cut
+	// to fit when it can be ([fitter]), and an error otherwise.
+	maxFrame int
 }
 
 // heard is when a connection last heard from its tier: any frame, a ping
@@ -370,14 +374,20 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := cn.recv(hctx, wire.TypeHello); err != nil {
+	e, err := cn.recv(hctx, wire.TypeHello)
+	if err != nil {
 		return false, err
+	}
+	var hello wire.Hello
+	if json.Unmarshal(e.Payload, &hello) == nil && hello.MaxFrameBytes > 0 {
+		cn.maxFrame = hello.MaxFrameBytes
+	} else {
+		cn.maxFrame = wire.DefaultMaxFrameBytes
 	}
 	if err := cn.send(hctx, wire.TypeAuth, "", wire.Auth{Token: d.o.Token}); err != nil {
 		return false, err
 	}
-	e, err := cn.recv(hctx, wire.TypeAuthOK)
-	if err != nil {
+	if e, err = cn.recv(hctx, wire.TypeAuthOK); err != nil {
 		return false, err
 	}
 	announce := wire.Announce{NodeID: d.o.NodeID, Agent: d.o.Agent, Capabilities: d.o.Capabilities}
@@ -396,6 +406,15 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 		if slices.Contains(ok.Features, wire.FeatureLabels) && (d.o.Name != "" || len(d.o.Labels) > 0) {
 			announce.Features = append(announce.Features, wire.FeatureLabels)
 			announce.Name, announce.Labels = d.o.Name, d.o.Labels
+		}
+	}
+	if !slices.Contains(ok.Features, wire.FeatureLocalTools) {
+		// An older tier would refuse the whole manifest: it gets the rest.
+		announce.Capabilities = slices.DeleteFunc(slices.Clone(announce.Capabilities), func(c schemas.Capability) bool {
+			return c.Kind == schemas.KindLocal
+		})
+		if n := len(d.o.Capabilities) - len(announce.Capabilities); n > 0 {
+			d.log.Warn("the device tier does not take local tools: they are not announced", "url", url, "local_tools", n)
 		}
 	}
 	if err := cn.send(hctx, wire.TypeAnnounce, "", announce); err != nil {
@@ -625,7 +644,28 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 		fail(schemas.CodeInternal)
 		return
 	}
+	if room := c.resultRoom(e.MsgID); len(b) > room {
+		f, ok := res.(fitter)
+		if ok {
+			b = f.fit(room)
+		}
+		if b == nil || !ok {
+			c.d.log.Warn("a result too large for the tier's frames", "tool", cmd.Tool, "bytes", len(b), "max_frame_bytes", c.maxFrame)
+			fail(schemas.CodeInternal)
+			return
+		}
+	}
 	ack(wire.CmdAck{OK: true, Result: b})
+}
+
+// resultRoom is how many bytes a result may take in the cmd_ack that
+// answers the cmd cmdID, within the tier's frames.
+func (c *conn) resultRoom(cmdID string) int {
+	b, err := wire.Encode(wire.TypeCmdAck, cmdID, wire.CmdAck{OK: true, Result: json.RawMessage("0")})
+	if err != nil {
+		return 0
+	}
+	return c.maxFrame - (len(b) - 1)
 }
 
 // stream runs a stream handler until the tier cancels it (ctx ends): each

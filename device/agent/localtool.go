@@ -1,0 +1,150 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/okso-io/okso/internal/child"
+	"github.com/okso-io/okso/schemas"
+)
+
+// maxStdout is the most of a tool's stdout kept: more than any frame the
+// agent reads or writes (1 MiB). The rest is read and dropped, so that a
+// tool that writes a lot never blocks on a full pipe into a false timeout.
+const maxStdout = 1 << 20
+
+// LocalResult is a local tool's result (local.tool.run.output@1.0.0).
+type LocalResult struct {
+	NodeID    string `json:"node_id"`
+	Stdout    string `json:"stdout"`
+	ExitCode  int    `json:"exit_code"`
+	Truncated bool   `json:"truncated"`
+}
+
+// fit returns the result encoded in at most room bytes, its stdout cut
+// on a character boundary as far as needed (and truncated set), or nil
+// when not even an empty stdout fits.
+func (r *LocalResult) fit(room int) []byte {
+	cut := *r
+	cut.Truncated = true
+	// enc encodes the result with stdout's first n bytes, less the start
+	// of a character they cut: monotonic in n.
+	enc := func(n int) []byte {
+		for n > 0 && n < len(r.Stdout) && !utf8.RuneStart(r.Stdout[n]) {
+			n--
+		}
+		cut.Stdout = r.Stdout[:n]
+		b, _ := json.Marshal(&cut)
+		return b
+	}
+	if len(enc(0)) > room {
+		return nil
+	}
+	// Escaping makes a byte of stdout cost one to six bytes of JSON: the
+	// longest prefix that fits is searched for.
+	n := sort.Search(len(r.Stdout), func(n int) bool { return len(enc(n+1)) > room })
+	return enc(n)
+}
+
+// WithLocalTools adds a device's local tools to o: their capabilities,
+// announced to a tier that offers local_tools, and their handlers. A
+// tool named as one of o's capabilities is an error.
+func WithLocalTools(o Options, tools []LocalTool) (Options, error) {
+	o.Capabilities = slices.Clone(o.Capabilities)
+	o.Handlers = maps.Clone(o.Handlers)
+	if o.Handlers == nil {
+		o.Handlers = map[string]Handler{}
+	}
+	for _, t := range tools {
+		for _, c := range o.Capabilities {
+			if c.CapID == t.Name {
+				return o, fmt.Errorf("local tool %s: the device has a capability of that name (%s)", t.Name, c.Kind)
+			}
+		}
+		o.Capabilities = append(o.Capabilities, t.Capability())
+		o.Handlers[t.Name+".run"] = LocalHandler(t, o.NodeID, o.Logger)
+	}
+	if len(o.Capabilities) > schemas.MaxCapabilities {
+		return o, fmt.Errorf("%d capabilities with the local tools: a device announces at most %d", len(o.Capabilities), schemas.MaxCapabilities)
+	}
+	return o, nil
+}
+
+// A fitter is a result that can shrink to fit a frame.
+type fitter interface{ fit(room int) []byte }
+
+// LocalHandler returns the handler that runs a local tool for node
+// nodeID: its command, as the leader of a process group of its own, with
+// the query in TOOL_QUERY and nothing on stdin, for at most its timeout
+// (or the call's deadline, if sooner). A run that exits is a result,
+// whatever its exit status; a command that cannot start is E_INTERNAL; a
+// run past its time is E_DEADLINE_EXCEEDED, its whole group killed and
+// reaped. Stderr goes to log, at debug.
+func LocalHandler(t LocalTool, nodeID string, log *slog.Logger) Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("tool", t.Name)
+	return func(ctx context.Context, args json.RawMessage) (any, error) {
+		var a struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(args, &a); err != nil {
+			return nil, schemas.NewError(schemas.CodeManifestInvalid, "arguments: "+err.Error())
+		}
+		if why := t.Query.check(a.Query); why != "" {
+			return nil, schemas.NewError(schemas.CodeManifestInvalid, "query: "+why)
+		}
+		if strings.IndexByte(a.Query, 0) >= 0 { // the schema says so too; exec would refuse it
+			return nil, schemas.NewError(schemas.CodeManifestInvalid, "query: holds a NUL")
+		}
+		ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+		defer cancel()
+		env := maps.Clone(t.Env)
+		if env == nil {
+			env = make(map[string]string, 1)
+		}
+		env["TOOL_QUERY"] = a.Query
+		p, err := child.Start(child.Options{Argv: t.Command, Env: env, Dir: t.Dir, Log: log,
+			LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
+		if err != nil {
+			log.Warn("a local tool did not start", "err", err)
+			return nil, schemas.NewError(schemas.CodeInternal, "the tool did not start")
+		}
+		p.Stdin.Close() // nothing on stdin
+		type output struct {
+			b         []byte
+			truncated bool
+		}
+		read := make(chan output, 1)
+		go func() {
+			b, _ := io.ReadAll(io.LimitReader(p.Stdout, maxStdout))
+			n, _ := io.Copy(io.Discard, p.Stdout)
+			read <- output{b, n > 0}
+		}()
+		killed := false
+		select {
+		case <-p.Exited():
+		case <-ctx.Done():
+			p.Kill()
+			killed = true
+		}
+		<-p.Done()
+		out := <-read // the pipes end once the group is gone (child.Start)
+		p.Stdout.Close()
+		if killed {
+			log.Info("a local tool ran out of time: its process group was killed", "timeout", t.Timeout)
+			return nil, schemas.NewError(schemas.CodeDeadlineExceeded, "the tool ran out of time")
+		}
+		return &LocalResult{NodeID: nodeID, Stdout: strings.ToValidUTF8(string(out.b), "\uFFFD"),
+			ExitCode: p.ExitCode(), Truncated: out.truncated}, nil
+	}
+}
