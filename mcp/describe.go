@@ -26,6 +26,8 @@ func verbWords(kind string, v schemas.Verb) string {
 		return "Read the simulated pin of"
 	case schemas.KindGPIO + " write":
 		return "Drive the simulated pin of"
+	case schemas.KindLocal + " run":
+		return "Run a tool of its operator's on"
 	}
 	return v.Title + " on"
 }
@@ -63,4 +65,17 @@ func describeDeviceTool(kind string, v schemas.Verb, class string, rec *bus.Node
 	b.WriteString(class)
 	b.WriteString(".")
 	return b.String()
+}
+
+// operatorWords quotes what a local tool's operator wrote of it (its
+// capability's description, DESIGN.md §12), after okso's own words: the
+// one text of a device tool's description that okso did not write, kept
+// apart and attributed so that a model reads it as the device's claim.
+// The tier has checked it: at most 1024 characters, no control character
+// but tab and line feed.
+func operatorWords(desc string) string {
+	if desc == "" {
+		return ""
+	}
+	return " The device's operator describes it: \u00ab" + desc + "\u00bb"
 }

@@ -429,6 +429,11 @@ func (t *verbTemplate) describe(e *entry, form nameForm) *sdk.Tool {
 	if form == formSafe && e.safe != e.name {
 		st.Meta[schemas.MetaName] = e.name
 	}
+	if t.kind == schemas.KindLocal {
+		if cap := e.invoker.(*nodeTool).capability(e.name); cap != nil {
+			st.Description += operatorWords(cap.Description)
+		}
+	}
 	if t.verb.Stream {
 		st.Description += " Streams each frame as a progress notification (send a progressToken) " +
 			"until cancelled; the result tells how the stream ended."
@@ -443,12 +448,41 @@ type nodeTool struct {
 	rec             *bus.Node // read-only once stored
 }
 
-func (n *nodeTool) hop() hop { return hop{subject: n.subject, offline: "node is offline"} }
+// hop is where a call of the node's tool goes, with its budget: the
+// gateway's, but for a local tool whose own timeout (its capability's
+// deadline_ms_default, at most 60 s) is longer: then that and a second,
+// so that a local tool that takes 20 s to restart a service is not
+// reported as a timeout (DESIGN.md §12). The tier gives the device the
+// tool's timeout, the smaller of the two.
+func (n *nodeTool) hop(c *callCtx) hop {
+	h := hop{subject: n.subject, offline: "node is offline"}
+	if cap := n.capability(c.entry.name); cap != nil && cap.Kind == schemas.KindLocal {
+		if d := time.Duration(cap.Constraints.DeadlineMsDefault)*time.Millisecond + time.Second; d > c.g.o.Budget {
+			h.budget = d
+		}
+	}
+	return h
+}
+
+// capability returns the node's capability of its tool named name, or
+// nil.
+func (n *nodeTool) capability(name string) *schemas.Capability {
+	tn, ok := schemas.ParseToolName(name)
+	if !ok {
+		return nil
+	}
+	for i := range n.rec.Capabilities {
+		if c := &n.rec.Capabilities[i]; c.CapID == tn.CapID {
+			return c
+		}
+	}
+	return nil
+}
 
 // invoke sends a unary call to the node and checks its result: the
 // output schema, and the node it names.
 func (n *nodeTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
-	rep, e := c.request(ctx, args, n.hop())
+	rep, e := c.request(ctx, args, n.hop(c))
 	if e != nil {
 		return nil, e
 	}
@@ -457,7 +491,7 @@ func (n *nodeTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage)
 
 // open asks the node to start a stream.
 func (n *nodeTool) open(ctx context.Context, c *callCtx, args json.RawMessage) (*stream, *schemas.Error, error) {
-	return c.openStream(ctx, args, n.nodeID, n.hop())
+	return c.openStream(ctx, args, n.nodeID, n.hop(c))
 }
 
 // ids returns the nodes the source lists.

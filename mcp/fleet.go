@@ -334,10 +334,14 @@ type findArgs struct {
 // the same device tool on many nodes. Read-only once its view's index
 // is made.
 type hit struct {
-	e     *entry // the tool, or the template's first by name
-	name  string // in the view's form; a template's pattern
-	nodes int    // > 0: a template of this many nodes' tools
-	kind  string
+	e *entry // the tool, or the template's first by name
+	// strict is a template's tool of the strictest class (e, but for a
+	// verb whose class differs by node: a local tool's is its operator's):
+	// what the template says of its class and hints.
+	strict *entry
+	name   string // in the view's form; a template's pattern
+	nodes  int    // > 0: a template of this many nodes' tools
+	kind   string
 	// lower-case, for matching: name (in both forms), title, description.
 	lname, ltitle, ldesc string
 	title, desc          string
@@ -366,6 +370,9 @@ func (l *toolList) index(form nameForm) []*hit {
 			key := around{e.name[:at+1], e.name[at+1+len(e.origin.nodeID):]}
 			if h := byPattern[key]; h != nil {
 				h.nodes++
+				if classRank(e.class) > classRank(h.strict.class) {
+					h.strict = e
+				}
 				continue
 			}
 			h := newHit(e, nameIn(key.before+"*"+key.after, form), kind, 1)
@@ -384,7 +391,7 @@ func (l *toolList) index(form nameForm) []*hit {
 
 func newHit(e *entry, name, kind string, nodes int) *hit {
 	desc := e.tool(formSeed)
-	h := &hit{e: e, name: name, nodes: nodes, kind: kind, title: desc.Title, desc: desc.Description}
+	h := &hit{e: e, strict: e, name: name, nodes: nodes, kind: kind, title: desc.Title, desc: desc.Description}
 	if nodes > 0 && desc.Annotations != nil && desc.Annotations.Title != "" {
 		h.title = desc.Annotations.Title // not the one node's "(node …)"
 	}
@@ -406,9 +413,20 @@ func templateDescription(h *hit, form nameForm) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s any of %d nodes of yours: call one by its name (%s with its node id for *), "+
+	desc := fmt.Sprintf("%s any of %d nodes of yours: call one by its name (%s with its node id for *), "+
 		"or many at once with %s and tool %s. Safety class: %s.",
-		words, h.nodes, h.name, nameIn(ToolFleetCall, form), h.name, h.e.class)
+		words, h.nodes, h.name, nameIn(ToolFleetCall, form), h.name, h.strict.class)
+	if h.kind == schemas.KindLocal {
+		if n, ok := h.e.invoker.(*nodeTool); ok {
+			if cap := n.capability(h.e.name); cap != nil && cap.Description != "" {
+				desc += " Each node's operator describes its own; the first node's:" + operatorWords(cap.Description)
+			}
+		}
+		if h.strict.class != h.e.class {
+			desc += " Its class differs by node: the strictest is given."
+		}
+	}
+	return desc
 }
 
 // nameIn is a canonical name in a form.
@@ -545,7 +563,11 @@ func (h *hit) doc(form nameForm) toolDoc {
 	t := h.e.tool(form)
 	d := toolDoc{Name: t.Name, Title: trimUTF8(h.title, maxTitle), Description: h.desc,
 		InputSchema: t.InputSchema, OutputSchema: t.OutputSchema, Source: h.e.origin.source, Kind: h.kind}
-	if a := t.Annotations; a != nil {
+	a := t.Annotations
+	if h.nodes > 0 && h.strict != h.e {
+		a = h.strict.tool(form).Annotations
+	}
+	if a != nil {
 		ann := *a
 		ann.Title = trimUTF8(ann.Title, maxTitle)
 		d.Annotations = &ann

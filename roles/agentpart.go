@@ -40,18 +40,33 @@ type agentPart struct {
 	gaveUp     sync.Once
 }
 
+// agentSpec is what makes an agent: where it dials and how, who it is,
+// and what it serves besides echo and metrics.
+type agentSpec struct {
+	urls    []string
+	tls     *tls.Config
+	token   string
+	dataDir string
+	tenant  string
+	nodeID  string
+	name    string
+	labels  map[string]string
+	replace bool
+	tools   []agent.LocalTool // the device's own (--tools)
+}
+
 // newAgentPart builds the agent. With a token, the node id is the token's
 // subject; without, it mints a device token with the data dir's key for a
 // node id kept in the data dir, so this host keeps its node id, and holds
 // that node in the data dir (a nodeClaim; replace takes it over).
-// tlsConf is for wss:// URLs (nil: the system's roots). nodeID, if set,
-// is the node id of the minted token (that of a client certificate).
+// spec.tls is for wss:// URLs (nil: the system's roots). spec.nodeID, if
+// set, is the node id of the minted token (that of a client certificate).
 //
-// name and labels are the agent's own (--name, --label); name "" is the
-// host's ([agent.HostName]). replace takes the data dir's node over from
-// another process serving it (--replace).
-func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir, tenant, nodeID, name string,
-	labels map[string]string, replace bool) (_ *agentPart, err error) {
+// spec.name and spec.labels are the agent's own (--name, --label); name ""
+// is the host's ([agent.HostName]). spec.replace takes the data dir's node
+// over from another process serving it (--replace).
+func newAgentPart(c *common, spec agentSpec) (_ *agentPart, err error) {
+	token := spec.token
 	var claim *nodeClaim
 	var id string
 	if token != "" {
@@ -64,16 +79,16 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 		}
 	} else {
 		var err error
-		if id = nodeID; id == "" {
-			if id, err = hostNodeID(dataDir); err != nil {
+		if id = spec.nodeID; id == "" {
+			if id, err = hostNodeID(spec.dataDir); err != nil {
 				return nil, err
 			}
 		}
-		if token, err = c.signer.Mint(auth.MintOptions{Subject: id, Tenant: tenant,
+		if token, err = c.signer.Mint(auth.MintOptions{Subject: id, Tenant: spec.tenant,
 			Scopes: []string{auth.ScopeDeviceConnect}, Audience: auth.AudienceDevice, TTL: 365 * 24 * time.Hour}); err != nil {
 			return nil, err
 		}
-		if claim, err = claimNode(c.log, dataDir, id, replace); err != nil {
+		if claim, err = claimNode(c.log, spec.dataDir, id, spec.replace); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -86,11 +101,14 @@ func newAgentPart(c *common, urls []string, tlsConf *tls.Config, token, dataDir,
 	watch := newLinkWatch(log, 0) // one device: say it at once
 	a := &agentPart{log: log, link: watch.add(), watch: watch, claim: claim}
 	o := agent.HostOptions(id, c.schemas, Version)
-	o.URLs, o.TLS, o.Token, o.Logger = urls, tlsConf, token, log
-	if name != "" {
-		o.Name = name
+	o.URLs, o.TLS, o.Token, o.Logger = spec.urls, spec.tls, token, log
+	if spec.name != "" {
+		o.Name = spec.name
 	}
-	o.Labels = labels
+	o.Labels = spec.labels
+	if o, err = agent.WithLocalTools(o, spec.tools); err != nil {
+		return nil, err
+	}
 	connected := false // OnReady is called in turn, from Run's goroutine
 	o.OnReady = func(tools []string) {
 		if connected {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/device/agent"
 )
 
 // AllInOneConfig configures [AllInOne].
@@ -35,6 +36,11 @@ type AllInOneConfig struct {
 	TLS tlsFiles
 	// LocalAgent runs a device agent for this host.
 	LocalAgent bool
+	// Tools are the local agent's own tools (--tools), already loaded.
+	Tools []agent.LocalTool
+	// ToolsFile is where they come from: NewAllInOne loads it when Tools
+	// is empty.
+	ToolsFile string
 	// Replace takes the data dir's node over from another process
 	// serving it (--replace), rather than refuse to start.
 	Replace bool
@@ -89,11 +95,20 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if a.remote, err = newRemotePart(ctx, c, a.nats, cfg.Remote, "--remotes"); err != nil {
 		return nil, err
 	}
-	if a.fleet, err = newFleetPart(c, fleetAllInOne, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, &fleetDial{TLS: a.tier.ownTLS()}, cfg.Seed); err != nil {
+	if a.fleet, err = newFleetPart(c, fleetAllInOne, cfg.Mock, cfg.Tenant, []string{a.tier.url()}, &fleetOptions{TLS: a.tier.ownTLS()}, cfg.Seed); err != nil {
 		return nil, err
 	}
+	if cfg.ToolsFile != "" && !cfg.LocalAgent {
+		return nil, errors.New("--tools are the local agent's: not with --local-agent=false")
+	}
+	if cfg.ToolsFile != "" && cfg.Tools == nil {
+		if cfg.Tools, err = agent.LoadTools(cfg.ToolsFile); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.LocalAgent {
-		if a.agent, err = newAgentPart(c, []string{a.tier.url()}, a.tier.ownTLS(), "", cfg.DataDir, cfg.Tenant, "", "", nil, cfg.Replace); err != nil {
+		if a.agent, err = newAgentPart(c, agentSpec{urls: []string{a.tier.url()}, tls: a.tier.ownTLS(), dataDir: cfg.DataDir,
+			tenant: cfg.Tenant, replace: cfg.Replace, tools: cfg.Tools}); err != nil {
 			return nil, err
 		}
 	}
@@ -176,6 +191,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.IntVar(&cfg.Mock, "mock", 3, "number of simulated devices")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.BoolVar(&cfg.LocalAgent, "local-agent", true, "run a device agent for this host (its real metrics)")
+	fs.StringVar(&cfg.ToolsFile, "tools", "", "YAML file of the local agent's own tools (see okso agent --tools)")
 	fs.BoolVar(&cfg.Replace, "replace", false, "take this host's node over from another process serving it on --data-dir (okso agent), which stops serving it")
 	fs.StringVar(&cfg.Tenant, "tenant", DefaultTenant, "tenant of the simulated devices and of the printed token")
 	fs.DurationVar(&ttl, "token-ttl", agentTokenTTL, "validity of the printed agent token (as long as okso token mint's by default)")

@@ -33,18 +33,22 @@ type fleetPart struct {
 	rate int
 }
 
-// fleetDial is how a fleet's devices dial: TLS, the client config of
-// wss:// URLs (nil: the system's roots), and Source, the local address
-// they dial from (nil: the system's choice). One source address reaches
+// fleetOptions are how a fleet's devices dial, and what they serve: TLS,
+// the client config of wss:// URLs (nil: the system's roots), and Source,
+// the local address they dial from (nil: the system's choice). One source
+// address reaches
 // one tier port from at most ~28,000 ephemeral ports: a larger fleet on
 // one host is several fleets, each from its own loopback address.
-type fleetDial struct {
+type fleetOptions struct {
 	TLS    *tls.Config
 	Source net.IP
+	// Tools are local tools every device serves (mock-fleet --tools):
+	// one list, shared read-only by the fleet.
+	Tools []agent.LocalTool
 }
 
 // client is the one HTTP client every device of the fleet dials with.
-func (d *fleetDial) client() *http.Client {
+func (d *fleetOptions) client() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if d == nil {
 		return &http.Client{Transport: t}
@@ -63,7 +67,7 @@ func (d *fleetDial) client() *http.Client {
 // are the nodes ids, if given; the others get node ids derived from the
 // data dir's mock key, kind, tenant and seed ([mockNodeIDs]), the same at
 // each start.
-func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string, dial *fleetDial, seed uint64, ids ...string) (*fleetPart, error) {
+func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string, dial *fleetOptions, seed uint64, ids ...string) (*fleetPart, error) {
 	if !schemas.ValidTenant(tenant) {
 		return nil, fmt.Errorf("tenant %q: use 1-64 letters, digits, _ or -", tenant)
 	}
@@ -88,6 +92,11 @@ func newFleetPart(c *common, kind fleetKind, n int, tenant string, urls []string
 		}
 		o := agent.MockOptions(id, c.schemas, seed)
 		o.URLs, o.HTTPClient, o.Token, o.Logger = urls, f.client, tok, f.log
+		if dial != nil && len(dial.Tools) > 0 {
+			if o, err = agent.WithLocalTools(o, dial.Tools); err != nil {
+				return nil, err
+			}
+		}
 		o.Name, o.Labels = mockName(i), mockLabels(i)
 		var once sync.Once
 		link := f.watch.add()

@@ -200,7 +200,7 @@ func TestDeviceRolesSayWhenTheTierGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.watch.window = 200 * time.Millisecond
-	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil, false)
+	agent, err := newAgentPart(c, agentSpec{urls: urls, dataDir: t.TempDir(), tenant: DefaultTenant})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestAgentConnectsInOneLine(t *testing.T) {
 	addr, urls := tier.http.addr(), []string{tier.url()}
 	stopTier()
 
-	agent, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil, false)
+	agent, err := newAgentPart(c, agentSpec{urls: urls, dataDir: t.TempDir(), tenant: DefaultTenant})
 	if err != nil {
 		t.Fatal(err)
 	}

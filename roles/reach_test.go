@@ -40,7 +40,7 @@ func TestDeviceRolesSayWhyTheyCannotReachTheTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.watch.window = 200 * time.Millisecond
-	ag, err := newAgentPart(c, urls, nil, "", t.TempDir(), DefaultTenant, "", "", nil, false)
+	ag, err := newAgentPart(c, agentSpec{urls: urls, dataDir: t.TempDir(), tenant: DefaultTenant})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -185,7 +187,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 	if d.tier, err = newTierPart(ctx, c, d.nats, cfg.Tier); err != nil {
 		return nil, err
 	}
-	if d.fleet, err = newFleetPart(c, fleetDevice, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, &fleetDial{TLS: d.tier.ownTLS()}, cfg.Seed); err != nil {
+	if d.fleet, err = newFleetPart(c, fleetDevice, cfg.Mock, cfg.Tenant, []string{d.tier.url()}, &fleetOptions{TLS: d.tier.ownTLS()}, cfg.Seed); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -271,6 +273,8 @@ type MockFleetConfig struct {
 	// that asks for one. A certificate is one node's: with it, Count must
 	// be 1 and the device is the certificate's node.
 	TLS clientFiles
+	// Tools is a YAML file of local tools every device serves (--tools).
+	Tools string
 }
 
 // MockFleet is okso mock-fleet: simulated devices dialling a device tier.
@@ -307,10 +311,15 @@ func NewMockFleet(log *slog.Logger, cfg MockFleetConfig) (*MockFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	dial := &fleetDial{TLS: tlsConf}
+	dial := &fleetOptions{TLS: tlsConf}
 	if cfg.Source != "" {
 		if dial.Source = net.ParseIP(cfg.Source); dial.Source == nil {
 			return nil, fmt.Errorf("--source-addr %q: want an IP address of this host, such as 127.0.0.2", cfg.Source)
+		}
+	}
+	if cfg.Tools != "" {
+		if dial.Tools, err = agent.LoadTools(cfg.Tools); err != nil {
+			return nil, err
 		}
 	}
 	fleet, err := newFleetPart(c, fleetMock, cfg.Count, cfg.Tenant, cfg.Connect, dial, cfg.Seed, ids...)
@@ -352,6 +361,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&cfg.DataDir, "data-dir", defaultDataDir(), "directory of the signing key that mints the device tokens")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the simulated devices' metrics (each device walks its own way) and node ids (the same at each start on one --data-dir and --seed; fleets sharing a data dir need different seeds)")
 	fs.IntVar(&cfg.Rate, "connect-rate", 1000, "devices that start connecting per second (0: all at once)")
+	fs.StringVar(&cfg.Tools, "tools", "", "YAML file of local tools every device serves, as okso agent --tools (they run real commands on this host)")
 	fs.StringVar(&cfg.Source, "source-addr", "", "local IP address the devices dial from, such as 127.0.0.2 (default: the system's choice); one address reaches one tier port from at most ~28,000 ports, so run larger fleets as several, each from its own")
 	addClientFlags(fs, &cfg.TLS)
 	logs.add(fs)
@@ -389,6 +399,8 @@ type AgentConfig struct {
 	// Replace takes the data dir's node over from another process serving
 	// it (--replace), rather than refuse to start.
 	Replace bool
+	// Tools is the YAML file of the device's own tools (--tools).
+	Tools string
 }
 
 // Agent is okso agent: the device agent of this host.
@@ -434,7 +446,14 @@ func NewAgent(log *slog.Logger, cfg AgentConfig) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAgentPart(c, cfg.Connect, tlsConf, cfg.Token, cfg.DataDir, cfg.Tenant, nodeID, cfg.Name, labels, cfg.Replace)
+	var tools []agent.LocalTool
+	if cfg.Tools != "" {
+		if tools, err = agent.LoadTools(cfg.Tools); err != nil {
+			return nil, err
+		}
+	}
+	a, err := newAgentPart(c, agentSpec{urls: cfg.Connect, tls: tlsConf, token: cfg.Token, dataDir: cfg.DataDir,
+		tenant: cfg.Tenant, nodeID: nodeID, name: cfg.Name, labels: labels, replace: cfg.Replace, tools: tools})
 	if err != nil {
 		return nil, err
 	}
@@ -457,6 +476,8 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		name    string
 		labels  []string
 		replace bool
+		tools   string
+		show    bool
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
@@ -468,12 +489,18 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			"mints a device token with the signing key in --data-dir, for a node id it keeps there\n" +
 			"(or, with --client-cert, its certificate's node id). One process serves a data dir's\n" +
 			"node: a second refuses to start, unless --replace, which takes the node over (the\n" +
-			"first stops serving it).",
+			"first stops serving it).\n\n" +
+			"--tools FILE adds the device's own tools (YAML: name, description, command, safety,\n" +
+			"timeout, ...), each run without a shell with the call's query in TOOL_QUERY; with\n" +
+			"--describe it prints them as seed-002 descriptors and exits.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if show {
+				return describeTools(cmd.OutOrStdout(), tools)
+			}
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger) (func(context.Context) error, error) {
 				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files,
-					Name: name, Labels: labels, Replace: replace})
+					Name: name, Labels: labels, Replace: replace, Tools: tools})
 				if err != nil {
 					return nil, err
 				}
@@ -489,6 +516,8 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 	fs.StringVar(&name, "name", "", "name of this node, ^[a-z0-9][a-z0-9.-]{0,62}$ (default: the host name, lower-cased, other characters made -)")
 	fs.StringArrayVar(&labels, "label", nil, "label of this node, key=value (repeatable, at most 16); the operator's labels (token, tier) win")
 	fs.BoolVar(&replace, "replace", false, "take the data dir's node over from another process serving it (okso agent, all-in-one), which stops serving it")
+	fs.StringVar(&tools, "tools", "", "YAML file of this device's own tools, announced as local.<node>.<name>.run")
+	fs.BoolVar(&show, "describe", false, "print the --tools file's tools as seed-002 descriptors (JSON) and exit")
 	addClientFlags(fs, &files)
 	logs.add(fs)
 	return cmd
@@ -503,6 +532,23 @@ const (
 	// valid.
 	deviceTokenTTL = time.Hour
 )
+
+// describeTools prints a tools file's tools as seed-002 descriptors.
+func describeTools(w io.Writer, file string) error {
+	if file == "" {
+		return errors.New("--describe describes the --tools file: give one")
+	}
+	tools, err := agent.LoadTools(file)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(agent.Describe(tools), "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
 
 // tokenCmd prints tokens on stdout, bare, for scripts to capture; what
 // a person needs to know about one (its validity) goes to stderr.

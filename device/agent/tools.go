@@ -348,3 +348,86 @@ func describeTools(root *yaml.Node, doc any, e *jsonschema.ValidationError) (fie
 	}
 	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + schemas.AgentTools
 }
+
+// Descriptor is a local tool as seed 002 describes one: for an operator
+// to check a tools file (okso agent --describe), and for a model.
+type Descriptor struct {
+	Name         string         `json:"name"`
+	Description  string         `json:"description"`
+	Command      string         `json:"command"` // the argv as one line, quoted as a shell would need
+	Origin       string         `json:"origin"`  // always "local"
+	Safety       string         `json:"safety"`
+	InputSchema  map[string]any `json:"input_schema"`
+	ResultSchema map[string]any `json:"result_schema"`
+}
+
+// safetyWords say what each class lets a tool do.
+var safetyWords = map[string]string{
+	schemas.SafetyReadOnly:    "read_only: reads, changes nothing",
+	schemas.SafetyMutating:    "mutating: changes the device's state",
+	schemas.SafetyDestructive: "destructive: may destroy data or stop the device",
+}
+
+// Describe returns the tools' seed-002 descriptors, in the file's order.
+func Describe(tools []LocalTool) []Descriptor {
+	out := make([]Descriptor, 0, len(tools))
+	for _, t := range tools {
+		guard := []string{safetyWords[t.Safety], "runs at most " + t.Timeout.String() + ", then its process group is killed"}
+		if t.Concurrency > 0 {
+			guard = append(guard, fmt.Sprintf("at most %d at once", t.Concurrency))
+		}
+		if t.RateLimit > 0 {
+			guard = append(guard, fmt.Sprintf("at most %g a second", t.RateLimit))
+		}
+		query := map[string]any{"type": "string", "maxLength": schemas.MaxLocalQuery,
+			"description": "Passed to the tool as TOOL_QUERY in its environment."}
+		if t.Query.HasMax {
+			query["maxLength"] = t.Query.MaxLength
+		}
+		if t.Query.Pattern != nil {
+			query["pattern"] = t.Query.Pattern.String()
+		}
+		if t.Query.Enum != nil {
+			query["enum"] = t.Query.Enum
+		}
+		out = append(out, Descriptor{
+			Name:        t.Name,
+			Description: t.Announced(),
+			Command:     shellLine(t.Command),
+			Origin:      "local",
+			Safety:      strings.Join(guard, "; "),
+			InputSchema: map[string]any{"type": "object", "additionalProperties": false,
+				"properties": map[string]any{"query": query}},
+			ResultSchema: map[string]any{
+				"type": "object", "required": []string{"type", "tool", "result"},
+				"properties": map[string]any{
+					"type": map[string]any{"const": "result"},
+					"tool": map[string]any{"const": t.Name},
+					"result": map[string]any{
+						"type": "object", "required": []string{"stdout", "exit_code", "truncated"},
+						"properties": map[string]any{
+							"stdout":    map[string]any{"type": "string"},
+							"exit_code": map[string]any{"type": "integer"},
+							"truncated": map[string]any{"type": "boolean"},
+						},
+					},
+				},
+			},
+		})
+	}
+	return out
+}
+
+// shellLine writes argv as one line, each argument quoted as a POSIX
+// shell would need it: for people to read, never run by okso.
+func shellLine(argv []string) string {
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+			quoted[i] = a
+			continue
+		}
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(quoted, " ")
+}
