@@ -112,7 +112,7 @@ func TestProjectRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries := d.project(rec)
+	entries := d.project(rec).entries()
 	if len(entries) != len(tools) {
 		t.Fatalf("%d entries for %d projected tools", len(entries), len(tools))
 	}
@@ -126,7 +126,7 @@ func TestProjectRecord(t *testing.T) {
 	unknown := echo
 	unknown.CapID, unknown.Kind = "shell", "system.shell"
 	rec.Capabilities = append(rec.Capabilities, unknown)
-	if entries := d.project(rec); entries != nil {
+	if entries := d.project(rec).entries(); entries != nil {
 		t.Errorf("a record with an unknown kind lists %d tools; the tier refuses such a manifest", len(entries))
 	}
 }
