@@ -444,7 +444,7 @@ func (c *catalog) putNode(n *nodeTool) {
 		name := n.name(v)
 		by := c.takenBy(tenant, n.from.owner, name, schemas.SafeToolName(name))
 		for _, k := range kept {
-			if k.capID == v.capID && k.tmpl.verb.Name == v.tmpl.verb.Name {
+			if k.cap == v.cap && k.tmpl.verb.Name == v.tmpl.verb.Name {
 				by = name // a verb the capability names twice
 			}
 		}

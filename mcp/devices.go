@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,9 @@ func (d *devices) apply(ctx context.Context, ev bus.Event) {
 		}
 		d.pending[ev.NodeID] = ev.Node.SessionID
 		d.mu.Unlock()
-		rec := *ev.Node
+		// The record is read-only (bus.Event), and so kept as it came:
+		// it is the only copy a listed node costs.
+		rec := ev.Node
 		d.probeWG.Add(1)
 		initial := ev.Initial && !d.w.isSynced() // of the first watch, before becomeReady waits
 		if initial {
@@ -144,7 +147,7 @@ func (d *devices) apply(ctx context.Context, ev bus.Event) {
 			if initial {
 				defer d.initialProbes.Done()
 			}
-			d.probe(ctx, &rec)
+			d.probe(ctx, rec)
 		}()
 		return
 	}
@@ -296,7 +299,7 @@ func (d *devices) list(rec *bus.Node) {
 	if o := d.offline[rec.NodeID]; o != nil && o.SessionID != rec.SessionID {
 		delete(d.offline, rec.NodeID)
 	}
-	d.nodes[rec.NodeID] = rec // the probe's copy, read-only from now on
+	d.nodes[rec.NodeID] = rec
 	d.mu.Unlock()
 	d.feed.changed()
 	d.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", tools)
@@ -337,11 +340,14 @@ func (d *devices) project(rec *bus.Node) *nodeTool {
 		d.feed.unlisted(sourceNameDevice, reasonRefused, "node_id", rec.NodeID, "err", err)
 		return nil
 	}
-	n := &nodeTool{nodeID: rec.NodeID, subject: bus.NodeCmd(rec.NodeID), rec: rec,
+	n := &nodeTool{nodeID: rec.NodeID, rec: rec,
 		from:  origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID},
 		verbs: make([]nodeVerb, 0, len(tools))}
 	for _, t := range tools {
-		n.verbs = append(n.verbs, nodeVerb{tmpl: d.templates.of(d, t), capID: t.Cap.CapID})
+		// A cap_id is the record's once (Project), and a record has at
+		// most schemas.MaxCapabilities.
+		c := slices.IndexFunc(rec.Capabilities, func(c schemas.Capability) bool { return c.CapID == t.Cap.CapID })
+		n.verbs = append(n.verbs, nodeVerb{tmpl: d.templates.of(d, t), cap: uint8(c)})
 	}
 	return n
 }
@@ -433,8 +439,8 @@ func (t *verbTemplate) describe(e *entry, form nameForm) *sdk.Tool {
 // subject, where the tier session holding the node answers. Read-only
 // once put (put keeps in verbs the tools it did not refuse).
 type nodeTool struct {
-	nodeID, subject string
-	rec             *bus.Node // read-only once stored
+	nodeID string
+	rec    *bus.Node // read-only once stored
 	// from is the origin of every entry of the node.
 	from origin
 	// verbs are the node's tools, in the projection's order.
@@ -443,13 +449,16 @@ type nodeTool struct {
 
 // nodeVerb is one tool of a node: a verb of one of its capabilities.
 type nodeVerb struct {
-	tmpl  *verbTemplate
-	capID string
+	tmpl *verbTemplate
+	cap  uint8 // the capability's index in the node's record
 }
+
+// capID is the id of the capability of the node's tool v.
+func (n *nodeTool) capID(v nodeVerb) string { return n.rec.Capabilities[v.cap].CapID }
 
 // name is the canonical name of the node's tool v.
 func (n *nodeTool) name(v nodeVerb) string {
-	return schemas.ToolName{KindShort: v.tmpl.short, NodeID: n.nodeID, CapID: v.capID, Verb: v.tmpl.verb.Name}.String()
+	return schemas.ToolName{KindShort: v.tmpl.short, NodeID: n.nodeID, CapID: n.capID(v), Verb: v.tmpl.verb.Name}.String()
 }
 
 // find returns the node's tool that the parsed name t names.
@@ -458,7 +467,7 @@ func (n *nodeTool) find(t schemas.ToolName) (nodeVerb, bool) {
 		return nodeVerb{}, false
 	}
 	for _, v := range n.verbs {
-		if v.capID == t.CapID && v.tmpl.verb.Name == t.Verb && v.tmpl.short == t.KindShort {
+		if n.capID(v) == t.CapID && v.tmpl.verb.Name == t.Verb && v.tmpl.short == t.KindShort {
 			return v, true
 		}
 	}
@@ -499,7 +508,9 @@ func (n *nodeTool) entries() []*entry {
 	return out
 }
 
-func (n *nodeTool) hop() hop { return hop{subject: n.subject, offline: "node is offline"} }
+// hop is where a call of the node's tools goes (its subject is made per
+// call rather than kept per node).
+func (n *nodeTool) hop() hop { return hop{subject: bus.NodeCmd(n.nodeID), offline: "node is offline"} }
 
 // invoke sends a unary call to the node and checks its result: the
 // output schema, and the node it names.

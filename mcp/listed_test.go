@@ -118,7 +118,7 @@ func TestProjectRecord(t *testing.T) {
 	}
 	for i, e := range entries {
 		if e.name != tools[i].Name || e.class != tools[i].Class || e.tool(formSeed).Name != e.name ||
-			e.origin.nodeID != node || e.invoker.(*nodeTool).subject != bus.NodeCmd(node) {
+			e.origin.nodeID != node || e.invoker.(*nodeTool).hop().subject != bus.NodeCmd(node) {
 			t.Errorf("entry %d = %s (%s), want %s (%s)", i, e.name, e.class, tools[i].Name, tools[i].Class)
 		}
 	}
