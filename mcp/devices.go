@@ -330,7 +330,7 @@ func (d *devices) unlist(nodeID, why string) {
 // verb of each capability ([schemas.Project], as the tier projected
 // them), served on the node's cmd subject; nil for a record Project
 // refuses (which no tier writes): it lists no tool at all. A tool is its
-// capability's id and its verb's template, shared by every node: its
+// capability's index and its verb's template, shared by every node: its
 // entry is made when a call or a list needs it ([nodeTool.entry]), and
 // its descriptor when a list needs it ([verbTemplate.describe]), so that
 // a node at rest costs neither per tool.
