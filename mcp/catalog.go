@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"strings"
 	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,7 +18,9 @@ import (
 // The catalog is the one place a tool is looked up: per tenant, every
 // tool of every source (DESIGN.md §4, §8), each entry carrying what a
 // call needs, decided when the tool is listed and not per call. Sources
-// feed it under keys of their own (devices.go: one key per node); the
+// feed it under keys of their own; a device's tools are held by node
+// instead (putNode), a node's entries made when a call or a list needs
+// them, so that a fleet costs no entry and no name per tool. The
 // three doors (fast path, SDK handler, REST/SSE) look a tool up once per
 // call, run the same checks on the entry (call.go) and call its invoker,
 // never asking which source it came from.
@@ -269,6 +272,12 @@ type catalog struct {
 	tenants map[string]map[string]*entry // tenant → canonical and listed names → entry
 	keys    map[string]keyed             // source key → what it put
 	holders map[string]holders           // name → the tenants holding it
+	// nodes hold the devices' tools by node, not by name (putNode): a
+	// device tool's name carries its node id, so that one entry per
+	// node answers both names of each of its tools. By node id, and by
+	// tenant and node id.
+	nodes   map[string]*nodeTool
+	nodesOf map[string]map[string]*nodeTool
 	// gens counts the changes of each tenant's tools, so that a list made
 	// outside the lock is kept only if none came meanwhile.
 	gens    map[string]uint64
@@ -300,6 +309,8 @@ func newCatalog(newServer func() *sdk.Server, refused func(e *entry, taken strin
 		tenants:   map[string]map[string]*entry{},
 		keys:      map[string]keyed{},
 		holders:   map[string]holders{},
+		nodes:     map[string]*nodeTool{},
+		nodesOf:   map[string]map[string]*nodeTool{},
 		gens:      map[string]uint64{},
 		lists:     map[view]*toolList{},
 		servers:   map[string]*sdk.Server{},
@@ -383,8 +394,14 @@ func (c *catalog) put(key, tenant string, entries []*entry) {
 // is not another: a source puts its tools under a new key (an upstream
 // configured for other tenants) before it drops the old one.
 func (c *catalog) taken(tenant string, e *entry) string {
-	other := func(x *entry) bool { return x != nil && x.owner() != e.owner() }
-	for _, n := range e.names() {
+	return c.takenBy(tenant, e.owner(), e.names()...)
+}
+
+// takenBy returns the first of names that a tool of another owner than
+// owner, which tenant sees, holds already (mu is held); "" if none.
+func (c *catalog) takenBy(tenant, owner string, names ...string) string {
+	other := func(x *entry) bool { return x != nil && x.owner() != owner }
+	for _, n := range names {
 		if other(c.tenants[tenant][n]) || tenant != anyTenant && other(c.tenants[anyTenant][n]) {
 			return n
 		}
@@ -395,8 +412,112 @@ func (c *catalog) taken(tenant string, e *entry) string {
 				}
 			}
 		}
+		if node, _, _ := c.nodeToolOf(n); node != nil && node.from.owner != owner &&
+			(tenant == anyTenant || node.rec.Tenant == tenant) {
+			return n
+		}
 	}
 	return ""
+}
+
+// putNode makes n's tools those its node holds for its tenant, replacing
+// what the node held before (for any tenant: a node id freed and taken
+// by another tenant leaves the first one's list). A tool one of whose
+// names another owner's tool the tenant sees holds already, or an
+// earlier tool of the node, is refused, as put refuses an entry; n.verbs
+// keeps the others. The tenants' sessions are told their list changed.
+func (c *catalog) putNode(n *nodeTool) {
+	tenant := n.rec.Tenant
+	var refused []*entry
+	var taken []string
+	var moved []*sdk.Server // of the tenant the node leaves
+	c.mu.Lock()
+	if old := c.nodes[n.nodeID]; old != nil {
+		c.forgetNode(old)
+		if old.rec.Tenant != tenant {
+			c.changed(old.rec.Tenant)
+			moved = c.serversOf(old.rec.Tenant)
+		}
+	}
+	kept := n.verbs[:0] // no one else sees n yet
+	for _, v := range n.verbs {
+		name := n.name(v)
+		by := c.takenBy(tenant, n.from.owner, name, schemas.SafeToolName(name))
+		for _, k := range kept {
+			if k.cap == v.cap && k.tmpl.verb.Name == v.tmpl.verb.Name {
+				by = name // a verb the capability names twice
+			}
+		}
+		if by != "" {
+			refused, taken = append(refused, n.entry(v, name)), append(taken, by)
+			continue
+		}
+		kept = append(kept, v)
+	}
+	n.verbs = kept
+	c.nodes[n.nodeID] = n
+	if c.nodesOf[tenant] == nil {
+		c.nodesOf[tenant] = map[string]*nodeTool{}
+	}
+	c.nodesOf[tenant][n.nodeID] = n
+	c.changed(tenant)
+	servers := c.serversOf(tenant)
+	c.mu.Unlock()
+	for i, e := range refused {
+		c.refused(e, taken[i])
+	}
+	notify(servers)
+	notify(moved)
+}
+
+// dropNode removes every tool of a node.
+func (c *catalog) dropNode(nodeID string) {
+	c.mu.Lock()
+	old := c.nodes[nodeID]
+	if old == nil {
+		c.mu.Unlock()
+		return
+	}
+	c.forgetNode(old)
+	c.changed(old.rec.Tenant)
+	servers := c.serversOf(old.rec.Tenant)
+	c.mu.Unlock()
+	notify(servers)
+}
+
+// forgetNode takes a node's tools out of the lookup maps; mu is held.
+func (c *catalog) forgetNode(n *nodeTool) {
+	delete(c.nodes, n.nodeID)
+	byID := c.nodesOf[n.rec.Tenant]
+	delete(byID, n.nodeID)
+	if len(byID) == 0 {
+		delete(c.nodesOf, n.rec.Tenant)
+	}
+}
+
+// nodeToolOf returns the node whose tool name names, in either of its
+// forms, the tool, and its canonical name; a nil node if none. mu is
+// held. A canonical name has no dash and the listed form no dot
+// (schemas.SafeToolName), so a name without a dot is read as the listed
+// form, and parsed.
+func (c *catalog) nodeToolOf(name string) (*nodeTool, nodeVerb, string) {
+	canonical := name
+	if !strings.Contains(name, ".") {
+		canonical = strings.ReplaceAll(name, "-", ".")
+	}
+	t, ok := schemas.ParseToolName(canonical)
+	if !ok {
+		return nil, nodeVerb{}, ""
+	}
+	n := c.nodes[t.NodeID]
+	if n == nil {
+		return nil, nodeVerb{}, ""
+	}
+	v, ok := n.find(t)
+	if !ok {
+		return nil, nodeVerb{}, ""
+	}
+	return n, v, canonical
 }
 
 // owner names what serves the entry: its node, upstream, listen, or okso.
@@ -484,7 +605,14 @@ func (c *catalog) lookup(tenant, name string) (e *entry, elsewhere string) {
 	if e = c.tenants[anyTenant][name]; e != nil {
 		return e, ""
 	}
-	return nil, c.holders[name].canonical
+	n, v, canonical := c.nodeToolOf(name)
+	if n != nil && n.rec.Tenant == tenant {
+		return n.entry(v, canonical), ""
+	}
+	if h := c.holders[name]; h.n > 0 {
+		return nil, h.canonical
+	}
+	return nil, canonical
 }
 
 // server returns the MCP server of a tenant's sessions. It holds no

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,9 @@ func (d *devices) apply(ctx context.Context, ev bus.Event) {
 		}
 		d.pending[ev.NodeID] = ev.Node.SessionID
 		d.mu.Unlock()
-		rec := *ev.Node
+		// The record is read-only (bus.Event), and so kept as it came:
+		// it is the only copy a listed node costs.
+		rec := ev.Node
 		d.probeWG.Add(1)
 		initial := ev.Initial && !d.w.isSynced() // of the first watch, before becomeReady waits
 		if initial {
@@ -144,7 +147,7 @@ func (d *devices) apply(ctx context.Context, ev bus.Event) {
 			if initial {
 				defer d.initialProbes.Done()
 			}
-			d.probe(ctx, &rec)
+			d.probe(ctx, rec)
 		}()
 		return
 	}
@@ -261,7 +264,7 @@ func (d *devices) probe(ctx context.Context, rec *bus.Node) {
 	}
 }
 
-// nodeKey is the catalog key of a node's tools.
+// nodeKey names a node as the owner of its tools.
 func nodeKey(nodeID string) string { return "node/" + nodeID }
 
 // list makes a probed node's tools visible to its tenant, replacing an
@@ -276,8 +279,13 @@ func (d *devices) list(rec *bus.Node) {
 	if !current {
 		return // superseded, or left, while probing
 	}
-	entries := d.project(rec)
-	d.feed.put(nodeKey(rec.NodeID), rec.Tenant, entries)
+	node, tools := d.project(rec), 0
+	if node != nil {
+		d.feed.putNode(node)
+		tools = len(node.verbs) // those the catalog kept
+	} else {
+		d.feed.dropNode(rec.NodeID) // a record refused lists no tool
+	}
 	if old != nil {
 		d.ended(rec.NodeID) // its streams were served by the old session
 	}
@@ -291,11 +299,10 @@ func (d *devices) list(rec *bus.Node) {
 	if o := d.offline[rec.NodeID]; o != nil && o.SessionID != rec.SessionID {
 		delete(d.offline, rec.NodeID)
 	}
-	listed := *rec
-	d.nodes[rec.NodeID] = &listed
+	d.nodes[rec.NodeID] = rec
 	d.mu.Unlock()
 	d.feed.changed()
-	d.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", len(entries))
+	d.log.Debug("node online", "node_id", rec.NodeID, "tenant", rec.Tenant, "tools", tools)
 }
 
 // unlist removes a node that left the registry, and ends its streams.
@@ -310,7 +317,7 @@ func (d *devices) unlist(nodeID, why string) {
 	}
 	// Unlisted from every server first, then forgotten: as in list, the
 	// node's count changes only once the servers agree.
-	d.feed.drop(nodeKey(nodeID))
+	d.feed.dropNode(nodeID)
 	d.mu.Lock()
 	delete(d.nodes, nodeID)
 	d.mu.Unlock()
@@ -319,48 +326,37 @@ func (d *devices) unlist(nodeID, why string) {
 	d.feed.unlisted(sourceNameDevice, why, "node_id", nodeID)
 }
 
-// project builds the catalog entries of one node record: a tool per verb
-// of each capability ([schemas.Project], as the tier projected them),
-// served on the node's cmd subject. A record Project refuses (which no
-// tier writes) lists no tool at all. An entry holds its names, its node
-// and its verb's template, shared by every node: its descriptor is made
-// when a list needs it ([verbTemplate.describe]), so that a node at rest
-// costs no descriptor per tool.
-func (d *devices) project(rec *bus.Node) []*entry {
+// project makes what the catalog holds of one node record: a tool per
+// verb of each capability ([schemas.Project], as the tier projected
+// them), served on the node's cmd subject; nil for a record Project
+// refuses (which no tier writes): it lists no tool at all. A tool is its
+// capability's index and its verb's template, shared by every node: its
+// entry is made when a call or a list needs it ([nodeTool.entry]), and
+// its descriptor when a list needs it ([verbTemplate.describe]), so that
+// a node at rest costs neither per tool.
+func (d *devices) project(rec *bus.Node) *nodeTool {
 	tools, err := schemas.Project(rec.NodeID, rec.Capabilities)
 	if err != nil {
 		d.feed.unlisted(sourceNameDevice, reasonRefused, "node_id", rec.NodeID, "err", err)
 		return nil
 	}
-	entries := make([]*entry, 0, len(tools))
-	node := &nodeTool{nodeID: rec.NodeID, subject: bus.NodeCmd(rec.NodeID), rec: rec}
-	from := &origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID}
+	n := &nodeTool{nodeID: rec.NodeID, rec: rec,
+		from:  origin{source: sourceNameDevice, owner: nodeKey(rec.NodeID), nodeID: rec.NodeID},
+		verbs: make([]nodeVerb, 0, len(tools))}
 	for _, t := range tools {
-		tmpl := d.templates.of(d, t)
-		e := &entry{
-			name:    t.Name,
-			class:   tmpl.class,
-			scope:   tmpl.scope,
-			input:   tmpl.input,
-			output:  tmpl.output, // of each frame, for a stream
-			shape:   shapeDocument,
-			origin:  from,
-			invoker: node,
-			lazy:    tmpl,
-		}
-		if t.Verb.Stream {
-			e.stream = node
-		}
-		entries = append(entries, e)
+		// A cap_id is the record's once (Project), and a record has at
+		// most schemas.MaxCapabilities.
+		c := slices.IndexFunc(rec.Capabilities, func(c schemas.Capability) bool { return c.CapID == t.Cap.CapID })
+		n.verbs = append(n.verbs, nodeVerb{tmpl: d.templates.of(d, t), cap: uint8(c)})
 	}
-	return entries
+	return n
 }
 
 // verbTemplate is what the tools of one verb share on every node (of one
 // kind, class and idempotence): its checks and the parts of its
 // descriptor that do not name the node. Read-only once made.
 type verbTemplate struct {
-	kind          string
+	kind, short   string // the kind and its kind_short
 	verb          schemas.Verb
 	class, scope  string
 	input, output validator
@@ -388,7 +384,7 @@ func (ts *templates) of(d *devices, t schemas.Tool) *verbTemplate {
 		return tmpl
 	}
 	v := t.Verb
-	tmpl := &verbTemplate{kind: k.kind, verb: v, class: k.class, scope: auth.ScopeFor(k.class),
+	tmpl := &verbTemplate{kind: k.kind, short: t.Kind.Short, verb: v, class: k.class, scope: auth.ScopeFor(k.class),
 		input: embedded{d.set, v.Input}, output: embedded{d.set, v.Output}, in: d.docs.get(v.Input),
 		ann: &sdk.ToolAnnotations{Title: v.Title, ReadOnlyHint: k.class == schemas.SafetyReadOnly, IdempotentHint: k.idempotent}}
 	if k.class == schemas.SafetyDestructive {
@@ -441,12 +437,85 @@ func (t *verbTemplate) describe(e *entry, form nameForm) *sdk.Tool {
 	return st
 }
 
-// nodeTool invokes the tools of one node: on the node's cmd subject,
-// where the tier session holding the node answers.
+// nodeTool is one node's tools as the catalog holds them: by node, not
+// by name (a device tool's name carries its node id: the catalog finds a
+// name's node by parsing it), and without an entry per tool (entry makes
+// one when a call or a list needs it). It invokes them on the node's cmd
+// subject, where the tier session holding the node answers. Read-only
+// once put (put keeps in verbs the tools it did not refuse).
 type nodeTool struct {
-	nodeID, subject string
-	rec             *bus.Node // read-only once stored
+	nodeID string
+	rec    *bus.Node // read-only once stored
+	// from is the origin of every entry of the node.
+	from origin
+	// verbs are the node's tools, in the projection's order.
+	verbs []nodeVerb
 }
+
+// nodeVerb is one tool of a node: a verb of one of its capabilities.
+type nodeVerb struct {
+	tmpl *verbTemplate
+	cap  uint8 // the capability's index in the node's record
+}
+
+// capID is the id of the capability of the node's tool v.
+func (n *nodeTool) capID(v nodeVerb) string { return n.rec.Capabilities[v.cap].CapID }
+
+// name is the canonical name of the node's tool v.
+func (n *nodeTool) name(v nodeVerb) string {
+	return schemas.ToolName{KindShort: v.tmpl.short, NodeID: n.nodeID, CapID: n.capID(v), Verb: v.tmpl.verb.Name}.String()
+}
+
+// find returns the node's tool that the parsed name t names.
+func (n *nodeTool) find(t schemas.ToolName) (nodeVerb, bool) {
+	if t.NodeID != n.nodeID {
+		return nodeVerb{}, false
+	}
+	for _, v := range n.verbs {
+		if n.capID(v) == t.CapID && v.tmpl.verb.Name == t.Verb && v.tmpl.short == t.KindShort {
+			return v, true
+		}
+	}
+	return nodeVerb{}, false
+}
+
+// entry makes the catalog entry of the node's tool v, whose canonical
+// name is name.
+func (n *nodeTool) entry(v nodeVerb, name string) *entry {
+	t := v.tmpl
+	e := &entry{
+		name:    name,
+		safe:    schemas.SafeToolName(name),
+		class:   t.class,
+		scope:   t.scope,
+		input:   t.input,
+		output:  t.output, // of each frame, for a stream
+		shape:   shapeDocument,
+		origin:  &n.from,
+		invoker: n,
+		lazy:    t,
+	}
+	if t.verb.Stream {
+		e.stream = n
+	}
+	return e
+}
+
+// entries makes the entries of the node's tools; none for a nil node.
+func (n *nodeTool) entries() []*entry {
+	if n == nil || len(n.verbs) == 0 {
+		return nil
+	}
+	out := make([]*entry, len(n.verbs))
+	for i, v := range n.verbs {
+		out[i] = n.entry(v, n.name(v))
+	}
+	return out
+}
+
+// hop is where a call of the node's tools goes (its subject is made per
+// call rather than kept per node).
+func (n *nodeTool) hop() hop { return hop{subject: bus.NodeCmd(n.nodeID), offline: "node is offline"} }
 
 // hop is where a call of the node's tool goes, with its budget: the
 // gateway's, but for a local tool whose own timeout (its capability's
@@ -454,8 +523,8 @@ type nodeTool struct {
 // so that a local tool that takes 20 s to restart a service is not
 // reported as a timeout (DESIGN.md §12). The tier gives the device the
 // tool's timeout, the smaller of the two.
-func (n *nodeTool) hop(c *callCtx) hop {
-	h := hop{subject: n.subject, offline: "node is offline"}
+func (n *nodeTool) hopFor(c *callCtx) hop {
+	h := n.hop()
 	if cap := n.capability(c.entry.name); cap != nil && cap.Kind == schemas.KindLocal {
 		if d := time.Duration(cap.Constraints.DeadlineMsDefault)*time.Millisecond + time.Second; d > c.g.o.Budget {
 			h.budget = d
@@ -482,7 +551,7 @@ func (n *nodeTool) capability(name string) *schemas.Capability {
 // invoke sends a unary call to the node and checks its result: the
 // output schema, and the node it names.
 func (n *nodeTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage) (json.RawMessage, *schemas.Error) {
-	rep, e := c.request(ctx, args, n.hop(c))
+	rep, e := c.request(ctx, args, n.hopFor(c))
 	if e != nil {
 		return nil, e
 	}
@@ -491,7 +560,7 @@ func (n *nodeTool) invoke(ctx context.Context, c *callCtx, args json.RawMessage)
 
 // open asks the node to start a stream.
 func (n *nodeTool) open(ctx context.Context, c *callCtx, args json.RawMessage) (*stream, *schemas.Error, error) {
-	return c.openStream(ctx, args, n.nodeID, n.hop(c))
+	return c.openStream(ctx, args, n.nodeID, n.hopFor(c))
 }
 
 // ids returns the nodes the source lists.

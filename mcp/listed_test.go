@@ -112,13 +112,13 @@ func TestProjectRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries := d.project(rec)
+	entries := d.project(rec).entries()
 	if len(entries) != len(tools) {
 		t.Fatalf("%d entries for %d projected tools", len(entries), len(tools))
 	}
 	for i, e := range entries {
 		if e.name != tools[i].Name || e.class != tools[i].Class || e.tool(formSeed).Name != e.name ||
-			e.origin.nodeID != node || e.invoker.(*nodeTool).subject != bus.NodeCmd(node) {
+			e.origin.nodeID != node || e.invoker.(*nodeTool).hop().subject != bus.NodeCmd(node) {
 			t.Errorf("entry %d = %s (%s), want %s (%s)", i, e.name, e.class, tools[i].Name, tools[i].Class)
 		}
 	}
@@ -126,7 +126,7 @@ func TestProjectRecord(t *testing.T) {
 	unknown := echo
 	unknown.CapID, unknown.Kind = "shell", "system.shell"
 	rec.Capabilities = append(rec.Capabilities, unknown)
-	if entries := d.project(rec); entries != nil {
+	if entries := d.project(rec).entries(); entries != nil {
 		t.Errorf("a record with an unknown kind lists %d tools; the tier refuses such a manifest", len(entries))
 	}
 }

@@ -31,8 +31,9 @@ type toolList struct {
 	hits []*hit
 }
 
-// list returns a view's tools, from the cache or made now. It is made
-// under the read lock and sorted under none, so that a view of tens of
+// list returns a view's tools, from the cache or made now. Its tools are
+// gathered under the read lock (the nodes', whose entries are made only
+// now, after it) and sorted under none, so that a view of tens of
 // thousands of tools holds no call's lookup; it is kept only if no
 // change came meanwhile (the next request makes it again otherwise).
 func (c *catalog) list(v view) *toolList {
@@ -59,7 +60,22 @@ func (c *catalog) list(v view) *toolList {
 			all = append(all, named{e.listedName(v.form), e})
 		}
 	}
+	var nodes []*nodeTool // read-only once put: their entries are made outside the lock
+	if !v.lean {
+		nodes = make([]*nodeTool, 0, len(c.nodesOf[v.tenant]))
+		for _, n := range c.nodesOf[v.tenant] {
+			nodes = append(nodes, n)
+		}
+	}
 	c.mu.RUnlock()
+	for _, n := range nodes {
+		for _, nv := range n.verbs {
+			if v.allows(nv.tmpl.scope) {
+				e := n.entry(nv, n.name(nv))
+				all = append(all, named{e.listedName(v.form), e})
+			}
+		}
+	}
 	slices.SortFunc(all, func(a, b named) int { return strings.Compare(a.name, b.name) })
 	l := &toolList{entries: make([]*entry, len(all)), tools: make([]*sdk.Tool, len(all)), names: make([]string, len(all))}
 	for i, n := range all {

@@ -37,6 +37,10 @@ type source interface {
 type feed interface {
 	put(key, tenant string, entries []*entry)
 	drop(key string)
+	// putNode and dropNode do for a node's tools, held by node rather
+	// than by name, what put and drop do for a key's.
+	putNode(n *nodeTool)
+	dropNode(nodeID string)
 	unlisted(source, reason string, attrs ...any)
 	changed()
 }
