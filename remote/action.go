@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/okso-io/okso/action"
 	"github.com/okso-io/okso/internal/child"
 )
 
@@ -35,10 +36,6 @@ const (
 	// maxActionReply bounds an endpoint's reply; a longer one is an error.
 	maxActionReply = 4 << 20
 )
-
-// errBadReply: the endpoint's stdout was not exactly one JSON object of
-// the protocol.
-var errBadReply = errors.New("reply is not one JSON object of the action protocol")
 
 // NewAction returns a [Client] of a seed-002 action endpoint
 // (DESIGN.md §9.2): every List and Call runs Command once, in a process
@@ -67,10 +64,10 @@ func NewAction(o ActionOptions) Client {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &action{o: o, closing: make(chan struct{})}
+	return &actionClient{o: o, closing: make(chan struct{})}
 }
 
-type action struct {
+type actionClient struct {
 	o ActionOptions
 
 	mu      sync.Mutex
@@ -79,18 +76,10 @@ type action struct {
 	closing chan struct{} // closed by Close
 }
 
-// descriptor is a tool as an action endpoint describes it (seed 002).
-type descriptor struct {
-	Name         string          `json:"name"`
-	Description  string          `json:"description"`
-	Safety       string          `json:"safety"`
-	InputSchema  json.RawMessage `json:"input_schema"`
-	ResultSchema json.RawMessage `json:"result_schema"`
-}
-
-func (d *descriptor) tool() (Tool, error) {
+// describedTool is a tool as an action endpoint describes it.
+func describedTool(d *action.Descriptor) (Tool, error) {
 	if d.Name == "" {
-		return Tool{}, fmt.Errorf("%w: a tool has no name", errBadReply)
+		return Tool{}, fmt.Errorf("%w: a tool has no name", action.ErrBadReply)
 	}
 	t := Tool{Name: d.Name, Description: d.Description, InputSchema: schemaOrNil(d.InputSchema), OutputSchema: schemaOrNil(d.ResultSchema)}
 	if d.Safety != "" {
@@ -109,21 +98,12 @@ func schemaOrNil(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// reply is any reply of the protocol.
-type reply struct {
-	Type   string          `json:"type"`
-	Tools  []descriptor    `json:"tools"`
-	Tool   json.RawMessage `json:"tool"` // a descriptor (describe_tool) or a name (call_tool)
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-}
-
 // errEndpointRefused: the endpoint answered list_tools or describe_tool
 // with an error.
 var errEndpointRefused = errors.New("the endpoint answered with an error")
 
-func (a *action) List(ctx context.Context) ([]Tool, error) {
-	r, err := a.run(ctx, "list_tools", map[string]any{"action": "list_tools"})
+func (a *actionClient) List(ctx context.Context) ([]Tool, error) {
+	r, err := a.run(ctx, action.ListTools, action.Request{Action: action.ListTools})
 	if err != nil {
 		return nil, err
 	}
@@ -131,11 +111,11 @@ func (a *action) List(ctx context.Context) ([]Tool, error) {
 		return nil, fmt.Errorf("action list_tools: %w", errEndpointRefused)
 	}
 	if r.Type != "result" || r.Tools == nil {
-		return nil, fmt.Errorf("action list_tools: %w: no tools", errBadReply)
+		return nil, fmt.Errorf("action list_tools: %w: no tools", action.ErrBadReply)
 	}
 	tools := make([]Tool, 0, len(r.Tools))
 	for i := range r.Tools {
-		t, err := r.Tools[i].tool()
+		t, err := describedTool(&r.Tools[i])
 		if err != nil {
 			return nil, fmt.Errorf("action list_tools: %w", err)
 		}
@@ -145,37 +125,31 @@ func (a *action) List(ctx context.Context) ([]Tool, error) {
 }
 
 // Describe asks the endpoint for one tool's descriptor (describe_tool).
-func (a *action) Describe(ctx context.Context, tool string) (Tool, error) {
-	r, err := a.run(ctx, "describe_tool", map[string]any{"action": "describe_tool", "tool": tool})
+func (a *actionClient) Describe(ctx context.Context, tool string) (Tool, error) {
+	r, err := a.run(ctx, action.DescribeTool, action.Request{Action: action.DescribeTool, Tool: tool})
 	if err != nil {
 		return Tool{}, err
 	}
 	if r.Type == "error" {
 		return Tool{}, fmt.Errorf("action describe_tool: %w", errEndpointRefused)
 	}
-	var d descriptor
+	var d action.Descriptor
 	if r.Type != "result" || !isObject(r.Tool) || json.Unmarshal(r.Tool, &d) != nil {
-		return Tool{}, fmt.Errorf("action describe_tool: %w: no descriptor", errBadReply)
+		return Tool{}, fmt.Errorf("action describe_tool: %w: no descriptor", action.ErrBadReply)
 	}
-	t, err := d.tool()
+	t, err := describedTool(&d)
 	if err != nil {
 		return Tool{}, fmt.Errorf("action describe_tool: %w", err)
 	}
 	return t, nil
 }
 
-func (a *action) Call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (json.RawMessage, error) {
+func (a *actionClient) Call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (json.RawMessage, error) {
 	args, err := objectArgs(args)
 	if err != nil {
 		return nil, fmt.Errorf("action call_tool %s: arguments: %w", tool, err)
 	}
-	req := struct {
-		Action    string          `json:"action"`
-		Tool      string          `json:"tool"`
-		Arguments json.RawMessage `json:"arguments"`
-		Meta      map[string]any  `json:"_meta,omitempty"`
-	}{"call_tool", tool, args, meta}
-	r, err := a.run(ctx, "call_tool", req)
+	r, err := a.run(ctx, action.CallTool, action.Request{Action: action.CallTool, Tool: tool, Arguments: args, Meta: meta})
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +170,7 @@ func (a *action) Call(ctx context.Context, tool string, args json.RawMessage, me
 			IsError bool          `json:"isError"`
 		}{[]mcp.Content{&mcp.TextContent{Text: text.String()}}, true}
 	default:
-		return nil, fmt.Errorf("action call_tool %s: %w: neither a result object nor an error object", tool, errBadReply)
+		return nil, fmt.Errorf("action call_tool %s: %w: neither a result object nor an error object", tool, action.ErrBadReply)
 	}
 	out, err := json.Marshal(res)
 	if err != nil {
@@ -205,10 +179,10 @@ func (a *action) Call(ctx context.Context, tool string, args json.RawMessage, me
 	return out, nil
 }
 
-func (a *action) Changed() <-chan struct{} { return nil }
-func (a *action) Done() <-chan struct{}    { return nil }
+func (a *actionClient) Changed() <-chan struct{} { return nil }
+func (a *actionClient) Done() <-chan struct{}    { return nil }
 
-func (a *action) Close() error {
+func (a *actionClient) Close() error {
 	a.mu.Lock()
 	if !a.closed {
 		a.closed = true
@@ -220,7 +194,7 @@ func (a *action) Close() error {
 }
 
 // run runs the endpoint once with req on its stdin and decodes its reply.
-func (a *action) run(ctx context.Context, what string, req any) (*reply, error) {
+func (a *actionClient) run(ctx context.Context, what string, req action.Request) (*action.Reply, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("action %s: encode request: %w", what, err)
@@ -284,7 +258,7 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 	if len(out.b) > maxActionReply {
 		p.Kill()
 		<-wrote
-		return nil, fmt.Errorf("action %s: %w: longer than %d bytes", what, errBadReply, maxActionReply)
+		return nil, fmt.Errorf("action %s: %w: longer than %d bytes", what, action.ErrBadReply, maxActionReply)
 	}
 	// Its stdout is closed: it is exiting, or should.
 	select {
@@ -305,30 +279,9 @@ func (a *action) run(ctx context.Context, what string, req any) (*reply, error) 
 	if out.err != nil && !errors.Is(out.err, os.ErrDeadlineExceeded) {
 		return nil, fmt.Errorf("action %s: read reply: %w", what, out.err)
 	}
-	obj, err := oneObject(out.b)
+	r, err := action.DecodeReply(out.b)
 	if err != nil {
 		return nil, fmt.Errorf("action %s: %w", what, err)
 	}
-	var r reply
-	if err := json.Unmarshal(obj, &r); err != nil {
-		return nil, fmt.Errorf("action %s: %w: %v", what, errBadReply, err)
-	}
-	return &r, nil
-}
-
-// oneObject returns the one JSON object b holds, white space around it
-// allowed, and nothing else.
-func oneObject(b []byte) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var v json.RawMessage
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: not JSON", errBadReply)
-	}
-	if !isObject(v) {
-		return nil, fmt.Errorf("%w: not an object", errBadReply)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: more after the object", errBadReply)
-	}
-	return v, nil
+	return r, nil
 }

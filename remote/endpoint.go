@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/action"
 	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/schemas"
 )
@@ -37,32 +38,6 @@ type EndpointOptions struct {
 	Version string
 }
 
-// actionRequest is one request of the action protocol.
-type actionRequest struct {
-	Action    string          `json:"action"`
-	Tool      string          `json:"tool,omitempty"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-}
-
-// Descriptor is a tool as the action protocol describes it (seed 002).
-type Descriptor struct {
-	Name         string          `json:"name"`
-	Description  string          `json:"description"`
-	Command      string          `json:"command"`
-	Origin       string          `json:"origin"`
-	Safety       string          `json:"safety"`
-	InputSchema  json.RawMessage `json:"input_schema"`
-	ResultSchema json.RawMessage `json:"result_schema"`
-}
-
-// ActionError is the error object of the action protocol, with DESIGN.md
-// §5's category.
-type ActionError struct {
-	Name     string `json:"name"`
-	Category string `json:"category"`
-	Message  string `json:"message"`
-}
-
 // ServeEndpoint reads one request from in and writes its answer to out:
 // {"type":"result",...} or {"type":"error","error":{...}}. A request
 // that is not one JSON object, or whose arguments are not an object, is
@@ -81,25 +56,15 @@ func ServeEndpoint(ctx context.Context, o EndpointOptions, in io.Reader, out io.
 	return err
 }
 
-// usage is an error of the request itself.
-func usage(msg string) *ActionError {
-	return &ActionError{Name: "okso", Category: schemas.Category(schemas.CodeBadRequest), Message: msg}
-}
-
-// fromEnvelope is an okso error envelope as the action protocol carries it.
-func fromEnvelope(e *schemas.Error) *ActionError {
-	return &ActionError{Name: "okso", Category: e.Category, Message: e.Message}
-}
-
-func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, *ActionError) {
+func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, *action.Error) {
 	raw, err := io.ReadAll(io.LimitReader(in, maxEndpointRequest+1))
 	if err != nil {
-		return nil, usage("cannot read the request")
+		return nil, action.Usage("cannot read the request")
 	}
 	if len(raw) > maxEndpointRequest {
-		return nil, usage(fmt.Sprintf("request over %d bytes", maxEndpointRequest))
+		return nil, action.Usage(fmt.Sprintf("request over %d bytes", maxEndpointRequest))
 	}
-	req, aerr := decodeAction(raw)
+	req, aerr := action.DecodeRequest(raw)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -109,8 +74,8 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 	}
 	defer func() { _ = s.Close() }()
 	switch req.Action {
-	case "list_tools":
-		var ds []Descriptor
+	case action.ListTools:
+		var ds []action.Descriptor
 		for t, err := range s.Tools(ctx, nil) {
 			if err != nil {
 				return nil, rpcError(err)
@@ -118,7 +83,7 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 			ds = append(ds, descriptorOf(t, o.URL))
 		}
 		return map[string]any{"type": "result", "tools": ds}, nil
-	case "describe_tool":
+	case action.DescribeTool:
 		for t, err := range s.Tools(ctx, nil) {
 			if err != nil {
 				return nil, rpcError(err)
@@ -130,7 +95,7 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 				return map[string]any{"type": "result", "tool": descriptorOf(t, o.URL)}, nil
 			}
 		}
-		return nil, fromEnvelope(schemas.NewError(schemas.CodeToolNotFound, "no such tool for this token"))
+		return nil, action.FromEnvelope(schemas.NewError(schemas.CodeToolNotFound, "no such tool for this token"))
 	}
 	res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: req.Tool, Arguments: req.Arguments})
 	if err != nil {
@@ -146,50 +111,7 @@ func endpointAnswer(ctx context.Context, o EndpointOptions, in io.Reader) (any, 
 	return map[string]any{"type": "result", "tool": req.Tool, "result": result}, nil
 }
 
-// decodeAction reads a request exactly: one JSON object, no key twice,
-// a known action, a tool where the action needs one, and arguments that
-// are an object.
-func decodeAction(raw []byte) (actionRequest, *ActionError) {
-	v, err := schemas.Decode(raw)
-	m, ok := v.(map[string]any)
-	if err != nil || !ok {
-		return actionRequest{}, usage("the request is not one JSON object")
-	}
-	var req actionRequest
-	for k, val := range m {
-		switch k {
-		case "action":
-			req.Action, ok = val.(string)
-		case "tool":
-			req.Tool, ok = val.(string)
-		case "arguments":
-			_, ok = val.(map[string]any)
-			if ok {
-				req.Arguments, _ = json.Marshal(val)
-			}
-		default:
-			return actionRequest{}, usage("the request has a member the protocol does not define")
-		}
-		if !ok {
-			return actionRequest{}, usage("request member " + k + " has the wrong type (arguments must be an object)")
-		}
-	}
-	switch req.Action {
-	case "list_tools":
-	case "describe_tool", "call_tool":
-		if req.Tool == "" {
-			return actionRequest{}, usage("action " + req.Action + " needs a tool")
-		}
-	default:
-		return actionRequest{}, usage("action must be list_tools, describe_tool or call_tool")
-	}
-	if req.Arguments == nil {
-		req.Arguments = json.RawMessage(`{}`)
-	}
-	return req, nil
-}
-
-func connectGateway(ctx context.Context, o EndpointOptions) (*sdk.ClientSession, *ActionError) {
+func connectGateway(ctx context.Context, o EndpointOptions) (*sdk.ClientSession, *action.Error) {
 	hc := o.HTTPClient
 	if hc == nil {
 		hc = &http.Client{}
@@ -205,9 +127,9 @@ func connectGateway(ctx context.Context, o EndpointOptions) (*sdk.ClientSession,
 		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		if strings.Contains(err.Error(), http.StatusText(http.StatusUnauthorized)) {
-			return nil, fromEnvelope(schemas.NewError(schemas.CodeSafetyDenied, "the gateway refused the token"))
+			return nil, action.FromEnvelope(schemas.NewError(schemas.CodeSafetyDenied, "the gateway refused the token"))
 		}
-		return nil, fromEnvelope(schemas.NewError(schemas.CodeInternal, "cannot reach the gateway"))
+		return nil, action.FromEnvelope(schemas.NewError(schemas.CodeInternal, "cannot reach the gateway"))
 	}
 	return s, nil
 }
@@ -221,26 +143,26 @@ func cmpOr(a, b string) string {
 
 // rpcError is a JSON-RPC error of the gateway: its envelope when it
 // carries one (an unknown tool does), else a fatal error.
-func rpcError(err error) *ActionError {
+func rpcError(err error) *action.Error {
 	var we *jsonrpc.Error
 	if errors.As(err, &we) {
 		var e schemas.Error
 		if json.Unmarshal(we.Data, &e) == nil && schemas.KnownCode(e.Code) {
-			return fromEnvelope(&e)
+			return action.FromEnvelope(&e)
 		}
 	}
-	return fromEnvelope(schemas.NewError(schemas.CodeInternal, "the gateway failed the request"))
+	return action.FromEnvelope(schemas.NewError(schemas.CodeInternal, "the gateway failed the request"))
 }
 
 // toolError is a failed call: okso's envelope when okso failed it; when
 // the tool did (a federated upstream's isError), the tool's own words,
 // bounded, under the tool's name, never as okso's.
-func toolError(tool string, res *sdk.CallToolResult) *ActionError {
+func toolError(tool string, res *sdk.CallToolResult) *action.Error {
 	if raw, ok := res.Meta[schemas.MetaError]; ok {
 		b, _ := json.Marshal(raw)
 		var e schemas.Error
 		if json.Unmarshal(b, &e) == nil && schemas.KnownCode(e.Code) {
-			return fromEnvelope(&e)
+			return action.FromEnvelope(&e)
 		}
 	}
 	var text bytes.Buffer
@@ -253,13 +175,13 @@ func toolError(tool string, res *sdk.CallToolResult) *ActionError {
 	if len(msg) > 1024 {
 		msg = msg[:1024]
 	}
-	return &ActionError{Name: tool, Category: schemas.Category(schemas.CodeNodeOffline), Message: msg}
+	return &action.Error{Name: tool, Category: schemas.Category(schemas.CodeNodeOffline), Message: msg}
 }
 
 // descriptorOf is a listed tool as a seed-002 descriptor.
-func descriptorOf(t *sdk.Tool, url string) Descriptor {
+func descriptorOf(t *sdk.Tool, url string) action.Descriptor {
 	class, _ := t.Meta[schemas.MetaSafetyClass].(string)
-	d := Descriptor{
+	d := action.Descriptor{
 		Name:        t.Name,
 		Description: t.Description,
 		Command: fmt.Sprintf(`echo '{"action":"call_tool","tool":"%s","arguments":{}}' | okso endpoint --url %s --token "$OKSO_TOKEN"`,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/okso-io/okso/action"
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/mcp"
 	"github.com/okso-io/okso/remote"
@@ -17,10 +18,10 @@ import (
 // endpointAnswer runs okso endpoint's work on one request.
 type endpointAnswer struct {
 	Type   string              `json:"type"`
-	Tools  []remote.Descriptor `json:"tools"`
+	Tools  []action.Descriptor `json:"tools"`
 	Tool   json.RawMessage     `json:"tool"`
 	Result json.RawMessage     `json:"result"`
-	Error  *remote.ActionError `json:"error"`
+	Error  *action.Error       `json:"error"`
 }
 
 func askEndpoint(t *testing.T, url, token, request string) endpointAnswer {
@@ -46,7 +47,7 @@ func TestEndpoint(t *testing.T) {
 	echo := echoName(node)
 
 	a := askEndpoint(t, url, reader, `{"action":"list_tools"}`)
-	var found *remote.Descriptor
+	var found *action.Descriptor
 	for i, d := range a.Tools {
 		if d.Name == listedName(echo) {
 			found = &a.Tools[i]
@@ -65,7 +66,7 @@ func TestEndpoint(t *testing.T) {
 	}
 	for _, name := range []string{echo, listedName(echo)} { // either form
 		a = askEndpoint(t, url, reader, `{"action":"describe_tool","tool":"`+name+`"}`)
-		var d remote.Descriptor
+		var d action.Descriptor
 		if a.Type != "result" || json.Unmarshal(a.Tool, &d) != nil || d.Name != listedName(echo) {
 			t.Errorf("describe_tool %s = %+v", name, a)
 		}

@@ -12,6 +12,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/action"
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/mcp"
@@ -183,12 +184,12 @@ func TestToolsFlags(t *testing.T) {
 	if err := exec(&out, &errOut, "agent", "--tools", good, "--describe"); err != nil {
 		t.Fatalf("--describe: %v (%s)", err, errOut.String())
 	}
-	var ds []agent.Descriptor
+	var ds []action.Descriptor
 	if err := json.Unmarshal([]byte(out.String()), &ds); err != nil || len(ds) != 3 {
 		t.Fatalf("--describe printed %s (%v)", out.String(), err)
 	}
 	if d := ds[0]; d.Name != "hello" || d.Origin != "local" || !strings.HasPrefix(d.Command, "sh -c 'echo run") ||
-		!strings.HasPrefix(d.Safety, "read_only") || d.InputSchema["properties"] == nil {
+		!strings.HasPrefix(d.Safety, "read_only") || !strings.Contains(string(d.InputSchema), `"query"`) {
 		t.Errorf("descriptor %+v", d)
 	}
 	const want = `bad.yaml:5: tools[0].safety: "harmless" is not one of read_only, mutating, destructive`

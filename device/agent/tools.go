@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/okso-io/okso/action"
 	"github.com/okso-io/okso/internal/yamlconf"
 	"github.com/okso-io/okso/schemas"
 )
@@ -349,18 +351,6 @@ func describeTools(root *yaml.Node, doc any, e *jsonschema.ValidationError) (fie
 	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + schemas.AgentTools
 }
 
-// Descriptor is a local tool as seed 002 describes one: for an operator
-// to check a tools file (okso agent --describe), and for a model.
-type Descriptor struct {
-	Name         string         `json:"name"`
-	Description  string         `json:"description"`
-	Command      string         `json:"command"` // the argv as one line, quoted as a shell would need
-	Origin       string         `json:"origin"`  // always "local"
-	Safety       string         `json:"safety"`
-	InputSchema  map[string]any `json:"input_schema"`
-	ResultSchema map[string]any `json:"result_schema"`
-}
-
 // safetyWords say what each class lets a tool do.
 var safetyWords = map[string]string{
 	schemas.SafetyReadOnly:    "read_only: reads, changes nothing",
@@ -368,9 +358,10 @@ var safetyWords = map[string]string{
 	schemas.SafetyDestructive: "destructive: may destroy data or stop the device",
 }
 
-// Describe returns the tools' seed-002 descriptors, in the file's order.
-func Describe(tools []LocalTool) []Descriptor {
-	out := make([]Descriptor, 0, len(tools))
+// Describe returns the tools' seed-002 descriptors, in the file's order:
+// for an operator to check a tools file (okso agent --describe).
+func Describe(tools []LocalTool) []action.Descriptor {
+	out := make([]action.Descriptor, 0, len(tools))
 	for _, t := range tools {
 		guard := []string{safetyWords[t.Safety], "runs at most " + t.Timeout.String() + ", then its process group is killed"}
 		if t.Concurrency > 0 {
@@ -390,15 +381,15 @@ func Describe(tools []LocalTool) []Descriptor {
 		if t.Query.Enum != nil {
 			query["enum"] = t.Query.Enum
 		}
-		out = append(out, Descriptor{
+		out = append(out, action.Descriptor{
 			Name:        t.Name,
 			Description: t.Announced(),
 			Command:     shellLine(t.Command),
 			Origin:      "local",
 			Safety:      strings.Join(guard, "; "),
-			InputSchema: map[string]any{"type": "object", "additionalProperties": false,
-				"properties": map[string]any{"query": query}},
-			ResultSchema: map[string]any{
+			InputSchema: mustJSON(map[string]any{"type": "object", "additionalProperties": false,
+				"properties": map[string]any{"query": query}}),
+			ResultSchema: mustJSON(map[string]any{
 				"type": "object", "required": []string{"type", "tool", "result"},
 				"properties": map[string]any{
 					"type": map[string]any{"const": "result"},
@@ -412,10 +403,19 @@ func Describe(tools []LocalTool) []Descriptor {
 						},
 					},
 				},
-			},
+			}),
 		})
 	}
 	return out
+}
+
+// mustJSON encodes a schema written here (which always encodes).
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // shellLine writes argv as one line, each argument quoted as a POSIX
