@@ -301,7 +301,7 @@ func (f *fleet) call(ctx context.Context, c *callCtx, raw json.RawMessage) (json
 	ctx, stop := c.g.cancels.cancellable(ctx, c.claims, c.rpcID)
 	defer stop()
 	run := &fanout{f: f, c: c, ref: ref, args: a.Arguments, class: class, targets: targets, checked: checked,
-		maxResult: a.MaxResultBytes, progress: progressOf(ctx), audit: fan}
+		maxResult: a.MaxResultBytes, progress: progressOf(ctx), audit: fan, budget: f.budgetFor(c.claims.Tenant, ref, targets)}
 	return run.run(ctx, a.Concurrency, a.MaxTotalBytes, a.SummaryOnly, a.PlanID), nil
 }
 
@@ -424,6 +424,29 @@ type fanout struct {
 	maxResult int
 	progress  progressFunc // nil: the caller did not ask
 	audit     *bus.FanoutAudit
+	budget    time.Duration // the fan-out's, in all
+}
+
+// budgetFor is a fan-out's budget: --fleet-budget, or, when the verb is
+// a local tool whose timeout on one of the targets is longer, that and
+// a second (a 40 s restart on each node is no fleet timeout).
+func (f *fleet) budgetFor(tenant string, ref verbRef, targets []target) time.Duration {
+	budget := f.budget
+	if local, _ := schemas.LookupKind(schemas.KindLocal); ref.short != local.Short {
+		return budget
+	}
+	for _, t := range targets {
+		n := f.devices.record(tenant, t.nodeID)
+		if n == nil {
+			continue
+		}
+		for _, c := range n.Capabilities {
+			if c.CapID == ref.capID && c.Kind == schemas.KindLocal {
+				budget = max(budget, time.Duration(c.Constraints.DeadlineMsDefault)*time.Millisecond+time.Second)
+			}
+		}
+	}
+	return budget
 }
 
 // row is one node's outcome, as its answer carries it.
@@ -439,7 +462,7 @@ type row struct {
 // and answers the rows as they finished, bounded, and the summary. A
 // cancelled call sends nothing further.
 func (r *fanout) run(caller context.Context, concurrency, maxTotal int, summaryOnly bool, planID string) json.RawMessage {
-	ctx, cancel := context.WithTimeoutCause(caller, r.f.budget, errFleetBudget)
+	ctx, cancel := context.WithTimeoutCause(caller, cmp.Or(r.budget, r.f.budget), errFleetBudget)
 	defer cancel()
 	rows := make(chan row, concurrency)
 	var next atomic.Int64

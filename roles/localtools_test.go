@@ -45,7 +45,8 @@ const localTools = `tools:
 // SDK client: listed with their operator's words quoted, called with
 // their query, refused by the gateway past 4096 characters before any
 // device runs them, gated by their class, given their own timeout past
-// the gateway's budget, and fanned out with fleet.call.
+// the gateway's budget, and fanned out with fleet.call, whose budget
+// grows to the tool's timeout too.
 func TestLocalTools(t *testing.T) {
 	runs := filepath.Join(t.TempDir(), "runs")
 	file := strings.ReplaceAll(localTools, "RUNS_FILE", runs)
@@ -53,7 +54,7 @@ func TestLocalTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.Budget = time.Second })
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Gateway.Budget, c.Gateway.FleetBudget = time.Second, time.Second })
 	nodes := make([]string, 3)
 	for i := range nodes {
 		nodes[i], _ = f.connectDevice(DefaultTenant, func(_ string, o *agent.Options) {
@@ -144,6 +145,10 @@ func TestLocalTools(t *testing.T) {
 			"arguments": map[string]any{"query": "fleet"}})
 		if e != nil || run.Summary.OK != len(nodes) {
 			t.Fatalf("%+v %v", run.Summary, e)
+		}
+		// A 1.5 s tool with a 4 s timeout on each node, behind a 1 s fleet budget.
+		if run, e := fanOut(t, reader, map[string]any{"tool": "local-*-slow-run"}); e != nil || run.Summary.OK != len(nodes) {
+			t.Errorf("slow on every node: %+v %v %v", run.Summary, e, run.errors())
 		}
 		if _, e := fanOut(t, writer, map[string]any{"tool": "local-*-restart-run"}); e == nil || e.Code != schemas.CodeSafetyDenied {
 			t.Errorf("a mutating fan-out without a plan: %+v", e)
