@@ -142,7 +142,17 @@ func (l *TierLease) Release(ctx context.Context) error {
 // wrote the node's binding last (the greater [Node.BindingRev]), which
 // alone can give the binding its TTL when it ends; between records that
 // do not both say, the greater session id (session ids are ULIDs).
-func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) {
+func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) { return l.claim(ctx, n, false) }
+
+// ClaimNew is [TierLease.Claim] for a node that likely has no record (its
+// binding was free): it first writes the record only where there is none,
+// one write instead of a read and a write; when there is a record after
+// all, it reads and judges it as Claim does.
+func (l *TierLease) ClaimNew(ctx context.Context, n Node) (*Lease, error) {
+	return l.claim(ctx, n, true)
+}
+
+func (l *TierLease) claim(ctx context.Context, n Node, fresh bool) (*Lease, error) {
 	n.State, n.LastSeen = StateOnline, time.Time{}
 	n.Tier, n.TierLease = l.id, true
 	data, err := json.Marshal(n)
@@ -150,12 +160,15 @@ func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) {
 		return nil, err
 	}
 	ls := &Lease{r: l.r, key: n.NodeID, node: n, tier: true}
-	for range claimTries {
-		now, err := readState(ctx, l.r.js.Conn(), BucketNodes, n.NodeID)
-		if err != nil {
-			return nil, fmt.Errorf("claim node %s: %w", n.NodeID, err)
+	for i := range claimTries {
+		var e kvEntry // none, if fresh
+		if !fresh || i > 0 {
+			now, err := readState(ctx, l.r.js.Conn(), BucketNodes, n.NodeID)
+			if err != nil {
+				return nil, fmt.Errorf("claim node %s: %w", n.NodeID, err)
+			}
+			e = now[n.NodeID]
 		}
-		e := now[n.NodeID]
 		var there Node
 		if e.value != nil && json.Unmarshal(e.value, &there) == nil && there.NodeID == n.NodeID && newer(&there, &n) {
 			return nil, ErrLeaseLost

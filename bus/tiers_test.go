@@ -584,3 +584,32 @@ func TestSweepReleasesBindings(t *testing.T) {
 		t.Errorf("the record of the node back on the live tier: %+v, %v", r, err)
 	}
 }
+
+// ClaimNew writes a node's record where there is none; where there is
+// one after all, it judges it as Claim does: a newer session's stays,
+// an older one's is replaced.
+func TestClaimNew(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	l := holdTier(t, r, "tier-1")
+	n := newNode("s2")
+	if _, err := l.ClaimNew(ctx(t), n); err != nil {
+		t.Fatalf("ClaimNew of a node with no record: %v", err)
+	}
+	older := n
+	older.SessionID = "s1"
+	if _, err := l.ClaimNew(ctx(t), older); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("ClaimNew of an older session: %v, want ErrLeaseLost", err)
+	}
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got.SessionID != "s2" {
+		t.Fatalf("record after an older session's ClaimNew: %+v, %v; want s2's", got, err)
+	}
+	newer := n
+	newer.SessionID = "s3"
+	if _, err := l.ClaimNew(ctx(t), newer); err != nil {
+		t.Fatalf("ClaimNew of a newer session: %v", err)
+	}
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got.SessionID != "s3" {
+		t.Fatalf("record after a newer session's ClaimNew: %+v, %v; want s3's", got, err)
+	}
+}

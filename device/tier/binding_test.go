@@ -1,6 +1,7 @@
 package tier_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +154,50 @@ func TestBindingTierKilled(t *testing.T) {
 	}
 	if ttl, now := bindingOf(t, tt.NC, back.node); ttl != "" || now != rev {
 		t.Errorf("the binding of the node back on the live tier: TTL %q, revision %d; want none, %d", ttl, now, rev)
+	}
+}
+
+// TestConnectJetStreamOps counts the JetStream requests of a device's
+// connect (reads are direct gets, writes publishes to a bucket's
+// subjects): under a connect storm each one matters. A new node costs
+// four (its binding read, the registry read for a live record of a tier
+// older than bindings, its binding created, its record created where
+// there is none); a node that comes back four (its binding read and
+// written again, its record read and written).
+func TestConnectJetStreamOps(t *testing.T) {
+	tt := newTestTier(t, tier.Options{})
+	events := tt.watch(t)
+	ops := subscribe(t, tt.NC, "$JS.API.>")
+	writes := subscribe(t, tt.NC, "$KV.>")
+	// requests returns the JetStream requests about node since it was
+	// last called (not the watches' and followers' reads of whole
+	// buckets).
+	requests := func(node string) []string {
+		t.Helper()
+		if err := tt.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, sub := range []*nats.Subscription{ops, writes} {
+			for m, err := sub.NextMsg(0); err == nil; m, err = sub.NextMsg(0) {
+				if r := m.Subject + " " + string(m.Data); strings.Contains(r, node) {
+					got = append(got, r)
+				}
+			}
+		}
+		return got
+	}
+	d := tt.runEcho(t)
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil && !e.Node.Offline() })
+	if got := requests(d.node); len(got) != 4 {
+		t.Errorf("a new node's connect made %d JetStream requests, want 4:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	d.leave(t)
+	tt.waitOffline(t, events, d.node)
+	requests(d.node)
+	tt.connectRaw(t, d.node)
+	waitEvent(t, events, func(e bus.Event) bool { return e.NodeID == d.node && e.Node != nil && !e.Node.Offline() })
+	if got := requests(d.node); len(got) != 4 {
+		t.Errorf("a node's connect again made %d JetStream requests, want 4:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }

@@ -863,8 +863,14 @@ func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	claim := s.t.lease.Claim
+	if s.bindSeen == 0 {
+		// A node id that had no binding has seldom a record: its binding
+		// expires with the record of its last session, or never existed.
+		claim = s.t.lease.ClaimNew
+	}
 	err = s.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		lease, err = s.t.lease.Claim(ctx, s.record())
+		lease, err = claim(ctx, s.record())
 		return err
 	}, bus.ErrLeaseLost)
 	return lease, err
