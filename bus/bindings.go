@@ -18,8 +18,9 @@ const BucketNodeTenants = "okso_node_tenants"
 // after its last session ended.
 const DefaultBindingTTL = 24 * time.Hour
 
-// ErrOtherTenant is returned by [Bindings.Bind] when the node id belongs
-// to another tenant.
+// ErrOtherTenant is returned by [Bindings.Bind], [Bindings.Check],
+// [Bindings.Hold] and [Bindings.Rehold] when the node id belongs to
+// another tenant.
 var ErrOtherTenant = errors.New("node id bound to another tenant")
 
 // BindingsOptions configure the bindings bucket. The zero value keeps
@@ -53,10 +54,12 @@ type BindingsOptions struct {
 // a tier that died, the sweep of its nodes ([TierLease.Sweep]). Each
 // write is checked against the revision its writer last saw, so the end
 // of a session never gives a TTL to the binding of a newer session, which
-// wrote its own revision. Nothing else takes the TTL away: a binding
-// written by a session whose end no one wrote (every tier killed, and
-// none started since; or its node's record deleted by hand) stays until
-// an operator deletes it.
+// wrote its own revision. Nothing else gives a binding its TTL: one
+// whose session's end no one wrote stays until an operator deletes it —
+// every tier killed and none started since (a tier that starts sweeps
+// them), the node's record lost (deleted by hand, or a registry kept in
+// memory across a restart of NATS), or its tier's nodes swept by an okso
+// older than this, which does not release bindings.
 type Bindings struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
