@@ -427,7 +427,7 @@ func checkRoles(t *testing.T, url string, seeds string) {
 		if _, err := gjs.Stream(ctx, "KV_"+bus.BucketCallers); err != nil {
 			t.Fatal(err)
 		}
-		if b, err := bindings.Bind(ctx, "node7", "demo"); err != nil {
+		if b, _, err := bindings.Bind(ctx, "node7", "demo"); err != nil {
 			t.Errorf("a node's binding after the audit role's reflection: %v %v", b, err)
 		}
 		// A revocation made after the reflections reaches the device
@@ -707,7 +707,7 @@ func TestUpgradeMovesState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bindings.Bind(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xy", "acme"); err != nil {
+	if _, _, err := bindings.Bind(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xy", "acme"); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
@@ -760,7 +760,7 @@ func TestUpgradeMovesState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if owner, err := b.Bind(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xy", "intruder"); !errors.Is(err, bus.ErrOtherTenant) || owner != "acme" {
+		if owner, _, err := b.Bind(ctx, "01hzx9k3m4p7q8r9s0t1v2w3xy", "intruder"); !errors.Is(err, bus.ErrOtherTenant) || owner != "acme" {
 			t.Errorf("the older okso's binding: %q, %v, want acme's", owner, err)
 		}
 	}

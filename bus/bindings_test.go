@@ -36,18 +36,21 @@ func bindingsKV(t *testing.T, nc *nats.Conn) jetstream.KeyValue {
 	return kv
 }
 
-// wantBind binds node to tenant and fails the test unless that succeeds.
-func wantBind(t *testing.T, b *bus.Bindings, node, tenant string) {
+// wantBind binds node to tenant, fails the test unless that succeeds, and
+// returns the revision it wrote.
+func wantBind(t *testing.T, b *bus.Bindings, node, tenant string) uint64 {
 	t.Helper()
-	if owner, err := b.Bind(ctx(t), node, tenant); err != nil || owner != tenant {
-		t.Fatalf("Bind(%s, %s) = %q, %v; want it bound", node, tenant, owner, err)
+	owner, rev, err := b.Bind(ctx(t), node, tenant)
+	if err != nil || owner != tenant || rev == 0 {
+		t.Fatalf("Bind(%s, %s) = %q, %d, %v; want it bound", node, tenant, owner, rev, err)
 	}
+	return rev
 }
 
 // wantRefused binds node to tenant and fails the test unless owner holds it.
 func wantRefused(t *testing.T, b *bus.Bindings, node, tenant, owner string) {
 	t.Helper()
-	if got, err := b.Bind(ctx(t), node, tenant); !errors.Is(err, bus.ErrOtherTenant) || got != owner {
+	if got, _, err := b.Bind(ctx(t), node, tenant); !errors.Is(err, bus.ErrOtherTenant) || got != owner {
 		t.Fatalf("Bind(%s, %s) = %q, %v; want %s's, ErrOtherTenant", node, tenant, got, err, owner)
 	}
 }
@@ -57,13 +60,10 @@ func wantRefused(t *testing.T, b *bus.Bindings, node, tenant, owner string) {
 func TestBindingsFirstTenantOwns(t *testing.T) {
 	srv, nc := startBus(t)
 	b := openBindings(t, nc, bus.BindingsOptions{})
-	if b.TTL() != bus.DefaultBindingTTL || b.RefreshEvery() != time.Hour {
-		t.Errorf("TTL %v, refresh every %v; want 24h and 1h", b.TTL(), b.RefreshEvery())
+	if b.TTL() != bus.DefaultBindingTTL {
+		t.Errorf("TTL %v, want 24h", b.TTL())
 	}
 	b2 := openBindings(t, connect(t, srv, "replica-2"), bus.BindingsOptions{TTL: time.Minute})
-	if b2.RefreshEvery() != 15*time.Second {
-		t.Errorf("refresh every %v with a 1m TTL, want 15s", b2.RefreshEvery())
-	}
 	kv := bindingsKV(t, nc)
 	node := newNode("s").NodeID
 
@@ -77,10 +77,10 @@ func TestBindingsFirstTenantOwns(t *testing.T) {
 	if e, err := kv.Get(ctx(t), node); err != nil || e.Revision() != first.Revision() {
 		t.Fatalf("binding after refusals: %v, %v; want revision %d untouched", e, err, first.Revision())
 	}
-	// The owner again, from the other replica: refreshed, not refused.
+	// The owner again, from the other replica: written again, not refused.
 	wantBind(t, b2, node, "demo")
 	if e, err := kv.Get(ctx(t), node); err != nil || e.Revision() == first.Revision() || string(e.Value()) != "demo" {
-		t.Fatalf("binding after the owner's refresh: %v, %v; want a new revision for demo", e, err)
+		t.Fatalf("binding after the owner's second session: %v, %v; want a new revision for demo", e, err)
 	}
 	if owner, err := b2.Owner(ctx(t), node); err != nil || owner != "demo" {
 		t.Errorf("Owner = %q, %v; want demo", owner, err)
@@ -113,7 +113,7 @@ func TestBindingsRace(t *testing.T) {
 			b := replicas[i%len(replicas)]
 			wg.Go(func() {
 				<-start
-				owner, err := b.Bind(ctx(t), node, tenant)
+				owner, _, err := b.Bind(ctx(t), node, tenant)
 				results <- result{tenant, owner, err}
 			})
 		}
@@ -144,46 +144,39 @@ func TestBindingsRace(t *testing.T) {
 	}
 }
 
-// A binding outlives nothing but its TTL: refreshed, it stays; left
-// alone, it expires and the node id is free for anyone.
+// A binding outlives its last session by its TTL: held, it stays however
+// long; released, it expires and the node id is free for anyone.
 func TestBindingsExpire(t *testing.T) {
 	_, nc := startBus(t)
 	b := openBindings(t, nc, bus.BindingsOptions{TTL: time.Second})
-	kv := bindingsKV(t, nc)
 	node := newNode("s").NodeID
-	w, err := kv.Watch(ctx(t), node, jetstream.UpdatesOnly())
-	if err != nil {
+	changes := bindingWrites(t, nc, node)
+
+	rev := wantBind(t, b, node, "demo")
+	changes.next(t) // the bind
+	// Three TTLs go by (the tier's lease heartbeats are the clock): the
+	// binding stays, and nothing writes it.
+	r := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	keepAlive(t, holdTier(t, r, "tier-clock"))
+	beats := beats(t, nc, "tier-clock")
+	for range 9 {
+		beats.next(t)
+	}
+	changes.none(t)
+	if ttl, got := bindingTTL(t, nc, node); ttl != "" || got != rev {
+		t.Fatalf("held binding: TTL %q, revision %d; want none, %d", ttl, got, rev)
+	}
+	wantRefused(t, b, node, "evil", "demo")
+
+	if err := b.Release(ctx(t), node, "demo", rev); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = w.Stop() }()
-
-	wantBind(t, b, node, "demo")
-	// Refreshed four times a TTL, for three TTLs: never removed.
-	tick := time.NewTicker(b.TTL() / 4)
-	defer tick.Stop()
-	until := time.After(3 * b.TTL())
-keep:
-	for {
-		select {
-		case <-tick.C:
-			wantBind(t, b, node, "demo")
-		case e := <-w.Updates():
-			if e != nil && e.Operation() != jetstream.KeyValuePut {
-				t.Fatal("binding removed while refreshed")
-			}
-		case <-until:
-			break keep
-		}
+	if ttl, _ := bindingTTL(t, nc, node); ttl != "1s" {
+		t.Fatalf("released binding: TTL %q, want 1s", ttl)
 	}
-	tick.Stop()
-	wantRefused(t, b, node, "evil", "demo")
-	for expired := false; !expired; {
-		select {
-		case e := <-w.Updates():
-			expired = e != nil && e.Operation() != jetstream.KeyValuePut
-		case <-time.After(eventTimeout):
-			t.Fatal("binding did not expire")
-		}
+	changes.next(t) // the release
+	if m := changes.next(t); m.Header.Get("KV-Operation") == "" && m.Header.Get("Nats-Marker-Reason") == "" {
+		t.Fatalf("after the release: %v, want the binding's expiry", m.Header)
 	}
 	wantBind(t, b, node, "evil")
 }
@@ -249,4 +242,163 @@ func TestBindingsIgnoreBadRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantBind(t, b, node, "demo")
+}
+
+// published follows the messages published on one subject.
+type published struct {
+	nc  *nats.Conn
+	sub *nats.Subscription
+}
+
+func follow(t *testing.T, nc *nats.Conn, subject string) *published {
+	t.Helper()
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &published{nc, sub}
+}
+
+// bindingWrites follows the writes of node's binding (and its markers).
+func bindingWrites(t *testing.T, nc *nats.Conn, node string) *published {
+	return follow(t, nc, "okso.v1.state."+bus.BucketNodeTenants+"."+node)
+}
+
+// beats follows the heartbeats of a tier's lease.
+func beats(t *testing.T, nc *nats.Conn, tier string) *published {
+	return follow(t, nc, "okso.v1.state."+bus.BucketTiers+"."+tier)
+}
+
+func (p *published) next(t *testing.T) *nats.Msg {
+	t.Helper()
+	m, err := p.sub.NextMsg(eventTimeout)
+	if err != nil {
+		t.Fatalf("next message on %s: %v", p.sub.Subject, err)
+	}
+	return m
+}
+
+// none fails the test if anything was published, once the connection's
+// earlier traffic is flushed through.
+func (p *published) none(t *testing.T) {
+	t.Helper()
+	if err := p.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := p.sub.Pending(); n != 0 {
+		m, _ := p.sub.NextMsg(0)
+		t.Fatalf("%d messages on %s, want none; the first: %v %q", n, p.sub.Subject, m.Header, m.Data)
+	}
+}
+
+// bindingTTL returns the TTL of node's binding as stored (its message's
+// Nats-TTL header; "" for none) and the binding's revision.
+func bindingTTL(t *testing.T, nc *nats.Conn, node string) (string, uint64) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx(t), "KV_"+bus.BucketNodeTenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx(t), "$KV."+bus.BucketNodeTenants+"."+node)
+	if err != nil {
+		t.Fatalf("binding of %s: %v", node, err)
+	}
+	return m.Header.Get(jetstream.MsgTTLHeader), m.Sequence
+}
+
+// A session's end gives its binding the TTL only while no newer session
+// wrote the binding: the release of a session that was replaced changes
+// nothing, whether it comes before or after the newer session's bind.
+func TestBindingsReleaseOnlyOwnRevision(t *testing.T) {
+	srv, nc := startBus(t)
+	b := openBindings(t, nc, bus.BindingsOptions{})
+	b2 := openBindings(t, connect(t, srv, "replica-2"), bus.BindingsOptions{})
+	node := newNode("s").NodeID
+
+	old := wantBind(t, b, node, "demo")
+	// The newer session reads the binding, the older one ends, then the
+	// newer one writes: its write expected the revision it read, and
+	// reads again.
+	owner, seen, err := b2.Check(ctx(t), node, "demo")
+	if err != nil || owner != "demo" || seen != old {
+		t.Fatalf("Check = %q, %d, %v; want demo's, revision %d", owner, seen, err, old)
+	}
+	if err := b.Release(ctx(t), node, "demo", old); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, _ := bindingTTL(t, nc, node); ttl == "" {
+		t.Fatal("the released binding has no TTL")
+	}
+	_, newer, err := b2.Hold(ctx(t), node, "demo", seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl, rev := bindingTTL(t, nc, node); ttl != "" || rev != newer {
+		t.Fatalf("held again: TTL %q, revision %d; want none, %d", ttl, rev, newer)
+	}
+	// The older session's release again, after the newer one's bind.
+	if err := b.Release(ctx(t), node, "demo", old); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, rev := bindingTTL(t, nc, node); ttl != "" || rev != newer {
+		t.Fatalf("after a stale release: TTL %q, revision %d; want none, %d", ttl, rev, newer)
+	}
+	// A third session binds while the second holds the node: the second's
+	// release then loses too.
+	third := wantBind(t, b, node, "demo")
+	if err := b2.Release(ctx(t), node, "demo", newer); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, rev := bindingTTL(t, nc, node); ttl != "" || rev != third {
+		t.Fatalf("after the second's release: TTL %q, revision %d; want none, %d", ttl, rev, third)
+	}
+	if err := b.Release(ctx(t), node, "demo", third); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, _ := bindingTTL(t, nc, node); ttl != "24h0m0s" && ttl != "86400s" {
+		t.Fatalf("after the last session's release: TTL %q, want 24h", ttl)
+	}
+}
+
+// Rehold, for a session whose tier's lease lapsed: an untouched binding
+// is not written; one a sweep released is held again; one a newer
+// session holds is left to it.
+func TestBindingsRehold(t *testing.T) {
+	_, nc := startBus(t)
+	b := openBindings(t, nc, bus.BindingsOptions{})
+	node := newNode("s").NodeID
+	rev := wantBind(t, b, node, "demo")
+	writes := bindingWrites(t, nc, node)
+
+	if _, got, err := b.Rehold(ctx(t), node, "demo", rev); err != nil || got != rev {
+		t.Fatalf("Rehold of an untouched binding = %d, %v; want %d", got, err, rev)
+	}
+	writes.none(t)
+
+	if err := b.Release(ctx(t), node, "demo", rev); err != nil { // the sweep
+		t.Fatal(err)
+	}
+	_, again, err := b.Rehold(ctx(t), node, "demo", rev)
+	if err != nil || again <= rev {
+		t.Fatalf("Rehold of a released binding = %d, %v; want a new revision", again, err)
+	}
+	if ttl, got := bindingTTL(t, nc, node); ttl != "" || got != again {
+		t.Fatalf("held again: TTL %q, revision %d; want none, %d", ttl, got, again)
+	}
+
+	newer := wantBind(t, b, node, "demo") // a newer session, on any tier
+	if _, _, err := b.Rehold(ctx(t), node, "demo", again); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("Rehold of a newer session's binding: %v, want ErrLeaseLost", err)
+	}
+	if ttl, got := bindingTTL(t, nc, node); ttl != "" || got != newer {
+		t.Fatalf("the newer session's binding: TTL %q, revision %d; want none, %d", ttl, got, newer)
+	}
 }

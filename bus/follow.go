@@ -47,7 +47,9 @@ type kvEntry struct {
 	// expired: the key went away because its TTL ran out (a lease that
 	// lapsed), not because it was deleted or purged.
 	expired bool
-	at      time.Time // when JetStream stored the message
+	// ttl: the message has a TTL of its own (read by readState only).
+	ttl bool
+	at  time.Time // when JetStream stored the message
 }
 
 // kvChange is one change a follower reports: a key's value, or its going
@@ -336,7 +338,8 @@ func readPage(ctx context.Context, page <-chan *nats.Msg, bucket string, state m
 			continue
 		}
 		if e, ok := state[key]; !ok || seq > e.seq {
-			state[key] = kvEntry{seq: seq, value: value, expired: expired, at: storedAt(m)}
+			state[key] = kvEntry{seq: seq, value: value, expired: expired, at: storedAt(m),
+				ttl: value != nil && m.Header.Get(jetstream.MsgTTLHeader) != ""}
 		}
 		next = seq + 1
 	}

@@ -197,7 +197,12 @@ func (s *Server) Restore(ctx context.Context, nc *nats.Conn) error {
 		return err
 	}
 	for node, tenant := range m.Bindings {
-		if _, err := b.Bind(ctx, node, tenant); err != nil && !errors.Is(err, ErrOtherTenant) {
+		// No session holds the node: the binding keeps its TTL.
+		_, rev, err := b.Bind(ctx, node, tenant)
+		if err == nil {
+			err = b.Release(ctx, node, tenant, rev)
+		}
+		if err != nil && !errors.Is(err, ErrOtherTenant) {
 			return err
 		}
 	}

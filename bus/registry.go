@@ -18,7 +18,7 @@ const BucketNodes = "okso_nodes"
 
 // Node is the registry record of one node, written by the tier session
 // that owns it when it connects and when it leaves, and by a tier that
-// finds it orphaned ([Registry.Sweep]).
+// finds it orphaned ([TierLease.Sweep]).
 type Node struct {
 	NodeID       string               `json:"node_id"`
 	Tenant       string               `json:"tenant"`
@@ -45,6 +45,12 @@ type Node struct {
 	// own lease, refreshed by its session and gone when that stops, as
 	// older tiers write it ([Registry.Claim]).
 	TierLease bool `json:"tier_lease,omitempty"`
+	// BindingRev is the revision of the node's binding its session
+	// wrote ([Bindings.Hold]), 0 if none: whoever writes the session's
+	// end gives that revision its TTL ([Bindings.Release]), and a claim
+	// with an older revision than the record's loses to it
+	// ([TierLease.Claim]).
+	BindingRev uint64 `json:"binding_rev,omitempty"`
 }
 
 // The states of a node's record.

@@ -21,7 +21,15 @@ import (
 // (rendezvous hashing), so that a hundred tiers do not all try. The
 // write is checked against the record read, so it never overwrites a
 // newer session's; and it happens once, for an offline record is not
-// swept again.
+// swept again. The sweeper gives the node's binding its TTL first, as
+// the session would have at its end, checked against the revision the
+// record says its session wrote: a node bound since by a session on
+// another tier keeps its binding without one.
+//
+// A tier that starts sweeps the records of tiers that died before it
+// (every tier may have been killed at once): their nodes' bindings get
+// their TTL then. Until some tier runs, they have none — but without a
+// tier no device connects, so no tenant is kept from a node id by it.
 
 // Orphans indexes the online records under tiers' leases by tier, kept
 // from a watch of the registry ([Registry.WatchRaw], which a tier runs
@@ -99,13 +107,14 @@ func (o *Orphans) of(pick func(tier string) bool) map[string][]string {
 }
 
 // Sweep marks offline the records of nodes whose tier's lease is gone,
-// found in idx, until ctx ends: once idx is loaded (records a tier left
+// found in idx, and gives their bindings in b (nil: none kept) their
+// TTL, until ctx ends: once idx is loaded (records a tier left
 // when it died, perhaps long ago), and whenever a tier's lease lapses or
 // is released. It sweeps those whose tier this lease's ranks highest
 // for among the live tiers it knows. A failed pass is tried again, a
 // little later each time. It returns ctx's error, or its watch's if that
 // fails.
-func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, log *slog.Logger) error {
+func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, b *Bindings, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -184,7 +193,7 @@ func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, log *slog.Logger) e
 			}
 			return l.r.ttl
 		}
-		n, wait, err := l.sweep(ctx, idx, tiers, deadSince, grace)
+		n, wait, err := l.sweep(ctx, idx, b, tiers, deadSince, grace)
 		if n > 0 {
 			log.Info("marked offline the nodes of tiers whose lease is gone", "nodes", n)
 		}
@@ -212,7 +221,7 @@ func (l *TierLease) Sweep(ctx context.Context, idx *Orphans, log *slog.Logger) e
 // is not swept (it takes its lease again within a third of its TTL of
 // NATS coming back); wait is when the next pass is due for such tiers
 // (0: none).
-func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]tierState,
+func (l *TierLease) sweep(ctx context.Context, idx *Orphans, b *Bindings, tiers map[string]tierState,
 	deadSince map[string]time.Time, grace func(string) time.Duration) (swept int, wait time.Duration, _ error) {
 	var live []string
 	for id, t := range tiers {
@@ -255,7 +264,7 @@ func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]ti
 			continue
 		}
 		for _, id := range nodes {
-			ok, err := l.markOffline(ctx, id, tier, tiers[tier])
+			ok, err := l.markOffline(ctx, id, tier, tiers[tier], b)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -268,8 +277,9 @@ func (l *TierLease) sweep(ctx context.Context, idx *Orphans, tiers map[string]ti
 }
 
 // markOffline marks the record of node id offline if it is still an
-// online record under the lease of tier, as of t's last heartbeat.
-func (l *TierLease) markOffline(ctx context.Context, id, tier string, t tierState) (bool, error) {
+// online record under the lease of tier, as of t's last heartbeat, and
+// first gives the binding its session wrote its TTL (in b, when not nil).
+func (l *TierLease) markOffline(ctx context.Context, id, tier string, t tierState, b *Bindings) (bool, error) {
 	now, err := readState(ctx, l.r.js.Conn(), BucketNodes, id)
 	if err != nil {
 		return false, err
@@ -278,6 +288,13 @@ func (l *TierLease) markOffline(ctx context.Context, id, tier string, t tierStat
 	var n Node
 	if e.value == nil || json.Unmarshal(e.value, &n) != nil || n.NodeID != id || !n.TierLease || n.Offline() || n.Tier != tier {
 		return false, nil // no longer the dead tier's
+	}
+	if b != nil && n.BindingRev != 0 {
+		// Before the record: an offline record is not swept again, so a
+		// binding left for after it would keep no TTL if this failed.
+		if err := b.Release(ctx, id, n.Tenant, n.BindingRev); err != nil {
+			return false, err
+		}
 	}
 	n.State, n.LastSeen = StateOffline, t.lastSeen(&n)
 	data, err := json.Marshal(n)

@@ -112,7 +112,7 @@ func (l *TierLease) put(ctx context.Context, checked bool) error {
 // meanwhile (NATS was away, or the holder late, longer than the TTL), it
 // takes it again and reports lapsed: every reader saw the tier's nodes
 // go offline, and another tier may have marked their records offline
-// ([Registry.Sweep]), so the holder writes its nodes' records again
+// ([TierLease.Sweep]), so the holder writes its nodes' records again
 // ([Lease.Refresh]).
 func (l *TierLease) Refresh(ctx context.Context) (lapsed bool, err error) {
 	err = l.put(ctx, true)
@@ -134,13 +134,25 @@ func (l *TierLease) Release(ctx context.Context) error {
 
 // Claim writes n's record under the tier's lease: online, with no TTL.
 // It stays until the session leaves ([Lease.Leave]) or the tier's lease
-// lapses and another tier marks it offline ([Registry.Sweep]); nothing
+// lapses and another tier marks it offline ([TierLease.Sweep]); nothing
 // refreshes it. It replaces any record of the node but a newer
-// session's (session ids are ULIDs: the greater is the newer), for
-// which it returns ErrLeaseLost: the write is checked against the record
-// read, so an older session's claim that crosses a newer one's never
-// lands after it.
-func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) {
+// session's, for which it returns ErrLeaseLost: the write is checked
+// against the record read, so an older session's claim that crosses a
+// newer one's never lands after it. The newer session is the one that
+// wrote the node's binding last (the greater [Node.BindingRev]), which
+// alone can give the binding its TTL when it ends; between records that
+// do not both say, the greater session id (session ids are ULIDs).
+func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) { return l.claim(ctx, n, false) }
+
+// ClaimNew is [TierLease.Claim] for a node that likely has no record (its
+// binding was free): it first writes the record only where there is none,
+// one write instead of a read and a write; when there is a record after
+// all, it reads and judges it as Claim does.
+func (l *TierLease) ClaimNew(ctx context.Context, n Node) (*Lease, error) {
+	return l.claim(ctx, n, true)
+}
+
+func (l *TierLease) claim(ctx context.Context, n Node, fresh bool) (*Lease, error) {
 	n.State, n.LastSeen = StateOnline, time.Time{}
 	n.Tier, n.TierLease = l.id, true
 	data, err := json.Marshal(n)
@@ -148,14 +160,17 @@ func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) {
 		return nil, err
 	}
 	ls := &Lease{r: l.r, key: n.NodeID, node: n, tier: true}
-	for range claimTries {
-		now, err := readState(ctx, l.r.js.Conn(), BucketNodes, n.NodeID)
-		if err != nil {
-			return nil, fmt.Errorf("claim node %s: %w", n.NodeID, err)
+	for i := range claimTries {
+		var e kvEntry // none, if fresh
+		if !fresh || i > 0 {
+			now, err := readState(ctx, l.r.js.Conn(), BucketNodes, n.NodeID)
+			if err != nil {
+				return nil, fmt.Errorf("claim node %s: %w", n.NodeID, err)
+			}
+			e = now[n.NodeID]
 		}
-		e := now[n.NodeID]
 		var there Node
-		if e.value != nil && json.Unmarshal(e.value, &there) == nil && there.NodeID == n.NodeID && there.SessionID > n.SessionID {
+		if e.value != nil && json.Unmarshal(e.value, &there) == nil && there.NodeID == n.NodeID && newer(&there, &n) {
 			return nil, ErrLeaseLost
 		}
 		ack, err := l.r.js.Publish(ctx, ls.subject(), data, jetstream.WithExpectLastSequencePerSubject(e.seq))
@@ -169,6 +184,16 @@ func (l *TierLease) Claim(ctx context.Context, n Node) (*Lease, error) {
 		return ls, nil
 	}
 	return nil, fmt.Errorf("claim node %s: written by others %d times while claiming", n.NodeID, claimTries)
+}
+
+// newer reports whether a's session is newer than b's: it wrote the
+// node's binding after b's did, or, when either record does not say, its
+// session id is the greater.
+func newer(a, b *Node) bool {
+	if a.BindingRev != 0 && b.BindingRev != 0 {
+		return a.BindingRev > b.BindingRev
+	}
+	return a.SessionID > b.SessionID
 }
 
 // claimTries bounds the reads of one claim that others' writes overtake.

@@ -280,13 +280,16 @@ func TestInitStateMakesTiers(t *testing.T) {
 
 // sweepFor runs l.Sweep with an index kept from a raw watch of r, until
 // the test ends.
-func sweepFor(t *testing.T, r *bus.Registry, l *bus.TierLease) {
+func sweepFor(t *testing.T, r *bus.Registry, l *bus.TierLease) { sweepWith(t, r, l, nil) }
+
+// sweepWith is sweepFor for a tier that keeps bindings in b.
+func sweepWith(t *testing.T, r *bus.Registry, l *bus.TierLease, b *bus.Bindings) {
 	t.Helper()
 	idx := bus.NewOrphans()
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- r.WatchRaw(c, func(id string, v []byte, _ bool) { idx.Apply(id, v) }, idx.Loaded) }()
-	go func() { done <- l.Sweep(c, idx, nil) }()
+	go func() { done <- l.Sweep(c, idx, b, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		for range 2 {
@@ -532,5 +535,81 @@ func TestSweepGrace(t *testing.T) {
 	}
 	if got, err := r.Get(ctx(t), nf.NodeID); err != nil || got.Offline() {
 		t.Errorf("the flaky tier's node: %+v, %v; want online", got, err)
+	}
+}
+
+// A live tier that sweeps a dead tier's nodes gives their bindings the
+// TTL, as their sessions would have at their end; a node whose device is
+// back, on another tier, keeps its binding without one: the record it
+// claimed is not the dead tier's, or, not claimed yet, the binding is
+// the newer session's.
+func TestSweepReleasesBindings(t *testing.T) {
+	_, nc := startBus(t)
+	short := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Second})
+	long := openRegistry(t, nc, bus.RegistryOptions{TTL: time.Minute})
+	b := openBindings(t, nc, bus.BindingsOptions{})
+	doomed := holdTier(t, short, "tier-doomed")
+	live := holdTier(t, long, "tier-live")
+	orphan, binding, back := newNode("s1"), newNode("s2"), newNode("s3")
+	for _, n := range []*bus.Node{&orphan, &binding, &back} {
+		n.BindingRev = wantBind(t, b, n.NodeID, n.Tenant)
+		tierClaim(t, doomed, *n)
+	}
+	// Two devices are back on the live tier before the sweep: one bound
+	// its node id, the other also claimed the node.
+	binding.SessionID, back.SessionID = "s4", "s5"
+	binding.BindingRev = wantBind(t, b, binding.NodeID, binding.Tenant)
+	back.BindingRev = wantBind(t, b, back.NodeID, back.Tenant)
+	tierClaim(t, live, back)
+	w := watch(t, long)
+	w.waitReady(t)
+	sweepWith(t, long, live, b)
+
+	for swept := map[string]bool{orphan.NodeID: true, binding.NodeID: true}; len(swept) > 0; {
+		// Until each record is marked offline by the sweep (not just seen
+		// offline at its tier's lapse).
+		if e := w.next(t); swept[e.NodeID] && e.Node != nil && e.Node.Offline() && !e.Expired {
+			delete(swept, e.NodeID)
+		}
+	}
+	if ttl, _ := bindingTTL(t, nc, orphan.NodeID); ttl == "" {
+		t.Errorf("the swept node's binding has no TTL")
+	}
+	for _, n := range []bus.Node{binding, back} {
+		if ttl, rev := bindingTTL(t, nc, n.NodeID); ttl != "" || rev != n.BindingRev {
+			t.Errorf("the binding of node %s, back: TTL %q, revision %d; want none, %d", n.SessionID, ttl, rev, n.BindingRev)
+		}
+	}
+	if r, err := long.Get(ctx(t), back.NodeID); err != nil || r.Offline() || r.Tier != "tier-live" {
+		t.Errorf("the record of the node back on the live tier: %+v, %v", r, err)
+	}
+}
+
+// ClaimNew writes a node's record where there is none; where there is
+// one after all, it judges it as Claim does: a newer session's stays,
+// an older one's is replaced.
+func TestClaimNew(t *testing.T) {
+	_, nc := startBus(t)
+	r := openRegistry(t, nc, bus.RegistryOptions{})
+	l := holdTier(t, r, "tier-1")
+	n := newNode("s2")
+	if _, err := l.ClaimNew(ctx(t), n); err != nil {
+		t.Fatalf("ClaimNew of a node with no record: %v", err)
+	}
+	older := n
+	older.SessionID = "s1"
+	if _, err := l.ClaimNew(ctx(t), older); !errors.Is(err, bus.ErrLeaseLost) {
+		t.Fatalf("ClaimNew of an older session: %v, want ErrLeaseLost", err)
+	}
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got.SessionID != "s2" {
+		t.Fatalf("record after an older session's ClaimNew: %+v, %v; want s2's", got, err)
+	}
+	newer := n
+	newer.SessionID = "s3"
+	if _, err := l.ClaimNew(ctx(t), newer); err != nil {
+		t.Fatalf("ClaimNew of a newer session: %v", err)
+	}
+	if got, err := r.Get(ctx(t), n.NodeID); err != nil || got.SessionID != "s3" {
+		t.Fatalf("record after a newer session's ClaimNew: %+v, %v; want s3's", got, err)
 	}
 }

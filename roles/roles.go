@@ -211,7 +211,7 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.IntVar(&c.MaxToolsPerTenant, "max-tools-per-tenant", tier.DefaultMaxToolsPerTenant, "tools a tenant's devices may register in all, on every tier (-1: no cap); an announce beyond it closes with 4403")
 	fs.DurationVar(&c.MaxClockSkew, "max-clock-skew", tier.DefaultMaxClockSkew, "how far the gateways' clocks may be from the tier's: a call whose deadline passed longer ago is refused unsent")
 	fs.StringVar(&c.NodeLabels, "node-labels", "", "file of the operator's node names and labels by node id (YAML or JSON; see README, Names and labels): they win over the devices' own; read at start")
-	fs.DurationVar(&c.NodeBindingTTL, "node-binding-ttl", bus.DefaultBindingTTL, "how long a node id stays its tenant's after its last session (refreshed hourly while one is up); another tenant's device with that id closes with 4403")
+	fs.DurationVar(&c.NodeBindingTTL, "node-binding-ttl", bus.DefaultBindingTTL, "how long a node id stays its tenant's after its last session ends (no TTL while one is up); another tenant's device with that id closes with 4403")
 }
 
 // contextOf is the command's context, cancelled by a signal in main.

@@ -56,12 +56,19 @@ func shortLeaseTier(t *testing.T, tt *testTier) string {
 // connection.
 func leaseTier(t *testing.T, tt *testTier, name string, ttl time.Duration) (string, *nats.Conn) {
 	t.Helper()
+	return bindingTier(t, tt, name, ttl, 0)
+}
+
+// bindingTier is leaseTier for a tier whose node bindings outlive their
+// last session by bindingTTL (0: the default).
+func bindingTier(t *testing.T, tt *testTier, name string, ttl, bindingTTL time.Duration) (string, *nats.Conn) {
+	t.Helper()
 	nc := tiertest.Connect(t, tt.Server, "short-lease-tier")
 	reg, err := bus.OpenRegistry(t.Context(), nc, bus.RegistryOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg})
+	bindings, err := bus.OpenBindings(t.Context(), nc, bus.BindingsOptions{Registry: reg, TTL: bindingTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,8 +63,10 @@ type session struct {
 	agent                        schemas.Agent
 	caps                         map[string]*capState
 	manifest                     []schemas.Capability // as announced, in order
-	// boundAt is when the node's binding to its tenant was last refreshed.
-	boundAt time.Time
+	// bindSeen is the revision of the node's binding as bind read it (0:
+	// none), which hold expects; bindRev is the revision hold wrote, which
+	// the session's end gives its TTL (0: none, or given already).
+	bindSeen, bindRev uint64
 	// clockAt and clockMs are when auth_ok went out, on the tier's
 	// monotonic and wall clocks; a cmd's deadline_at_ms counts from them.
 	clockAt time.Time
@@ -444,15 +446,51 @@ func (s *session) authenticate(ctx context.Context) bool {
 	return true
 }
 
-// bind makes sure the node id is its tenant's: it binds a free node id to
-// the session's tenant, refreshes the binding of one the tenant holds, and
-// refuses the session (4403) when another tenant holds it.
+// bind makes sure the node id is its tenant's, and refuses the session
+// (4403) when another tenant holds it. A free node id it binds at once,
+// so that of two tenants presenting it only one gets auth_ok; one its
+// tenant holds already it leaves to hold, once the session is about to
+// take the node.
 func (s *session) bind(ctx context.Context) bool {
 	var owner string
 	err := s.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		owner, err = s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
+		owner, s.bindSeen, err = s.t.o.Bindings.Check(ctx, s.nodeID, s.tenant)
 		return err
 	}, bus.ErrOtherTenant)
+	if err == nil && s.bindSeen == 0 {
+		// No session holds a node id that has no binding (theirs has no
+		// TTL): none can be given one by this session's end.
+		return s.hold(ctx)
+	}
+	return s.bound(owner, err)
+}
+
+// hold writes the node's binding to its tenant, with no TTL while the
+// session holds the node: just before the session takes the node's
+// subject and record, so that little can end it between the two. A
+// session that wrote the binding and then ended without taking the node
+// would give it its TTL while an older session of the node, whose
+// release no longer matches the binding, holds it.
+func (s *session) hold(ctx context.Context) bool {
+	if s.bindRev != 0 {
+		return true // bound already, when the node id was free
+	}
+	var owner string
+	var rev uint64
+	err := s.untilJetStream(ctx, func(ctx context.Context) (err error) {
+		owner, rev, err = s.t.o.Bindings.Hold(ctx, s.nodeID, s.tenant, s.bindSeen)
+		return err
+	}, bus.ErrOtherTenant)
+	if err == nil {
+		s.mu.Lock()
+		s.bindRev = rev
+		s.mu.Unlock()
+	}
+	return s.bound(owner, err)
+}
+
+// bound ends the session on a failed bind or hold.
+func (s *session) bound(owner string, err error) bool {
 	switch {
 	case errors.Is(err, bus.ErrOtherTenant):
 		s.refuseOtherTenant(owner)
@@ -462,8 +500,25 @@ func (s *session) bind(ctx context.Context) bool {
 		s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier cannot read the node bindings")
 		return false
 	}
-	s.boundAt = time.Now()
 	return true
+}
+
+// releaseBinding gives the node's binding its TTL, once, if the session
+// wrote it and was not replaced: a newer session has written its own
+// revision, which a release of this one's would not match anyway.
+func (s *session) releaseBinding() {
+	s.mu.Lock()
+	rev, replaced := s.bindRev, s.replaced
+	s.bindRev = 0
+	s.mu.Unlock()
+	if rev == 0 || replaced {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.t.o.Bindings.Release(ctx, s.nodeID, s.tenant, rev); err != nil {
+		s.t.log.Warn("release node binding", "node_id", s.nodeID, "err", err)
+	}
 }
 
 // refuseOtherTenant closes a session whose node id another tenant holds,
@@ -542,6 +597,9 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		return nil
 	}
 
+	if !s.hold(ctx) {
+		return nil
+	}
 	if !s.t.attach(s) {
 		s.close(wire.CloseGoingAway, "", "tier shutting down")
 		return nil
@@ -644,30 +702,29 @@ func internSafety(class string) string {
 	return class
 }
 
-// keeper refreshes a session's node binding, on a timer rather than a
-// goroutine of its own (a tier holds tens of thousands of sessions, and
-// each parked goroutine costs its stack), and is the session as the
-// tier's [liveness] sees it. The node's record needs no refresh: it lives
-// as long as the tier's lease ([Tier.holdLease]).
+// keeper is the session as the tier's [liveness] sees it, and writes the
+// node's record again when it is no longer the session's (reassert), on
+// timers rather than a goroutine of its own (a tier holds tens of
+// thousands of sessions, and each parked goroutine costs its stack).
+// Nothing is refreshed: the node's record lives as long as the tier's
+// lease ([Tier.holdLease]), its binding has no TTL until the session
+// ends ([bus.Bindings]).
 type keeper struct {
 	s       *session
-	mu      sync.Mutex // held by a refresh in progress
-	lease   *bus.Lease // the lease a refresh may re-claim
+	mu      sync.Mutex // held by a reassert in progress
+	lease   *bus.Lease // the lease a reassert may re-claim
 	stopped bool
-	refresh *time.Timer
 	// retry writes the record again after a failed reassert, again later
 	// than the last.
 	retry *time.Timer
 	again time.Duration
 }
 
-// keepAlive starts refreshing the binding, and watching the device's
-// liveness, until stop.
+// keepAlive starts watching the device's liveness, until stop.
 func (s *session) keepAlive(lease *bus.Lease) *keeper {
 	k := &keeper{s: s, lease: lease}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.refresh = time.AfterFunc(s.t.o.Bindings.RefreshEvery(), k.onRefresh)
 	s.t.live.add(s.live, k)
 	s.mu.Lock()
 	s.keeper = k
@@ -683,12 +740,12 @@ func (s *session) keepAlive(lease *bus.Lease) *keeper {
 	return k
 }
 
-// stop ends the timers and the liveness watch, waits for a refresh in
-// progress, and returns the lease as it now is (a refresh may have claimed it again).
+// stop ends the timers and the liveness watch, waits for a reassert in
+// progress, and returns the lease as it now is (a reassert may have
+// claimed it again).
 func (k *keeper) stop() *bus.Lease {
 	k.mu.Lock()
 	k.stopped = true
-	k.refresh.Stop()
 	if k.retry != nil {
 		k.retry.Stop()
 	}
@@ -698,38 +755,15 @@ func (k *keeper) stop() *bus.Lease {
 	return lease
 }
 
-// refreshTimeout bounds the JetStream work of one refresh.
+// refreshTimeout bounds the JetStream work of one write of the tier's
+// lease, or of a node's record again.
 const refreshTimeout = 10 * time.Second
-
-// onRefresh refreshes the node's binding to its tenant.
-func (k *keeper) onRefresh() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s := k.s
-	if k.stopped || s.closed() {
-		return
-	}
-	// A timer's callback runs for no caller: its context is its own, bounded.
-	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
-	defer cancel()
-	owner, err := s.t.o.Bindings.Bind(ctx, s.nodeID, s.tenant)
-	switch {
-	case errors.Is(err, bus.ErrOtherTenant):
-		// An operator freed the node id and another tenant took it.
-		s.refuseOtherTenant(owner)
-		return
-	case err != nil:
-		s.t.log.Warn("refresh node binding", "node_id", s.nodeID, "err", err)
-	default:
-		s.boundAt = time.Now()
-	}
-	k.refresh.Reset(s.t.o.Bindings.RefreshEvery())
-}
 
 // reassert writes the node's record again if it is no longer the one
 // the session wrote: after the tier's lease lapsed (another tier may have
-// marked it offline meanwhile), or when another write took its place. A
-// newer session's record ends this session with 4409.
+// marked it offline meanwhile, and given the node's binding its TTL), or
+// when another write took its place; it writes the binding again first,
+// with no TTL. A newer session's record ends this session with 4409.
 func (k *keeper) reassert(ctx context.Context) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -738,6 +772,16 @@ func (k *keeper) reassert(ctx context.Context) {
 		return
 	}
 	current, err := k.lease.Current(ctx)
+	if err == nil && !current {
+		err = s.rehold(ctx)
+		switch {
+		case errors.Is(err, bus.ErrLeaseLost):
+			s.close(wire.CloseReplaced, "", "node binding taken by a newer session")
+			return
+		case errors.Is(err, bus.ErrOtherTenant):
+			return // refused
+		}
+	}
 	if err == nil && !current {
 		var l *bus.Lease
 		l, err = s.t.lease.Claim(ctx, s.record())
@@ -766,6 +810,30 @@ func (k *keeper) reassert(ctx context.Context) {
 		return
 	}
 	k.again = 0
+}
+
+// rehold writes the node's binding again, with no TTL, for a session
+// whose record is to be written again ([bus.Bindings.Rehold]): a sweep
+// may have given the binding its TTL. On another tenant's binding (an
+// operator freed the node id, and another tenant took it) it ends the
+// session with 4403 and returns bus.ErrOtherTenant; on a newer session's,
+// bus.ErrLeaseLost.
+func (s *session) rehold(ctx context.Context) error {
+	s.mu.Lock()
+	rev := s.bindRev
+	s.mu.Unlock()
+	owner, rev, err := s.t.o.Bindings.Rehold(ctx, s.nodeID, s.tenant, rev)
+	if errors.Is(err, bus.ErrOtherTenant) {
+		s.refuseOtherTenant(owner)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.bindRev = rev
+	s.mu.Unlock()
+	return nil
 }
 
 // ping pings the device, on a goroutine of the session's: the library's
@@ -806,8 +874,14 @@ func (s *session) claim(ctx context.Context) (lease *bus.Lease, err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	claim := s.t.lease.Claim
+	if s.bindSeen == 0 {
+		// A node id that had no binding has seldom a record: its binding
+		// expires with the record of its last session, or never existed.
+		claim = s.t.lease.ClaimNew
+	}
 	err = s.untilJetStream(ctx, func(ctx context.Context) (err error) {
-		lease, err = s.t.lease.Claim(ctx, s.record())
+		lease, err = claim(ctx, s.record())
 		return err
 	}, bus.ErrLeaseLost)
 	return lease, err
@@ -852,6 +926,10 @@ func releaseLease(s *session, lease *bus.Lease) {
 	if replaced {
 		return
 	}
+	// The binding first: if the tier dies before the record is marked
+	// offline, its sweep gives the binding its TTL; a record marked offline
+	// first would be swept no more.
+	s.releaseBinding()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := lease.Leave(ctx, time.Now()); err != nil {
@@ -860,6 +938,9 @@ func releaseLease(s *session, lease *bus.Lease) {
 }
 
 func (s *session) record() bus.Node {
+	s.mu.Lock()
+	rev := s.bindRev
+	s.mu.Unlock()
 	return bus.Node{
 		NodeID:       s.nodeID,
 		Tenant:       s.tenant,
@@ -870,6 +951,7 @@ func (s *session) record() bus.Node {
 		ConnectedAt:  time.Now().UTC(),
 		Name:         s.name,
 		Labels:       s.labels,
+		BindingRev:   rev,
 	}
 }
 
@@ -904,6 +986,7 @@ func (s *session) cleanup() {
 			bus.DecisionOffline, schemas.CodeNodeOffline)
 	}
 	s.endStreams(bus.ReasonDeviceOffline)
+	s.releaseBinding() // a session that wrote its binding but never took the node
 	s.t.release(s)
 	if s.t.tools != nil && s.nodeID != "" {
 		s.t.tools.release(s.id, s.nodeID)

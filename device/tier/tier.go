@@ -48,8 +48,9 @@ type Options struct {
 	NC       *nats.Conn
 	Registry *bus.Registry
 	// Bindings says which tenant owns a node id; a session of another
-	// tenant for it is refused with 4403. Their TTL must be at least the
-	// registry's, so that a live session's refreshes keep its binding.
+	// tenant for it is refused with 4403. A session holds its node's
+	// binding with no TTL and gives it its TTL when it ends; the tier's
+	// sweep does for the sessions of tiers that died.
 	Bindings *bus.Bindings
 	Schemas  *schemas.Set
 	Verifier *auth.Verifier // for device tokens (audience okso-device)
@@ -186,10 +187,6 @@ func New(o Options) (*Tier, error) {
 	}
 	if o.NC == nil || o.Registry == nil || o.Bindings == nil || o.Schemas == nil || o.Verifier == nil {
 		return nil, errors.New("device tier: NC, Registry, Bindings, Schemas and Verifier are required")
-	}
-	if o.Bindings.TTL() < o.Registry.TTL() {
-		return nil, fmt.Errorf("device tier: node binding TTL %v is shorter than the registry lease %v",
-			o.Bindings.TTL(), o.Registry.TTL())
 	}
 	if o.AuthTimeout <= 0 {
 		o.AuthTimeout = wire.DefaultAuthTimeoutMs * time.Millisecond
@@ -331,7 +328,7 @@ func (t *Tier) holdLease(ctx context.Context) {
 // watch fails.
 func (t *Tier) sweep(ctx context.Context) {
 	for {
-		err := t.lease.Sweep(ctx, t.orphans, t.log)
+		err := t.lease.Sweep(ctx, t.orphans, t.o.Bindings, t.log)
 		if ctx.Err() != nil {
 			return
 		}
