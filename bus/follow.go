@@ -362,6 +362,9 @@ func republished(bucket string, m *nats.Msg) (key string, seq, last uint64, valu
 	if !ok || key == "" {
 		return "", 0, 0, nil, false, false
 	}
+	// A copy: the header's value shares one string with the message's
+	// whole header block, which followers' maps would keep per key.
+	key = strings.Clone(key)
 	seq, err := strconv.ParseUint(lastHeader(m, jetstream.SequenceHeader), 10, 64)
 	if err != nil || seq == 0 {
 		return "", 0, 0, nil, false, false

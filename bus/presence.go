@@ -3,11 +3,9 @@ package bus
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"time"
-	"unique"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -104,39 +102,14 @@ type presenceChange struct {
 func decodeNode(c kvChange) presenceChange {
 	pc := presenceChange{bucket: BucketNodes, c: kvChange{key: c.key, initial: c.initial, expired: c.expired}}
 	if c.value != nil {
-		var n Node
-		if err := json.Unmarshal(c.value, &n); err != nil || n.NodeID != c.key {
+		n, err := decodeRecord(c.value)
+		if err != nil || n.NodeID != c.key {
 			pc.skip = true // not a record okso wrote; ignore it
 			return pc
 		}
-		n.intern()
-		pc.node = &n
+		pc.node = n
 	}
 	return pc
-}
-
-// intern makes the record's strings that repeat across nodes (tenant,
-// tier, agent, capabilities' kinds, schemas, classes, verbs and local
-// tools' descriptions) share one
-// copy each, as a gateway holds every node's record: a million nodes
-// repeat a handful of values. (unique forgets a value no record holds.)
-func (n *Node) intern() {
-	in := func(s *string) { *s = unique.Make(*s).Value() }
-	for _, s := range []*string{&n.Tenant, &n.Tier, &n.Agent.Name, &n.Agent.Version, &n.State} {
-		in(s)
-	}
-	for i := range n.Capabilities {
-		c := &n.Capabilities[i]
-		for _, s := range []*string{&c.CapID, &c.Kind, &c.SchemaRef, &c.SafetyClass} {
-			in(s)
-		}
-		if c.Description != "" {
-			in(&c.Description)
-		}
-		for j := range c.Verbs {
-			in(&c.Verbs[j])
-		}
-	}
 }
 
 // presence merges the nodes' records and the tiers' leases.
