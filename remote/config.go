@@ -482,12 +482,6 @@ func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, a
 			return loc, loc, "not for transport " + transport + "; url and headers are for http"
 		}
 		return loc, loc, "not for transport " + transport + "; command and env are for stdio and action"
-	case *kind.Enum:
-		var want []string
-		for _, w := range k.Want {
-			want = append(want, fmt.Sprint(w))
-		}
-		return loc, loc, shown() + " is not one of " + strings.Join(want, ", ")
 	case *kind.Not:
 		if strings.HasSuffix(e.SchemaURL, "/$defs/upstream_name") {
 			return loc, loc, shown() + " is reserved for okso's own tools (fleet, okso, caller) and device kinds (sysecho, sys, gpio, local)"
@@ -509,8 +503,6 @@ func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, a
 			return loc, loc, "holds a control character, which a header cannot carry"
 		}
 		return loc, loc, "holds a NUL character"
-	case *kind.Type:
-		return loc, loc, yamlconf.TypeMismatch(k.Want, k.Got)
 	case *kind.MinItems:
 		switch last {
 		case "allow":
@@ -521,8 +513,9 @@ func describe(root *yaml.Node, doc any, e *jsonschema.ValidationError) (field, a
 			return loc, loc, "empty; name the program to run"
 		}
 		return loc, loc, fmt.Sprintf("fewer than %d items", k.Want)
-	case *kind.MinLength:
-		return loc, loc, "empty"
+	}
+	if msg, ok := yamlconf.Plain(e, shown()); ok {
+		return loc, loc, msg
 	}
 	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + configSchema
 }

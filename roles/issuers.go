@@ -146,12 +146,6 @@ func describeIssuers(root *yaml.Node, doc any, e *jsonschema.ValidationError) (f
 		return loc, loc, "not allowed here"
 	case *kind.FalseSchema:
 		return loc, loc, "not with tenant: the tenant is either fixed or read from a claim"
-	case *kind.Enum:
-		var want []string
-		for _, w := range k.Want {
-			want = append(want, fmt.Sprint(w))
-		}
-		return loc, loc, shown() + " is not one of " + strings.Join(want, ", ")
 	case *kind.Pattern:
 		switch {
 		case strings.HasSuffix(e.SchemaURL, "/$defs/tenant"):
@@ -162,15 +156,14 @@ func describeIssuers(root *yaml.Node, doc any, e *jsonschema.ValidationError) (f
 			return loc, loc, "not an http:// or https:// URL"
 		}
 		return loc, loc, "holds a control character"
-	case *kind.Type:
-		return loc, loc, yamlconf.TypeMismatch(k.Want, k.Got)
 	case *kind.MinItems:
 		if last == "tenants" {
 			return loc, loc, "empty; list the tenants this issuer may speak for"
 		}
 		return loc, loc, "empty; list the trusted issuers"
-	case *kind.MinLength:
-		return loc, loc, "empty"
+	}
+	if msg, ok := yamlconf.Plain(e, shown()); ok {
+		return loc, loc, msg
 	}
 	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + issuersSchema
 }

@@ -314,6 +314,8 @@ func TestParseTools(t *testing.T) {
 			"tools.yaml:6: tools[0].query.pattern: not a Go regular expression: error parsing regexp: missing closing ]: `[)$`"},
 		"TOOL_QUERY set": {"tools:\n  - name: x\n    description: d\n    command: [/bin/true]\n    safety: read_only\n    env: {TOOL_QUERY: secret}\n",
 			"tools.yaml:6: tools[0].env.TOOL_QUERY: TOOL_QUERY is the query's: the agent sets it"},
+		"query too long": {"tools:\n  - name: x\n    description: d\n    command: [/bin/true]\n    safety: read_only\n    query: {max_length: 5000}\n",
+			"tools.yaml:6: tools[0].query.max_length: 5000 is above 4096"},
 		"name": {"tools:\n  - name: 9lives\n    description: d\n    command: [/bin/true]\n    safety: read_only\n",
 			`tools.yaml:2: tools[0].name: "9lives" is not a tool name: a lower-case letter, then up to 23 of a-z, 0-9 and _`},
 	} {

@@ -306,12 +306,6 @@ func describeTools(root *yaml.Node, doc any, e *jsonschema.ValidationError) (fie
 			return loc, loc, "TOOL_QUERY is the query's: the agent sets it"
 		}
 		return loc, loc, "not allowed here"
-	case *kind.Enum:
-		var want []string
-		for _, w := range k.Want {
-			want = append(want, fmt.Sprint(w))
-		}
-		return loc, loc, shown() + " is not one of " + strings.Join(want, ", ")
 	case *kind.Pattern:
 		switch {
 		case last == "name":
@@ -326,27 +320,11 @@ func describeTools(root *yaml.Node, doc any, e *jsonschema.ValidationError) (fie
 		if last == "command" {
 			return loc, loc, "not a list: give the program and its arguments as a list, run without a shell"
 		}
-		return loc, loc, yamlconf.TypeMismatch(k.Want, k.Got)
-	case *kind.MinItems:
-		return loc, loc, "empty"
-	case *kind.MaxItems:
-		return loc, loc, fmt.Sprintf("more than %d", k.Want)
-	case *kind.MinLength:
-		return loc, loc, "empty"
-	case *kind.MaxLength:
-		return loc, loc, fmt.Sprintf("longer than %d characters", k.Want)
-	case *kind.Maximum:
-		return loc, loc, shown() + " is above " + k.Want.FloatString(0)
-	case *kind.Minimum:
-		return loc, loc, shown() + " is below " + k.Want.FloatString(0)
-	case *kind.ExclusiveMinimum:
-		return loc, loc, shown() + " is not above " + k.Want.FloatString(0)
-	case *kind.UniqueItems:
-		return loc, loc, "holds the same value twice"
 	case *kind.MinProperties:
 		return loc, loc, "empty; give max_length, pattern or enum, or leave query out"
-	case *kind.MaxProperties:
-		return loc, loc, "too many variables"
+	}
+	if msg, ok := yamlconf.Plain(e, shown()); ok {
+		return loc, loc, msg
 	}
 	return loc, loc, "fails " + strings.Join(e.ErrorKind.KeywordPath(), "/") + " of " + schemas.AgentTools
 }

@@ -452,3 +452,45 @@ func TypeMismatch(want []string, got string) string {
 	}
 	return m
 }
+
+// Plain words a broken rule whose words need nothing of the file's own:
+// a value not among those allowed, of the wrong type, too short or too
+// long, out of range, or repeated. shown is the value as the message may
+// quote it ([Shown]). ok is false for any other rule, which the file's
+// Describe words itself.
+func Plain(e *jsonschema.ValidationError, shown string) (msg string, ok bool) {
+	switch k := e.ErrorKind.(type) {
+	case *kind.Enum:
+		want := make([]string, len(k.Want))
+		for i, w := range k.Want {
+			want[i] = fmt.Sprint(w)
+		}
+		return shown + " is not one of " + strings.Join(want, ", "), true
+	case *kind.Type:
+		return TypeMismatch(k.Want, k.Got), true
+	case *kind.MinLength:
+		return "empty", true
+	case *kind.MaxLength:
+		return fmt.Sprintf("longer than %d characters", k.Want), true
+	case *kind.MinItems:
+		if k.Want == 1 {
+			return "empty", true
+		}
+		return fmt.Sprintf("fewer than %d items", k.Want), true
+	case *kind.MaxItems:
+		return fmt.Sprintf("more than %d items", k.Want), true
+	case *kind.UniqueItems:
+		return "holds the same value twice", true
+	case *kind.Maximum:
+		return shown + " is above " + k.Want.RatString(), true
+	case *kind.Minimum:
+		return shown + " is below " + k.Want.RatString(), true
+	case *kind.ExclusiveMinimum:
+		return shown + " is not above " + k.Want.RatString(), true
+	case *kind.MinProperties:
+		return "empty", true
+	case *kind.MaxProperties:
+		return fmt.Sprintf("more than %d entries", k.Want), true
+	}
+	return "", false
+}
