@@ -70,6 +70,18 @@ func startEverythingHTTP(t *testing.T) string {
 // listed name.
 func (o *okso) waitTools(t *testing.T, token string, want ...string) map[string]*sdk.Tool {
 	t.Helper()
+	var missing []string
+	return o.waitUntilListed(t, token, func(tools map[string]*sdk.Tool) bool {
+		missing = slices.DeleteFunc(slices.Clone(want), func(n string) bool { return tools[listedName(n)] != nil })
+		return len(missing) == 0
+	}, func() string { return fmt.Sprint(missing) })
+}
+
+// waitUntilListed lists tools with the Go SDK's client until done says the
+// listed tools (by listed name) are as the test wants, and returns them;
+// what says what was still missing when it gives up.
+func (o *okso) waitUntilListed(t *testing.T, token string, done func(map[string]*sdk.Tool) bool, what func() string) map[string]*sdk.Tool {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	tr := &http.Transport{}
@@ -92,13 +104,12 @@ func (o *okso) waitTools(t *testing.T, token string, want ...string) map[string]
 			}
 			tools[tool.Name] = tool
 		}
-		missing := slices.DeleteFunc(slices.Clone(want), func(n string) bool { return tools[listedName(n)] != nil })
-		if len(missing) == 0 {
+		if done(tools) {
 			return tools
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the gateway never listed %v\nlog:\n%s", missing, o.stderr)
+			t.Fatalf("the gateway never listed %s\nlog:\n%s", what(), o.stderr)
 		case <-poll.C:
 		}
 	}

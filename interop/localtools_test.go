@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device/wire"
@@ -68,6 +71,32 @@ func TestLocalToolsInClients(t *testing.T) {
 	hello, restart := "local."+node+".hello.run", "local."+node+".restart.run"
 	writer := o.mint(t, auth.ScopeReadOnly, auth.ScopeMutating)
 	o.waitTools(t, writer, listedName(hello), listedName(restart))
+	// And three simulated devices with the same tools (mock-fleet --tools).
+	startFleet(t, o, 3, "--tools", file)
+
+	t.Run("fleet.call over the agent and the mock devices", func(t *testing.T) {
+		var run struct {
+			Summary struct {
+				Targeted int `json:"targeted"`
+				OK       int `json:"ok"`
+			} `json:"summary"`
+		}
+		hellos := 0
+		o.waitUntilListed(t, o.token, func(tools map[string]*sdk.Tool) bool {
+			hellos = 0
+			for name := range tools {
+				if strings.HasPrefix(name, "local-") && strings.HasSuffix(name, "-hello-run") {
+					hellos++
+				}
+			}
+			return hellos == 4
+		}, func() string { return fmt.Sprintf("4 hello tools (%d)", hellos) })
+		out := callTools(t, o, o.token, false, call{"fleet-call", map[string]any{"kind": "local.tool", "cap_id": "hello",
+			"verb": "run", "arguments": map[string]any{"query": "fleet"}}})
+		if wantResult(t, "fleet-call", out[0], &run) && (run.Summary.OK != 4 || run.Summary.Targeted != 4) {
+			t.Errorf("fleet-call answered %+v, want 4 nodes ok", run)
+		}
+	})
 
 	t.Run("v1", func(t *testing.T) {
 		out := callTools(t, o, o.token, false,

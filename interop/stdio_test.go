@@ -402,12 +402,13 @@ type fleet struct {
 }
 
 // startFleet starts n simulated devices of their own (a seed of their
-// own: node ids of their own) on o's device tier.
-func startFleet(t *testing.T, o *okso, n int) *fleet {
+// own: node ids of their own) on o's device tier, with more flags of
+// okso mock-fleet.
+func startFleet(t *testing.T, o *okso, n int, extra ...string) *fleet {
 	t.Helper()
 	f := &fleet{exited: make(chan error, 1), log: &tailBuffer{}}
-	f.cmd = exec.Command(binary, "mock-fleet", "-n", fmt.Sprint(n), "--connect", o.deviceURL,
-		"--data-dir", o.dataDir, "--seed", "424242", "--tenant", tenant)
+	f.cmd = exec.Command(binary, append([]string{"mock-fleet", "-n", fmt.Sprint(n), "--connect", o.deviceURL,
+		"--data-dir", o.dataDir, "--seed", "424242", "--tenant", tenant}, extra...)...)
 	f.cmd.Stderr = f.log
 	if err := f.cmd.Start(); err != nil {
 		t.Fatalf("start okso mock-fleet: %v", err)
