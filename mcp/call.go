@@ -105,6 +105,7 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *call
 func (c *callCtx) audit(decision, code string) {
 	c.ev.Decision, c.ev.Code, c.ev.Duration = decision, code, time.Since(c.start)
 	c.g.o.Auditor.Record(c.ev)
+	c.g.metrics.observe(c.entry, code, c.ev.Duration)
 }
 
 // fail audits and returns an error envelope.

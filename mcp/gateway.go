@@ -35,6 +35,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -72,6 +73,9 @@ type Options struct {
 	AuthorizationServers []string
 	Auditor              *bus.Auditor
 	Logger               *slog.Logger
+	// Metrics, when set, is where the gateway registers its metrics
+	// (DESIGN.md §11); nil: none.
+	Metrics prometheus.Registerer
 
 	// Budget is the end-to-end deadline of one call (5 s).
 	Budget time.Duration
@@ -123,6 +127,8 @@ type Gateway struct {
 	ready   chan struct{}
 	// gate authenticates every request to the doors (gate.go).
 	gate *gate
+	// metrics count and time the calls (metrics.go); nil: none.
+	metrics *callMetrics
 
 	// shelf holds every tenant's tools (the catalog: the one place a
 	// tool is looked up), as the sources feed it.
@@ -179,9 +185,10 @@ func New(o Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		o:     o,
-		log:   log,
-		ready: make(chan struct{}),
+		o:       o,
+		log:     log,
+		ready:   make(chan struct{}),
+		metrics: newCallMetrics(o.Metrics),
 		gate: &gate{verifier: o.Verifier, revocations: o.Revoked, oauth: o.OAuth,
 			servers: o.AuthorizationServers, publicURL: o.PublicURL, auditor: o.Auditor},
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
@@ -45,6 +46,7 @@ type AllInOneConfig struct {
 	// serving it (--replace), rather than refuse to start.
 	Replace bool
 	auditLog
+	processMetrics
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -72,7 +74,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if err != nil {
 		return nil, err
 	}
-	c.audit = cfg.auditLog
+	c.audit, c.metrics = cfg.auditLog, cfg.Metrics
 	if cfg.TLS != (tlsFiles{}) {
 		cfg.Gateway.TLS, cfg.Tier.TLS = cfg.TLS, cfg.TLS
 	}
@@ -162,8 +164,8 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Run NATS, the gateway, the device tier and simulated devices in one process",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
-				cfg.auditLog = logs.auditLog()
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (func(context.Context) error, error) {
+				cfg.auditLog, cfg.Metrics = logs.auditLog(), metrics
 				a, err := NewAllInOne(ctx, log, cfg)
 				if err != nil {
 					return nil, err

@@ -178,6 +178,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		}
 	}
 	gw, err := mcp.New(mcp.Options{
+		Metrics:        c.metrics,
 		NC:             nc,
 		Registry:       reg,
 		Remotes:        remotes,

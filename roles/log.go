@@ -26,6 +26,7 @@ type logFlags struct {
 	audit   bool
 	repeats time.Duration
 	debug   string
+	metrics string
 	procs   bool
 
 	fs *pflag.FlagSet // tells a flag given (or set from OKSO_*) from its default
@@ -41,6 +42,8 @@ func (l *logFlags) add(fs *pflag.FlagSet) {
 		"the first warning, error or audit line of a kind is written and the others of that kind are counted, "+
 		"in one line at the period's end (0: write every line)")
 	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
+	fs.StringVar(&l.metrics, "metrics-addr", defaultMetricsAddr, "serve Prometheus metrics (/metrics) on host:port (\"\": off); "+
+		"the default taken by another role on this host is a warning, an address given that cannot be bound an error")
 	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
 		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -129,6 +130,9 @@ type common struct {
 	extra   []ed25519.PublicKey
 	audit   auditLog
 	dataDir string // of the signing key, and of the mock node ids' key
+	// metrics is where the role's parts register their metrics (nil:
+	// none; --metrics-addr serves them).
+	metrics prometheus.Registerer
 }
 
 // auditLog says whether and how the auditors of a role log.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -134,6 +135,7 @@ type RemoteConfig struct {
 	NATS    natsConfig
 	DataDir string
 	auditLog
+	processMetrics
 }
 
 // Remote is okso remote, the federated upstreams' door, on its NATS.
@@ -191,8 +193,8 @@ func remoteCmd(stderr io.Writer) *cobra.Command {
 		Short: "Run the remote tier: federate the MCP servers and action endpoints of --config as tools",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger) (func(context.Context) error, error) {
-				cfg.auditLog = logs.auditLog()
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (func(context.Context) error, error) {
+				cfg.auditLog, cfg.Metrics = logs.auditLog(), metrics
 				r, err := NewRemote(ctx, log, cfg)
 				if err != nil {
 					return nil, err

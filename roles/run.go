@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // runGroup runs the actors that adds add, in one group with oklog/run's
@@ -35,14 +36,16 @@ func contextActor(g *run.Group, fn func(ctx context.Context) error) {
 
 // serve is what every server role's command does once its flags are
 // parsed. It opens the process's log on stderr and binds --debug-addr;
-// then build makes the role with that log (binding the role's listeners,
-// so that it fails at once when it cannot start) and says where it
-// listens. The role's Run then runs in one group with the process's own
-// actors, the debug listener and adaptive GOMAXPROCS, until ctx ends or
-// one of them returns. Every error, of the start or of the run, is
-// returned, and main writes it on stderr, after the last log line.
+// then build makes the role with that log and the registry of its
+// metrics (binding the role's listeners, so that it fails at once when
+// it cannot start) and says where it listens; then --metrics-addr is
+// bound. The role's Run then runs in one group with the process's own
+// actors, the debug and metrics listeners and adaptive GOMAXPROCS, until
+// ctx ends or one of them returns. Every error, of the start or of the
+// run, is returned, and main writes it on stderr, after the last log
+// line.
 func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
-	build func(ctx context.Context, log *slog.Logger) (run func(context.Context) error, err error)) error {
+	build func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (run func(context.Context) error, err error)) error {
 	log, err := logs.open(stderr)
 	if err != nil {
 		return err
@@ -52,7 +55,13 @@ func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
 	if err != nil {
 		return err
 	}
-	runRole, err := build(ctx, log.Logger)
+	reg := newProcessRegistry()
+	runRole, err := build(ctx, log.Logger, reg)
+	if err != nil {
+		debug.close()
+		return err
+	}
+	metrics, err := logs.listenMetrics(log.Logger, reg)
 	if err != nil {
 		debug.close()
 		return err
@@ -60,6 +69,7 @@ func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
 	return runGroup(ctx,
 		func(g *run.Group) { contextActor(g, runRole) },
 		debug.actors,
+		metrics.actors,
 		logs.adaptProcs(log.Logger),
 	)
 }

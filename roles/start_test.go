@@ -91,6 +91,7 @@ func TestStartFailsLoudly(t *testing.T) {
 		{"NATS route port in use", with(tier, "--nats-listen", "127.0.0.1:0", "--nats-cluster", "okso",
 			"--nats-cluster-addr", inUse, "--nats-routes", deadRoutes), []string{"start embedded nats", inUseErr}},
 		{"debug port in use", with(gateway, "--debug-addr", inUse), []string{"--debug-addr: listen tcp", inUseErr}},
+		{"metrics port in use", with(gateway, "--metrics-addr", inUse), []string{"--metrics-addr: listen tcp", inUseErr}},
 		{"data dir is a file", with(gateway, "--data-dir", file), []string{file, "not a directory"}},
 		{"all-in-one data dir is a file", with(allInOne, "--data-dir", file), []string{file, "not a directory"}},
 		{"mock-fleet data dir is a file", []string{"mock-fleet", "--connect", "ws://" + closedAddr(t) + "/v1/device/ws",

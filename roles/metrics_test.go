@@ -1,0 +1,132 @@
+package roles
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/mcp"
+)
+
+// scrape reads a registry as Prometheus does, over HTTP in the text
+// format, and parses it.
+func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v\n%s", err, b)
+	}
+	return families
+}
+
+// counter is the value of the family's series with the labels, 0 if none.
+func counter(f *dto.MetricFamily, labels map[string]string) float64 {
+	if f == nil {
+		return 0
+	}
+series:
+	for _, m := range f.Metric {
+		for _, l := range m.Label {
+			if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+				continue series
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return 0
+}
+
+// TestMetrics: an all-in-one's /metrics, scraped and parsed as
+// Prometheus does, counts real calls by template and outcome, and a
+// fan-out over many nodes adds no series per node.
+func TestMetrics(t *testing.T) {
+	reg := newProcessRegistry()
+	const mocks = 20
+	f := startAllInOne(t, mocks, func(c *AllInOneConfig) { c.Metrics = reg })
+	s := f.client(f.token(auth.MintOptions{}), "")
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+
+	before := scrape(t, h)
+	if before["go_goroutines"] == nil || before["process_cpu_seconds_total"] == nil {
+		t.Errorf("no Go or process metrics: %v", keys(before))
+	}
+	var one string
+	for id := range f.a.gw.gw.Devices().IDs() {
+		one = id
+		break
+	}
+	echo := listedName("sysecho." + one + ".echo.invoke")
+	for range 3 {
+		if res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo, Arguments: map[string]any{"message": "m"}}); err != nil || res.IsError {
+			t.Fatalf("%v %+v", err, res)
+		}
+	}
+	if res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo, Arguments: map[string]any{"nope": 1}}); err != nil || !res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if _, e := fanOut(t, s, map[string]any{"tool": "sysecho.*.echo.invoke", "arguments": map[string]any{"message": "fan"}}); e != nil {
+		t.Fatalf("fleet.call: %+v", e)
+	}
+
+	after := scrape(t, h)
+	calls, dur := after["okso_gateway_calls_total"], after["mcp_server_operation_duration_seconds"]
+	for _, c := range []struct {
+		f      *dto.MetricFamily
+		labels map[string]string
+		want   float64
+	}{
+		{calls, map[string]string{"source": "device", "code": "ok"}, 3 + mocks},
+		{calls, map[string]string{"source": "device", "code": "E_MANIFEST_INVALID"}, 1},
+		{calls, map[string]string{"source": "fleet", "code": "ok"}, 1},
+		{dur, map[string]string{"gen_ai_tool_name": "sysecho.*.echo.invoke", "error_type": ""}, 3 + mocks},
+		{dur, map[string]string{"gen_ai_tool_name": mcp.ToolFleetCall, "error_type": ""}, 1},
+	} {
+		if got := counter(c.f, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.f.GetName(), c.labels, got, c.want)
+		}
+	}
+	if n := len(dur.GetMetric()); n != 3 { // echo ok, echo E_MANIFEST_INVALID, fleet.call ok
+		t.Errorf("%d duration series after calls of %d nodes, want 3", n, mocks)
+	}
+	for _, m := range dur.GetMetric() {
+		for _, l := range m.Label {
+			if strings.Contains(l.GetValue(), one) {
+				t.Errorf("a series names a node id: %v", m.Label)
+			}
+		}
+	}
+}
+
+func keys(m map[string]*dto.MetricFamily) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
