@@ -111,6 +111,17 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.f.GetName(), c.labels, got, c.want)
 		}
 	}
+	// The tier's, in the same process.
+	events := after["okso_tier_events_total"]
+	if got := counter(events, map[string]string{"kind_short": "sysecho", "decision": "allowed"}); got != 3+mocks {
+		t.Errorf("tier events of echo calls allowed = %v, want %d", got, 3+mocks)
+	}
+	if g := after["okso_tier_sessions"]; g == nil || len(g.Metric) != 1 || g.Metric[0].GetGauge().GetValue() != mocks {
+		t.Errorf("okso_tier_sessions = %v, want %d", g, mocks)
+	}
+	if after["okso_tier_pending_calls"] == nil {
+		t.Error("no okso_tier_pending_calls")
+	}
 	if n := len(dur.GetMetric()); n != 3 { // echo ok, echo E_MANIFEST_INVALID, fleet.call ok
 		t.Errorf("%d duration series after calls of %d nodes, want 3", n, mocks)
 	}

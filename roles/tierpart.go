@@ -128,6 +128,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
 	tier, err := tier.New(tier.Options{
+		Metrics:     c.metrics,
 		Requesters:  []bus.Role{bus.RoleGateway},
 		Revoked:     revoked,
 		Bindings:    bindings,

@@ -181,6 +181,7 @@ func errorCodeFor(closeCode int) string {
 func (s *session) close(code int, errCode, reason string) {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.t.metrics.closed(code)
 		s.mu.Lock()
 		s.replaced = code == wire.CloseReplaced
 		onDone := s.onDone

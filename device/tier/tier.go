@@ -33,6 +33,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/okso-io/okso/auth"
@@ -55,7 +56,10 @@ type Options struct {
 	Schemas  *schemas.Set
 	Verifier *auth.Verifier // for device tokens (audience okso-device)
 	Auditor  *bus.Auditor
-	Logger   *slog.Logger
+	// Metrics, when set, is where the tier registers its metrics
+	// (DESIGN.md §11); nil: none.
+	Metrics prometheus.Registerer
+	Logger  *slog.Logger
 
 	// Name identifies this tier instance in the registry: its lease's
 	// key, and the tier of its nodes' records. It must be unique to the
@@ -160,6 +164,10 @@ type Tier struct {
 	// watch of the registry, for its sweep of dead tiers' records.
 	orphans *bus.Orphans
 
+	// metrics count what the tier audits and closes (metrics.go); nil:
+	// none.
+	metrics *tierMetrics
+
 	// live watches every session's device from announce on, and pings
 	// or drops the silent ones; it runs as the tier's own goroutines do.
 	live *liveness
@@ -234,6 +242,7 @@ func New(o Options) (*Tier, error) {
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
 		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
 		live: newLiveness(o.PingInterval, o.PingTimeout)}
+	t.metrics = newTierMetrics(o.Metrics, t)
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
 		return nil, fmt.Errorf("device tier: subscribe to cancels: %w", err)
@@ -739,6 +748,7 @@ func (t *Tier) admitTools(s *session, tools int) bool {
 func (t *Tier) audit(e bus.AuditEvent) {
 	e.Actor = "tier"
 	t.o.Auditor.Record(e)
+	t.metrics.event(&e)
 }
 
 // hijackRecorder keeps the connection the WebSocket library hijacks, so a
