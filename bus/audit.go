@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -150,6 +151,10 @@ type Auditor struct {
 	mu   sync.RWMutex
 	q    chan AuditEvent // nil unless started
 	done chan struct{}
+
+	// Published and Failed count the events published on NATS, and
+	// those that could not be.
+	Published, Failed atomic.Int64
 }
 
 // maxAuditKinds bounds the kinds of event counted apart in one period of
@@ -345,8 +350,13 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 		if err == nil {
 			err = a.NC.Publish(Audit(e.Tenant), b)
 		}
-		if err != nil && a.ErrorLog != nil {
-			a.ErrorLog.Warn("audit publish", "actor", e.Actor, "tenant", e.Tenant, "decision", e.Decision, "err", err)
+		if err != nil {
+			a.Failed.Add(1)
+			if a.ErrorLog != nil {
+				a.ErrorLog.Warn("audit publish", "actor", e.Actor, "tenant", e.Tenant, "decision", e.Decision, "err", err)
+			}
+		} else {
+			a.Published.Add(1)
 		}
 	}
 }

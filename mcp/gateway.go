@@ -218,6 +218,7 @@ func New(o Options) (*Gateway, error) {
 		}
 		g.sources = append(g.sources, g.callers)
 	}
+	g.registerState(o.Metrics)
 	info, _ := json.Marshal(implementation(g.o.Version))
 	g.results = resultWriter(info)
 	if err := json.Unmarshal([]byte(`{"content":[],"resultType":"complete"}`), &g.complete); err != nil {

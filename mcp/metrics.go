@@ -189,3 +189,51 @@ func (k toolKey) label() string {
 	}
 	return k.short
 }
+
+// registerState registers the gauges of what the gateway holds, read at
+// scrape time: nodes by presence, upstreams listed, agents' declared
+// tools, open streams and the frames they dropped.
+func (g *Gateway) registerState(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	nodes := func(offline bool) func() float64 {
+		return func() float64 {
+			g.devices.mu.RLock()
+			defer g.devices.mu.RUnlock()
+			if offline {
+				return float64(len(g.devices.offline))
+			}
+			return float64(len(g.devices.nodes))
+		}
+	}
+	const nodesHelp = "Nodes the gateway knows, by presence: online (listed) or offline (left, kept --offline-retention)."
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_gateway_nodes", Help: nodesHelp,
+			ConstLabels: prometheus.Labels{"presence": "online"}}, nodes(false)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_gateway_nodes", Help: nodesHelp,
+			ConstLabels: prometheus.Labels{"presence": "offline"}}, nodes(true)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_gateway_streams_open",
+			Help: "Metric streams the gateway holds open."}, func() float64 { return float64(g.streams.open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_gateway_stream_frames_dropped_total",
+			Help: "Stream frames dropped for a client that did not keep up."}, func() float64 { return float64(g.streams.dropped.Load()) }),
+	)
+	for _, s := range g.sources {
+		switch s := s.(type) {
+		case *upstreams:
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_gateway_upstreams",
+				Help: "Upstreams (federated MCP servers and action endpoints) whose tools the gateway lists."}, func() float64 {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return float64(len(s.listed))
+			}))
+		case *callers:
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_gateway_caller_listens",
+				Help: "Agents' listens whose tools the gateway lists (the caller-tool relay)."}, func() float64 {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return float64(len(s.decls))
+			}))
+		}
+	}
+}

@@ -170,6 +170,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
 	audit := c.auditor(nc, cfg.AuditTick)
+	c.registerPart("gateway", nc, audit)
 	audit.Observe = summary.observe
 	var oauth *mcp.OAuthServer
 	if cfg.OAuth.Server {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
+	"github.com/okso-io/okso/bus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -49,4 +51,43 @@ func (l *logFlags) listenMetrics(log *slog.Logger, reg *prometheus.Registry) (*h
 	p.handle(log, mux)
 	log.Info("metrics listener", "metrics_url", "http://"+p.addr()+"/metrics")
 	return p, nil
+}
+
+// registerPart registers what every part with a NATS connection and an
+// auditor has: its connection's state and traffic, and its audit events,
+// labelled with the part (gateway, tier, remote) alone.
+func (c *common) registerPart(part string, nc *nats.Conn, audit *bus.Auditor) {
+	if c.metrics == nil {
+		return
+	}
+	labels := prometheus.Labels{"part": part}
+	msgs := func(in bool) func() float64 {
+		return func() float64 {
+			s := nc.Stats()
+			if in {
+				return float64(s.InMsgs)
+			}
+			return float64(s.OutMsgs)
+		}
+	}
+	c.metrics.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_nats_connected", ConstLabels: labels,
+			Help: "1 while the part's NATS connection is up, else 0."}, func() float64 {
+			if nc.IsConnected() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_nats_reconnects_total", ConstLabels: labels,
+			Help: "Times the part's NATS connection was lost and made again."}, func() float64 { return float64(nc.Stats().Reconnects) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_nats_messages_received_total", ConstLabels: labels,
+			Help: "Messages the part received from NATS."}, msgs(true)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_nats_messages_sent_total", ConstLabels: labels,
+			Help: "Messages the part published on NATS."}, msgs(false)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_audit_events_published_total", ConstLabels: labels,
+			Help: "Audit events the part published on okso.v1.audit.<tenant>."}, func() float64 { return float64(audit.Published.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_audit_events_failed_total", ConstLabels: labels,
+			Help: "Audit events the part could not publish (its connection closed, or its reconnect buffer full)."},
+			func() float64 { return float64(audit.Failed.Load()) }),
+	)
 }

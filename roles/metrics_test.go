@@ -119,6 +119,35 @@ func TestMetrics(t *testing.T) {
 	if g := after["okso_tier_sessions"]; g == nil || len(g.Metric) != 1 || g.Metric[0].GetGauge().GetValue() != mocks {
 		t.Errorf("okso_tier_sessions = %v, want %d", g, mocks)
 	}
+	var online float64
+	for _, m := range after["okso_gateway_nodes"].GetMetric() {
+		if labelsAre(m, "presence", "online") {
+			online = m.GetGauge().GetValue()
+		}
+	}
+	if online != mocks {
+		t.Errorf("okso_gateway_nodes{presence=online} = %v, want %d", online, mocks)
+	}
+	if after["okso_gateway_streams_open"] == nil || after["okso_gateway_caller_listens"] == nil {
+		t.Errorf("no gauge of streams or listens: %v", keys(after))
+	}
+	for _, part := range []string{"gateway", "tier"} {
+		connected, published := 0.0, 0.0
+		for _, m := range after["okso_nats_connected"].GetMetric() {
+			if labelsAre(m, "part", part) {
+				connected = m.GetGauge().GetValue()
+			}
+		}
+		for _, m := range after["okso_audit_events_published_total"].GetMetric() {
+			if labelsAre(m, "part", part) {
+				published = m.GetCounter().GetValue()
+			}
+		}
+		if connected != 1 || published < 3+mocks {
+			t.Errorf("part %s: okso_nats_connected %v, okso_audit_events_published_total %v; want 1 and at least %d",
+				part, connected, published, 3+mocks)
+		}
+	}
 	if after["okso_tier_pending_calls"] == nil {
 		t.Error("no okso_tier_pending_calls")
 	}
@@ -140,4 +169,14 @@ func keys(m map[string]*dto.MetricFamily) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// labelsAre reports whether m has the label name with value.
+func labelsAre(m *dto.Metric, name, value string) bool {
+	for _, l := range m.Label {
+		if l.GetName() == name {
+			return l.GetValue() == value
+		}
+	}
+	return false
 }

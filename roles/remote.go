@@ -86,6 +86,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 		return nil, err
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
+	c.registerPart("remote", nc, audit)
 	tier, err := remote.New(remote.Options{
 		Requesters:   []bus.Role{bus.RoleGateway, bus.RoleRemote}, // a replica probes the others
 		NC:           nc,
@@ -153,7 +154,7 @@ func NewRemote(ctx context.Context, log *slog.Logger, cfg RemoteConfig) (_ *Remo
 	if cfg.Remote.Config == "" {
 		return nil, fmt.Errorf("--config: the upstreams' config file is required")
 	}
-	c := &common{log: log, audit: cfg.auditLog}
+	c := &common{log: log, audit: cfg.auditLog, metrics: cfg.Metrics}
 	r := &Remote{}
 	defer func() {
 		if err != nil {

@@ -127,6 +127,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		return nil, err
 	}
 	audit := c.auditor(nc, cfg.AuditTick)
+	c.registerPart("tier", nc, audit)
 	tier, err := tier.New(tier.Options{
 		Metrics:     c.metrics,
 		Requesters:  []bus.Role{bus.RoleGateway},
