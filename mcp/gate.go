@@ -8,6 +8,7 @@ import (
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -26,6 +27,17 @@ type gate struct {
 	servers     []string                          // Options.AuthorizationServers
 	publicURL   string                            // Options.PublicURL
 	auditor     *bus.Auditor
+	// refusals count the requests refused a token, by reason; nil: not
+	// counted.
+	refusals *prometheus.CounterVec
+}
+
+// refused counts a request refused for reason: missing (no bearer
+// token), invalid_token, revoked.
+func (gt *gate) refused(reason string) {
+	if gt.refusals != nil {
+		gt.refusals.WithLabelValues(reason).Inc()
+	}
 }
 
 // TokenVerifier checks agent tokens. Verify returns a token's claims or
@@ -82,11 +94,13 @@ func (gt *gate) authenticate(next http.Handler) http.Handler {
 		if err != nil {
 			// Who sent it is unknown: logged, not published to a tenant.
 			gt.auditor.Record(bus.AuditEvent{Actor: "gateway", Decision: bus.DecisionDenied, Code: "invalid_token"})
+			gt.refused("invalid_token")
 			return nil, tokenError(err.Error())
 		}
 		if gt.revoked(c) {
 			gt.auditor.Record(bus.AuditEvent{Actor: "gateway", Tenant: c.Tenant, Subject: c.Subject, JTI: c.ID,
 				Decision: bus.DecisionRevoked, Code: schemas.CodeSafetyDenied})
+			gt.refused("revoked")
 			return nil, tokenError("invalid token: it was revoked")
 		}
 		infoMu.Lock()
@@ -112,6 +126,9 @@ func (gt *gate) authenticate(next http.Handler) http.Handler {
 		})(next)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !gt.passes(r) {
+				if scheme, _, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " "); !strings.EqualFold(scheme, "bearer") {
+					gt.refused("missing") // the others are counted where they are verified
+				}
 				// The refusal is written without reading the body, and the
 				// connection closed after it: net/http would otherwise
 				// read what the body declares before answering, and a

@@ -197,6 +197,10 @@ func (g *Gateway) registerState(reg prometheus.Registerer) {
 	if reg == nil {
 		return
 	}
+	g.gate.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "okso_gateway_auth_refusals_total",
+		Help: "Requests the gateway refused a bearer token (401), by reason: missing, invalid_token (bad, expired, another audience), revoked."},
+		[]string{"reason"})
+	reg.MustRegister(g.gate.refusals)
 	nodes := func(offline bool) func() float64 {
 		return func() float64 {
 			g.devices.mu.RLock()

@@ -94,7 +94,28 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("fleet.call: %+v", e)
 	}
 
+	for _, auth := range []string{"", "Bearer not-a-token"} {
+		req, _ := http.NewRequest(http.MethodPost, f.a.MCPURL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a request with Authorization %q: %d, want 401", auth, resp.StatusCode)
+		}
+	}
+
 	after := scrape(t, h)
+	for _, reason := range []string{"missing", "invalid_token"} {
+		if got := counter(after["okso_gateway_auth_refusals_total"], map[string]string{"reason": reason}); got != 1 {
+			t.Errorf("auth refusals %s = %v, want 1", reason, got)
+		}
+	}
 	calls, dur := after["okso_gateway_calls_total"], after["mcp_server_operation_duration_seconds"]
 	for _, c := range []struct {
 		f      *dto.MetricFamily
