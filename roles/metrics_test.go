@@ -1,13 +1,18 @@
 package roles
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -67,8 +72,9 @@ series:
 // fan-out over many nodes adds no series per node.
 func TestMetrics(t *testing.T) {
 	reg := newProcessRegistry()
+	rec := &recorder{Registerer: reg, names: map[string]bool{}}
 	const mocks = 20
-	f := startAllInOne(t, mocks, func(c *AllInOneConfig) { c.Metrics = reg })
+	f := startAllInOne(t, mocks, func(c *AllInOneConfig) { c.Metrics = rec })
 	s := f.client(f.token(auth.MintOptions{}), "")
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
@@ -200,4 +206,97 @@ func labelsAre(m *dto.Metric, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// recorder is a Registerer that notes the name of every metric
+// registered through it, whether or not it has a series yet.
+type recorder struct {
+	prometheus.Registerer
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (r *recorder) note(c prometheus.Collector) {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			r.mu.Lock()
+			r.names[m[1]] = true
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	r.note(c)
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		r.note(c)
+	}
+	r.Registerer.MustRegister(cs...)
+}
+
+// TestDashboard: every query of the Grafana dashboard in deploy/ names
+// metrics an okso role exports (an all-in-one's parts, and Go's and the
+// process's), so that no panel is empty for a misspelt name.
+func TestDashboard(t *testing.T) {
+	reg := newProcessRegistry()
+	rec := &recorder{Registerer: reg, names: map[string]bool{}}
+	startAllInOne(t, 1, func(c *AllInOneConfig) { c.Metrics = rec })
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		rec.names[f.GetName()] = true
+	}
+	b, err := os.ReadFile("../deploy/grafana/okso.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	metric := regexp.MustCompile(`\b(?:okso|mcp|process|go)_[a-z0-9_]+`)
+	queries := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			queries++
+			names := metric.FindAllString(q.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: query %q names no metric of okso's", p.Title, q.Expr)
+			}
+			for _, n := range names {
+				base := n
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if b, ok := strings.CutSuffix(n, suffix); ok && rec.names[b] {
+						base = b
+					}
+				}
+				if !rec.names[base] {
+					t.Errorf("panel %q: query %q names %s, which okso does not export", p.Title, q.Expr, n)
+				}
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("the dashboard has %d queries", queries)
+	}
 }
