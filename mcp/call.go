@@ -16,10 +16,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/jsonscan"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -82,6 +85,7 @@ type callCtx struct {
 	// request's context, if any.
 	rpcID []byte
 	ev    bus.AuditEvent
+	span  *tracing.Span // nil: tracing off
 }
 
 // newCall starts a call of the tool name by the caller of claims: it
@@ -98,6 +102,13 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *call
 			c.offline = g.devices.offlineNode(claims.Tenant, name)
 		}
 	}
+	if g.o.Tracer != nil {
+		key, _ := templateOf(c.entry)
+		tool := key.label()
+		c.span, c.traceparent = g.o.Tracer.Start(context.Background(), c.traceparent, tracing.Name("tools/call", tool),
+			trace.SpanKindServer, attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", c.requestID))
+	}
 	return c
 }
 
@@ -106,6 +117,7 @@ func (c *callCtx) audit(decision, code string) {
 	c.ev.Decision, c.ev.Code, c.ev.Duration = decision, code, time.Since(c.start)
 	c.g.o.Auditor.Record(c.ev)
 	c.g.metrics.observe(c.entry, code, c.ev.Duration)
+	c.span.End(code)
 }
 
 // fail audits and returns an error envelope.

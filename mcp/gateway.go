@@ -39,6 +39,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -76,6 +77,9 @@ type Options struct {
 	// Metrics, when set, is where the gateway registers its metrics
 	// (DESIGN.md §11); nil: none.
 	Metrics prometheus.Registerer
+	// Tracer, when set, makes a span of each tools/call, continuing the
+	// caller's trace context and passing its own on (DESIGN.md §11).
+	Tracer *tracing.Tracer
 
 	// Budget is the end-to-end deadline of one call (5 s).
 	Budget time.Duration

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -89,17 +92,27 @@ func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 		return
 	}
 	ev.Tool = call.Tool
+	// The upstream's own hop of the trace, whose context it is given.
+	span, traceparent := s.t.o.Tracer.Start(calls, m.Header.Get(bus.HeaderTraceparent), tracing.Name("tools/call", up+".*"),
+		trace.SpanKindClient, attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", up+".*"),
+		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", ev.RequestID))
+	outcome := ""
+	defer func() { span.End(outcome) }()
+	answer := func(code, msg string) {
+		outcome = code
+		s.answer(m, ev, code, msg)
+	}
 	d, ok := bus.CallDeadline(start, s.cfg.Timeout, m.Header.Get(bus.HeaderBudgetMs), m.Header.Get(bus.HeaderDeadline), s.t.o.MaxClockSkew)
 	if !ok {
-		s.answer(m, ev, schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the remote tier")
+		answer(schemas.CodeDeadlineExceeded, "the call's deadline passed before it reached the remote tier")
 		return
 	}
 	ctx, cancel := context.WithTimeout(calls, d)
 	defer cancel()
 	meta := func() map[string]any { // a fresh map per attempt: a client may write into it
 		meta := map[string]any{schemas.MetaRequestID: ev.RequestID}
-		if tp := m.Header.Get(bus.HeaderTraceparent); tp != "" {
-			meta[schemas.MetaTraceparent] = tp
+		if traceparent != "" {
+			meta[schemas.MetaTraceparent] = traceparent
 		}
 		return meta
 	}
@@ -111,18 +124,18 @@ func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 		if sv = s.acquire(ctx, sv); sv == nil {
 			switch {
 			case calls.Err() != nil:
-				s.answer(m, ev, schemas.CodeNodeOffline, "the remote tier is stopping")
+				answer(schemas.CodeNodeOffline, "the remote tier is stopping")
 			case ctx.Err() != nil:
-				s.answer(m, ev, schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
+				answer(schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
 			default:
-				s.answer(m, ev, schemas.CodeNodeOffline, "the upstream is not connected")
+				answer(schemas.CodeNodeOffline, "the upstream is not connected")
 			}
 			return
 		}
 		rt, ok := sv.tools[tool]
 		if !ok {
 			sv.conn.release()
-			s.answer(m, ev, schemas.CodeToolNotFound, "the upstream does not list this tool now")
+			answer(schemas.CodeToolNotFound, "the upstream does not list this tool now")
 			return
 		}
 		res, err := sv.conn.client.Call(ctx, tool, call.Arguments, meta())
@@ -131,11 +144,14 @@ func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 			reply := bus.OKReply(res)
 			if max := s.t.o.NC.MaxPayload(); int64(len(reply)) > max {
 				s.log.Warn("upstream result too large for NATS", "tool", call.Tool, "bytes", len(reply), "max", max)
-				s.answer(m, ev, schemas.CodeInternal, "the upstream's result is larger than okso carries")
+				answer(schemas.CodeInternal, "the upstream's result is larger than okso carries")
 				return
 			}
 			ev.Decision, ev.Duration = bus.DecisionAllowed, time.Since(start)
 			s.t.o.Auditor.Record(ev)
+			if isToolError(res) {
+				outcome = "tool_error" // the upstream's own isError
+			}
 			if err := m.Respond(reply); err != nil {
 				s.log.Warn("answer call", "err", err)
 			}
@@ -144,7 +160,7 @@ func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 		code, transient := Classify(err)
 		switch {
 		case calls.Err() != nil:
-			s.answer(m, ev, schemas.CodeNodeOffline, "the remote tier is stopping")
+			answer(schemas.CodeNodeOffline, "the remote tier is stopping")
 			return
 		case ctx.Err() != nil:
 			code, transient = schemas.CodeDeadlineExceeded, false
@@ -155,12 +171,12 @@ func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 		left := time.Until(deadlineOf(ctx))
 		if !rt.Idempotent || !transient || attempt >= maxAttempts || left <= wait {
 			s.log.Debug("upstream call failed", "tool", call.Tool, "attempt", attempt, "err", scrub(err))
-			s.answer(m, ev, code, message(code))
+			answer(code, message(code))
 			return
 		}
 		select {
 		case <-ctx.Done():
-			s.answer(m, ev, schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
+			answer(schemas.CodeDeadlineExceeded, message(schemas.CodeDeadlineExceeded))
 			return
 		case <-time.After(wait/2 + rand.N(wait/2+1)):
 		}
@@ -216,4 +232,13 @@ func message(code string) string {
 		return "the upstream refused okso's credentials"
 	}
 	return "the upstream failed"
+}
+
+// isToolError reports whether an upstream's CallToolResult is its own
+// error (isError), as the MCP conventions' error.type says it.
+func isToolError(res json.RawMessage) bool {
+	var r struct {
+		IsError bool `json:"isError"`
+	}
+	return json.Unmarshal(res, &r) == nil && r.IsError
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -52,6 +53,9 @@ type Options struct {
 	// a message that reached an upstream's subject any other way is
 	// dropped. Nil: any request.
 	Requesters []bus.Role
+	// Tracer, when set, makes a span of each call of an upstream's tool,
+	// a child of the gateway's, whose context the upstream is given.
+	Tracer *tracing.Tracer
 }
 
 // Tier is the remote tier: for each configured upstream it keeps a

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
@@ -46,7 +45,7 @@ type AllInOneConfig struct {
 	// serving it (--replace), rather than refuse to start.
 	Replace bool
 	auditLog
-	processMetrics
+	telemetry
 }
 
 // AllInOne is embedded NATS, the gateway, the device tier and simulated
@@ -74,7 +73,7 @@ func NewAllInOne(ctx context.Context, log *slog.Logger, cfg AllInOneConfig) (_ *
 	if err != nil {
 		return nil, err
 	}
-	c.audit, c.metrics = cfg.auditLog, cfg.Metrics
+	c.audit, c.metrics, c.tracer = cfg.auditLog, cfg.Metrics, cfg.Tracer
 	if cfg.TLS != (tlsFiles{}) {
 		cfg.Gateway.TLS, cfg.Tier.TLS = cfg.TLS, cfg.TLS
 	}
@@ -164,8 +163,8 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Run NATS, the gateway, the device tier and simulated devices in one process",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (func(context.Context) error, error) {
-				cfg.auditLog, cfg.Metrics = logs.auditLog(), metrics
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
+				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
 				a, err := NewAllInOne(ctx, log, cfg)
 				if err != nil {
 					return nil, err

@@ -180,6 +180,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	gw, err := mcp.New(mcp.Options{
 		Metrics:        c.metrics,
+		Tracer:         c.tracer,
 		NC:             nc,
 		Registry:       reg,
 		Remotes:        remotes,

@@ -27,13 +27,15 @@ type logFlags struct {
 	repeats time.Duration
 	debug   string
 	metrics string
+	otlp    string
 	procs   bool
+	role    string // the command's name: gateway, device, …
 
 	fs *pflag.FlagSet // tells a flag given (or set from OKSO_*) from its default
 }
 
 func (l *logFlags) add(fs *pflag.FlagSet) {
-	l.fs = fs
+	l.fs, l.role = fs, fs.Name()
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.format, "log-format", "", "log format: json or text (default: text when stderr is a terminal, else json)")
 	fs.BoolVar(&l.audit, "log-audit", false, "gateway and device tier: also write each audit event to the log as a line "+
@@ -44,6 +46,8 @@ func (l *logFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&l.debug, "debug-addr", "", "serve Go's profiles (/debug/pprof/) on host:port (off by default)")
 	fs.StringVar(&l.metrics, "metrics-addr", defaultMetricsAddr, "serve Prometheus metrics (/metrics) on host:port (\"\": off); "+
 		"the default taken by another role on this host is a warning, an address given that cannot be bound an error")
+	fs.StringVar(&l.otlp, "otlp-endpoint", "", "export a span of each call's hop through this role over OTLP/HTTP to this URL "+
+		"(an OpenTelemetry Collector's or Jaeger's http://HOST:4318; off by default)")
 	fs.BoolVar(&l.procs, "adaptive-procs", true, "adapt GOMAXPROCS to the load: one P while the process uses "+
 		"well under a core, Go's default above (off when the GOMAXPROCS variable is set)")
 }

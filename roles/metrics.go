@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,9 +19,22 @@ import (
 // the agents' or the devices' listener (DESIGN.md §11).
 const defaultMetricsAddr = "127.0.0.1:9464"
 
-// processMetrics is where a role registers its metrics: the registry
-// the process serves at /metrics (--metrics-addr), or nil for none.
-type processMetrics struct{ Metrics prometheus.Registerer }
+// telemetry is what a role reports to: the registry of its metrics, which
+// the process serves at /metrics (--metrics-addr), and the tracer of its
+// spans (--otlp-endpoint); nil for none.
+type telemetry struct {
+	Metrics prometheus.Registerer
+	Tracer  *tracing.Tracer
+}
+
+// tracer makes the process's tracer when --otlp-endpoint is set: its
+// spans are okso-<role>'s.
+func (l *logFlags) tracer(ctx context.Context) (*tracing.Tracer, error) {
+	if l.otlp == "" {
+		return nil, nil
+	}
+	return tracing.New(ctx, l.otlp, "okso-"+l.role, Version)
+}
 
 // newProcessRegistry is a role's registry: the process's and Go's own
 // metrics, then the role's.

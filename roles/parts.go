@@ -18,6 +18,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -133,6 +134,8 @@ type common struct {
 	// metrics is where the role's parts register their metrics (nil:
 	// none; --metrics-addr serves them).
 	metrics prometheus.Registerer
+	// tracer makes the spans of the role's parts (nil: off).
+	tracer *tracing.Tracer
 }
 
 // auditLog says whether and how the auditors of a role log.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -88,6 +87,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	audit := c.auditor(nc, cfg.AuditTick)
 	c.registerPart("remote", nc, audit)
 	tier, err := remote.New(remote.Options{
+		Tracer:       c.tracer,
 		Requesters:   []bus.Role{bus.RoleGateway, bus.RoleRemote}, // a replica probes the others
 		NC:           nc,
 		Remotes:      remotes,
@@ -136,7 +136,7 @@ type RemoteConfig struct {
 	NATS    natsConfig
 	DataDir string
 	auditLog
-	processMetrics
+	telemetry
 }
 
 // Remote is okso remote, the federated upstreams' door, on its NATS.
@@ -154,7 +154,7 @@ func NewRemote(ctx context.Context, log *slog.Logger, cfg RemoteConfig) (_ *Remo
 	if cfg.Remote.Config == "" {
 		return nil, fmt.Errorf("--config: the upstreams' config file is required")
 	}
-	c := &common{log: log, audit: cfg.auditLog, metrics: cfg.Metrics}
+	c := &common{log: log, audit: cfg.auditLog, metrics: cfg.Metrics, tracer: cfg.Tracer}
 	r := &Remote{}
 	defer func() {
 		if err != nil {
@@ -194,8 +194,8 @@ func remoteCmd(stderr io.Writer) *cobra.Command {
 		Short: "Run the remote tier: federate the MCP servers and action endpoints of --config as tools",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (func(context.Context) error, error) {
-				cfg.auditLog, cfg.Metrics = logs.auditLog(), metrics
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
+				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
 				r, err := NewRemote(ctx, log, cfg)
 				if err != nil {
 					return nil, err

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // runGroup runs the actors that adds add, in one group with oklog/run's
@@ -45,7 +45,7 @@ func contextActor(g *run.Group, fn func(ctx context.Context) error) {
 // run, is returned, and main writes it on stderr, after the last log
 // line.
 func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
-	build func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (run func(context.Context) error, err error)) error {
+	build func(ctx context.Context, log *slog.Logger, tel telemetry) (run func(context.Context) error, err error)) error {
 	log, err := logs.open(stderr)
 	if err != nil {
 		return err
@@ -56,7 +56,20 @@ func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
 		return err
 	}
 	reg := newProcessRegistry()
-	runRole, err := build(ctx, log.Logger, reg)
+	tracer, err := logs.tracer(ctx)
+	if err != nil {
+		debug.close()
+		return err
+	}
+	defer func() {
+		// The spans not yet exported, within a few seconds.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(sctx); err != nil {
+			log.Warn("export the last spans", "err", err)
+		}
+	}()
+	runRole, err := build(ctx, log.Logger, telemetry{Metrics: reg, Tracer: tracer})
 	if err != nil {
 		debug.close()
 		return err

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/okso-io/okso/auth"
@@ -48,7 +47,7 @@ type GatewayConfig struct {
 	NATS    natsConfig
 	DataDir string
 	auditLog
-	processMetrics
+	telemetry
 }
 
 // Gateway is okso gateway, the agents' door, on its NATS.
@@ -68,7 +67,7 @@ func NewGateway(ctx context.Context, log *slog.Logger, cfg GatewayConfig) (_ *Ga
 	if err != nil {
 		return nil, err
 	}
-	c.audit, c.metrics = cfg.auditLog, cfg.Metrics
+	c.audit, c.metrics, c.tracer = cfg.auditLog, cfg.Metrics, cfg.Tracer
 	g := &Gateway{}
 	defer func() {
 		if err != nil {
@@ -114,8 +113,8 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 		Short: "Run the agents' door: MCP over Streamable HTTP at /mcp",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (func(context.Context) error, error) {
-				cfg.auditLog, cfg.Metrics = logs.auditLog(), metrics
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
+				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
 				g, err := NewGateway(ctx, log, cfg)
 				if err != nil {
 					return nil, err
@@ -146,7 +145,7 @@ type DeviceTierConfig struct {
 	Tenant string
 	Seed   uint64
 	auditLog
-	processMetrics
+	telemetry
 }
 
 // DeviceTier is okso device, the devices' door, on its NATS, with the
@@ -176,7 +175,7 @@ func NewDeviceTier(ctx context.Context, log *slog.Logger, cfg DeviceTierConfig) 
 	if err != nil {
 		return nil, err
 	}
-	c.audit, c.metrics = cfg.auditLog, cfg.Metrics
+	c.audit, c.metrics, c.tracer = cfg.auditLog, cfg.Metrics, cfg.Tracer
 	d := &DeviceTier{}
 	defer func() {
 		if err != nil {
@@ -237,8 +236,8 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 			if _, set := os.LookupEnv("GOGC"); !set {
 				debug.SetGCPercent(deviceGCPercent)
 			}
-			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, metrics prometheus.Registerer) (func(context.Context) error, error) {
-				cfg.auditLog, cfg.Metrics = logs.auditLog(), metrics
+			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
+				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
 				d, err := NewDeviceTier(ctx, log, cfg)
 				if err != nil {
 					return nil, err
@@ -347,7 +346,7 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 		Short: "Run N simulated devices against a device tier",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ prometheus.Registerer) (func(context.Context) error, error) {
+			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ telemetry) (func(context.Context) error, error) {
 				cfg.Connect = urls
 				m, err := NewMockFleet(log, cfg)
 				if err != nil {
@@ -501,7 +500,7 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 			if show {
 				return describeTools(cmd.OutOrStdout(), tools)
 			}
-			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ prometheus.Registerer) (func(context.Context) error, error) {
+			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ telemetry) (func(context.Context) error, error) {
 				a, err := NewAgent(log, AgentConfig{Connect: urls, Token: token, Tenant: tenant, DataDir: dataDir, TLS: files,
 					Name: name, Labels: labels, Replace: replace, Tools: tools})
 				if err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/oklog/run"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -57,7 +56,7 @@ func stdioCmd(stderr io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Only MCP messages may be written to stdout.
 			in, out := cmd.InOrStdin(), cmd.OutOrStdout()
-			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ prometheus.Registerer) (func(context.Context) error, error) {
+			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ telemetry) (func(context.Context) error, error) {
 				s, err := NewStdio(log, cfg)
 				if err != nil {
 					return nil, err

@@ -130,6 +130,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	c.registerPart("tier", nc, audit)
 	tier, err := tier.New(tier.Options{
 		Metrics:     c.metrics,
+		Tracer:      c.tracer,
 		Requesters:  []bus.Role{bus.RoleGateway},
 		Revoked:     revoked,
 		Bindings:    bindings,

@@ -21,12 +21,15 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -124,6 +127,7 @@ type pendingCall struct {
 	requestID string
 	subject   string
 	queryHash string // a local tool's (bus.AuditEvent.QueryHash)
+	span      *tracing.Span
 }
 
 // offered are the protocol features the tier offers in auth_ok.
@@ -1137,6 +1141,13 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	if cs.Kind == schemas.KindLocal {
 		p.queryHash = queryHash(args)
 	}
+	if tr := s.t.o.Tracer; tr != nil {
+		tool := name.KindShort + ".*." + name.CapID + "." + name.Verb
+		p.span, _ = tr.Start(ctx, m.Header.Get(bus.HeaderTraceparent), tracing.Name("tools/call", tool), trace.SpanKindServer,
+			attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.node_id", s.nodeID),
+			attribute.String("okso.request_id", reqID))
+	}
 	s.pending[cmdID] = p
 	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
 	s.mu.Unlock()
@@ -1178,6 +1189,7 @@ func (s *session) finish(p *pendingCall, reply []byte, decision, code string) {
 		Decision: decision, Code: code, Duration: time.Since(p.start), RequestID: p.requestID,
 		QueryHash: p.queryHash})
 	s.respond(p.reply, reply)
+	p.span.End(code)
 }
 
 // queryHash returns the hex SHA-256 of the query in a local tool's

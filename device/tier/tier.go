@@ -40,6 +40,7 @@ import (
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -59,7 +60,10 @@ type Options struct {
 	// Metrics, when set, is where the tier registers its metrics
 	// (DESIGN.md §11); nil: none.
 	Metrics prometheus.Registerer
-	Logger  *slog.Logger
+	// Tracer, when set, makes a span of each call to a node, a child of
+	// the gateway's (the traceparent header).
+	Tracer *tracing.Tracer
+	Logger *slog.Logger
 
 	// Name identifies this tier instance in the registry: its lease's
 	// key, and the tier of its nodes' records. It must be unique to the

@@ -1,0 +1,200 @@
+package roles
+
+import (
+	"context"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/internal/bearer"
+	"github.com/okso-io/okso/internal/tracing"
+)
+
+// receivedSpan is a span as an OTLP/HTTP receiver got it.
+type receivedSpan struct {
+	name, traceID, spanID, parentID string
+	attrs                           map[string]string
+}
+
+// otlpReceiver is an OTLP/HTTP trace receiver, in the test's process.
+type otlpReceiver struct {
+	*httptest.Server
+	mu      sync.Mutex
+	spans   []receivedSpan
+	changed chan struct{}
+}
+
+func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	r := &otlpReceiver{changed: make(chan struct{}, 1)}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, err := io.ReadAll(req.Body)
+		var msg coltracepb.ExportTraceServiceRequest
+		if err != nil || req.URL.Path != "/v1/traces" || proto.Unmarshal(b, &msg) != nil {
+			t.Errorf("the receiver got %s %s (%d bytes, %v)", req.Method, req.URL.Path, len(b), err)
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range msg.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					got := receivedSpan{name: s.Name, traceID: hex.EncodeToString(s.TraceId), spanID: hex.EncodeToString(s.SpanId),
+						parentID: hex.EncodeToString(s.ParentSpanId), attrs: map[string]string{}}
+					for _, a := range s.Attributes {
+						got.attrs[a.Key] = a.Value.GetStringValue()
+					}
+					r.spans = append(r.spans, got)
+				}
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(nil)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+// wait returns the spans of trace traceID once there are n, waiting at
+// most a minute for them.
+func (r *otlpReceiver) wait(t *testing.T, traceID string, n int) []receivedSpan {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		r.mu.Lock()
+		var of []receivedSpan
+		for _, s := range r.spans {
+			if s.traceID == traceID {
+				of = append(of, s)
+			}
+		}
+		r.mu.Unlock()
+		if len(of) >= n {
+			return of
+		}
+		select {
+		case <-r.changed:
+		case <-timeout:
+			t.Fatalf("%d spans of trace %s, want %d: %+v", len(of), traceID, n, of)
+		}
+	}
+}
+
+// TestTracing: a call with a known trace context gets a span at the
+// gateway, one at the device tier and, for an upstream's tool, one at the
+// remote tier, all of that trace, each the child of the hop before it,
+// named and attributed as the MCP conventions say.
+func TestTracing(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(t.Context(), recv.URL, "okso-test", "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(ctx); err != nil {
+			t.Errorf("tracer shutdown: %v", err)
+		}
+	})
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "mcp_echo.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "remotes.yaml")
+	if err := os.WriteFile(config, []byte("upstreams:\n  - name: ext\n    transport: action\n    command: ["+strconv.Quote(script)+
+		"]\n    tenants: [demo]\n    allow: [echo_external]\n    safety: {echo_external: read_only}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := startAllInOne(t, 1, func(c *AllInOneConfig) { c.Tracer, c.Remote.Config = tracer, config })
+	f.waitTool(DefaultTenant, "ext.echo_external", true)
+	var node string
+	for id := range f.a.gw.gw.Devices().IDs() {
+		node = id
+	}
+
+	const parent = "00f067aa0ba902b7" // the caller's span
+	for _, c := range []struct {
+		tool     string
+		args     map[string]any
+		template string
+		traceID  string
+	}{
+		{"sysecho." + node + ".echo.invoke", map[string]any{"message": "traced"}, "sysecho.*.echo.invoke", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"ext.echo_external", map[string]any{"message": "traced"}, "ext.*", "4bf92f3577b34da6a3ce929d0e0e4737"},
+	} {
+		t.Run(c.template, func(t *testing.T) {
+			traceID := c.traceID
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			client := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
+			s, err := client.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: f.a.MCPURL(), MaxRetries: -1,
+				HTTPClient: &http.Client{Transport: traceTransport{"00-" + traceID + "-" + parent + "-01",
+					bearer.Transport{Token: f.token(auth.MintOptions{}), Base: tr}}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: listedName(c.tool), Arguments: c.args}); err != nil || res.IsError {
+				t.Fatalf("%v %+v", err, res)
+			}
+			if err := tracer.ForceFlush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			spans := recv.wait(t, traceID, 2) // the gateway's, and the tier's or the remote tier's
+			var gw *receivedSpan
+			for i := range spans {
+				if spans[i].parentID == parent {
+					gw = &spans[i]
+				}
+			}
+			if gw == nil {
+				t.Fatalf("no span is the child of the caller's %s: %+v", parent, spans)
+			}
+			if gw.name != "tools/call "+c.template || gw.attrs["mcp.method.name"] != "tools/call" ||
+				gw.attrs["gen_ai.tool.name"] != c.template || gw.attrs["gen_ai.operation.name"] != "execute_tool" {
+				t.Errorf("the gateway's span: %+v", *gw)
+			}
+			children := 0
+			for _, sp := range spans {
+				if sp.parentID == gw.spanID {
+					children++
+					if sp.name != "tools/call "+c.template || sp.attrs["gen_ai.tool.name"] != c.template {
+						t.Errorf("the next hop's span: %+v", sp)
+					}
+				}
+			}
+			if children != 1 {
+				t.Errorf("%d spans are the gateway span's children, want 1: %+v", children, spans)
+			}
+		})
+	}
+}
+
+// traceTransport sends a traceparent header on every request.
+type traceTransport struct {
+	traceparent string
+	base        http.RoundTripper
+}
+
+func (t traceTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("traceparent", t.traceparent)
+	return t.base.RoundTrip(r)
+}
