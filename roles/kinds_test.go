@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -290,4 +291,94 @@ func (f *fixture) waitKind(t *testing.T, kind string) {
 	if err := f.a.gw.gw.Wait(ctx, func(map[string]int) bool { return known(f.a.gw.gw.Kinds()) }); err != nil {
 		t.Fatalf("the gateway never learnt kind %s: %v", kind, err)
 	}
+}
+
+// TestSplitKinds: in split mode (a device tier exposing its embedded
+// NATS, gateways and a mock fleet joined to it, each a process), the
+// admin's okso kinds apply reaches every role: two gateway replicas, and
+// one restarted, list a registered kind's tool with its schemas, and a
+// mock device serves it from --tools.
+func TestSplitKinds(t *testing.T) {
+	bin := oksoBinary(t)
+	data := t.TempDir()
+	tier := startProc(t, bin, "device", "device", "--data-dir", data, "--device-addr", "127.0.0.1:0",
+		"--nats-listen", "127.0.0.1:0")
+	l := tier.wait(msgIs("listening"))
+	natsURL, _ := l["nats_url"].(string)
+	deviceURL, _ := l["device_url"].(string)
+	startGW := func(name string) (*proc, string) {
+		gw := startProc(t, bin, name, "gateway", "--data-dir", data, "--mcp-addr", "127.0.0.1:0", "--nats-url", natsURL, "--log-level", "debug")
+		url, _ := gw.wait(msgIs("listening"))["mcp_url"].(string)
+		return gw, url
+	}
+	gw1, url1 := startGW("gateway-1")
+	gw2, url2 := startGW("gateway-2")
+
+	out, err := exec.Command(bin, "kinds", "apply", writeKindDir(t, thermoKind), "--nats-url", natsURL, "--data-dir", data).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "applied acme.thermo.v1") {
+		t.Fatalf("okso kinds apply: %v\n%s", err, out)
+	}
+	hasThermo := func(m map[string]any) bool {
+		kinds, _ := m["kinds"].([]any)
+		return m["msg"] == "registered kinds" && len(kinds) == 1 && kinds[0] == "acme.thermo.v1"
+	}
+	for _, p := range []*proc{tier, gw1, gw2} {
+		p.wait(hasThermo)
+	}
+
+	tools := filepath.Join(t.TempDir(), "tools.yaml")
+	file := strings.ReplaceAll(thermoTools, `cat >> "$RUNS"; echo;`, `cat > /dev/null;`)
+	if err := os.WriteFile(tools, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fleet := startProc(t, bin, "mock-fleet", "mock-fleet", "-n", "1", "--connect", deviceURL, "--data-dir", data, "--tools", tools)
+	fleet.wait(msgIs("mock devices connected"))
+	gw1.wait(msgIs("node online"))
+	gw2.wait(msgIs("node online"))
+
+	tok, err := exec.Command(bin, "token", "mint", "--data-dir", data, "--scope", auth.ScopeMutating).Output()
+	if err != nil {
+		t.Fatalf("okso token mint: %v", err)
+	}
+	token := strings.TrimSpace(string(tok))
+	check := func(name, url string) {
+		t.Helper()
+		s := mcpSession(t, url, token)
+		list, err := s.ListTools(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var read *sdk.Tool
+		for _, tl := range list.Tools {
+			if strings.HasPrefix(tl.Name, "thermo-") && strings.HasSuffix(tl.Name, "-boiler-read") {
+				read = tl
+			}
+		}
+		if read == nil {
+			t.Fatalf("%s does not list the registered kind's tool", name)
+		}
+		if in, _ := json.Marshal(read.InputSchema); !strings.Contains(string(in), "acme.thermo.read.input@1.0.0") {
+			t.Errorf("%s lists it with input %s", name, in)
+		}
+		res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: read.Name, Arguments: map[string]any{"unit": "F"}})
+		if err != nil || res.IsError {
+			t.Fatalf("%s: call %s: %v %+v", name, read.Name, err, res)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		if string(b) != `{"node_id":"`+nodeOf(read)+`","temperature":21.5}` {
+			t.Errorf("%s: result %s", name, b)
+		}
+	}
+	check("gateway-1", url1)
+	check("gateway-2", url2)
+
+	gw1.stop()
+	gw3, url3 := startGW("gateway-1 restarted")
+	gw3.wait(hasThermo)
+	check("the restarted gateway", url3)
+
+	fleet.stop()
+	gw2.stop()
+	gw3.stop()
+	tier.stop()
 }
