@@ -88,6 +88,7 @@ func (r Role) Permissions() *server.Permissions {
 		a.kv(BucketCallers, true)
 		a.kv(BucketPlans, true) // fleet.call's dry runs, for any replica to run
 		a.kv(BucketRevoked, false)
+		a.kv(BucketKinds, false) // the admin registers kinds (okso kinds apply)
 		// okso's authorization server: every record but the operator's
 		// decisions, which only the admin writes (okso oauth approve).
 		a.kv(BucketOAuth, false)
@@ -106,6 +107,7 @@ func (r Role) Permissions() *server.Permissions {
 		a.kv(BucketTiers, true)
 		a.kv(BucketNodeTenants, true)
 		a.kv(BucketRevoked, false)
+		a.kv(BucketKinds, false)
 	case RoleRemote:
 		// RemoteCall: a replica asks whether another still serves an
 		// upstream. It holds every upstream's connection itself, so it

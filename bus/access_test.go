@@ -348,6 +348,31 @@ func checkRoles(t *testing.T, url string, seeds string) {
 			}
 		}
 	})
+	// Only the admin registers kinds; gateways and tiers read them.
+	t.Run("kinds", func(t *testing.T) {
+		set := loadSet(t)
+		akinds, err := bus.OpenKinds(ctx, admin.Conn, bus.KindsOptions{Schemas: set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := akinds.Apply(ctx, thermoDef(t, set)); err != nil {
+			t.Fatalf("admin applies a kind: %v", err)
+		}
+		for _, c := range []*roleConn{gw, dev} {
+			k, err := bus.OpenKinds(ctx, c.Conn, bus.KindsOptions{Schemas: set, BindOnly: true})
+			if err != nil {
+				t.Fatalf("%s opens the kinds: %v", c.Opts.Name, err)
+			}
+			if kt, err := k.Table(ctx); err != nil || len(kt.Defs()) != 1 {
+				t.Fatalf("%s reads the kinds: %v", c.Opts.Name, err)
+			}
+		}
+		for _, c := range []*roleConn{gw, dev, rem} {
+			c.mayNotPublish(t, "$KV."+bus.BucketKinds+".acme.thermo.v1", nil)
+			c.mayNotPublish(t, "$KV."+bus.BucketKinds+".acme.other.v1", nil)
+			c.mayNotPublish(t, "$JS.API.STREAM.PURGE.KV_"+bus.BucketKinds, nil)
+		}
+	})
 	// JetStream answers where the asker says, unchecked by permissions:
 	// a direct get's answer (the stored message, headers and all) or an
 	// API answer sent onto a bucket's subject, or onto JetStream's own

@@ -49,6 +49,9 @@ func InitState(ctx context.Context, nc *nats.Conn, o StateOptions) error {
 	if _, err := OpenPlans(ctx, nc, PlansOptions{Replicas: o.Replicas}); err != nil {
 		return err
 	}
+	if _, err := openKindsKV(ctx, nc, o.Replicas, false); err != nil {
+		return err
+	}
 	if o.AuditRetention > 0 {
 		return KeepAudit(ctx, nc, o.AuditRetention, o.Replicas, false, false)
 	}

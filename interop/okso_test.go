@@ -353,14 +353,42 @@ func streamClosed(id string) func(bus.AuditEvent) bool {
 // tailBuffer keeps the last size bytes written to it (32 KiB when 0: the
 // end of a log). It is safe for concurrent use.
 type tailBuffer struct {
-	size int
-	mu   sync.Mutex
-	buf  []byte
+	size  int
+	mu    sync.Mutex
+	buf   []byte
+	wrote chan struct{} // closed and replaced at every write (waitFor)
+}
+
+// waitFor waits until cond holds of what the buffer keeps, looking again
+// at every write, for up to timeout.
+func (b *tailBuffer) waitFor(t *testing.T, what string, timeout time.Duration, cond func(string) bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		b.mu.Lock()
+		if b.wrote == nil {
+			b.wrote = make(chan struct{})
+		}
+		wrote, text := b.wrote, string(b.buf)
+		b.mu.Unlock()
+		if cond(text) {
+			return
+		}
+		select {
+		case <-wrote:
+		case <-deadline:
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+	}
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.wrote != nil {
+		close(b.wrote)
+		b.wrote = nil
+	}
 	b.buf = append(b.buf, p...)
 	size := cmp.Or(b.size, 32<<10)
 	if len(b.buf) > size {

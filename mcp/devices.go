@@ -30,9 +30,13 @@ type devices struct {
 	docs *toolDocs
 	// templates are the verbs' shared parts of the node's tools.
 	templates templates
-	feed      feed
-	log       *slog.Logger
-	ended     func(nodeID string) // the node's streams end (its session went)
+	// kinds is the kind table the gateway projects records with (the
+	// built-in kinds, and those registered that it follows); never nil
+	// once New returns, though the table may be (the built-ins alone).
+	kinds func() *schemas.KindTable
+	feed  feed
+	log   *slog.Logger
+	ended func(nodeID string) // the node's streams end (its session went)
 
 	listMu  sync.Mutex // orders listing and unlisting nodes
 	mu      sync.RWMutex
@@ -48,8 +52,8 @@ type devices struct {
 	initialProbes sync.WaitGroup
 }
 
-func newDevices(nc *nats.Conn, reg *bus.Registry, set *schemas.Set, docs *toolDocs, f feed, log *slog.Logger, ended func(string)) *devices {
-	d := &devices{nc: nc, reg: reg, set: set, docs: docs, feed: f, log: log, ended: ended,
+func newDevices(nc *nats.Conn, reg *bus.Registry, set *schemas.Set, docs *toolDocs, kinds func() *schemas.KindTable, f feed, log *slog.Logger, ended func(string)) *devices {
+	d := &devices{nc: nc, reg: reg, set: set, docs: docs, kinds: kinds, feed: f, log: log, ended: ended,
 		nodes: map[string]*bus.Node{}, pending: map[string]string{}, offline: map[string]*bus.Node{},
 		probes: make(chan struct{}, 64)}
 	d.w = newWatcher("registry", d.watch, d.known, func(id string) { d.gone(id, reasonVanished) })
@@ -210,7 +214,7 @@ func (d *devices) offlineNode(tenant, name string) *bus.Node {
 	if n == nil || n.Tenant != tenant {
 		return nil
 	}
-	tools, err := schemas.Project(n.NodeID, n.Capabilities)
+	tools, err := d.kindTable().Project(n.NodeID, n.Capabilities)
 	if err != nil {
 		return nil
 	}
@@ -261,6 +265,37 @@ func (d *devices) probe(ctx context.Context, rec *bus.Node) {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
+	}
+}
+
+// kindTable is the kind table the source projects records with now.
+func (d *devices) kindTable() *schemas.KindTable { return d.kinds() }
+
+// reproject projects again, with the kind table as it is now, every
+// listed node whose record names a kind that is not built in: a tier
+// may have learnt a registered kind (and projected a node's announce
+// with it) before this gateway did, and a record the gateway refused
+// for a kind it did not know yet lists its tools once it knows it.
+func (d *devices) reproject() {
+	d.listMu.Lock()
+	defer d.listMu.Unlock()
+	d.mu.RLock()
+	var recs []*bus.Node
+	for _, rec := range d.nodes {
+		if slices.ContainsFunc(rec.Capabilities, func(c schemas.Capability) bool { return !schemas.IsBuiltinKind(c.Kind) }) {
+			recs = append(recs, rec)
+		}
+	}
+	d.mu.RUnlock()
+	for _, rec := range recs {
+		if node := d.project(rec); node != nil {
+			d.feed.putNode(node)
+		} else {
+			d.feed.dropNode(rec.NodeID)
+		}
+	}
+	if len(recs) > 0 {
+		d.feed.changed()
 	}
 }
 
@@ -335,7 +370,8 @@ func (d *devices) unlist(nodeID, why string) {
 // its descriptor when a list needs it ([verbTemplate.describe]), so that
 // a node at rest costs neither per tool.
 func (d *devices) project(rec *bus.Node) *nodeTool {
-	tools, err := schemas.Project(rec.NodeID, rec.Capabilities)
+	kt := d.kindTable()
+	tools, err := kt.Project(rec.NodeID, rec.Capabilities)
 	if err != nil {
 		d.feed.unlisted(sourceNameDevice, reasonRefused, "node_id", rec.NodeID, "err", err)
 		return nil
@@ -347,7 +383,7 @@ func (d *devices) project(rec *bus.Node) *nodeTool {
 		// A cap_id is the record's once (Project), and a record has at
 		// most schemas.MaxCapabilities.
 		c := slices.IndexFunc(rec.Capabilities, func(c schemas.Capability) bool { return c.CapID == t.Cap.CapID })
-		n.verbs = append(n.verbs, nodeVerb{tmpl: d.templates.of(d, t), cap: uint8(c)})
+		n.verbs = append(n.verbs, nodeVerb{tmpl: d.templates.of(d, kt, t), cap: uint8(c)})
 	}
 	return n
 }
@@ -373,11 +409,17 @@ type templates struct {
 type templateKey struct {
 	kind, verb, class string
 	idempotent        bool
+	// major: a registered kind's major version (0 for a built-in kind),
+	// whose key in okso_kinds never changes.
+	major int
 }
 
-// of returns the template of a projected tool's verb, made on first use.
-func (ts *templates) of(d *devices, t schemas.Tool) *verbTemplate {
-	k := templateKey{t.Cap.Kind, t.Verb.Name, t.Class, t.Kind.Idempotent || t.Cap.Idempotent}
+// of returns the template of a projected tool's verb, made on first use;
+// kt is the table t was projected with. A registered kind's verb checks
+// its arguments and results with its registered schemas, compiled
+// within the bounds of foreign ones, as an upstream's (DESIGN.md §12).
+func (ts *templates) of(d *devices, kt *schemas.KindTable, t schemas.Tool) *verbTemplate {
+	k := templateKey{t.Cap.Kind, t.Verb.Name, t.Class, t.Kind.Idempotent || t.Cap.Idempotent, t.Kind.Major}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if tmpl := ts.m[k]; tmpl != nil {
@@ -385,7 +427,7 @@ func (ts *templates) of(d *devices, t schemas.Tool) *verbTemplate {
 	}
 	v := t.Verb
 	tmpl := &verbTemplate{kind: k.kind, short: t.Kind.Short, verb: v, class: k.class, scope: auth.ScopeFor(k.class),
-		input: embedded{d.set, v.Input}, output: embedded{d.set, v.Output}, in: d.docs.get(v.Input),
+		input: embedded{d.set, v.Input}, output: embedded{d.set, v.Output},
 		ann: &sdk.ToolAnnotations{Title: v.Title, ReadOnlyHint: k.class == schemas.SafetyReadOnly, IdempotentHint: k.idempotent}}
 	if k.class == schemas.SafetyDestructive {
 		yes := true
@@ -394,10 +436,17 @@ func (ts *templates) of(d *devices, t schemas.Tool) *verbTemplate {
 		no := false
 		tmpl.ann.DestructiveHint = &no
 	}
-	if v.Stream {
-		tmpl.out = d.docs.get(v.Result)
-	} else {
-		tmpl.out = d.docs.get(v.Output)
+	switch {
+	case t.Kind.Registered():
+		// Project found the kind in kt, with every schema of its verbs.
+		in, _ := kt.Schema(v.Input)
+		out, _ := kt.Schema(v.Output)
+		tmpl.input, tmpl.output = foreign{f: in.Foreign}, foreign{f: out.Foreign}
+		tmpl.in, tmpl.out = in.Doc, out.Doc
+	case v.Stream:
+		tmpl.in, tmpl.out = d.docs.get(v.Input), d.docs.get(v.Result)
+	default:
+		tmpl.in, tmpl.out = d.docs.get(v.Input), d.docs.get(v.Output)
 	}
 	if ts.m == nil {
 		ts.m = map[templateKey]*verbTemplate{}

@@ -203,7 +203,7 @@ func (f *fleet) nodes(_ context.Context, c *callCtx, raw json.RawMessage) (json.
 	v.lean = false // every node's tools, listed or not, whatever the token's node_tools
 	doc := nodesDoc{Nodes: make([]nodeDoc, 0, end-start), Total: len(matches)}
 	for _, m := range matches[start:end] {
-		doc.Nodes = append(doc.Nodes, describeNode(m.n, m.offline, v))
+		doc.Nodes = append(doc.Nodes, describeNode(f.devices.kindTable(), m.n, m.offline, v))
 	}
 	if end < len(matches) {
 		doc.NextCursor = matches[end-1].n.NodeID
@@ -287,7 +287,7 @@ func (d *devices) record(tenant, nodeID string) *bus.Node {
 // describeNode is a node as fleet.nodes answers it, its tools those the
 // view may call, named in its form. A name or labels that break their
 // rules (which no tier writes) are left out rather than repeated.
-func describeNode(n *bus.Node, offline bool, v view) nodeDoc {
+func describeNode(kt *schemas.KindTable, n *bus.Node, offline bool, v view) nodeDoc {
 	doc := nodeDoc{NodeID: n.NodeID, Presence: bus.StateOnline, Agent: n.Agent, Tools: []string{}}
 	if offline {
 		doc.Presence = bus.StateOffline
@@ -304,7 +304,7 @@ func describeNode(n *bus.Node, offline bool, v view) nodeDoc {
 	if len(n.Labels) > 0 && schemas.CheckLabels(n.Labels) == nil {
 		doc.Labels = n.Labels
 	}
-	tools, err := schemas.Project(n.NodeID, n.Capabilities)
+	tools, err := kt.Project(n.NodeID, n.Capabilities)
 	if err != nil {
 		return doc
 	}

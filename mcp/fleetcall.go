@@ -79,7 +79,7 @@ func (r verbRef) name(nodeID string) string {
 // verbOf reads the verb from the arguments: exactly one of tool, or
 // kind, cap_id and verb all three (a rule the flat schema states only in
 // words, DESIGN.md §8).
-func verbOf(a *callArgs) (verbRef, *schemas.Error) {
+func verbOf(kt *schemas.KindTable, a *callArgs) (verbRef, *schemas.Error) {
 	triple := a.Kind != "" || a.CapID != "" || a.Verb != ""
 	switch {
 	case a.Tool != "" && triple:
@@ -96,7 +96,7 @@ func verbOf(a *callArgs) (verbRef, *schemas.Error) {
 		return verbRef{}, schemas.NewError(schemas.CodeManifestInvalid,
 			"tool: name the verb, by tool (sysecho.*.echo.invoke) or by kind, cap_id and verb all three")
 	}
-	k, ok := schemas.LookupKind(a.Kind)
+	k, ok := kt.Lookup(a.Kind)
 	if !ok {
 		return verbRef{}, schemas.NewError(schemas.CodeToolNotFound, "kind: no device of this gateway can have kind "+a.Kind)
 	}
@@ -105,12 +105,12 @@ func verbOf(a *callArgs) (verbRef, *schemas.Error) {
 
 // verbOn is the verb on one node's record: its safety class, whether it
 // streams, and whether the node has it at all.
-func (r verbRef) on(n *bus.Node) (class string, stream, ok bool) {
+func (r verbRef) on(kt *schemas.KindTable, n *bus.Node) (class string, stream, ok bool) {
 	for _, c := range n.Capabilities {
 		if c.CapID != r.capID || !slices.Contains(c.Verbs, r.verb) {
 			continue
 		}
-		k, found := schemas.LookupKind(c.Kind)
+		k, found := kt.Lookup(c.Kind)
 		if !found || k.Short != r.short {
 			return "", false, false
 		}
@@ -176,7 +176,7 @@ func (f *fleet) resolve(tenant string, sel *nodesArgs, ref verbRef) ([]target, *
 	found := map[string]bool{}
 	for _, m := range f.devices.matching(tenant, sel) {
 		found[m.n.NodeID] = true
-		class, stream, ok := ref.on(m.n)
+		class, stream, ok := ref.on(f.devices.kindTable(), m.n)
 		if !ok {
 			continue
 		}
@@ -189,7 +189,7 @@ func (f *fleet) resolve(tenant string, sel *nodesArgs, ref verbRef) ([]target, *
 	}
 	for _, id := range sel.NodeIDs {
 		n := f.devices.record(tenant, id)
-		if n == nil || found[id] && !has(ref, n) {
+		if n == nil || found[id] && !has(f.devices.kindTable(), ref, n) {
 			targets = append(targets, target{nodeID: id}) // its row says why it was not called
 		}
 	}
@@ -198,8 +198,8 @@ func (f *fleet) resolve(tenant string, sel *nodesArgs, ref verbRef) ([]target, *
 }
 
 // has reports whether the node of record n has the verb.
-func has(ref verbRef, n *bus.Node) bool {
-	_, _, ok := ref.on(n)
+func has(kt *schemas.KindTable, ref verbRef, n *bus.Node) bool {
+	_, _, ok := ref.on(kt, n)
 	return ok
 }
 
@@ -220,7 +220,7 @@ func (f *fleet) call(ctx context.Context, c *callCtx, raw json.RawMessage) (json
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return nil, schemas.NewError(schemas.CodeManifestInvalid, "arguments do not decode")
 	}
-	ref, e := verbOf(&a)
+	ref, e := verbOf(f.devices.kindTable(), &a)
 	if e != nil {
 		return nil, e
 	}

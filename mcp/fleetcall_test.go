@@ -34,7 +34,7 @@ func TestFleetCallVerbRule(t *testing.T) {
 		if err := json.Unmarshal(doc, &a); err != nil {
 			t.Fatal(err)
 		}
-		_, env := verbOf(&a)
+		_, env := verbOf(nil, &a)
 		refused := strings.HasSuffix(file, ".refused.json")
 		if refused != (env != nil) || env != nil && env.Code != schemas.CodeManifestInvalid {
 			t.Errorf("%s: %+v, refused %v", filepath.Base(file), env, refused)
@@ -48,11 +48,11 @@ func TestFleetCallVerbForms(t *testing.T) {
 	for _, a := range []callArgs{
 		{Tool: "sysecho.*.echo.invoke"}, {Tool: "sysecho-*-echo-invoke"}, {Kind: "system.echo", CapID: "echo", Verb: "invoke"},
 	} {
-		if ref, e := verbOf(&a); e != nil || ref.pattern() != "sysecho.*.echo.invoke" || ref.name("n") != "sysecho.n.echo.invoke" {
+		if ref, e := verbOf(nil, &a); e != nil || ref.pattern() != "sysecho.*.echo.invoke" || ref.name("n") != "sysecho.n.echo.invoke" {
 			t.Errorf("%+v: %+v %v", a, ref, e)
 		}
 	}
-	if _, e := verbOf(&callArgs{Kind: "no.such", CapID: "echo", Verb: "invoke"}); e == nil || e.Code != schemas.CodeToolNotFound {
+	if _, e := verbOf(nil, &callArgs{Kind: "no.such", CapID: "echo", Verb: "invoke"}); e == nil || e.Code != schemas.CodeToolNotFound {
 		t.Errorf("an unknown kind: %v", e)
 	}
 }

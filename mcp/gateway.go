@@ -103,6 +103,12 @@ type Options struct {
 	// stay callable by name, and fleet.nodes and okso.find_tools still
 	// see them. okso's own, upstream and caller tools stay listed.
 	NoNodeTools bool
+	// Kinds, when set, is the bucket of registered kinds (DESIGN.md §12):
+	// the gateway follows it, lists the tools of registered kinds with
+	// their registered schemas, checks their arguments and results with
+	// them, and serves them at /schemas/. Without it, the built-in kinds
+	// alone.
+	Kinds *bus.Kinds
 	// Revoked, when set, says whether a token id was revoked: such a token
 	// is refused (401) and its calls denied.
 	Revoked interface{ Revoked(jti string) bool }
@@ -144,6 +150,9 @@ type Gateway struct {
 	devices *devices
 	callers *callers
 
+	// kinds is the kind table the gateway projects with: nil (the
+	// built-in kinds alone) until Options.Kinds is first read.
+	kinds    atomic.Pointer[schemas.KindTable]
 	link     *link       // the NATS connection, down or not
 	cancels  cancels     // a call's cancellation from any replica (cancel.go)
 	streams  *streams    // held open (stream.go)
@@ -203,7 +212,7 @@ func New(o Options) (*Gateway, error) {
 	g.form = formOf(o.ToolNames, formSafe)
 	g.shelf = newShelf(g.newServer, log)
 	// The sources, one line each.
-	g.devices = newDevices(o.NC, o.Registry, o.Schemas, &toolDocs{set: o.Schemas, log: log}, g.shelf, log, g.streams.nodeGone)
+	g.devices = newDevices(o.NC, o.Registry, o.Schemas, &toolDocs{set: o.Schemas, log: log}, g.kinds.Load, g.shelf, log, g.streams.nodeGone)
 	g.sources = append(g.sources, g.devices)
 	fl := &fleet{devices: g.devices, cat: g.shelf.catalog, form: g.form, plans: o.Plans, budget: o.FleetBudget}
 	if err := addFleet(g.shelf, fl, o.Schemas); err != nil {
@@ -271,6 +280,11 @@ func (g *Gateway) EndStreams() {
 	}
 }
 
+// Kinds returns the kind table the gateway projects with now: nil (the
+// built-in kinds alone) until it has read Options.Kinds. A change wakes
+// [Gateway.Wait].
+func (g *Gateway) Kinds() *schemas.KindTable { return g.kinds.Load() }
+
 // Catalog is a look at the gateway's catalog: the tools it holds, and
 // what left it.
 func (g *Gateway) Catalog() CatalogView { return CatalogView{g.shelf} }
@@ -306,7 +320,7 @@ func (g *Gateway) routes() http.Handler {
 	}
 	mux.Handle("/mcp", cop.Handler(g.gate.authenticate(g.fastCall(withHTTPCall(mcpHandler)))))
 	mux.Handle("POST /mcp/tools/call", cop.Handler(g.gate.authenticate(http.HandlerFunc(g.serveToolsCall))))
-	mux.Handle("GET /schemas/", g.o.Schemas.Handler())
+	mux.Handle("GET /schemas/", g.o.Schemas.HandlerWith(g.kinds.Load))
 	if g.o.OAuth != nil {
 		g.o.OAuth.routes(mux, g.gate.baseURL)
 	}

@@ -24,7 +24,7 @@ func listingDevices(t testing.TB) *devices {
 	}
 	log := slog.New(slog.DiscardHandler)
 	cat, _ := testCatalog(t)
-	return newDevices(nil, nil, set, &toolDocs{set: set, log: log}, &shelf{catalog: cat, log: log}, log, func(string) {})
+	return newDevices(nil, nil, set, &toolDocs{set: set, log: log}, func() *schemas.KindTable { return nil }, &shelf{catalog: cat, log: log}, log, func(string) {})
 }
 
 // TestListedSchemas: every schema a device tool carries is listed as its

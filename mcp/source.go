@@ -9,6 +9,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+
+	"github.com/okso-io/okso/schemas"
 )
 
 // A source is one kind of tools' owners: devices (devices.go), federated
@@ -126,6 +128,27 @@ func (g *Gateway) Run(ctx context.Context) error {
 	status := g.o.NC.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
 	defer g.o.NC.RemoveStatusListener(status)
 	var wg sync.WaitGroup
+	if g.o.Kinds != nil {
+		// The kinds first, so that the first records are projected
+		// with them; a kind learnt later projects again the nodes that
+		// name it (devices.reproject).
+		loaded := make(chan struct{})
+		wg.Go(func() {
+			if err := g.o.Kinds.Run(ctx, func() { close(loaded) }, func(kt *schemas.KindTable) {
+				g.kinds.Store(kt)
+				g.devices.reproject()
+				g.shelf.changed() // for Wait
+			}); err != nil {
+				g.log.Error("registered kinds: follow ended", "err", err)
+			}
+		})
+		select {
+		case <-loaded:
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		}
+	}
 	wg.Go(func() {
 		g.link.follow(ctx, status, func() { // every watcher watches afresh
 			for _, s := range g.sources {

@@ -136,6 +136,10 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	if err != nil {
 		return nil, err
 	}
+	kinds, err := openKinds(ctx, c.log, nc, np, c.schemas)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.AuditRetention > 0 {
 		if err := bus.KeepAudit(ctx, nc, cfg.AuditRetention, np.replicas, false, np.bindOnly()); errors.Is(err, bus.ErrOtherRetention) {
 			c.log.Warn("--audit-retention", "err", err)
@@ -202,6 +206,7 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 		Version:        cmp.Or(cfg.Version, Version),
 		PublicURL:      cfg.PublicURL,
 		Revoked:        revoked,
+		Kinds:          kinds,
 		OAuth:          oauth,
 
 		AuthorizationServers: issuers.URLs(),

@@ -82,19 +82,19 @@ func (p *httpPart) close() {
 // actors adds the server to g, serving at once; p may be nil.
 func (p *httpPart) actors(g *run.Group) {
 	if p != nil {
-		p.actor(g, nil, nil)
+		p.actor(g, nil)
 	}
 }
 
-// actor adds the server to g, serving once ready is closed (nil: at
-// once); before is called on interrupt, before the HTTP server stops
+// actor adds the server to g, serving once every ready channel is closed
+// (none: at once); before is called on interrupt, before the HTTP server stops
 // accepting.
-func (p *httpPart) actor(g *run.Group, ready <-chan struct{}, before func(context.Context)) {
+func (p *httpPart) actor(g *run.Group, before func(context.Context), ready ...<-chan struct{}) {
 	stop := make(chan struct{})
 	g.Add(func() error {
-		if ready != nil {
+		for _, r := range ready {
 			select {
-			case <-ready:
+			case <-r:
 			case <-stop:
 				return nil
 			}

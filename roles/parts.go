@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -217,6 +218,67 @@ func openRevocations(ctx context.Context, log *slog.Logger, nc *nats.Conn, np *n
 		// token revoke, the admin's, writes them.
 		return bus.OpenRevocations(ctx, nc, bus.RevocationOptions{Replicas: np.replicas, Log: log, ReadOnly: np.bindOnly()})
 	})
+}
+
+// openKinds binds to the bucket of registered kinds (a role's NATS
+// credential may only read it: okso kinds apply, the admin's, writes it).
+func openKinds(ctx context.Context, log *slog.Logger, nc *nats.Conn, np *natsPart, set *schemas.Set) (*bus.Kinds, error) {
+	return whileJetStreamForms(ctx, log, nc, func(ctx context.Context) (*bus.Kinds, error) {
+		return bus.OpenKinds(ctx, nc, bus.KindsOptions{Schemas: set, Replicas: np.replicas, Log: log, BindOnly: np.bindOnly()})
+	})
+}
+
+// kindTable is a role's kind table, as its follower of okso_kinds last
+// made it. Its zero value holds nil (the built-in kinds alone). Safe for
+// concurrent use.
+type kindTable struct {
+	p      atomic.Pointer[schemas.KindTable]
+	mu     sync.Mutex
+	change chan struct{} // closed and replaced at every store
+}
+
+// Load returns the table.
+func (k *kindTable) Load() *schemas.KindTable { return k.p.Load() }
+
+func (k *kindTable) store(t *schemas.KindTable) {
+	k.p.Store(t)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.change != nil {
+		close(k.change)
+	}
+	k.change = make(chan struct{})
+}
+
+// wait returns once cond holds of the table, or ctx ends.
+func (k *kindTable) wait(ctx context.Context, cond func(*schemas.KindTable) bool) error {
+	for {
+		k.mu.Lock()
+		if k.change == nil {
+			k.change = make(chan struct{})
+		}
+		ch := k.change
+		k.mu.Unlock()
+		if cond(k.Load()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// followKinds adds an actor that follows the registered kinds into
+// table, and returns a channel closed once the kinds present are in it.
+func followKinds(g *run.Group, k *bus.Kinds, table *kindTable) <-chan struct{} {
+	loaded := make(chan struct{})
+	var once sync.Once
+	contextActor(g, func(ctx context.Context) error {
+		return k.Run(ctx, func() { once.Do(func() { close(loaded) }) }, table.store)
+	})
+	return loaded
 }
 
 // followRevocations adds an actor that follows the revocation bucket,

@@ -64,6 +64,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		tokenCmd(stdout, stderr),
 		natsCmd(stdout),
 		oauthCmd(stdout),
+		kindsCmd(stdout),
 		endpointCmd(stdout),
 		benchCmd(stdout, stderr),
 		stdioCmd(stderr),

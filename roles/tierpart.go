@@ -24,6 +24,10 @@ type tierPart struct {
 	tier    *tier.Tier
 	http    *httpPart
 	revoked *bus.Revocations
+	kinds   *bus.Kinds
+	// table is the kind table announces are projected with, as the
+	// follower of kinds last made it.
+	table kindTable
 }
 
 type tierConfig struct {
@@ -126,11 +130,17 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	if err != nil {
 		return nil, err
 	}
+	kinds, err := openKinds(ctx, c.log, nc, np, c.schemas)
+	if err != nil {
+		return nil, err
+	}
+	part := &tierPart{kinds: kinds}
 	audit := c.auditor(nc, cfg.AuditTick)
 	c.registerPart("tier", nc, audit)
 	tier, err := tier.New(tier.Options{
 		Metrics:     c.metrics,
 		Tracer:      c.tracer,
+		Kinds:       part.table.Load,
 		Requesters:  []bus.Role{bus.RoleGateway},
 		Revoked:     revoked,
 		Bindings:    bindings,
@@ -160,7 +170,8 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}
 	hp.handle(c.log.With("role", "device"), tier.Handler())
 	audit.Start()
-	return &tierPart{nc: nc, audit: audit, tier: tier, http: hp, revoked: revoked}, nil
+	part.nc, part.audit, part.tier, part.http, part.revoked = nc, audit, tier, hp, revoked
+	return part, nil
 }
 
 func (p *tierPart) url() string { return p.http.scheme("ws://", "wss://") + p.http.addr() + wire.Path }
@@ -177,14 +188,17 @@ func (p *tierPart) ownTLS() *tls.Config {
 func (p *tierPart) actors(g *run.Group) {
 	// A revoked device token loses its live sessions too.
 	revoked := followRevocations(g, p.revoked, p.tier.Revoke)
+	// Announces are projected with the registered kinds: none is served
+	// before they are in.
+	kinds := followKinds(g, p.kinds, &p.table)
 	// Devices first get 1001 so they reconnect elsewhere; then the listener
 	// stops. Devices are served once the revocations are loaded: the
 	// listener holds them until then.
-	p.http.actor(g, revoked, func(ctx context.Context) {
+	p.http.actor(g, func(ctx context.Context) {
 		if err := p.tier.Shutdown(ctx); err != nil {
 			p.http.log.Warn("device tier: sessions still open at the stop", "err", err)
 		}
-	})
+	}, revoked, kinds)
 }
 
 func (p *tierPart) close() {

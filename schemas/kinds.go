@@ -7,7 +7,7 @@ const (
 	SafetyDestructive = "destructive"
 )
 
-// Kinds in the closed enum of the manifest.
+// The built-in kinds: always in every [KindTable], never redefined.
 const (
 	KindEcho    = "system.echo"
 	KindMetrics = "system.metrics"
@@ -47,16 +47,26 @@ func (v Verb) SafetyOf(capClass string) string {
 	return capClass
 }
 
-// Kind is one entry of the closed kind table (DESIGN.md §5).
+// Kind is one entry of the kind table (DESIGN.md §5, §12): a built-in
+// kind, or one major version of a kind an operator registered.
 type Kind struct {
 	Name       string
 	Short      string // kind_short, the first segment of a projected name
 	Idempotent bool
-	Safety     string // the safety class the manifest clamps the kind to
-	Verbs      []Verb
+	// Safety is the safety class the manifest clamps the kind to; empty:
+	// none, the device's word for each capability (local.tool, and a
+	// registered kind whose clamp is any).
+	Safety string
+	Verbs  []Verb
+	// Major is the major version of a registered kind's definition (its
+	// schemas' $ids say it too); 0 for a built-in kind.
+	Major int
 }
 
-// kinds is the closed kind table. LookupKind hands out copies of its
+// Registered reports whether k is an operator's kind, not a built-in one.
+func (k Kind) Registered() bool { return k.Major > 0 }
+
+// kinds is the table of built-in kinds. LookupKind hands out copies of its
 // entries whose Verbs share the table's slices: every session of a tier
 // keeps its kinds, and tens of thousands of copies of the same verbs would
 // be memory for nothing. Callers must not modify Verbs.
@@ -85,8 +95,9 @@ const localShort = "local"
 // arguments schema counts characters, the agent counts bytes too.
 const MaxLocalQuery = 4096
 
-// IsKindShort reports whether name is the kind_short of a kind: the first
-// segment of a device tool's name. Upstream names share that namespace
+// IsKindShort reports whether name is the kind_short of a built-in kind
+// (a [KindTable] says it of registered ones too): the first segment of a
+// device tool's name. Upstream names share that namespace
 // (DESIGN.md §8): the listed (safe) names of a device's tools and of an
 // upstream's could otherwise be the same.
 func IsKindShort(name string) bool {
@@ -98,7 +109,8 @@ func IsKindShort(name string) bool {
 	return false
 }
 
-// LookupKind returns the table entry for a kind name.
+// LookupKind returns the entry of a built-in kind ([KindTable.Lookup]
+// finds registered ones too).
 func LookupKind(name string) (Kind, bool) {
 	k, ok := kinds[name]
 	return k, ok

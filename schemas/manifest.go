@@ -45,13 +45,23 @@ type Tool struct {
 	Class string      // the verb's safety class
 }
 
+// Project returns the tools a node's capabilities project with the
+// built-in kinds alone; [KindTable.Project] knows registered ones too.
+func Project(nodeID string, caps []Capability) ([]Tool, error) {
+	return (*KindTable)(nil).Project(nodeID, caps)
+}
+
 // Project returns the tools a node's capabilities project, a tool per verb
 // of each capability, in manifest order. It checks what the manifest
-// schema cannot: a cap_id used twice, a verb its kind does not have, and
-// a projected name that is not a valid tool name (too long, say). The
-// tier refuses a manifest Project refuses; the gateway, reading what a
-// tier wrote, lists none of such a node's tools. caps is not modified.
-func Project(nodeID string, caps []Capability) ([]Tool, error) {
+// schema cannot: a kind the table does not have (the manifest's kind is
+// only a pattern: the table is the closed set), a cap_id used twice, a
+// verb its kind does not have, for a registered kind a schema_ref that is
+// not one of its verbs' input schemas (its major picks the kind's
+// version) and a safety class its clamp refuses, and a projected name
+// that is not a valid tool name (too long, say). The tier refuses a
+// manifest Project refuses; the gateway, reading what a tier wrote, lists
+// none of such a node's tools. caps is not modified.
+func (t *KindTable) Project(nodeID string, caps []Capability) ([]Tool, error) {
 	if !ValidNodeID(nodeID) {
 		return nil, errors.New("node id is not a lower-case ULID")
 	}
@@ -63,9 +73,20 @@ func Project(nodeID string, caps []Capability) ([]Tool, error) {
 				return nil, errors.New("duplicate cap_id")
 			}
 		}
-		k, ok := LookupKind(c.Kind)
+		k, ok := t.lookupRef(c.Kind, c.SchemaRef)
 		if !ok {
+			if _, known := t.Lookup(c.Kind); known {
+				return nil, errors.New("version of its kind not registered")
+			}
 			return nil, errors.New("unknown kind")
+		}
+		if k.Registered() {
+			if _, ok := k.VerbByInput(c.SchemaRef); !ok {
+				return nil, errors.New("schema_ref is not an input schema of its kind")
+			}
+			if k.Safety != "" && c.SafetyClass != k.Safety {
+				return nil, errors.New("safety_class is not its kind's")
+			}
 		}
 		for _, vn := range c.Verbs {
 			v, ok := k.Verb(vn)

@@ -122,7 +122,7 @@ func TestQuickCovers(t *testing.T) {
 	}
 	for id := range s.compiled {
 		if id == Manifest || id == Envelope || id == ErrorEnvelope ||
-			id == IDPrefix+"remotes.config@1.0.0" || id == IDPrefix+"oauth.issuers@1.0.0" || id == AgentTools { // config files, read once at start
+			id == IDPrefix+"remotes.config@1.0.0" || id == IDPrefix+"oauth.issuers@1.0.0" || id == AgentTools || id == KindDefinition { // config files, read once at start
 			continue
 		}
 		if slices.Contains(ownTools, id) {

@@ -1,8 +1,9 @@
 // Package schemas is okso's contract, written once: the JSON Schema
 // (draft 2020-12) files in this directory, embedded in the binary, and the
 // vocabulary they imply, which the tier, the gateway and the device side
-// all take from here: the closed table of capability kinds that says which
-// schema each verb uses (kinds.go), the rules of node ids, tenants and
+// all take from here: the table of capability kinds that says which
+// schema each verb uses (kinds.go: the built-in kinds; kinddef.go: the
+// [KindTable] with the kinds an operator registers, kind@1.0.0), the rules of node ids, tenants and
 // tool names (names.go), and the closed set of error codes (errors.go).
 // The remote tier's config file is a contract too, remotes.config@1.0.0,
 // and so is the gateway's file of trusted OAuth issuers, oauth.issuers@1.0.0.
@@ -199,7 +200,12 @@ func (s *Set) ValidateJSON(id string, doc []byte) error {
 
 // Handler serves GET /schemas/<name>@<version> (the $id without its
 // prefix) with the embedded document.
-func (s *Set) Handler() http.Handler {
+func (s *Set) Handler() http.Handler { return s.HandlerWith(nil) }
+
+// HandlerWith serves the embedded documents as [Set.Handler] does, and
+// the registered kinds' schemas of the table kinds returns at each
+// request (kinds nil, or returning nil: none).
+func (s *Set) HandlerWith(kinds func() *KindTable) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -208,6 +214,12 @@ func (s *Set) Handler() http.Handler {
 		}
 		name := strings.TrimPrefix(r.URL.Path, "/schemas/")
 		b, ok := s.raw[IDPrefix+name]
+		if !ok && kinds != nil {
+			var ks *KindSchema
+			if ks, ok = kinds().Schema(IDPrefix + name); ok {
+				b = ks.Doc
+			}
+		}
 		if !ok {
 			http.NotFound(w, r)
 			return

@@ -410,8 +410,9 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	}
 	if !slices.Contains(ok.Features, wire.FeatureLocalTools) {
 		// An older tier would refuse the whole manifest: it gets the rest.
+		// (Nor does it know registered kinds.)
 		announce.Capabilities = slices.DeleteFunc(slices.Clone(announce.Capabilities), func(c schemas.Capability) bool {
-			return c.Kind == schemas.KindLocal
+			return c.Kind == schemas.KindLocal || !schemas.IsBuiltinKind(c.Kind)
 		})
 		if n := len(d.o.Capabilities) - len(announce.Capabilities); n > 0 {
 			d.log.Warn("the device tier does not take local tools: they are not announced", "url", url, "local_tools", n)
@@ -440,6 +441,9 @@ type tool struct {
 	h    Handler
 	sh   StreamHandler
 	verb schemas.Verb // the zero Verb when the capability's kind has none of that name
+	// registered: the capability's kind is an operator's, whose schemas
+	// the agent has not got: the gateway checked the arguments.
+	registered bool
 }
 
 // toolTable looks up, once per connection, the handler and the verb of
@@ -459,6 +463,8 @@ func (d *Device) toolTable(projected []string) map[string]*tool {
 			if cp.CapID == n.CapID {
 				if k, ok := schemas.LookupKind(cp.Kind); ok {
 					t.verb, _ = k.Verb(n.Verb)
+				} else if slices.Contains(cp.Verbs, n.Verb) {
+					t.verb, t.registered = schemas.Verb{Name: n.Verb}, true
 				}
 			}
 		}
@@ -597,7 +603,7 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 		fail(schemas.CodeToolNotFound)
 		return
 	}
-	if t.verb.Input == "" || c.d.o.Schemas.ValidateJSON(t.verb.Input, cmd.Arguments) != nil {
+	if !t.registered && (t.verb.Input == "" || c.d.o.Schemas.ValidateJSON(t.verb.Input, cmd.Arguments) != nil) {
 		fail(schemas.CodeManifestInvalid)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/okso-io/okso/action"
 	"github.com/okso-io/okso/internal/child"
 	"github.com/okso-io/okso/schemas"
 )
@@ -70,6 +71,12 @@ func WithLocalTools(o Options, tools []LocalTool) (Options, error) {
 			}
 		}
 		o.Capabilities = append(o.Capabilities, t.Capability())
+		if t.Kind != "" {
+			for _, v := range t.Verbs {
+				o.Handlers[t.Name+"."+v] = KindHandler(t, v, o.NodeID, o.Logger)
+			}
+			continue
+		}
 		o.Handlers[t.Name+".run"] = LocalHandler(t, o.NodeID, o.Logger)
 	}
 	if len(o.Capabilities) > schemas.MaxCapabilities {
@@ -146,5 +153,105 @@ func LocalHandler(t LocalTool, nodeID string, log *slog.Logger) Handler {
 		}
 		return &LocalResult{NodeID: nodeID, Stdout: strings.ToValidUTF8(string(out.b), "\uFFFD"),
 			ExitCode: p.ExitCode(), Truncated: out.truncated}, nil
+	}
+}
+
+// maxKindReply bounds what a registered kind's command may write: more
+// than any frame the agent sends. A longer reply is E_INTERNAL.
+const maxKindReply = 1 << 20
+
+// KindHandler returns the handler of verb of a registered kind's
+// capability t, for node nodeID (DESIGN.md §12): its command, as the
+// leader of a process group of its own, gets seed 002's
+// {"action":"call_tool","tool":verb,"arguments":...} on stdin and
+// answers one {"type":"result","result":{...}} or
+// {"type":"error","error":{name, category, message}} on stdout, within
+// its timeout (or the call's deadline, if sooner). The result's node_id
+// is set to nodeID (the gateway checks it against the node it called);
+// an error's category maps to DESIGN.md §5's codes as the remote tier's
+// action transport maps it ([action.Code]), and its message stays on
+// the device (logged): the error the caller gets is okso's words. A
+// command that cannot start, exits non-zero or answers anything else is
+// E_INTERNAL; one past its time E_DEADLINE_EXCEEDED, its group killed
+// and reaped. The arguments are not checked here: the agent has none of
+// the kind's schemas, and the gateway checked them.
+func KindHandler(t LocalTool, verb, nodeID string, log *slog.Logger) Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("tool", t.Name, "kind", t.Kind, "verb", verb)
+	return func(ctx context.Context, args json.RawMessage) (any, error) {
+		if !action.IsObject(args) {
+			return nil, schemas.NewError(schemas.CodeManifestInvalid, "arguments are not an object")
+		}
+		body, err := json.Marshal(action.Request{Action: action.CallTool, Tool: verb, Arguments: args})
+		if err != nil {
+			return nil, schemas.NewError(schemas.CodeManifestInvalid, "arguments do not encode")
+		}
+		ctx, cancel := context.WithTimeout(ctx, t.Timeout)
+		defer cancel()
+		p, err := child.Start(child.Options{Argv: t.Command, Env: t.Env, Dir: t.Dir, Log: log,
+			LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
+		if err != nil {
+			log.Warn("a kind's command did not start", "err", err)
+			return nil, schemas.NewError(schemas.CodeInternal, "the tool did not start")
+		}
+		if d, ok := ctx.Deadline(); ok {
+			_ = p.Stdin.SetWriteDeadline(d) // a command that reads nothing cannot hold the call
+		}
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			_, _ = p.Stdin.Write(append(body, '\n'))
+			p.Stdin.Close()
+		}()
+		read := make(chan []byte, 1)
+		go func() {
+			b, _ := io.ReadAll(io.LimitReader(p.Stdout, maxKindReply+1))
+			_, _ = io.Copy(io.Discard, p.Stdout)
+			read <- b
+		}()
+		killed := false
+		select {
+		case <-p.Exited():
+		case <-ctx.Done():
+			p.Kill()
+			killed = true
+		}
+		<-p.Done()
+		out := <-read // the pipes end once the group is gone (child.Start)
+		<-wrote
+		p.Stdout.Close()
+		switch {
+		case killed:
+			log.Info("a kind's command ran out of time: its process group was killed", "timeout", t.Timeout)
+			return nil, schemas.NewError(schemas.CodeDeadlineExceeded, "the tool ran out of time")
+		case p.ExitCode() != 0:
+			log.Warn("a kind's command failed", "exit_code", p.ExitCode())
+			return nil, schemas.NewError(schemas.CodeInternal, "the tool failed")
+		case len(out) > maxKindReply:
+			return nil, schemas.NewError(schemas.CodeInternal, "the tool's answer is too long")
+		}
+		r, err := action.DecodeReply(out)
+		if err != nil {
+			log.Warn("a kind's command answered outside the action protocol", "err", err)
+			return nil, schemas.NewError(schemas.CodeInternal, "the tool's answer is not the action protocol's")
+		}
+		switch {
+		case r.Type == "result" && action.IsObject(r.Result):
+			var res map[string]json.RawMessage
+			if err := json.Unmarshal(r.Result, &res); err != nil {
+				return nil, schemas.NewError(schemas.CodeInternal, "the tool's result does not decode")
+			}
+			res["node_id"], _ = json.Marshal(nodeID)
+			return res, nil
+		case r.Type == "error" && action.IsObject(r.Error):
+			var e action.Error
+			_ = json.Unmarshal(r.Error, &e)
+			code := action.Code(e.Category)
+			log.Info("a kind's command answered an error", "category", e.Category, "message", e.Message, "code", code)
+			return nil, schemas.NewError(code, "the tool answered "+code)
+		}
+		return nil, schemas.NewError(schemas.CodeInternal, "the tool's answer is neither a result nor an error")
 	}
 }

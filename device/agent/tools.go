@@ -34,10 +34,18 @@ const (
 	maxDescription = 1024
 )
 
-// LocalTool is one tool of a device's tools file, checked.
+// LocalTool is one tool of a device's tools file, checked: a local tool
+// (kind local.tool), or, when Kind is set, a capability of a kind the
+// operator registered, served by its command as seed 002's call_tool.
 type LocalTool struct {
 	Name        string // the cap_id
-	Description string // the operator's words
+	Description string // the operator's words (local tools only)
+	// Kind, Verbs and SchemaRef: a registered kind's capability, as
+	// announced. The agent has none of the kind's schemas: the gateway
+	// checks the arguments before they reach the device, and the result.
+	Kind        string
+	Verbs       []string
+	SchemaRef   string
 	Command     []string
 	Safety      string
 	Timeout     time.Duration
@@ -112,6 +120,20 @@ func (t LocalTool) Announced() string {
 
 // Capability is the tool's capability in the manifest.
 func (t LocalTool) Capability() schemas.Capability {
+	if t.Kind != "" {
+		return schemas.Capability{
+			CapID:       t.Name,
+			Kind:        t.Kind,
+			SchemaRef:   t.SchemaRef,
+			Verbs:       t.Verbs,
+			SafetyClass: t.Safety,
+			Constraints: schemas.Constraints{
+				RateLimitRPS:      t.RateLimit,
+				MaxConcurrency:    t.Concurrency,
+				DeadlineMsDefault: int(t.Timeout / time.Millisecond),
+			},
+		}
+	}
 	return schemas.Capability{
 		CapID:       t.Name,
 		Kind:        schemas.KindLocal,
@@ -162,10 +184,22 @@ func ParseTools(data []byte, name string) ([]LocalTool, error) {
 		m := item.(map[string]any)
 		at := func(key ...string) []string { return append([]string{"tools", strconv.Itoa(i)}, key...) }
 		t := LocalTool{
-			Name:        m["name"].(string),
-			Description: m["description"].(string),
-			Safety:      m["safety"].(string),
-			Timeout:     defaultToolTimeout,
+			Name:    m["name"].(string),
+			Safety:  m["safety"].(string),
+			Timeout: defaultToolTimeout,
+		}
+		t.Description, _ = m["description"].(string)
+		if k, ok := m["kind"].(string); ok {
+			if schemas.IsBuiltinKind(k) {
+				return nil, f.ErrAt(name, root, at("kind"), "%s is built in: leave kind out for a local tool", yamlconf.Quote(k))
+			}
+			t.Kind, t.SchemaRef = k, m["schema_ref"].(string)
+			for _, v := range m["verbs"].([]any) {
+				t.Verbs = append(t.Verbs, v.(string))
+			}
+			if !strings.HasPrefix(t.SchemaRef, schemas.IDPrefix+k+".") {
+				return nil, f.ErrAt(name, root, at("schema_ref"), "not an input schema of kind %s (%s%s.<verb>.input@<version>)", k, schemas.IDPrefix, k)
+			}
 		}
 		if j, dup := seen[t.Name]; dup {
 			return nil, f.ErrAt(name, root, at("name"), "%s is already the name of tools[%d]", yamlconf.Quote(t.Name), j)
@@ -247,7 +281,7 @@ func number(v any) (float64, bool) {
 }
 
 // toolKeys are a tool's keys, in the schema's order.
-const toolKeys = "name, description, command, safety, timeout, rate_limit_rps, max_concurrency, env, dir, query"
+const toolKeys = "name, description, command, safety, timeout, rate_limit_rps, max_concurrency, env, dir, query (and kind, verbs, schema_ref for a registered kind)"
 
 // toolsForm is the tools file's kind of file.
 func toolsForm() *yamlconf.Form {
@@ -257,7 +291,7 @@ func toolsForm() *yamlconf.Form {
 			if _, err := strconv.Atoi(loc[i]); err != nil {
 				return false
 			}
-			return loc[i-1] == "tools" && i == 1 || (loc[i-1] == "command" || loc[i-1] == "enum") && i >= 3
+			return loc[i-1] == "tools" && i == 1 || (loc[i-1] == "command" || loc[i-1] == "enum" || loc[i-1] == "verbs") && i >= 3
 		},
 		Describe: describeTools,
 	}
@@ -299,11 +333,21 @@ func describeTools(root *yaml.Node, doc any, e *jsonschema.ValidationError) (fie
 			return at, loc, "missing; the program and its arguments, as a list (no shell)"
 		case "description":
 			return at, loc, "missing; what the tool does, for the model that calls it"
+		case "verbs":
+			return at, loc, "missing; the verbs of the kind the command serves"
+		case "schema_ref":
+			return at, loc, "missing; the input schema $id of one of the kind's verbs, whose version says the kind's major"
 		}
 		return at, loc, "missing"
 	case *kind.FalseSchema:
 		if len(loc) >= 3 && loc[2] == "env" {
 			return loc, loc, "TOOL_QUERY is the query's: the agent sets it"
+		}
+		switch last {
+		case "description", "query":
+			return loc, loc, "not for a registered kind's capability (with kind): its kind's definition says what it does"
+		case "verbs", "schema_ref":
+			return loc, loc, "only with kind: a registered kind's capability"
 		}
 		return loc, loc, "not allowed here"
 	case *kind.Pattern:
@@ -336,11 +380,16 @@ var safetyWords = map[string]string{
 	schemas.SafetyDestructive: "destructive: may destroy data or stop the device",
 }
 
-// Describe returns the tools' seed-002 descriptors, in the file's order:
-// for an operator to check a tools file (okso agent --describe).
+// Describe returns the local tools' seed-002 descriptors, in the file's
+// order: for an operator to check a tools file (okso agent --describe).
+// A registered kind's capabilities are left out: their descriptors are
+// their kind's, which the agent does not have.
 func Describe(tools []LocalTool) []action.Descriptor {
 	out := make([]action.Descriptor, 0, len(tools))
 	for _, t := range tools {
+		if t.Kind != "" {
+			continue
+		}
 		guard := []string{safetyWords[t.Safety], "runs at most " + t.Timeout.String() + ", then its process group is killed"}
 		if t.Concurrency > 0 {
 			guard = append(guard, fmt.Sprintf("at most %d at once", t.Concurrency))

@@ -587,7 +587,11 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 		s.close(wire.CloseForbidden, "", "announced node_id differs from the token subject")
 		return nil
 	}
-	tools, caps, msg := project(s.nodeID, a.Capabilities)
+	var kinds *schemas.KindTable
+	if s.t.o.Kinds != nil {
+		kinds = s.t.o.Kinds()
+	}
+	tools, caps, msg := project(kinds, s.nodeID, a.Capabilities)
 	if msg != "" {
 		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, msg)
 		return nil
@@ -655,12 +659,13 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	return lease
 }
 
-// project checks a manifest beyond its schema ([schemas.Project]) and
+// project checks a manifest beyond its schema ([schemas.KindTable.Project],
+// with the tier's kind table: kinds nil, the built-in kinds alone) and
 // returns the projected tool names; it also swaps the closed-set strings
 // of caps (kind, safety class, schema_ref, verbs) for the kind table's. A
 // non-empty msg explains the refusal.
-func project(nodeID string, caps []schemas.Capability) (tools []string, byID map[string]*capState, msg string) {
-	projected, err := schemas.Project(nodeID, caps)
+func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability) (tools []string, byID map[string]*capState, msg string) {
+	projected, err := kinds.Project(nodeID, caps)
 	if err != nil {
 		return nil, nil, err.Error()
 	}

@@ -90,6 +90,10 @@ type Options struct {
 	// reply subject of theirs (JetStream, made to publish there by another
 	// role's client) is dropped and audited. Nil: any request.
 	Requesters []bus.Role
+	// Kinds, when set, returns the kind table the tier projects manifests
+	// with: the built-in kinds and the registered ones it follows (KV
+	// okso_kinds). Nil, or returning nil: the built-in kinds alone.
+	Kinds func() *schemas.KindTable
 	// Revoked, when set, says whether a device token id was revoked.
 	Revoked interface{ Revoked(jti string) bool }
 	// ClientCerts says the listener verifies devices' certificates
