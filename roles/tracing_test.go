@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/okso-io/okso/auth"
+	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/internal/tracing"
 )
@@ -99,7 +101,9 @@ func (r *otlpReceiver) wait(t *testing.T, traceID string, n int) []receivedSpan 
 // TestTracing: a call with a known trace context gets a span at the
 // gateway, one at the device tier and, for an upstream's tool, one at the
 // remote tier, all of that trace, each the child of the hop before it,
-// named and attributed as the MCP conventions say.
+// named and attributed as the MCP conventions say; and a device's local
+// tool runs with the tier's span as its TRACEPARENT (cmd.traceparent, the
+// feature trace).
 func TestTracing(t *testing.T) {
 	recv := newOTLPReceiver(t)
 	tracer, err := tracing.New(t.Context(), recv.URL, "okso-test", "dev")
@@ -122,12 +126,18 @@ func TestTracing(t *testing.T) {
 		"]\n    tenants: [demo]\n    allow: [echo_external]\n    safety: {echo_external: read_only}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := startAllInOne(t, 1, func(c *AllInOneConfig) { c.Tracer, c.Remote.Config = tracer, config })
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tracer, c.Remote.Config = tracer, config })
 	f.waitTool(DefaultTenant, "ext.echo_external", true)
-	var node string
-	for id := range f.a.gw.gw.Devices().IDs() {
-		node = id
+	tools, err := agent.ParseTools([]byte("tools:\n  - name: trace\n    description: Prints the trace context it runs in.\n"+
+		"    command: [sh, -c, 'printf %s \"$TRACEPARENT\"']\n    safety: read_only\n"), "tools.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
+	node, _ := f.connectDevice(DefaultTenant, func(_ string, o *agent.Options) {
+		if *o, err = agent.WithLocalTools(*o, tools); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	const parent = "00f067aa0ba902b7" // the caller's span
 	for _, c := range []struct {
@@ -138,6 +148,7 @@ func TestTracing(t *testing.T) {
 	}{
 		{"sysecho." + node + ".echo.invoke", map[string]any{"message": "traced"}, "sysecho.*.echo.invoke", "4bf92f3577b34da6a3ce929d0e0e4736"},
 		{"ext.echo_external", map[string]any{"message": "traced"}, "ext.*", "4bf92f3577b34da6a3ce929d0e0e4737"},
+		{"local." + node + ".trace.run", map[string]any{}, "local.*.trace.run", "4bf92f3577b34da6a3ce929d0e0e4738"},
 	} {
 		t.Run(c.template, func(t *testing.T) {
 			traceID := c.traceID
@@ -151,7 +162,8 @@ func TestTracing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: listedName(c.tool), Arguments: c.args}); err != nil || res.IsError {
+			res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: listedName(c.tool), Arguments: c.args})
+			if err != nil || res.IsError {
 				t.Fatalf("%v %+v", err, res)
 			}
 			if err := tracer.ForceFlush(t.Context()); err != nil {
@@ -182,6 +194,23 @@ func TestTracing(t *testing.T) {
 			}
 			if children != 1 {
 				t.Errorf("%d spans are the gateway span's children, want 1: %+v", children, spans)
+			}
+			if c.template == "local.*.trace.run" {
+				// The device's tool ran in the tier's span: TRACEPARENT, from cmd.traceparent.
+				var out struct {
+					Stdout string `json:"stdout"`
+				}
+				b, _ := json.Marshal(res.StructuredContent)
+				_ = json.Unmarshal(b, &out)
+				var tier string
+				for _, sp := range spans {
+					if sp.parentID == gw.spanID {
+						tier = sp.spanID
+					}
+				}
+				if want := "00-" + traceID + "-" + tier + "-01"; out.Stdout != want {
+					t.Errorf("the local tool ran with TRACEPARENT %q, want the tier's span %q", out.Stdout, want)
+				}
 			}
 		})
 	}

@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"runtime"
 	"slices"
 	"sync"
@@ -407,6 +408,10 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 			announce.Features = append(announce.Features, wire.FeatureLabels)
 			announce.Name, announce.Labels = d.o.Name, d.o.Labels
 		}
+		// The call's trace context, in each cmd, from a tier that offers it.
+		if slices.Contains(ok.Features, wire.FeatureTrace) {
+			announce.Features = append(announce.Features, wire.FeatureTrace)
+		}
 	}
 	if !slices.Contains(ok.Features, wire.FeatureLocalTools) {
 		// An older tier would refuse the whole manifest: it gets the rest.
@@ -630,6 +635,9 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 	if left > 0 {
 		deadline = min(deadline, left)
 	}
+	if traceparentRe.MatchString(cmd.Traceparent) {
+		ctx = context.WithValue(ctx, traceparentKey{}, cmd.Traceparent)
+	}
 	hctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	res, err := h(hctx, cmd.Arguments)
@@ -701,4 +709,18 @@ func (c *conn) stream(ctx context.Context, cmdID string, cmd wire.Cmd, h StreamH
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
+}
+
+// traceparentKey keys a cmd's W3C trace context in its handler's context.
+type traceparentKey struct{}
+
+// traceparentRe is the form of a W3C traceparent a device passes on.
+var traceparentRe = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// Traceparent returns the W3C trace context of the call a handler
+// serves, when its tier sent one (wire.FeatureTrace): a handler's own
+// work, traced, is its child. "" when none.
+func Traceparent(ctx context.Context) string {
+	tp, _ := ctx.Value(traceparentKey{}).(string)
+	return tp
 }

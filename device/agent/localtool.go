@@ -120,6 +120,9 @@ func LocalHandler(t LocalTool, nodeID string, log *slog.Logger) Handler {
 			env = make(map[string]string, 1)
 		}
 		env["TOOL_QUERY"] = a.Query
+		if tp := Traceparent(ctx); tp != "" {
+			env["TRACEPARENT"] = tp // OpenTelemetry's environment carrier
+		}
 		p, err := child.Start(child.Options{Argv: t.Command, Env: env, Dir: t.Dir, Log: log,
 			LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
 		if err != nil {
@@ -190,7 +193,15 @@ func KindHandler(t LocalTool, verb, nodeID string, log *slog.Logger) Handler {
 		}
 		ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 		defer cancel()
-		p, err := child.Start(child.Options{Argv: t.Command, Env: t.Env, Dir: t.Dir, Log: log,
+		env := t.Env
+		if tp := Traceparent(ctx); tp != "" {
+			env = maps.Clone(t.Env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["TRACEPARENT"] = tp // OpenTelemetry's environment carrier
+		}
+		p, err := child.Start(child.Options{Argv: t.Command, Env: env, Dir: t.Dir, Log: log,
 			LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
 		if err != nil {
 			log.Warn("a kind's command did not start", "err", err)

@@ -77,6 +77,8 @@ type session struct {
 	// deadlineAt: the device announced it checks deadline_at_ms, so cmds
 	// carry it.
 	deadlineAt bool
+	// trace: the device announced it reads cmds' traceparent.
+	trace bool
 	// tokenLabels are the labels claim of the device's token; name and
 	// labels are the node's as settled at announce ([session.settle]).
 	tokenLabels map[string]string
@@ -131,7 +133,7 @@ type pendingCall struct {
 }
 
 // offered are the protocol features the tier offers in auth_ok.
-var offered = []string{wire.FeatureDeadlineAt, wire.FeatureLabels, wire.FeatureLocalTools}
+var offered = []string{wire.FeatureDeadlineAt, wire.FeatureLabels, wire.FeatureLocalTools, wire.FeatureTrace}
 
 func newSession(t *Tier, c *websocket.Conn, live *peer, r *http.Request) *session {
 	s := &session{
@@ -598,6 +600,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	}
 	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
 	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
+	s.trace = slices.Contains(a.Features, wire.FeatureTrace)
 	s.name, s.labels = s.settle(&a)
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
@@ -1106,7 +1109,26 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		return
 	}
 
+	// The tier's hop of the trace, when tracing is on: the device's work
+	// is its child.
+	traceparent := m.Header.Get(bus.HeaderTraceparent)
+	var span *tracing.Span
+	if tr := s.t.o.Tracer; tr != nil {
+		tool := name.KindShort + ".*." + name.CapID + "." + name.Verb
+		span, traceparent = tr.Start(ctx, traceparent, tracing.Name("tools/call", tool), trace.SpanKindServer,
+			attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.node_id", s.nodeID),
+			attribute.String("okso.request_id", reqID))
+		inner := fail
+		fail = func(code, msg, decision, tool string) {
+			span.End(code)
+			inner(code, msg, decision, tool)
+		}
+	}
 	cmd := wire.Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
+	if s.trace {
+		cmd.Traceparent = traceparent
+	}
 	if s.deadlineAt {
 		// On the clock the device was given at auth_ok, reckoned on the
 		// monotonic clock since: a step of the wall clock moves neither.
@@ -1146,13 +1168,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	if cs.Kind == schemas.KindLocal {
 		p.queryHash = queryHash(args)
 	}
-	if tr := s.t.o.Tracer; tr != nil {
-		tool := name.KindShort + ".*." + name.CapID + "." + name.Verb
-		p.span, _ = tr.Start(ctx, m.Header.Get(bus.HeaderTraceparent), tracing.Name("tools/call", tool), trace.SpanKindServer,
-			attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
-			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.node_id", s.nodeID),
-			attribute.String("okso.request_id", reqID))
-	}
+	p.span = span
 	s.pending[cmdID] = p
 	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
 	s.mu.Unlock()

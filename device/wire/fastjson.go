@@ -374,7 +374,7 @@ func (s *objectScan) positiveInt() bool {
 
 // fastCmd decodes the canonical form of a cmd payload.
 func fastCmd(b []byte, c *Cmd) bool {
-	var seen [5]bool
+	var seen [6]bool
 	var d Cmd
 	ok := jsonscan.Members(b, func(k, v []byte) bool {
 		var i int
@@ -395,6 +395,9 @@ func fastCmd(b []byte, c *Cmd) bool {
 		case "deadline_at_ms":
 			i = 4
 			d.DeadlineAtMs, ok = scanMillis(v)
+		case "traceparent":
+			i = 5
+			d.Traceparent, ok = jsonscan.String(v)
 		}
 		if !ok || seen[i] {
 			return false
@@ -478,8 +481,8 @@ func appendEnvelope(b []byte, typ, msgID, inReplyTo string, payload []byte) ([]b
 func encodePayload(payload any) ([]byte, error) {
 	switch p := payload.(type) {
 	case Cmd:
-		if jsonscan.HTMLSafe(p.Tool) && jsonscan.HTMLSafe(p.RequestID) && jsonscan.MarshalsAsIs(p.Arguments) {
-			n := len(p.Tool) + len(p.Arguments) + len(p.RequestID) + 64
+		if jsonscan.HTMLSafe(p.Tool) && jsonscan.HTMLSafe(p.RequestID) && jsonscan.HTMLSafe(p.Traceparent) && jsonscan.MarshalsAsIs(p.Arguments) {
+			n := len(p.Tool) + len(p.Arguments) + len(p.RequestID) + len(p.Traceparent) + 80
 			if p.DeadlineAtMs != 0 {
 				n += len(`,"deadline_at_ms":`) + 20
 			}
@@ -497,6 +500,11 @@ func encodePayload(payload any) ([]byte, error) {
 			if p.RequestID != "" {
 				b = append(b, `,"request_id":"`...)
 				b = append(b, p.RequestID...)
+				b = append(b, '"')
+			}
+			if p.Traceparent != "" {
+				b = append(b, `,"traceparent":"`...)
+				b = append(b, p.Traceparent...)
 				b = append(b, '"')
 			}
 			return append(b, '}'), nil

@@ -104,6 +104,12 @@ const FeatureDeadlineAt = "deadline_at"
 // tier decodes the announce strictly and would refuse the session.
 const FeatureLabels = "labels"
 
+// FeatureTrace, offered in auth_ok's features and announced by a device
+// that takes it, puts the call's W3C trace context in each cmd
+// (Cmd.Traceparent): a strict decoder of the older protocol would refuse
+// the member.
+const FeatureTrace = "trace"
+
 // FeatureLocalTools, in auth_ok's features, says the tier accepts
 // capabilities of kind local.tool and their description (DESIGN.md §12).
 // A device announces its local tools only to a tier that offers it: an
@@ -178,6 +184,10 @@ type (
 		DeadlineMs   int             `json:"deadline_ms"`
 		DeadlineAtMs int64           `json:"deadline_at_ms,omitempty"`
 		RequestID    string          `json:"request_id,omitempty"`
+		// Traceparent, sent only to a device that announced
+		// [FeatureTrace], is the W3C trace context of the tier's hop of
+		// the call: the device's own work is its child.
+		Traceparent string `json:"traceparent,omitempty"`
 	}
 	CmdAck struct {
 		OK     bool            `json:"ok"`
