@@ -269,6 +269,8 @@ func TestFastDecodeCovers(t *testing.T) {
 				"safety_class": "read_only", "constraints": map[string]any{"rate_limit_rps": 10, "max_concurrency": 4}}}}},
 		{TypeAnnounceOK, AnnounceOK{Tools: []string{"sysecho." + node + ".echo.invoke"}}},
 		{TypeCmd, Cmd{Tool: "sys." + node + ".metrics.subscribe", Arguments: json.RawMessage(`{"interval_ms":1000}`)}},
+		{TypeCmd, Cmd{Tool: "sysecho." + node + ".echo.invoke", Arguments: json.RawMessage(`{"message":"m"}`), DeadlineMs: 2000,
+			RequestID: "01HZXC0000000000000000REQ0", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 		{TypeStream, StreamFrame{Event: "metric", Data: json.RawMessage(`{"ts_ms":1745236800000,"node_id":"` + node +
 			`","cpu_pct":12.5,"mem_bytes":1,"mem_total_bytes":2,"disk_pct":3,"load_1m":0.1,"load_5m":0.2,"load_15m":0.3}`)}},
 		{TypeCancel, Cancel{}},
@@ -312,6 +314,7 @@ func FuzzEncodePayload(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tool string, raw []byte, deadline int, deadlineAt int64, reqID string, ok bool) {
 		for _, p := range []any{
 			Cmd{Tool: tool, Arguments: raw, DeadlineMs: deadline, DeadlineAtMs: deadlineAt, RequestID: reqID},
+			Cmd{Tool: tool, Arguments: raw, DeadlineMs: deadline, RequestID: reqID, Traceparent: reqID},
 			CmdAck{OK: ok, Result: raw},
 		} {
 			want, errW := json.Marshal(p)
