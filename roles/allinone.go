@@ -159,9 +159,10 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 		ttl  time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "all-in-one",
-		Short: "Run NATS, the gateway, the device tier and simulated devices in one process",
-		Args:  cobra.NoArgs,
+		Use:     "all-in-one",
+		Example: "  # Everything on this machine: NATS, gateway, device tier, 3 mock devices and this host's agent\n  okso all-in-one\n  # 50 mock devices, metrics on another port, spans to a local OpenTelemetry Collector\n  okso all-in-one --mock 50 --metrics-addr 127.0.0.1:9465 --otlp-endpoint http://127.0.0.1:4318",
+		Short:   "Run NATS, the gateway, the device tier and simulated devices in one process",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
 				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
@@ -169,7 +170,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				if err := a.writeBanner(stdout, cfg, ttl, &logs); err != nil {
+				if err := a.writeBanner(stdout, cfg, ttl, &logs, tel.MetricsURL); err != nil {
 					a.close()
 					return nil, err
 				}
@@ -202,7 +203,7 @@ func allInOneCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // writeBanner prints where each part is and how to start, with a
 // read-only agent token valid for ttl.
-func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duration, logs *logFlags) error {
+func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duration, logs *logFlags, metricsURL string) error {
 	token, err := a.Signer().Mint(auth.MintOptions{
 		Subject: "agent", Tenant: cfg.Tenant, Scopes: []string{auth.ScopeReadOnly}, TTL: ttl,
 	})
@@ -216,7 +217,7 @@ func (a *AllInOne) writeBanner(w io.Writer, cfg AllInOneConfig, ttl time.Duratio
 	b := banner{self: selfCommand(os.Args[0]), mcpURL: a.MCPURL(), deviceURL: a.DeviceURL(),
 		natsURL: a.NATSURL(), natsSecured: a.nats.secured, dataDir: cfg.DataDir, mock: cfg.Mock, tenant: cfg.Tenant,
 		token: token, ttl: ttl, expires: c.ExpiresAt.UTC(), logFormat: logs.format, auditLog: logs.audit,
-		oauth: cfg.Gateway.OAuth.Server}
+		oauth: cfg.Gateway.OAuth.Server, metricsURL: metricsURL}
 	if abs, err := filepath.Abs(b.dataDir); err == nil {
 		b.dataDir = abs
 	}
@@ -246,6 +247,8 @@ type banner struct {
 	mcpURL    string
 	deviceURL string
 	natsURL   string // "" unless --nats-listen
+	// metricsURL is where /metrics is served ("": not).
+	metricsURL string
 	// natsSecured: the NATS admits okso's roles alone (not --nats-insecure).
 	natsSecured bool
 	dataDir     string
@@ -271,6 +274,9 @@ func (b banner) write(w io.Writer) error {
 	fmt.Fprintf(&buf, "okso %s all-in-one\n", Version)
 	row("MCP endpoint", "%s", b.mcpURL)
 	row("device tier", "%s", b.deviceURL)
+	if b.metricsURL != "" {
+		row("metrics", "%s", b.metricsURL)
+	}
 	if b.natsURL != "" {
 		row("NATS", "%s", b.natsURL)
 		if b.natsSecured {

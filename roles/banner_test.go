@@ -102,7 +102,8 @@ func TestBanner(t *testing.T) {
 	dataDir := t.TempDir()
 	stdout, stderr := newLogSink(), newLogSink()
 	stop := runRoot(t, stdout, stderr, "all-in-one", "--data-dir", dataDir, "--mcp-addr", "127.0.0.1:0",
-		"--device-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--mock", "1", "--local-agent=false")
+		"--device-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--mock", "1", "--local-agent=false",
+		"--metrics-addr", "127.0.0.1:0")
 
 	logs := bannerRow(t, stdout, "logs") // the last row: the banner is whole
 	var labels []string
@@ -111,7 +112,7 @@ func TestBanner(t *testing.T) {
 			labels = append(labels, strings.TrimSpace(label))
 		}
 	}
-	want := []string{"MCP endpoint", "device tier", "NATS", "data dir", "mock devices", "agent token", "token mint", "try it", "sign in", "logs"}
+	want := []string{"MCP endpoint", "device tier", "metrics", "NATS", "data dir", "mock devices", "agent token", "token mint", "try it", "sign in", "logs"}
 	if !slices.Equal(labels, want) {
 		t.Errorf("banner rows %q, want %q:\n%s", labels, want, stdout)
 	}
@@ -119,6 +120,18 @@ func TestBanner(t *testing.T) {
 	if !strings.HasPrefix(mcpURL, "http://127.0.0.1:") || !strings.HasPrefix(bannerRow(t, stdout, "device tier"), "ws://127.0.0.1:") ||
 		!strings.HasPrefix(bannerRow(t, stdout, "NATS"), "nats://127.0.0.1:") {
 		t.Errorf("banner endpoints:\n%s", stdout)
+	}
+	// The metrics row names where a scrape gets them.
+	if m := bannerRow(t, stdout, "metrics"); !strings.HasPrefix(m, "http://127.0.0.1:") || !strings.HasSuffix(m, "/metrics") {
+		t.Errorf("metrics row %q", m)
+	} else if resp, err := http.Get(m); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %v %v", m, resp, err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "okso_gateway_nodes") || !strings.Contains(string(b), "okso_tier_sessions") {
+			t.Errorf("GET %s: no gateway or tier metrics:\n%.2000s", m, b)
+		}
 	}
 	if dir := bannerRow(t, stdout, "data dir"); dir != dataDir {
 		t.Errorf("data dir %q, want %q", dir, dataDir)

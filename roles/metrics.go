@@ -25,6 +25,28 @@ const defaultMetricsAddr = "127.0.0.1:9464"
 type telemetry struct {
 	Metrics prometheus.Registerer
 	Tracer  *tracing.Tracer
+	// MetricsURL is where the metrics are served, for the line that says
+	// where the role listens; "" when they are not.
+	MetricsURL string
+}
+
+// listening adds to the attributes of that line where the metrics are.
+func (t telemetry) listening(attrs ...any) []any {
+	if t.MetricsURL != "" {
+		attrs = append(attrs, "metrics_url", t.MetricsURL)
+	}
+	return attrs
+}
+
+// announces reports whether the role says where it listens in a line of
+// its own (servers do; the agent, mock-fleet and stdio do not, and get
+// a line for their metrics).
+func (l *logFlags) announces() bool {
+	switch l.role {
+	case "gateway", "device", "remote", "all-in-one":
+		return true
+	}
+	return false
 }
 
 // tracer makes the process's tracer when --otlp-endpoint is set: its
@@ -64,7 +86,6 @@ func (l *logFlags) listenMetrics(log *slog.Logger, reg *prometheus.Registry) (*h
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	p.handle(log, mux)
-	log.Info("metrics listener", "metrics_url", "http://"+p.addr()+"/metrics")
 	return p, nil
 }
 

@@ -190,9 +190,10 @@ func remoteCmd(stderr io.Writer) *cobra.Command {
 		logs logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "remote",
-		Short: "Run the remote tier: federate the MCP servers and action endpoints of --config as tools",
-		Args:  cobra.NoArgs,
+		Use:     "remote",
+		Example: "  # Federate the MCP servers of remotes.yaml through a cluster's NATS\n  okso remote --config remotes.yaml --nats-url nats://nats:4222 --nats-nkey remote.nk --data-dir ./keys",
+		Short:   "Run the remote tier: federate the MCP servers and action endpoints of --config as tools",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
 				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
@@ -200,7 +201,7 @@ func remoteCmd(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				announceListeners(log, r.nats, "role", "remote", "upstreams", len(r.remote.tier.Upstreams()))
+				announceListeners(log, r.nats, tel.listening("role", "remote", "upstreams", len(r.remote.tier.Upstreams()))...)
 				return r.Run, nil
 			})
 		},

@@ -36,10 +36,9 @@ func contextActor(g *run.Group, fn func(ctx context.Context) error) {
 
 // serve is what every server role's command does once its flags are
 // parsed. It opens the process's log on stderr and binds --debug-addr;
-// then build makes the role with that log and the registry of its
-// metrics (binding the role's listeners, so that it fails at once when
-// it cannot start) and says where it listens; then --metrics-addr is
-// bound. The role's Run then runs in one group with the process's own
+// binds --metrics-addr; then build makes the role with that log and its
+// telemetry (binding the role's listeners, so that it fails at once when
+// it cannot start) and says, in one line, where it listens. The role's Run then runs in one group with the process's own
 // actors, the debug and metrics listeners and adaptive GOMAXPROCS, until
 // ctx ends or one of them returns. Every error, of the start or of the
 // run, is returned, and main writes it on stderr, after the last log
@@ -56,11 +55,21 @@ func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
 		return err
 	}
 	reg := newProcessRegistry()
-	tracer, err := logs.tracer(ctx)
+	metrics, err := logs.listenMetrics(log.Logger, reg)
 	if err != nil {
 		debug.close()
 		return err
 	}
+	tel := telemetry{Metrics: reg}
+	if metrics != nil {
+		tel.MetricsURL = "http://" + metrics.addr() + "/metrics"
+	}
+	if tel.Tracer, err = logs.tracer(ctx); err != nil {
+		debug.close()
+		metrics.close()
+		return err
+	}
+	tracer := tel.Tracer
 	defer func() {
 		// The spans not yet exported, within a few seconds.
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -69,15 +78,14 @@ func serve(ctx context.Context, stderr io.Writer, logs *logFlags,
 			log.Warn("export the last spans", "err", err)
 		}
 	}()
-	runRole, err := build(ctx, log.Logger, telemetry{Metrics: reg, Tracer: tracer})
+	runRole, err := build(ctx, log.Logger, tel)
 	if err != nil {
 		debug.close()
+		metrics.close()
 		return err
 	}
-	metrics, err := logs.listenMetrics(log.Logger, reg)
-	if err != nil {
-		debug.close()
-		return err
+	if !logs.announces() && tel.MetricsURL != "" {
+		log.Info("metrics listener", "metrics_url", tel.MetricsURL)
 	}
 	return runGroup(ctx,
 		func(g *run.Group) { contextActor(g, runRole) },

@@ -109,9 +109,10 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 		logs logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "gateway",
-		Short: "Run the agents' door: MCP over Streamable HTTP at /mcp",
-		Args:  cobra.NoArgs,
+		Use:     "gateway",
+		Example: "  # Agents' door on :8080, on a NATS cluster, metrics on the pod's address\n  okso gateway --mcp-addr 0.0.0.0:8080 --nats-url nats://nats:4222 --nats-nkey gateway.nk \\\n    --data-dir ./keys --metrics-addr \"$POD_IP:9464\"",
+		Short:   "Run the agents' door: MCP over Streamable HTTP at /mcp",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
 				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
@@ -119,7 +120,7 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				announceListeners(log, g.nats, "role", "gateway", "mcp_url", g.MCPURL())
+				announceListeners(log, g.nats, tel.listening("role", "gateway", "mcp_url", g.MCPURL())...)
 				return g.Run, nil
 			})
 		},
@@ -229,9 +230,10 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 		logs logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "device",
-		Short: "Run the devices' door: the okso.v1 WebSocket endpoint at /v1/device/ws",
-		Args:  cobra.NoArgs,
+		Use:     "device",
+		Example: "  # Device tier on :8081 with its own embedded NATS exposed to a gateway\n  okso device --device-addr 0.0.0.0:8081 --nats-listen 127.0.0.1:4222 --data-dir ./keys",
+		Short:   "Run the devices' door: the okso.v1 WebSocket endpoint at /v1/device/ws",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, set := os.LookupEnv("GOGC"); !set {
 				debug.SetGCPercent(deviceGCPercent)
@@ -242,7 +244,7 @@ func deviceCmd(stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return nil, err
 				}
-				announceListeners(log, d.nats, "role", "device", "device_url", d.DeviceURL())
+				announceListeners(log, d.nats, tel.listening("role", "device", "device_url", d.DeviceURL())...)
 				return d.Run, nil
 			})
 		},
@@ -342,9 +344,10 @@ func mockFleetCmd(stderr io.Writer) *cobra.Command {
 		logs logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "mock-fleet",
-		Short: "Run N simulated devices against a device tier",
-		Args:  cobra.NoArgs,
+		Use:     "mock-fleet",
+		Example: "  # 1,000 simulated devices against a tier, 200 connecting a second\n  okso mock-fleet -n 1000 --connect ws://127.0.0.1:8081/v1/device/ws --connect-rate 200\n  # Each with this file's local tools\n  okso mock-fleet -n 10 --connect ws://127.0.0.1:8081/v1/device/ws --tools tools.yaml",
+		Short:   "Run N simulated devices against a device tier",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(contextOf(cmd), stderr, &logs, func(_ context.Context, log *slog.Logger, _ telemetry) (func(context.Context) error, error) {
 				cfg.Connect = urls
@@ -483,8 +486,9 @@ func agentCmd(stderr io.Writer) *cobra.Command {
 		logs    logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "agent",
-		Short: "Run the device agent of this machine: echo, and its real metrics",
+		Use:     "agent",
+		Example: "  # This machine as a node, with its own tools\n  okso agent --connect wss://tier.example.com/v1/device/ws --token \"$DEVICE_TOKEN\" --tools tools.yaml\n  # Check a tools file before deploying it\n  okso agent --tools tools.yaml --describe",
+		Short:   "Run the device agent of this machine: echo, and its real metrics",
 		Long: "okso agent dials a device tier (several --connect URLs are tried in turn, with\n" +
 			"jittered exponential backoff after a loss), authenticates with --token, and serves\n" +
 			"system.echo and system.metrics with this host's real figures. Without --token it\n" +
