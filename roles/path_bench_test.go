@@ -12,6 +12,7 @@ import (
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // BenchmarkCallPath is one tools/call at a time through the whole of okso
@@ -24,17 +25,20 @@ import (
 // permissions (the default), and with --nats-insecure: what least
 // privilege costs the hot path.
 func BenchmarkCallPath(b *testing.B) {
-	b.Run("nats=roles", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{}) })
-	b.Run("nats=insecure", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{Insecure: true}) })
+	b.Run("nats=roles", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{}, nil) })
+	b.Run("nats=insecure", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{Insecure: true}, nil) })
+	// What the metrics cost a call (tracing is off in all three).
+	b.Run("nats=roles,metrics", func(b *testing.B) { benchmarkCallPath(b, natsSecurity{}, newProcessRegistry()) })
 }
 
-func benchmarkCallPath(b *testing.B, sec natsSecurity) {
+func benchmarkCallPath(b *testing.B, sec natsSecurity, metrics prometheus.Registerer) {
 	a, err := NewAllInOne(b.Context(), slog.New(slog.DiscardHandler), AllInOneConfig{
-		Gateway: gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second},
-		Tier:    tierConfig{Addr: "127.0.0.1:0"},
-		DataDir: b.TempDir(),
-		Tenant:  DefaultTenant,
-		NATS:    sec,
+		Gateway:   gatewayConfig{Addr: "127.0.0.1:0", Budget: 5 * time.Second},
+		Tier:      tierConfig{Addr: "127.0.0.1:0"},
+		DataDir:   b.TempDir(),
+		Tenant:    DefaultTenant,
+		NATS:      sec,
+		telemetry: telemetry{Metrics: metrics},
 	})
 	if err != nil {
 		b.Fatal(err)
