@@ -42,13 +42,18 @@ var (
 const zeroTraceID = "00000000000000000000000000000000"
 
 // correlation returns the request id and traceparent of a call: the
-// client's when well formed, fresh ones otherwise. A fresh traceparent is
-// not sampled (flags 00): okso records no trace data, and a sampled one
+// client's when well formed (the traceparent of its _meta, as MCP
+// 2026-07-28 carries it, else of its HTTP header; given says it was),
+// fresh ones otherwise. A fresh traceparent is not sampled (flags 00):
+// okso records no trace data unless --otlp-endpoint, and a sampled one
 // would have NATS look for a trace destination in every request's
 // headers, which costs it a header map per message.
-func correlation(h http.Header) (requestID, traceparent string) {
-	traceparent = h.Get("traceparent")
-	if !traceparentRe.MatchString(traceparent) || traceparent[3:35] == zeroTraceID {
+func correlation(h http.Header, metaTraceparent string) (requestID, traceparent string, given bool) {
+	traceparent = metaTraceparent
+	if !validTraceparent(traceparent) {
+		traceparent = h.Get("traceparent")
+	}
+	if given = validTraceparent(traceparent); !given {
 		var b [24]byte
 		_, _ = rand.Read(b[:])
 		t := make([]byte, 0, 55)
@@ -62,7 +67,13 @@ func correlation(h http.Header) (requestID, traceparent string) {
 	if !requestIDRe.MatchString(requestID) {
 		requestID = ulid.Make().String()
 	}
-	return requestID, traceparent
+	return requestID, traceparent, given
+}
+
+// validTraceparent reports whether tp is a W3C traceparent okso
+// continues.
+func validTraceparent(tp string) bool {
+	return traceparentRe.MatchString(tp) && tp[3:35] != zeroTraceID
 }
 
 // msgRegistryDown is the message of every answer that needs the
@@ -91,9 +102,10 @@ type callCtx struct {
 // newCall starts a call of the tool name by the caller of claims: it
 // looks the tool up in the catalog, once for the whole call (nothing is
 // audited yet; check does that).
-func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *callCtx {
+func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header, metaTraceparent string) *callCtx {
 	c := &callCtx{g: g, start: time.Now(), claims: claims, name: name}
-	c.requestID, c.traceparent = correlation(h)
+	var given bool
+	c.requestID, c.traceparent, given = correlation(h, metaTraceparent)
 	c.ev = bus.AuditEvent{Actor: "gateway", RequestID: c.requestID}
 	if claims != nil {
 		c.ev.Tenant, c.ev.Subject, c.ev.JTI = claims.Tenant, claims.Subject, claims.ID
@@ -105,7 +117,11 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header) *call
 	if g.o.Tracer != nil {
 		key, _ := templateOf(c.entry)
 		tool := key.label()
-		c.span, c.traceparent = g.o.Tracer.Start(context.Background(), c.traceparent, tracing.Name("tools/call", tool),
+		parent := c.traceparent
+		if !given {
+			parent = "" // a trace of its own, sampled as the tracer decides
+		}
+		c.span, c.traceparent = g.o.Tracer.Start(context.Background(), parent, tracing.Name("tools/call", tool),
 			trace.SpanKindServer, attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
 			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", c.requestID))
 	}
@@ -338,7 +354,8 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 		claims = claimsOf(req.Extra.TokenInfo)
 		header = req.Extra.Header
 	}
-	c := g.newCall(claims, req.Params.Name, header)
+	metaTP, _ := req.Params.Meta[schemas.MetaTraceparent].(string)
+	c := g.newCall(claims, req.Params.Name, header, metaTP)
 	args, e := c.check(req.Params.Arguments, nil)
 	if e != nil {
 		if e.Code == schemas.CodeToolNotFound {

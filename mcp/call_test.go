@@ -21,6 +21,18 @@ func TestCorrelation(t *testing.T) {
 		{"zero trace id", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", strings.Repeat("x", 129), false},
 		{"upper case", strings.ToUpper(theirs), "", false},
 	} {
+		t.Run(tc.name+", in _meta", func(t *testing.T) {
+			// MCP 2026-07-28 carries it in _meta, which wins over the header.
+			h := http.Header{}
+			h.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4799-00f067aa0ba902b7-01")
+			_, tp, given := correlation(h, tc.traceparent)
+			if tc.keep && (tp != tc.traceparent || !given) {
+				t.Errorf("_meta %q: got %q (%v), want it", tc.traceparent, tp, given)
+			}
+			if !tc.keep && tp != h.Get("traceparent") {
+				t.Errorf("_meta %q: got %q, want the header's", tc.traceparent, tp)
+			}
+		})
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
 			if tc.traceparent != "" {
@@ -29,7 +41,10 @@ func TestCorrelation(t *testing.T) {
 			if tc.requestID != "" {
 				h.Set("X-Request-Id", tc.requestID)
 			}
-			id, tp := correlation(h)
+			id, tp, given := correlation(h, "")
+			if given != tc.keep {
+				t.Errorf("given %v, want %v", given, tc.keep)
+			}
 			if tc.keep {
 				if tp != tc.traceparent || id != tc.requestID {
 					t.Fatalf("got %q %q, want the client's %q %q", id, tp, tc.requestID, tc.traceparent)

@@ -534,7 +534,11 @@ func nestingDepth(doc []byte) int {
 func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastRequest) bool {
 	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
 	sessionless := r.Header.Get("Mcp-Protocol-Version") >= sessionless
-	c := g.newCall(claims, req.Params.Name, r.Header)
+	var metaTP string
+	if raw, ok := req.Params.Meta[schemas.MetaTraceparent]; ok {
+		metaTP, _ = jsonscan.String(raw)
+	}
+	c := g.newCall(claims, req.Params.Name, r.Header, metaTP)
 	switch {
 	case c.entry != nil && (c.entry.stream != nil || c.entry.session != nil || c.entry.reports):
 		return false

@@ -114,7 +114,7 @@ func accepts(r *http.Request, mediaType string, allowAny bool) bool {
 func (g *Gateway) serveToolsCall(w http.ResponseWriter, r *http.Request) {
 	claims := claimsOf(sdkauth.TokenInfoFromContext(r.Context()))
 	body, err := decodeCallBody(readBody(w, r, maxCallBody))
-	c := g.newCall(claims, body.Tool, r.Header)
+	c := g.newCall(claims, body.Tool, r.Header, "")
 	w.Header().Set("X-Request-Id", c.requestID)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, c.fail(schemas.CodeBadRequest, err.Error()))

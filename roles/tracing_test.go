@@ -216,6 +216,71 @@ func TestTracing(t *testing.T) {
 	}
 }
 
+// TestTracingRoots: tracing on, a call that brings no trace context is
+// the root of a trace of its own, sampled and exported; one that brings
+// it in _meta (MCP 2026-07-28) is continued like the header.
+func TestTracingRoots(t *testing.T) {
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(t.Context(), recv.URL, "okso-test", "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(ctx); err != nil {
+			t.Errorf("tracer shutdown: %v", err)
+		}
+	})
+	f := startAllInOne(t, 1, func(c *AllInOneConfig) { c.Tracer = tracer })
+	var node string
+	for id := range f.a.gw.gw.Devices().IDs() {
+		node = id
+	}
+	s := f.client(f.token(auth.MintOptions{}), "")
+	echo := listedName("sysecho." + node + ".echo.invoke")
+
+	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4740", "00f067aa0ba902b7"
+	if res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo, Arguments: map[string]any{"message": "meta"},
+		Meta: sdk.Meta{"traceparent": "00-" + traceID + "-" + parent + "-01"}}); err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if res, err := s.CallTool(t.Context(), &sdk.CallToolParams{Name: echo, Arguments: map[string]any{"message": "root"}}); err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if err := tracer.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans := recv.wait(t, traceID, 2)
+	continued := false
+	for _, sp := range spans {
+		continued = continued || sp.parentID == parent
+	}
+	if !continued {
+		t.Errorf("no span continues the _meta traceparent: %+v", spans)
+	}
+	// The root: a gateway span without a parent, and its tier child.
+	timeout := time.After(time.Minute)
+	for {
+		recv.mu.Lock()
+		roots := 0
+		for _, sp := range recv.spans {
+			if sp.parentID == "" && sp.traceID != traceID && sp.name == "tools/call sysecho.*.echo.invoke" {
+				roots++
+			}
+		}
+		recv.mu.Unlock()
+		if roots == 1 {
+			break
+		}
+		select {
+		case <-recv.changed:
+		case <-timeout:
+			t.Fatalf("%d root spans of the call without a trace context, want 1", roots)
+		}
+	}
+}
+
 // traceTransport sends a traceparent header on every request.
 type traceTransport struct {
 	traceparent string
