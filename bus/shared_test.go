@@ -52,9 +52,9 @@ func TestSharedCapabilities(t *testing.T) {
 		t.Error("capabilities that are no array decoded")
 	}
 
-	key := string(mustJSON(t, other))
+	key := mustJSON(t, other)
 	sharedCaps.Lock()
-	_, held := sharedCaps.m[key]
+	_, held := sharedCaps.m[string(key)]
 	sharedCaps.Unlock()
 	if !held {
 		t.Fatal("no shared entry for the other capabilities")
@@ -65,7 +65,7 @@ func TestSharedCapabilities(t *testing.T) {
 		runtime.GC()
 	}
 	sharedCaps.Lock()
-	r, ok := sharedCaps.m[key]
+	r, ok := sharedCaps.m[string(key)]
 	sharedCaps.Unlock()
 	if ok && r.first.Value() != nil {
 		t.Error("an array no record holds is still there after GC")
