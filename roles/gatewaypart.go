@@ -174,7 +174,8 @@ func newGatewayPart(ctx context.Context, c *common, np *natsPart, cfg gatewayCon
 	}
 	summary := &callSummary{log: c.log.With("role", "gateway"), period: summaryPeriod}
 	audit := c.auditor(nc, cfg.AuditTick)
-	c.registerPart("gateway", nc, audit)
+	c.registerPart("gateway", nc, audit, bus.BucketNodes, bus.BucketTiers, bus.BucketRemotes, bus.BucketCallers,
+		bus.BucketPlans, bus.BucketRevoked, bus.BucketKinds)
 	audit.Observe = summary.observe
 	var oauth *mcp.OAuthServer
 	if cfg.OAuth.Server {

@@ -90,11 +90,15 @@ func (l *logFlags) listenMetrics(log *slog.Logger, reg *prometheus.Registry) (*h
 }
 
 // registerPart registers what every part with a NATS connection and an
-// auditor has: its connection's state and traffic, and its audit events,
-// labelled with the part (gateway, tier, remote) alone.
-func (c *common) registerPart(part string, nc *nats.Conn, audit *bus.Auditor) {
+// auditor has: its connection's state and traffic, its audit events, and
+// the health of the JetStream buckets it reads, labelled with the part
+// (gateway, tier, remote) alone.
+func (c *common) registerPart(part string, nc *nats.Conn, audit *bus.Auditor, buckets ...string) {
 	if c.metrics == nil {
 		return
+	}
+	if len(buckets) > 0 {
+		c.metrics.MustRegister(bus.NewBucketHealth(nc, part, buckets...))
 	}
 	labels := prometheus.Labels{"part": part}
 	msgs := func(in bool) func() float64 {

@@ -175,6 +175,15 @@ func TestMetrics(t *testing.T) {
 				part, connected, published, 3+mocks)
 		}
 	}
+	// Every bucket each part reads answers, with its replicas current.
+	for _, m := range after["okso_jetstream_bucket_up"].GetMetric() {
+		if m.GetGauge().GetValue() != 1 {
+			t.Errorf("okso_jetstream_bucket_up %v = %v, want 1", m.Label, m.GetGauge().GetValue())
+		}
+	}
+	if n := len(after["okso_jetstream_bucket_up"].GetMetric()); n != 12 {
+		t.Errorf("%d buckets' health, want 12 (7 the gateway's, 5 the tier's)", n)
+	}
 	if after["okso_tier_pending_calls"] == nil {
 		t.Error("no okso_tier_pending_calls")
 	}

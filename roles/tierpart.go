@@ -136,7 +136,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 	}
 	part := &tierPart{kinds: kinds}
 	audit := c.auditor(nc, cfg.AuditTick)
-	c.registerPart("tier", nc, audit)
+	c.registerPart("tier", nc, audit, bus.BucketNodes, bus.BucketTiers, bus.BucketNodeTenants, bus.BucketRevoked, bus.BucketKinds)
 	tier, err := tier.New(tier.Options{
 		Metrics:     c.metrics,
 		Tracer:      c.tracer,
