@@ -97,7 +97,10 @@ func (s *upstream) serve(calls context.Context, m *nats.Msg) {
 		trace.SpanKindClient, attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", up+".*"),
 		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", ev.RequestID))
 	outcome := ""
-	defer func() { span.End(outcome) }()
+	defer func() {
+		span.End(outcome)
+		s.t.counted(up, outcome)
+	}()
 	answer := func(code, msg string) {
 		outcome = code
 		s.answer(m, ev, code, msg)

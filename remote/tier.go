@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/tracing"
@@ -56,6 +57,9 @@ type Options struct {
 	// Tracer, when set, makes a span of each call of an upstream's tool,
 	// a child of the gateway's, whose context the upstream is given.
 	Tracer *tracing.Tracer
+	// Metrics, when set, is where the tier registers its metrics
+	// (DESIGN.md §11); nil: none.
+	Metrics prometheus.Registerer
 }
 
 // Tier is the remote tier: for each configured upstream it keeps a
@@ -67,6 +71,11 @@ type Tier struct {
 	o       Options
 	log     *slog.Logger
 	started time.Time // when New built it: of two replicas that list an upstream differently, the newer's record stays
+
+	// calls count the calls answered, by upstream and outcome; connected
+	// says, by upstream, whether a session serves it (metrics.go).
+	calls     *prometheus.CounterVec
+	connected sync.Map // upstream name -> *atomic.Bool
 }
 
 // New checks o and builds a tier.
@@ -103,7 +112,9 @@ func New(o Options) (*Tier, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Tier{o: o, log: log, started: time.Now()}, nil
+	t := &Tier{o: o, log: log, started: time.Now()}
+	t.registerMetrics(o.Metrics)
+	return t, nil
 }
 
 // Upstreams returns the names of the configured upstreams.
@@ -151,6 +162,9 @@ func (t *Tier) keep(ctx context.Context, u *Upstream) {
 	s := &upstream{t: t, cfg: u, log: t.log.With("upstream", u.Name),
 		sem: make(chan struct{}, t.o.MaxInFlight), kick: make(chan struct{}, 1)}
 	s.state.Store(&serving{down: true, changed: make(chan struct{})})
+	up := &atomic.Bool{}
+	t.connected.Store(u.Name, up)
+	s.up = up
 	// calls is the context of the calls the upstream's subscription
 	// admits: leave ends it StopGrace after the tier began to stop,
 	// ending the calls still in flight.
@@ -198,6 +212,7 @@ type upstream struct {
 	cfg *Upstream
 	log *slog.Logger
 	sem chan struct{} // one per call in flight
+	up  *atomic.Bool  // a session serves it (for the metrics)
 
 	// state is what the calls see: the session serving the upstream, if
 	// any, and whether one is coming. Only keep's goroutine changes it.
@@ -254,6 +269,7 @@ type served struct {
 
 // setState replaces what the calls see and wakes those waiting for it.
 func (s *upstream) setState(sv *served, down bool) {
+	s.up.Store(sv != nil)
 	old := s.state.Swap(&serving{sv: sv, down: down, changed: make(chan struct{})})
 	close(old.changed)
 }

@@ -88,6 +88,7 @@ func newRemotePart(ctx context.Context, c *common, np *natsPart, cfg remoteConfi
 	c.registerPart("remote", nc, audit)
 	tier, err := remote.New(remote.Options{
 		Tracer:       c.tracer,
+		Metrics:      c.metrics,
 		Requesters:   []bus.Role{bus.RoleGateway, bus.RoleRemote}, // a replica probes the others
 		NC:           nc,
 		Remotes:      remotes,

@@ -18,6 +18,9 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/internal/bearer"
@@ -126,7 +129,8 @@ func TestTracing(t *testing.T) {
 		"]\n    tenants: [demo]\n    allow: [echo_external]\n    safety: {echo_external: read_only}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tracer, c.Remote.Config = tracer, config })
+	reg := newProcessRegistry()
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tracer, c.Metrics, c.Remote.Config = tracer, reg, config })
 	f.waitTool(DefaultTenant, "ext.echo_external", true)
 	tools, err := agent.ParseTools([]byte("tools:\n  - name: trace\n    description: Prints the trace context it runs in.\n"+
 		"    command: [sh, -c, 'printf %s \"$TRACEPARENT\"']\n    safety: read_only\n"), "tools.yaml")
@@ -214,6 +218,7 @@ func TestTracing(t *testing.T) {
 			}
 		})
 	}
+	checkRemoteMetrics(t, reg)
 }
 
 // TestTracingRoots: tracing on, a call that brings no trace context is
@@ -278,6 +283,23 @@ func TestTracingRoots(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("%d root spans of the call without a trace context, want 1", roots)
 		}
+	}
+}
+
+// The remote tier's metrics, in the same run: the upstream served, its
+// call counted.
+func checkRemoteMetrics(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("gather: %v", err)
+	}
+	families := scrape(t, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if got := counter(families["okso_remote_calls_total"], map[string]string{"upstream": "ext", "code": "ok"}); got != 1 {
+		t.Errorf("okso_remote_calls_total{upstream=ext,code=ok} = %v, want 1", got)
+	}
+	up := families["okso_remote_upstream_up"]
+	if up == nil || len(up.Metric) != 1 || up.Metric[0].GetGauge().GetValue() != 1 {
+		t.Errorf("okso_remote_upstream_up = %v, want ext at 1", up)
 	}
 }
 
