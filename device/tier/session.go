@@ -1126,7 +1126,8 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		}
 	}
 	cmd := wire.Cmd{Tool: call.Tool, Arguments: args, DeadlineMs: int(deadline / time.Millisecond), RequestID: reqID}
-	if s.trace {
+	if s.trace && span != nil {
+		// Only with tracing on: off, the hot path carries nothing more.
 		cmd.Traceparent = traceparent
 	}
 	if s.deadlineAt {
