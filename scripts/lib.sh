@@ -7,6 +7,10 @@
 # It sets work (the work dir), pids (append every background pid) and
 # status (set it to 1 on failure: the work dir is then kept).
 
+# The load scripts run several roles on one host, which would all want
+# the default --metrics-addr; what they measure is not in it: off.
+export OKSO_METRICS_ADDR=
+
 log() { printf '[%s %s] %s\n' "$NAME" "$(date +%T)" "$*" >&2; }
 
 alive() { kill -0 "$1" 2>/dev/null; }
