@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,10 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/okso-io/okso/schemas"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // buildOnce builds the okso binary for the process tests.
@@ -162,8 +167,9 @@ func TestSplitMode(t *testing.T) {
 	const n = 3
 
 	tier := startProc(t, bin, "device", "device", "--data-dir", data, "--device-addr", "127.0.0.1:0",
-		"--nats-listen", "127.0.0.1:0")
+		"--nats-listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	l := tier.wait(msgIs("listening"))
+	metrics := map[string]string{"tier": str(l["metrics_url"])}
 	natsURL, _ := l["nats_url"].(string)
 	deviceURL, _ := l["device_url"].(string)
 	if !strings.HasPrefix(natsURL, "nats://") || !strings.HasPrefix(deviceURL, "ws://") {
@@ -171,10 +177,14 @@ func TestSplitMode(t *testing.T) {
 	}
 
 	gw := startProc(t, bin, "gateway", "gateway", "--data-dir", data, "--mcp-addr", "127.0.0.1:0",
-		"--nats-url", natsURL, "--log-level", "debug")
-	mcpURL, _ := gw.wait(msgIs("listening"))["mcp_url"].(string)
+		"--nats-url", natsURL, "--log-level", "debug", "--metrics-addr", "127.0.0.1:0")
+	l = gw.wait(msgIs("listening"))
+	mcpURL, _ := l["mcp_url"].(string)
+	metrics["gateway"] = str(l["metrics_url"])
 
-	fleet := startProc(t, bin, "mock-fleet", "mock-fleet", "-n", "3", "--connect", deviceURL, "--data-dir", data)
+	fleet := startProc(t, bin, "mock-fleet", "mock-fleet", "-n", "3", "--connect", deviceURL, "--data-dir", data,
+		"--metrics-addr", "127.0.0.1:0")
+	metrics["mock-fleet"] = str(fleet.wait(msgIs("metrics listener"))["metrics_url"])
 	fleet.wait(msgIs("mock devices connected"))
 	for range n {
 		gw.wait(msgIs("node online"))
@@ -219,12 +229,59 @@ func TestSplitMode(t *testing.T) {
 		t.Fatalf("plan run in split mode: %+v %v\n%s", run, e, gw.log())
 	}
 
+	// Each role's /metrics, scraped and parsed as Prometheus does.
+	for role, url := range metrics {
+		if !strings.HasPrefix(url, "http://127.0.0.1:") {
+			t.Fatalf("%s: metrics_url %q", role, url)
+		}
+	}
+	scraped := map[string]map[string]*dto.MetricFamily{}
+	for role, url := range metrics {
+		scraped[role] = scrapeURL(t, url)
+		if scraped[role]["process_cpu_seconds_total"] == nil {
+			t.Errorf("%s: no process metrics", role)
+		}
+	}
+	if got := counter(scraped["gateway"]["okso_gateway_calls_total"], map[string]string{"source": "device", "code": "ok"}); got < n {
+		t.Errorf("gateway: device calls ok %v, want at least %d", got, n)
+	}
+	if g := scraped["tier"]["okso_tier_sessions"]; g == nil || g.Metric[0].GetGauge().GetValue() != n {
+		t.Errorf("tier: okso_tier_sessions %v, want %d", g, n)
+	}
+	for role, families := range scraped {
+		for _, f := range families {
+			for _, m := range f.Metric {
+				for _, lb := range m.Label {
+					if schemas.ValidNodeID(lb.GetValue()) {
+						t.Errorf("%s: %s names a node: %v", role, f.GetName(), m.Label)
+					}
+				}
+			}
+		}
+	}
+
 	fleet.stop()
 	for range n {
 		gw.wait(msgIs("device tools unlisted: disconnected"))
 	}
 	gw.stop()
 	tier.stop()
+}
+
+// scrapeURL is scrape over a role's own listener.
+func scrapeURL(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("%s does not parse: %v", url, err)
+	}
+	return families
 }
 
 // TestAllInOneSignal: all-in-one stops cleanly on SIGTERM, and its own
