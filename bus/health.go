@@ -18,8 +18,8 @@ const bucketScrapeTimeout = 2 * time.Second
 // JetStream at each scrape (a STREAM.INFO request per bucket, which
 // every role that binds a bucket may send), never in between.
 type BucketHealth struct {
-	nc      *nats.Conn
-	buckets []string
+	nc                       *nats.Conn
+	buckets                  []string
 	up, msgs, bytes, current *prometheus.Desc
 }
 
@@ -30,7 +30,7 @@ func NewBucketHealth(nc *nats.Conn, part string, buckets ...string) *BucketHealt
 	return &BucketHealth{nc: nc, buckets: buckets,
 		up: prometheus.NewDesc("okso_jetstream_bucket_up", "1 when the bucket's stream answered the scrape's stream-info request, else 0.",
 			[]string{"bucket"}, labels),
-		msgs: prometheus.NewDesc("okso_jetstream_bucket_messages", "Messages the bucket's stream holds.", []string{"bucket"}, labels),
+		msgs:  prometheus.NewDesc("okso_jetstream_bucket_messages", "Messages the bucket's stream holds.", []string{"bucket"}, labels),
 		bytes: prometheus.NewDesc("okso_jetstream_bucket_bytes", "Bytes the bucket's stream holds.", []string{"bucket"}, labels),
 		current: prometheus.NewDesc("okso_jetstream_bucket_replicas_current",
 			"Replicas of the bucket's stream that are current (the leader and its current followers).", []string{"bucket"}, labels),
