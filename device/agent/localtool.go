@@ -115,47 +115,12 @@ func LocalHandler(t LocalTool, nodeID string, log *slog.Logger) Handler {
 		}
 		ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 		defer cancel()
-		env := maps.Clone(t.Env)
-		if env == nil {
-			env = make(map[string]string, 1)
+		r, e := runTool(ctx, t, log, map[string]string{"TOOL_QUERY": a.Query}, nil, maxStdout)
+		if e != nil {
+			return nil, e
 		}
-		env["TOOL_QUERY"] = a.Query
-		if tp := Traceparent(ctx); tp != "" {
-			env["TRACEPARENT"] = tp // OpenTelemetry's environment carrier
-		}
-		p, err := child.Start(child.Options{Argv: t.Command, Env: env, Dir: t.Dir, Log: log,
-			LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
-		if err != nil {
-			log.Warn("a local tool did not start", "err", err)
-			return nil, schemas.NewError(schemas.CodeInternal, "the tool did not start")
-		}
-		p.Stdin.Close() // nothing on stdin
-		type output struct {
-			b         []byte
-			truncated bool
-		}
-		read := make(chan output, 1)
-		go func() {
-			b, _ := io.ReadAll(io.LimitReader(p.Stdout, maxStdout))
-			n, _ := io.Copy(io.Discard, p.Stdout)
-			read <- output{b, n > 0}
-		}()
-		killed := false
-		select {
-		case <-p.Exited():
-		case <-ctx.Done():
-			p.Kill()
-			killed = true
-		}
-		<-p.Done()
-		out := <-read // the pipes end once the group is gone (child.Start)
-		p.Stdout.Close()
-		if killed {
-			log.Info("a local tool ran out of time: its process group was killed", "timeout", t.Timeout)
-			return nil, schemas.NewError(schemas.CodeDeadlineExceeded, "the tool ran out of time")
-		}
-		return &LocalResult{NodeID: nodeID, Stdout: strings.ToValidUTF8(string(out.b), "\uFFFD"),
-			ExitCode: p.ExitCode(), Truncated: out.truncated}, nil
+		return &LocalResult{NodeID: nodeID, Stdout: strings.ToValidUTF8(string(r.stdout), "\uFFFD"),
+			ExitCode: r.exitCode, Truncated: r.truncated}, nil
 	}
 }
 
@@ -193,52 +158,14 @@ func KindHandler(t LocalTool, verb, nodeID string, log *slog.Logger) Handler {
 		}
 		ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 		defer cancel()
-		env := t.Env
-		if tp := Traceparent(ctx); tp != "" {
-			env = maps.Clone(t.Env)
-			if env == nil {
-				env = map[string]string{}
-			}
-			env["TRACEPARENT"] = tp // OpenTelemetry's environment carrier
+		done, e := runTool(ctx, t, log, nil, append(body, '\n'), maxKindReply+1)
+		if e != nil {
+			return nil, e
 		}
-		p, err := child.Start(child.Options{Argv: t.Command, Env: env, Dir: t.Dir, Log: log,
-			LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
-		if err != nil {
-			log.Warn("a kind's command did not start", "err", err)
-			return nil, schemas.NewError(schemas.CodeInternal, "the tool did not start")
-		}
-		if d, ok := ctx.Deadline(); ok {
-			_ = p.Stdin.SetWriteDeadline(d) // a command that reads nothing cannot hold the call
-		}
-		wrote := make(chan struct{})
-		go func() {
-			defer close(wrote)
-			_, _ = p.Stdin.Write(append(body, '\n'))
-			p.Stdin.Close()
-		}()
-		read := make(chan []byte, 1)
-		go func() {
-			b, _ := io.ReadAll(io.LimitReader(p.Stdout, maxKindReply+1))
-			_, _ = io.Copy(io.Discard, p.Stdout)
-			read <- b
-		}()
-		killed := false
-		select {
-		case <-p.Exited():
-		case <-ctx.Done():
-			p.Kill()
-			killed = true
-		}
-		<-p.Done()
-		out := <-read // the pipes end once the group is gone (child.Start)
-		<-wrote
-		p.Stdout.Close()
+		out := done.stdout
 		switch {
-		case killed:
-			log.Info("a kind's command ran out of time: its process group was killed", "timeout", t.Timeout)
-			return nil, schemas.NewError(schemas.CodeDeadlineExceeded, "the tool ran out of time")
-		case p.ExitCode() != 0:
-			log.Warn("a kind's command failed", "exit_code", p.ExitCode())
+		case done.exitCode != 0:
+			log.Warn("a kind's command failed", "exit_code", done.exitCode)
 			return nil, schemas.NewError(schemas.CodeInternal, "the tool failed")
 		case len(out) > maxKindReply:
 			return nil, schemas.NewError(schemas.CodeInternal, "the tool's answer is too long")
@@ -265,4 +192,72 @@ func KindHandler(t LocalTool, verb, nodeID string, log *slog.Logger) Handler {
 		}
 		return nil, schemas.NewError(schemas.CodeInternal, "the tool's answer is neither a result nor an error")
 	}
+}
+
+// ran is how a tool's command ended.
+type ran struct {
+	stdout    []byte // up to the keep given to runTool
+	truncated bool   // it wrote more
+	exitCode  int
+}
+
+// runTool runs a tool's command for one call: as the leader of a process
+// group of its own, with the tool's environment plus env and the call's
+// TRACEPARENT, stdin (nil: nothing, closed at once), and stdout read up
+// to keep bytes and the rest dropped, so that a command that writes a lot
+// never blocks into a false timeout. Past ctx's end its whole group is
+// killed and reaped: E_DEADLINE_EXCEEDED; a command that cannot start is
+// E_INTERNAL.
+func runTool(ctx context.Context, t LocalTool, log *slog.Logger, env map[string]string, stdin []byte, keep int64) (ran, *schemas.Error) {
+	all := maps.Clone(t.Env)
+	if all == nil {
+		all = make(map[string]string, len(env)+1)
+	}
+	maps.Copy(all, env)
+	if tp := Traceparent(ctx); tp != "" {
+		all["TRACEPARENT"] = tp // OpenTelemetry's environment carrier
+	}
+	p, err := child.Start(child.Options{Argv: t.Command, Env: all, Dir: t.Dir, Log: log,
+		LogMessage: "tool stderr", LogLevel: slog.LevelDebug})
+	if err != nil {
+		log.Warn("a tool's command did not start", "err", err)
+		return ran{}, schemas.NewError(schemas.CodeInternal, "the tool did not start")
+	}
+	wrote := make(chan struct{})
+	if stdin == nil {
+		p.Stdin.Close()
+		close(wrote)
+	} else {
+		if d, ok := ctx.Deadline(); ok {
+			_ = p.Stdin.SetWriteDeadline(d) // a command that reads nothing cannot hold the call
+		}
+		go func() {
+			defer close(wrote)
+			_, _ = p.Stdin.Write(stdin)
+			p.Stdin.Close()
+		}()
+	}
+	read := make(chan ran, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(p.Stdout, keep))
+		n, _ := io.Copy(io.Discard, p.Stdout)
+		read <- ran{stdout: b, truncated: n > 0}
+	}()
+	killed := false
+	select {
+	case <-p.Exited():
+	case <-ctx.Done():
+		p.Kill()
+		killed = true
+	}
+	<-p.Done()
+	r := <-read // the pipes end once the group is gone (child.Start)
+	<-wrote
+	p.Stdout.Close()
+	if killed {
+		log.Info("a tool's command ran out of time: its process group was killed", "timeout", t.Timeout)
+		return ran{}, schemas.NewError(schemas.CodeDeadlineExceeded, "the tool ran out of time")
+	}
+	r.exitCode = p.ExitCode()
+	return r, nil
 }
