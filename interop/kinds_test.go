@@ -5,12 +5,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/okso-io/okso/auth"
-	"github.com/okso-io/okso/device/wire"
 )
 
 // thermoKindFiles are a kind definition and its schema files, as an
@@ -64,33 +62,7 @@ func TestRegisteredKindInClients(t *testing.T) {
 	if err := os.WriteFile(file, []byte(strings.ReplaceAll(thermoToolsFile, "RUNS_FILE", runs)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	node := wire.NewNodeID()
-	devTok, err := exec.Command(binary, "token", "mint", "--device", "--node-id", node, "--data-dir", o.dataDir,
-		"--tenant", tenant).Output()
-	if err != nil {
-		t.Fatalf("mint a device token: %v %s", err, stderrOf(err))
-	}
-	log := &tailBuffer{}
-	cmd := exec.Command(binary, "agent", "--connect", o.deviceURL, "--token", strings.TrimSpace(string(devTok)),
-		"--tools", file, "--data-dir", t.TempDir())
-	cmd.Stderr = log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start okso agent: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("okso agent exited with %v on SIGTERM; its log ends:\n%s", err, log)
-			}
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("okso agent did not stop within 20 s of SIGTERM")
-		}
-	})
+	node := startAgent(t, o, file)
 	read := "thermo." + node + ".boiler.read"
 	writer := o.mint(t, auth.ScopeReadOnly, auth.ScopeMutating)
 	tools := o.waitTools(t, writer, listedName(read))

@@ -29,18 +29,11 @@ const localToolsFile = `tools:
     safety: mutating
 `
 
-// TestLocalToolsInClients: an `okso agent --tools` process, as an
-// operator runs one, serves its own tools; the official TypeScript SDK's
-// clients, v1 and v2 in each of its modes, list them (checking each
-// result against its output schema) and call them: the query comes back,
-// 4097 characters are refused by the gateway, and a read-only token may
-// not run the mutating one.
-func TestLocalToolsInClients(t *testing.T) {
-	o := startOkso(t, 0)
-	file := filepath.Join(t.TempDir(), "tools.yaml")
-	if err := os.WriteFile(file, []byte(localToolsFile), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// startAgent runs `okso agent --tools file` as an operator does, on o's
+// tier with a device token minted for a node of its own, until the test
+// ends (SIGTERM, which it must obey), and returns the node id.
+func startAgent(t *testing.T, o *okso, file string) string {
+	t.Helper()
 	node := wire.NewNodeID()
 	devTok, err := exec.Command(binary, "token", "mint", "--device", "--node-id", node, "--data-dir", o.dataDir,
 		"--tenant", tenant).Output()
@@ -68,6 +61,22 @@ func TestLocalToolsInClients(t *testing.T) {
 			t.Errorf("okso agent did not stop within 20 s of SIGTERM")
 		}
 	})
+	return node
+}
+
+// TestLocalToolsInClients: an `okso agent --tools` process, as an
+// operator runs one, serves its own tools; the official TypeScript SDK's
+// clients, v1 and v2 in each of its modes, list them (checking each
+// result against its output schema) and call them: the query comes back,
+// 4097 characters are refused by the gateway, and a read-only token may
+// not run the mutating one.
+func TestLocalToolsInClients(t *testing.T) {
+	o := startOkso(t, 0)
+	file := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(file, []byte(localToolsFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := startAgent(t, o, file)
 	hello, restart := "local."+node+".hello.run", "local."+node+".restart.run"
 	writer := o.mint(t, auth.ScopeReadOnly, auth.ScopeMutating)
 	o.waitTools(t, writer, listedName(hello), listedName(restart))

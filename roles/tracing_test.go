@@ -76,6 +76,24 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 	return r
 }
 
+// newTestTracer is a tracer exporting to a receiver of its own, shut
+// down (its last spans sent) when the test ends.
+func newTestTracer(t *testing.T) (*otlpReceiver, *tracing.Tracer) {
+	recv := newOTLPReceiver(t)
+	tracer, err := tracing.New(t.Context(), recv.URL, "okso-test", "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(ctx); err != nil {
+			t.Errorf("tracer shutdown: %v", err)
+		}
+	})
+	return recv, tracer
+}
+
 // wait returns the spans of trace traceID once there are n, waiting at
 // most a minute for them.
 func (r *otlpReceiver) wait(t *testing.T, traceID string, n int) []receivedSpan {
@@ -108,18 +126,7 @@ func (r *otlpReceiver) wait(t *testing.T, traceID string, n int) []receivedSpan 
 // tool runs with the tier's span as its TRACEPARENT (cmd.traceparent, the
 // feature trace).
 func TestTracing(t *testing.T) {
-	recv := newOTLPReceiver(t)
-	tracer, err := tracing.New(t.Context(), recv.URL, "okso-test", "dev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := tracer.Shutdown(ctx); err != nil {
-			t.Errorf("tracer shutdown: %v", err)
-		}
-	})
+	recv, tracer := newTestTracer(t)
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "mcp_echo.sh"))
 	if err != nil {
 		t.Fatal(err)
@@ -225,18 +232,7 @@ func TestTracing(t *testing.T) {
 // the root of a trace of its own, sampled and exported; one that brings
 // it in _meta (MCP 2026-07-28) is continued like the header.
 func TestTracingRoots(t *testing.T) {
-	recv := newOTLPReceiver(t)
-	tracer, err := tracing.New(t.Context(), recv.URL, "okso-test", "dev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := tracer.Shutdown(ctx); err != nil {
-			t.Errorf("tracer shutdown: %v", err)
-		}
-	})
+	recv, tracer := newTestTracer(t)
 	f := startAllInOne(t, 1, func(c *AllInOneConfig) { c.Tracer = tracer })
 	var node string
 	for id := range f.a.gw.gw.Devices().IDs() {
