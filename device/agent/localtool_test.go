@@ -196,14 +196,9 @@ func TestLocalTools(t *testing.T) {
 			t.Fatal(err)
 		}
 		// SIGKILL went to the whole group before the call ended; the
-		// sleeper, an orphan now, dies as the kernel gets to it.
-		deadline := time.Now().Add(waitFor)
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the tool's sleeper %d still runs %v after the call ended", pid, waitFor)
-			}
-			time.Sleep(10 * time.Millisecond) // polling /proc: a process's death sends this test no event
-		}
+		// sleeper, an orphan now, dies as the kernel gets to it: its pidfd
+		// says when.
+		waitGone(t, pid)
 	})
 	t.Run("a megabyte", func(t *testing.T) {
 		ack, frame := run(t, tc, node, "flood", `{}`)
@@ -250,17 +245,6 @@ func ack1(t *testing.T, tc *tierConn, node, tool, args string) wire.CmdAck {
 	t.Helper()
 	ack, _ := run(t, tc, node, tool, args)
 	return ack
-}
-
-// alive reports whether pid runs (a zombie does not).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // TestLocalToolsOlderTier: a tier that does not offer local_tools gets the
