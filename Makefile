@@ -69,6 +69,11 @@ clean:
 scale:
 	./scripts/scale.sh $(N)
 
+## gateway-memory: the gateway's RSS and live heap per node with N mock devices (default 5000), and where the heap grew (make gateway-memory N=5000)
+.PHONY: gateway-memory
+gateway-memory:
+	./scripts/gateway-memory.sh $(N)
+
 ## fleet-bench: fleet.call of system.echo over N mock devices (default 10000) next to the same calls made one by one by okso bench, and the p50 of fleet.nodes (a page of 1,000) and okso.find_tools (make fleet-bench N=1000)
 .PHONY: fleet-bench
 fleet-bench:
