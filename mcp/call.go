@@ -123,7 +123,8 @@ func (g *Gateway) newCall(claims *auth.Claims, name string, h http.Header, metaT
 		}
 		c.span, c.traceparent = g.o.Tracer.Start(context.Background(), parent, tracing.Name("tools/call", tool),
 			trace.SpanKindServer, attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", tool),
-			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", c.requestID))
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", c.requestID),
+			attribute.String("mcp.protocol.version", h.Get("Mcp-Protocol-Version")))
 	}
 	return c
 }
@@ -133,6 +134,10 @@ func (c *callCtx) audit(decision, code string) {
 	c.ev.Decision, c.ev.Code, c.ev.Duration = decision, code, time.Since(c.start)
 	c.g.o.Auditor.Record(c.ev)
 	c.g.metrics.observe(c.entry, code, c.ev.Duration)
+	if c.span != nil && c.rpcID != nil {
+		c.span.End(code, attribute.String("jsonrpc.request.id", string(c.rpcID)))
+		return
+	}
 	c.span.End(code)
 }
 

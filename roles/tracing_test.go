@@ -190,7 +190,7 @@ func TestTracing(t *testing.T) {
 			if gw == nil {
 				t.Fatalf("no span is the child of the caller's %s: %+v", parent, spans)
 			}
-			if gw.name != "tools/call "+c.template || gw.attrs["mcp.method.name"] != "tools/call" ||
+			if gw.name != "tools/call "+c.template || gw.attrs["mcp.method.name"] != "tools/call" || gw.attrs["mcp.protocol.version"] == "" ||
 				gw.attrs["gen_ai.tool.name"] != c.template || gw.attrs["gen_ai.operation.name"] != "execute_tool" {
 				t.Errorf("the gateway's span: %+v", *gw)
 			}
