@@ -41,6 +41,10 @@ func newTierMetrics(reg prometheus.Registerer, t *Tier) *tierMetrics {
 			Name: "okso_tier_pending_calls",
 			Help: "Calls sent to this tier's devices and not yet answered.",
 		}, func() float64 { return float64(t.pendingCalls()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "okso_tier_streams",
+			Help: "Metric streams this tier's devices serve.",
+		}, func() float64 { return float64(t.Streams()) }),
 	)
 	return m
 }
@@ -75,17 +79,5 @@ func (m *tierMetrics) closed(code int) {
 
 // pendingCalls is the number of calls the tier's sessions wait on.
 func (t *Tier) pendingCalls() int {
-	t.mu.Lock()
-	sessions := make([]*session, 0, len(t.sessions))
-	for _, s := range t.sessions {
-		sessions = append(sessions, s)
-	}
-	t.mu.Unlock()
-	n := 0
-	for _, s := range sessions {
-		s.mu.Lock()
-		n += len(s.pending)
-		s.mu.Unlock()
-	}
-	return n
+	return t.sumSessions(func(s *session) int { return len(s.pending) })
 }

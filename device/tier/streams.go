@@ -217,7 +217,11 @@ func (s *session) endStreams(reason string) {
 }
 
 // Streams returns the number of streams the tier's sessions serve.
-func (t *Tier) Streams() int {
+func (t *Tier) Streams() int { return t.sumSessions(func(s *session) int { return len(s.streams) }) }
+
+// sumSessions adds up count over the tier's sessions, each read under
+// its own lock (never the tier's and a session's at once).
+func (t *Tier) sumSessions(count func(*session) int) int {
 	t.mu.Lock()
 	all := make([]*session, 0, len(t.all))
 	for s := range t.all {
@@ -227,7 +231,7 @@ func (t *Tier) Streams() int {
 	n := 0
 	for _, s := range all {
 		s.mu.Lock()
-		n += len(s.streams)
+		n += count(s)
 		s.mu.Unlock()
 	}
 	return n
