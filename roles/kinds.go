@@ -3,7 +3,6 @@ package roles
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,24 +25,11 @@ import (
 // (DESIGN.md §12) with the admin's NATS credential.
 func kindsCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{Use: "kinds", Short: "Register device capability kinds of your own, and list them"}
-	var (
-		natsURL string
-		sec     natsSecurity
-		dataDir string
-	)
-	flags := func(c *cobra.Command) {
-		fs := c.Flags()
-		fs.StringVar(&natsURL, "nats-url", "", "NATS of the gateways and device tiers (an okso process started with --nats-listen, or your cluster)")
-		addNATSClientFlags(fs, &sec)
-		fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
-	}
+	admin := &adminFlags{of: "gateways and device tiers"}
+	flags := admin.add
 	// with runs do with the bucket, on the admin's connection.
 	with := func(cmd *cobra.Command, set *schemas.Set, do func(context.Context, *bus.Kinds) error) error {
-		if natsURL == "" {
-			return errors.New("--nats-url is required: the NATS of the gateways and device tiers")
-		}
-		ctx, nc, because, done, err := adminSession(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec},
-			"okso-kinds", "register kinds")
+		ctx, nc, because, done, err := admin.session(cmd, "okso-kinds", "register kinds")
 		if err != nil {
 			return err
 		}

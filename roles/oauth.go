@@ -74,24 +74,11 @@ func newOAuthServer(ctx context.Context, c *common, nc *nats.Conn, np *natsPart,
 // server, with the admin's NATS credential.
 func oauthCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{Use: "oauth", Short: "Approve, deny and revoke sign-ins to okso's own OAuth server (--oauth-server)"}
-	var (
-		natsURL string
-		sec     natsSecurity
-		dataDir string
-	)
-	flags := func(c *cobra.Command) {
-		fs := c.Flags()
-		fs.StringVar(&natsURL, "nats-url", "", "NATS of the gateways (an okso process started with --nats-listen, or your cluster)")
-		addNATSClientFlags(fs, &sec)
-		fs.StringVar(&dataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
-	}
+	admin := &adminFlags{of: "gateways"}
+	flags := admin.add
 	// with runs do with the bucket, on the admin's connection.
 	with := func(cmd *cobra.Command, do func(context.Context, *nats.Conn, *bus.OAuthStore) error) error {
-		if natsURL == "" {
-			return errors.New("--nats-url is required: the NATS of the gateways")
-		}
-		ctx, nc, because, done, err := adminSession(contextOf(cmd), natsConfig{URL: natsURL, DataDir: dataDir, natsSecurity: sec},
-			"okso-oauth", "decide sign-ins")
+		ctx, nc, because, done, err := admin.session(cmd, "okso-oauth", "decide sign-ins")
 		if err != nil {
 			return err
 		}

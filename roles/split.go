@@ -748,6 +748,33 @@ func revokeCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
+// adminFlags are the flags of an operator's command that works with the
+// admin's NATS credential (okso oauth, okso kinds): the NATS, and the
+// credential (--nats-nkey, --nats-creds, or the data dir's).
+type adminFlags struct {
+	natsURL string
+	sec     natsSecurity
+	dataDir string
+	// of says whose NATS --nats-url names, in its help and its error.
+	of string
+}
+
+// add adds the flags to c.
+func (a *adminFlags) add(c *cobra.Command) {
+	fs := c.Flags()
+	fs.StringVar(&a.natsURL, "nats-url", "", "NATS of the "+a.of+" (an okso process started with --nats-listen, or your cluster)")
+	addNATSClientFlags(fs, &a.sec)
+	fs.StringVar(&a.dataDir, "data-dir", defaultDataDir(), "data dir whose admin NATS credential (nats/creds/admin.nk) is used without --nats-nkey or --nats-creds")
+}
+
+// session is adminSession on the flags' NATS.
+func (a *adminFlags) session(cmd *cobra.Command, name, what string) (context.Context, *nats.Conn, func(error) error, func(), error) {
+	if a.natsURL == "" {
+		return nil, nil, nil, nil, errors.New("--nats-url is required: the NATS of the " + a.of)
+	}
+	return adminSession(contextOf(cmd), natsConfig{URL: a.natsURL, DataDir: a.dataDir, natsSecurity: a.sec}, name, what)
+}
+
 // adminSession connects as the admin for one short task (10 s): ctx ends
 // at once, rather than at the deadline, when NATS refuses a write for
 // want of the admin's permission (it says so asynchronously), and
