@@ -135,7 +135,7 @@ func (c *callCtx) audit(decision, code string) {
 	c.g.o.Auditor.Record(c.ev)
 	c.g.metrics.observe(c.entry, code, c.ev.Duration)
 	if c.span != nil && c.rpcID != nil {
-		c.span.End(code, attribute.String("jsonrpc.request.id", string(c.rpcID)))
+		c.span.End(code, attribute.String("jsonrpc.request.id", rpcIDText(c.rpcID)))
 		return
 	}
 	c.span.End(code)
@@ -361,6 +361,7 @@ func (g *Gateway) call(ctx context.Context, req *sdk.CallToolRequest) (sdk.Resul
 	}
 	metaTP, _ := req.Params.Meta[schemas.MetaTraceparent].(string)
 	c := g.newCall(claims, req.Params.Name, header, metaTP)
+	c.rpcID, _ = ctx.Value(rpcIDKey{}).([]byte)
 	args, e := c.check(req.Params.Arguments, nil)
 	if e != nil {
 		if e.Code == schemas.CodeToolNotFound {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -58,6 +59,7 @@ type callersConfig struct {
 	checks                *atomic.Int64 // of foreign schemas
 	feed                  feed
 	log                   *slog.Logger
+	tracer                *tracing.Tracer // nil: off
 	// Of the gateway: a call's context that its caller may cancel from
 	// any replica, whether a token was revoked, and the tenant's stream
 	// slots (a listen holds one).

@@ -28,10 +28,17 @@ func FuzzRelayJSON(f *testing.F) {
 		if json.Valid(raw) {
 			args = raw
 		}
-		ev, err := requestEvent(id, tool, args)
-		want, wantErr := json.Marshal(map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": args})
-		if (err != nil) != (wantErr != nil) || !bytes.Equal(ev, want) {
-			t.Fatalf("requestEvent(%q, %q, %q) = %s, %v; json.Marshal %s, %v", id, tool, args, ev, err, want, wantErr)
+		// Untraced, traced, and with any text as the trace context.
+		for _, tp := range []string{"", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", errText} {
+			ev, err := requestEvent(id, tool, args, tp)
+			m := map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": args}
+			if tp != "" {
+				m["_meta"] = map[string]string{"traceparent": tp}
+			}
+			want, wantErr := json.Marshal(m)
+			if (err != nil) != (wantErr != nil) || !bytes.Equal(ev, want) {
+				t.Fatalf("requestEvent(%q, %q, %q, %q) = %s, %v; json.Marshal %s, %v", id, tool, args, tp, ev, err, want, wantErr)
+			}
 		}
 		a := answer{RequestID: id, Result: args}
 		if isErr {
@@ -53,7 +60,7 @@ func FuzzRelayJSON(f *testing.F) {
 			a.Error != nil && *back.Error != text(*a.Error) {
 			t.Fatalf("answer %+v encodes as %s, which decodes as %+v, %v", a, a.encode(), back, err)
 		}
-		want, _ = json.Marshal(map[string]any{"accepted": true, "request_id": id})
+		want, _ := json.Marshal(map[string]any{"accepted": true, "request_id": id})
 		if got := acceptedResult(id); !bytes.Equal(got, want) {
 			t.Fatalf("acceptedResult(%q) = %s; json.Marshal %s", id, got, want)
 		}

@@ -50,6 +50,16 @@ func canonicalID(v any) ([]byte, bool) {
 	return nil, false
 }
 
+// rpcIDText is an id canonicalID wrote as jsonrpc.request.id carries it:
+// a number's digits, a string's text.
+func rpcIDText(id []byte) string {
+	var s string
+	if len(id) > 0 && id[0] == '"' && json.Unmarshal(id, &s) == nil {
+		return s
+	}
+	return string(id)
+}
+
 // cancelKey names one request of one caller on [bus.CallCancel].
 func cancelKey(c *auth.Claims, id []byte) string {
 	h := sha256.New()

@@ -539,6 +539,7 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 		metaTP, _ = jsonscan.String(raw)
 	}
 	c := g.newCall(claims, req.Params.Name, r.Header, metaTP)
+	c.rpcID = req.ID
 	switch {
 	case c.entry != nil && (c.entry.stream != nil || c.entry.session != nil || c.entry.reports):
 		return false
@@ -566,7 +567,6 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 	case e != nil:
 		g.results.writeToolResult(buf, c.requestID, sessionless, e.JSON(), true)
 	default:
-		c.rpcID = req.ID
 		result, e := c.unary(r.Context(), args)
 		switch {
 		case e != nil:

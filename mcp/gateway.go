@@ -224,7 +224,7 @@ func New(o Options) (*Gateway, error) {
 	if o.Callers != nil {
 		var err error
 		g.callers, err = newCallers(callersConfig{nc: o.NC, bucket: o.Callers, relayers: o.Relayers,
-			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.shelf.foreignChecks, feed: g.shelf, log: log,
+			timeout: o.CallerTimeout, budget: o.Budget, ping: o.PingInterval, checks: &g.shelf.foreignChecks, feed: g.shelf, log: log, tracer: o.Tracer,
 			cancellable: g.cancels.cancellable, revoked: g.gate.revoked, takeSlot: g.streams.take, releaseSlot: g.streams.release})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)

@@ -16,10 +16,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/internal/jsonscan"
+	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -207,9 +210,10 @@ type listen struct {
 
 // waiting is a relayed call the listener has not answered yet.
 type waiting struct {
-	msg   *nats.Msg   // its request, to answer
-	relay string      // its relay id, by which its caller withdraws it
-	timer *time.Timer // forgets it once its caller gave up
+	msg   *nats.Msg     // its request, to answer
+	relay string        // its relay id, by which its caller withdraws it
+	timer *time.Timer   // forgets it once its caller gave up
+	span  *tracing.Span // its hop here; nil: tracing off
 }
 
 // maxAnswered bounds the answered ids a listen remembers.
@@ -467,41 +471,54 @@ func (l *listen) onRequest(m *nats.Msg) {
 	if r := l.s.relayers; r != nil && !bus.FromRole(m, r...) {
 		return // no gateway's
 	}
+	// The relayed call's hop at the replica holding the listen: a child
+	// of the calling gateway's span, continued by the listener through
+	// the event's _meta.traceparent.
+	span, traceparent := l.s.tracer.Start(context.Background(), m.Header.Get(bus.HeaderTraceparent), tracing.Name("tools/call", callerTemplate),
+		trace.SpanKindServer, attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", callerTemplate),
+		attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("okso.request_id", m.Header.Get(bus.HeaderRequestID)))
+	fail := func(code, msg string) {
+		span.End(code)
+		l.reply(m, bus.ErrorReply(code, msg))
+	}
 	if l.expired() {
 		l.end("the listener's token was revoked or expired")
-		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
+		fail(schemas.CodeNodeOffline, "the caller's listen ended")
 		return
 	}
 	if m.Header.Get(bus.HeaderTenant) != l.tenant {
-		l.reply(m, bus.ErrorReply(schemas.CodeSafetyDenied, "tool belongs to another tenant"))
+		fail(schemas.CodeSafetyDenied, "tool belongs to another tenant")
 		return
 	}
 	call, err := bus.DecodeCall(m.Data)
 	if err != nil {
-		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "malformed call"))
+		fail(schemas.CodeBadRequest, "malformed call")
 		return
 	}
 	tool, ok := strings.CutPrefix(call.Tool, l.callerID+"_")
 	if !ok || !l.tools[tool] {
-		l.reply(m, bus.ErrorReply(schemas.CodeToolNotFound, "the caller does not declare this tool"))
+		fail(schemas.CodeToolNotFound, "the caller does not declare this tool")
 		return
 	}
 	id := strings.ToLower(ulid.Make().String())
-	ev, err := requestEvent(id, tool, call.Arguments)
+	if span == nil {
+		traceparent = "" // the event carries a trace context only when okso traces
+	}
+	ev, err := requestEvent(id, tool, call.Arguments, traceparent)
 	if err != nil {
-		l.reply(m, bus.ErrorReply(schemas.CodeBadRequest, "arguments do not encode"))
+		fail(schemas.CodeBadRequest, "arguments do not encode")
 		return
 	}
 	l.mu.Lock()
 	if len(l.waiting) >= maxWaiting {
 		l.mu.Unlock()
-		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
+		fail(schemas.CodeRateLimited, "the caller has too many calls waiting")
 		return
 	}
 	select {
 	case <-l.done:
 		l.mu.Unlock()
-		l.reply(m, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
+		fail(schemas.CodeNodeOffline, "the caller's listen ended")
 		return
 	default:
 	}
@@ -509,23 +526,29 @@ func (l *listen) onRequest(m *nats.Msg) {
 	case l.events <- ev:
 	default: // the listener reads too slowly (calls given up still queued)
 		l.mu.Unlock()
-		l.reply(m, bus.ErrorReply(schemas.CodeRateLimited, "the caller has too many calls waiting"))
+		fail(schemas.CodeRateLimited, "the caller has too many calls waiting")
 		return
 	}
 	budget := l.s.timeout
 	if ms, err := strconv.ParseInt(m.Header.Get(bus.HeaderBudgetMs), 10, 64); err == nil && ms > 0 && time.Duration(ms)*time.Millisecond < budget {
 		budget = time.Duration(ms) * time.Millisecond
 	}
-	l.waiting[id] = waiting{msg: m, relay: m.Header.Get(bus.HeaderRelayID), timer: time.AfterFunc(budget, func() { l.forget(id) })}
+	l.waiting[id] = waiting{msg: m, relay: m.Header.Get(bus.HeaderRelayID), span: span, timer: time.AfterFunc(budget, func() { l.forget(id) })}
 	l.requests++
 	l.mu.Unlock()
 }
+
+// callerTemplate is every caller tool's template (gen_ai.tool.name).
+const callerTemplate = "caller.*"
 
 // forget drops a waiting call whose caller gave up.
 func (l *listen) forget(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.waiting, id)
+	if w, ok := l.waiting[id]; ok {
+		w.span.End(schemas.CodeDeadlineExceeded)
+		delete(l.waiting, id)
+	}
 }
 
 func (l *listen) reply(m *nats.Msg, data []byte) {
@@ -548,6 +571,7 @@ func (l *listen) withdraw(relay string) {
 			continue
 		}
 		w.timer.Stop()
+		w.span.End("", attribute.Bool("okso.cancelled", true))
 		delete(l.waiting, id)
 		ev, _ := json.Marshal(map[string]string{"type": "caller_tool_cancelled", "request_id": id})
 		select {
@@ -566,6 +590,7 @@ func (l *listen) failWaiting() {
 	l.mu.Unlock()
 	for _, w := range all {
 		w.timer.Stop()
+		w.span.End(schemas.CodeNodeOffline)
 		l.reply(w.msg, bus.ErrorReply(schemas.CodeNodeOffline, "the caller's listen ended"))
 	}
 }
@@ -628,20 +653,36 @@ func (l *listen) take(tenant, subject string, a answer) *schemas.Error {
 	case !ok:
 		return schemas.NewError(schemas.CodeBadRequest, "no such request is waiting: unknown, or its caller gave up")
 	}
+	if a.Error != nil {
+		w.span.End("tool_error") // the listener's own error
+	} else {
+		w.span.End("")
+	}
 	l.reply(w.msg, reply)
 	return nil
 }
 
 // requestEvent is the caller_tool_request event of one relayed call:
-// {"type":"caller_tool_request","request_id","tool","arguments"} as
-// json.Marshal writes that map (keys sorted), by hand when each part is
-// written as it is.
-func requestEvent(id, tool string, args json.RawMessage) ([]byte, error) {
-	if !jsonscan.HTMLSafe(id) || !jsonscan.HTMLSafe(tool) || !jsonscan.MarshalsAsIs(args) {
-		return json.Marshal(map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": args})
+// {"type":"caller_tool_request","request_id","tool","arguments"} and,
+// when the call is traced, "_meta":{"traceparent"}, as json.Marshal
+// writes that map (keys sorted), by hand when each part is written as it
+// is.
+func requestEvent(id, tool string, args json.RawMessage, traceparent string) ([]byte, error) {
+	if !jsonscan.HTMLSafe(id) || !jsonscan.HTMLSafe(tool) || !jsonscan.MarshalsAsIs(args) || !jsonscan.HTMLSafe(traceparent) {
+		ev := map[string]any{"type": "caller_tool_request", "request_id": id, "tool": tool, "arguments": args}
+		if traceparent != "" {
+			ev["_meta"] = map[string]string{schemas.MetaTraceparent: traceparent}
+		}
+		return json.Marshal(ev)
 	}
-	b := make([]byte, 0, len(args)+len(id)+len(tool)+64)
-	b = append(b, `{"arguments":`...)
+	b := make([]byte, 0, len(args)+len(id)+len(tool)+len(traceparent)+96)
+	b = append(b, '{')
+	if traceparent != "" {
+		b = append(b, `"_meta":{"`+schemas.MetaTraceparent+`":"`...)
+		b = append(b, traceparent...)
+		b = append(b, `"},`...)
+	}
+	b = append(b, `"arguments":`...)
 	b = append(b, args...)
 	b = append(b, `,"request_id":"`...)
 	b = append(b, id...)

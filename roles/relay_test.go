@@ -30,6 +30,9 @@ type relayEvent struct {
 	RequestID string          `json:"request_id"`
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
+	Meta      struct {
+		Traceparent string `json:"traceparent"`
+	} `json:"_meta"`
 }
 
 // listener is an agent holding a caller_tools_listen call.

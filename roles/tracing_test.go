@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/okso-io/okso/device/agent"
 	"github.com/okso-io/okso/internal/bearer"
 	"github.com/okso-io/okso/internal/tracing"
+	"github.com/okso-io/okso/mcp"
 )
 
 // receivedSpan is a span as an OTLP/HTTP receiver got it.
@@ -191,7 +194,8 @@ func TestTracing(t *testing.T) {
 				t.Fatalf("no span is the child of the caller's %s: %+v", parent, spans)
 			}
 			if gw.name != "tools/call "+c.template || gw.attrs["mcp.method.name"] != "tools/call" || gw.attrs["mcp.protocol.version"] == "" ||
-				gw.attrs["gen_ai.tool.name"] != c.template || gw.attrs["gen_ai.operation.name"] != "execute_tool" {
+				gw.attrs["gen_ai.tool.name"] != c.template || gw.attrs["gen_ai.operation.name"] != "execute_tool" ||
+				gw.attrs["jsonrpc.request.id"] == "" {
 				t.Errorf("the gateway's span: %+v", *gw)
 			}
 			children := 0
@@ -279,6 +283,89 @@ func TestTracingRoots(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("%d root spans of the call without a trace context, want 1", roots)
 		}
+	}
+}
+
+// TestTracingRelay: a caller tool's call is one trace across the relay:
+// the calling gateway's span (a child of the caller's), the span of the
+// replica holding the listen (its child), whose trace context the
+// listener gets in the request event's _meta and continues in its
+// caller_tool_response; each span carries its JSON-RPC id.
+func TestTracingRelay(t *testing.T) {
+	recv, tracer := newTestTracer(t)
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tracer = tracer })
+	other := f.secondGateway(gatewayConfig{}) // traced as the first: the process's tracer
+	mutating := []string{auth.ScopeMutating}
+	tokA := f.token(auth.MintOptions{Subject: "agent-a", Scopes: mutating})
+	a := f.listen(f.a.MCPURL(), tokA, twoTools) // held by the first replica
+	waitTool(t, other.gw, DefaultTenant, "a_send", true)
+
+	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4750", "00f067aa0ba902b7"
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := sdk.NewClient(&sdk.Implementation{Name: "okso-test", Version: "1"}, nil)
+	b, err := client.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: other.url(), MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: traceTransport{"00-" + traceID + "-" + parent + "-01",
+			bearer.Transport{Token: f.token(auth.MintOptions{Subject: "agent-b", Scopes: mutating}), Base: tr}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	out := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := b.CallTool(t.Context(), &sdk.CallToolParams{Name: "a_send", Arguments: map[string]any{"text": "traced"}})
+		if err != nil {
+			res = &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}
+		}
+		out <- res
+	}()
+	ev := a.next(t)
+	held, ok := strings.CutPrefix(ev.Meta.Traceparent, "00-"+traceID+"-")
+	if !ok || len(held) != len(parent)+3 {
+		t.Fatalf("the request event's _meta.traceparent is %q, want one of trace %s", ev.Meta.Traceparent, traceID)
+	}
+	held = held[:len(parent)]
+	answerer := f.relayClient(f.a.MCPURL(), tokA, nil)
+	args := fmt.Sprintf(`{"listen_id":%q,"request_id":%q,"result":{"sent":true}}`, a.id, ev.RequestID)
+	if res, err := answerer.CallTool(t.Context(), &sdk.CallToolParams{Name: mcp.ToolCallerResponse, Arguments: json.RawMessage(args),
+		Meta: sdk.Meta{"traceparent": ev.Meta.Traceparent}}); err != nil || res.IsError {
+		t.Fatalf("caller_tool_response: %v %+v", err, res)
+	}
+	select {
+	case res := <-out:
+		if res.IsError {
+			t.Fatalf("the relayed call: %+v", res.Content)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the relayed call never ended")
+	}
+	if err := tracer.ForceFlush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans := recv.wait(t, traceID, 3)
+	byID := map[string]receivedSpan{}
+	for _, sp := range spans {
+		byID[sp.spanID] = sp
+	}
+	hold, ok := byID[held]
+	if !ok {
+		t.Fatalf("no span %s, the holder's: %+v", held, spans)
+	}
+	if hold.name != "tools/call caller.*" || hold.attrs["gen_ai.tool.name"] != "caller.*" || hold.attrs["error.type"] != "" {
+		t.Errorf("the holder's span: %+v", hold)
+	}
+	gw, ok := byID[hold.parentID]
+	if !ok || gw.parentID != parent || gw.name != "tools/call caller.*" || gw.attrs["jsonrpc.request.id"] == "" {
+		t.Errorf("the calling gateway's span %+v, the holder's parent, is not the caller's child with its JSON-RPC id", gw)
+	}
+	answered := false
+	for _, sp := range spans {
+		if sp.parentID == held {
+			answered = sp.name == "tools/call "+mcp.ToolCallerResponse && sp.attrs["jsonrpc.request.id"] != ""
+		}
+	}
+	if !answered {
+		t.Errorf("no caller_tool_response span is the holder's child: %+v", spans)
 	}
 }
 
