@@ -257,7 +257,7 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 func TestDashboard(t *testing.T) {
 	reg := newProcessRegistry()
 	rec := &recorder{Registerer: reg, names: map[string]bool{}}
-	startAllInOne(t, 1, func(c *AllInOneConfig) { c.Metrics = rec })
+	startAllInOne(t, 1, func(c *AllInOneConfig) { c.Metrics, c.Remote.Config = rec, echoRemotes(t) }) // the remote tier's metrics too
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -122,14 +122,10 @@ func (r *otlpReceiver) wait(t *testing.T, traceID string, n int) []receivedSpan 
 	}
 }
 
-// TestTracing: a call with a known trace context gets a span at the
-// gateway, one at the device tier and, for an upstream's tool, one at the
-// remote tier, all of that trace, each the child of the hop before it,
-// named and attributed as the MCP conventions say; and a device's local
-// tool runs with the tier's span as its TRACEPARENT (cmd.traceparent, the
-// feature trace).
-func TestTracing(t *testing.T) {
-	recv, tracer := newTestTracer(t)
+// echoRemotes is a remotes file of one upstream, ext, an action-protocol
+// echo (scripts/mcp_echo.sh) whose tool echo_external tenant demo calls.
+func echoRemotes(t *testing.T) string {
+	t.Helper()
 	script, err := filepath.Abs(filepath.Join("..", "scripts", "mcp_echo.sh"))
 	if err != nil {
 		t.Fatal(err)
@@ -139,8 +135,19 @@ func TestTracing(t *testing.T) {
 		"]\n    tenants: [demo]\n    allow: [echo_external]\n    safety: {echo_external: read_only}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return config
+}
+
+// TestTracing: a call with a known trace context gets a span at the
+// gateway, one at the device tier and, for an upstream's tool, one at the
+// remote tier, all of that trace, each the child of the hop before it,
+// named and attributed as the MCP conventions say; and a device's local
+// tool runs with the tier's span as its TRACEPARENT (cmd.traceparent, the
+// feature trace).
+func TestTracing(t *testing.T) {
+	recv, tracer := newTestTracer(t)
 	reg := newProcessRegistry()
-	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tracer, c.Metrics, c.Remote.Config = tracer, reg, config })
+	f := startAllInOne(t, 0, func(c *AllInOneConfig) { c.Tracer, c.Metrics, c.Remote.Config = tracer, reg, echoRemotes(t) })
 	f.waitTool(DefaultTenant, "ext.echo_external", true)
 	tools, err := agent.ParseTools([]byte("tools:\n  - name: trace\n    description: Prints the trace context it runs in.\n"+
 		"    command: [sh, -c, 'printf %s \"$TRACEPARENT\"']\n    safety: read_only\n"), "tools.yaml")
