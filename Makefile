@@ -104,6 +104,11 @@ subscribe-load:
 latency-path:
 	./scripts/latency-path.sh
 
+## telemetry-cost: what metrics and tracing (off) cost a call: BenchmarkFastPath and BenchmarkCallPath at REF (333afd1^, before either) and the working tree in turn, ROUNDS (6) rounds, compared by benchstat (ns/op, allocs/op)
+.PHONY: telemetry-cost
+telemetry-cost:
+	./scripts/telemetry-cost.sh $(or $(REF),333afd1^) $(or $(ROUNDS),6)
+
 ## latency-compare: make latency-path for REF (a git revision) and the working tree in turn, ROUNDS (3) rounds, medians side by side (make latency-compare REF=HEAD~3)
 .PHONY: latency-compare
 latency-compare:
