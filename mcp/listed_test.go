@@ -130,3 +130,47 @@ func TestProjectRecord(t *testing.T) {
 		t.Errorf("a record with an unknown kind lists %d tools; the tier refuses such a manifest", len(entries))
 	}
 }
+
+// BenchmarkListNodes answers and encodes a page of the tools of 10,000
+// nodes (30,000 tools: an echo, and a pin's read and write, each): at
+// rest (nothing changed since the page before), and while the fleet
+// churns (a node reconnects before each page, as at scale one always
+// does somewhere).
+func BenchmarkListNodes(b *testing.B) {
+	d := listingDevices(b)
+	c := d.feed.(*shelf).catalog
+	echo := schemas.Capability{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
+		Verbs: []string{"invoke"}, SafetyClass: schemas.SafetyReadOnly}
+	pin := schemas.Capability{CapID: "pin", Kind: schemas.KindGPIO, SchemaRef: schemas.GPIOWriteInput,
+		Verbs: []string{"read", "write"}, SafetyClass: schemas.SafetyMutating}
+	recs := make([]*bus.Node, 10000)
+	for i := range recs {
+		recs[i] = &bus.Node{NodeID: fmt.Sprintf("01hzx9k3m4p7q8r9s0t1v%05d", i), Tenant: "demo", Capabilities: []schemas.Capability{echo, pin}}
+		c.putNode(d.project(recs[i]))
+	}
+	v := view{tenant: "demo", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating), form: formSafe}
+	first, err := c.page(v, "")
+	if err != nil || len(first.Tools) != pageSize {
+		b.Fatalf("first page: %d tools, %v", len(first.Tools), err)
+	}
+	cursor := first.NextCursor // page 2 of 30
+	for _, churn := range []bool{false, true} {
+		b.Run(fmt.Sprintf("churn=%v", churn), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if churn {
+					c.putNode(d.project(recs[i%len(recs)]))
+					i++
+				}
+				page, err := c.page(v, cursor)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := json.Marshal(page); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -22,9 +22,9 @@ const pageSize = 1000
 
 // toolList is one view's tools, sorted by listed name. Read-only once made.
 type toolList struct {
+	form    nameForm // the view's, in which the tools are named
 	names   []string
-	tools   []*sdk.Tool
-	entries []*entry // of tools, in their order
+	entries []*entry // of names, in their order; described only for a page
 	// hits are the list's search index (okso.find_tools), made once on
 	// the first search of the list (fleet.go).
 	once sync.Once
@@ -77,9 +77,9 @@ func (c *catalog) list(v view) *toolList {
 		}
 	}
 	slices.SortFunc(all, func(a, b named) int { return strings.Compare(a.name, b.name) })
-	l := &toolList{entries: make([]*entry, len(all)), tools: make([]*sdk.Tool, len(all)), names: make([]string, len(all))}
+	l := &toolList{form: v.form, entries: make([]*entry, len(all)), names: make([]string, len(all))}
 	for i, n := range all {
-		l.entries[i], l.tools[i], l.names[i] = n.e, n.e.tool(v.form), n.name
+		l.entries[i], l.names[i] = n.e, n.name
 	}
 	c.mu.Lock()
 	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {
@@ -104,12 +104,12 @@ func (c *catalog) page(v view, cursor string) (*sdk.ListToolsResult, error) {
 			start++
 		}
 	}
-	end := min(start+pageSize, len(l.tools))
-	res := &sdk.ListToolsResult{Tools: l.tools[start:end:end]}
-	if res.Tools == nil {
-		res.Tools = []*sdk.Tool{} // [], not null
+	end := min(start+pageSize, len(l.entries))
+	res := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, max(end-start, 0))} // [], not null
+	for _, e := range l.entries[start:max(end, start)] {
+		res.Tools = append(res.Tools, e.tool(l.form))
 	}
-	if end < len(l.tools) {
+	if end < len(l.entries) {
 		res.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(l.names[end-1]))
 	}
 	// Per tenant and scope, and changing as devices come and go.
