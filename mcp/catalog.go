@@ -280,8 +280,15 @@ type catalog struct {
 	nodesOf map[string]map[string]*nodeTool
 	// gens counts the changes of each tenant's tools, so that a list made
 	// outside the lock is kept only if none came meanwhile.
-	gens    map[string]uint64
-	lists   map[view]*toolList     // made on a view's first tools/list after a change
+	gens  map[string]uint64
+	lists map[view]*toolList // made on a view's first tools/list after a change
+	// last is each view's latest list, kept across changes, and journal
+	// each tenant's changes since a change of any but nodes: the next
+	// list of a view whose tenant's nodes only came and went since its
+	// last is that one with those nodes' tools taken out and put back
+	// (pages.go), not made again from all of them.
+	last    map[view]*toolList
+	journal map[string]*journal
 	servers map[string]*sdk.Server // by tenant, made on its first request
 }
 
@@ -313,6 +320,8 @@ func newCatalog(newServer func() *sdk.Server, refused func(e *entry, taken strin
 		nodesOf:   map[string]map[string]*nodeTool{},
 		gens:      map[string]uint64{},
 		lists:     map[view]*toolList{},
+		last:      map[view]*toolList{},
+		journal:   map[string]*journal{},
 		servers:   map[string]*sdk.Server{},
 	}
 }
@@ -435,7 +444,7 @@ func (c *catalog) putNode(n *nodeTool) {
 	if old := c.nodes[n.nodeID]; old != nil {
 		c.forgetNode(old)
 		if old.rec.Tenant != tenant {
-			c.changed(old.rec.Tenant)
+			c.changedNode(old.rec.Tenant, n.nodeID)
 			moved = c.serversOf(old.rec.Tenant)
 		}
 	}
@@ -460,7 +469,7 @@ func (c *catalog) putNode(n *nodeTool) {
 		c.nodesOf[tenant] = map[string]*nodeTool{}
 	}
 	c.nodesOf[tenant][n.nodeID] = n
-	c.changed(tenant)
+	c.changedNode(tenant, n.nodeID)
 	servers := c.serversOf(tenant)
 	c.mu.Unlock()
 	for i, e := range refused {
@@ -479,7 +488,7 @@ func (c *catalog) dropNode(nodeID string) {
 		return
 	}
 	c.forgetNode(old)
-	c.changed(old.rec.Tenant)
+	c.changedNode(old.rec.Tenant, nodeID)
 	servers := c.serversOf(old.rec.Tenant)
 	c.mu.Unlock()
 	notify(servers)
@@ -567,8 +576,27 @@ func (c *catalog) forget(k keyed) {
 }
 
 // changed drops the cached lists a change of tenant's tools makes stale
-// (every view's, for anyTenant); mu is held.
+// (every view's, for anyTenant); mu is held. The next list of the
+// tenant's views is made from all of its tools.
 func (c *catalog) changed(tenant string) {
+	c.stale(tenant)
+	c.journal[tenant] = &journal{from: c.gens[tenant]}
+}
+
+// changedNode is changed for a change of one node's tools only: the
+// next list of the tenant's views may be its last one with that node's
+// tools taken out and put back. mu is held.
+func (c *catalog) changedNode(tenant, nodeID string) {
+	c.stale(tenant)
+	j := c.journal[tenant]
+	if j == nil {
+		j = &journal{from: c.gens[tenant] - 1} // none before: a list of an earlier gen is made again
+		c.journal[tenant] = j
+	}
+	j.note(c.gens[tenant], nodeID)
+}
+
+func (c *catalog) stale(tenant string) {
 	c.gens[tenant]++
 	for v := range c.lists {
 		if v.tenant == tenant || tenant == anyTenant {

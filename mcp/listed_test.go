@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -173,4 +174,80 @@ func BenchmarkListNodes(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestListWith: a list brought forward from a view's last one as nodes
+// come, change, go and move between tenants (toolList.with) is the list
+// made from all of the tools, name for name and tool for tool, whatever
+// else changes in between (an upstream's tools, which make it again).
+func TestListWith(t *testing.T) {
+	d := listingDevices(t)
+	c := d.feed.(*shelf).catalog
+	rnd := rand.New(rand.NewPCG(1, 2))
+	echo := schemas.Capability{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
+		Verbs: []string{"invoke"}, SafetyClass: schemas.SafetyReadOnly}
+	pin := schemas.Capability{CapID: "pin", Kind: schemas.KindGPIO, SchemaRef: schemas.GPIOWriteInput,
+		Verbs: []string{"read", "write"}, SafetyClass: schemas.SafetyMutating}
+	views := []view{
+		{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly), form: formSafe},
+		{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating), form: formSeed},
+		{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly), lean: true},
+		{tenant: "b", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating), form: formSafe},
+	}
+	withs := 0
+	for step := range 600 {
+		id := fmt.Sprintf("01hzx9k3m4p7q8r9s0t1v%05d", rnd.IntN(40))
+		switch op := rnd.IntN(20); {
+		case op < 12:
+			caps := []schemas.Capability{echo}
+			if rnd.IntN(2) == 0 {
+				caps = append(caps, pin)
+			}
+			tenant := "a"
+			if rnd.IntN(5) == 0 {
+				tenant = "b"
+			}
+			c.putNode(d.project(&bus.Node{NodeID: id, Tenant: tenant, Capabilities: caps}))
+		case op < 19:
+			c.dropNode(id)
+		default:
+			name := fmt.Sprintf("up%d.t", rnd.IntN(3))
+			c.put("up/"+name, "a", []*entry{{name: name, safe: schemas.SafeToolName(name), scope: auth.ScopeReadOnly, origin: &origin{source: sourceNameUpstream, owner: "up"},
+				listed: [formCount]*sdk.Tool{{Name: name}, {Name: schemas.SafeToolName(name)}}}})
+		}
+		if rnd.IntN(3) > 0 {
+			continue // several changes between two lists, at times
+		}
+		for _, v := range views {
+			c.mu.RLock()
+			j := c.journal[v.tenant]
+			_, bringable := j.since(c.last[v].genOr(^uint64(0)))
+			c.mu.RUnlock()
+			if bringable && c.last[v] != nil && c.lists[v] == nil {
+				withs++
+			}
+			got := c.list(v)
+			c.mu.RLock()
+			want := c.made(v)
+			if len(got.names) != len(want.names) {
+				t.Fatalf("step %d, view %+v: %d tools listed, %d made from all", step, v, len(got.names), len(want.names))
+			}
+			for i := range got.names {
+				if got.names[i] != want.names[i] || got.entries[i].name != want.entries[i].name || got.entries[i].origin != want.entries[i].origin {
+					t.Fatalf("step %d, view %+v: tool %d is %s, made from all %s", step, v, i, got.names[i], want.names[i])
+				}
+			}
+		}
+	}
+	if withs < 50 {
+		t.Errorf("%d lists were brought forward, want many", withs)
+	}
+}
+
+// genOr is the list's gen, or or for none.
+func (l *toolList) genOr(or uint64) uint64 {
+	if l == nil {
+		return or
+	}
+	return l.gen
 }
