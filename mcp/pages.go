@@ -27,8 +27,8 @@ type toolList struct {
 	// tenant's tools it was made at.
 	gen, genAll uint64
 	form        nameForm // the view's, in which the tools are named
-	names   []string
-	entries []*entry // of names, in their order; described only for a page
+	names       []string
+	entries     []*entry // of names, in their order; described only for a page
 	// nodes are the node ids of per-node tools, "" for the others, in
 	// the same order: what with reads, without a look at each entry.
 	nodes []string
