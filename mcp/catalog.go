@@ -289,6 +289,7 @@ type catalog struct {
 	// (pages.go), not made again from all of them.
 	last    map[view]*toolList
 	journal map[string]*journal
+	pages   pageCache              // the JSON of recent pages' tools
 	servers map[string]*sdk.Server // by tenant, made on its first request
 }
 
@@ -321,6 +322,7 @@ func newCatalog(newServer func() *sdk.Server, refused func(e *entry, taken strin
 		gens:      map[string]uint64{},
 		lists:     map[view]*toolList{},
 		last:      map[view]*toolList{},
+		pages:     pageCache{max: maxPageBytes},
 		journal:   map[string]*journal{},
 		servers:   map[string]*sdk.Server{},
 	}

@@ -28,6 +28,20 @@ func testCatalog(testing.TB) (*catalog, *[]string) {
 	return c, &refused
 }
 
+// listed decodes the page's tools.
+func (p *listedPage) listed(t testing.TB) []*sdk.Tool {
+	t.Helper()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res sdk.ListToolsResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("a page does not decode: %v\n%s", err, b)
+	}
+	return res.Tools
+}
+
 // listedBy returns the names a view lists, following its pages.
 func listedBy(t *testing.T, c *catalog, v view) []string {
 	t.Helper()
@@ -38,7 +52,7 @@ func listedBy(t *testing.T, c *catalog, v view) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, tl := range res.Tools {
+		for _, tl := range res.listed(t) {
 			names = append(names, tl.Name)
 		}
 		if cursor = res.NextCursor; cursor == "" {
@@ -54,7 +68,7 @@ func listedFull(t *testing.T, c *catalog, v view) []*sdk.Tool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res.Tools
+	return res.listed(t)
 }
 
 // TestCatalog: a source's key owns what it put; putting again replaces it
@@ -348,8 +362,8 @@ func TestCatalogPages(t *testing.T) {
 	c.put("k", "a", entries)
 	v := view{tenant: "a", scopes: scopeBit(auth.ScopeReadOnly)}
 	first, err := c.page(v, "")
-	if err != nil || len(first.Tools) != pageSize || first.NextCursor == "" {
-		t.Fatalf("first page: %d tools, cursor %q, %v", len(first.Tools), first.NextCursor, err)
+	if err != nil || len(first.listed(t)) != pageSize || first.NextCursor == "" {
+		t.Fatalf("first page: %d tools, cursor %q, %v", len(first.listed(t)), first.NextCursor, err)
 	}
 	if first.CacheScope != "private" {
 		t.Errorf("cache scope %q", first.CacheScope)
@@ -357,12 +371,12 @@ func TestCatalogPages(t *testing.T) {
 	// A tool before the cursor goes: the next page starts where it would have.
 	c.put("k", "a", entries[1:])
 	second, err := c.page(v, first.NextCursor)
-	if err != nil || len(second.Tools) != pageSize || second.Tools[0].Name != "t-n"+strconv.Itoa(10000+pageSize) {
-		t.Fatalf("second page: %d tools from %s, %v", len(second.Tools), second.Tools[0].Name, err)
+	if err != nil || len(second.listed(t)) != pageSize || second.listed(t)[0].Name != "t-n"+strconv.Itoa(10000+pageSize) {
+		t.Fatalf("second page: %d tools from %s, %v", len(second.listed(t)), second.listed(t)[0].Name, err)
 	}
 	third, err := c.page(v, second.NextCursor)
-	if err != nil || len(third.Tools) != 10 || third.NextCursor != "" {
-		t.Fatalf("last page: %d tools, cursor %q, %v", len(third.Tools), third.NextCursor, err)
+	if err != nil || len(third.listed(t)) != 10 || third.NextCursor != "" {
+		t.Fatalf("last page: %d tools, cursor %q, %v", len(third.listed(t)), third.NextCursor, err)
 	}
 	if got := listedBy(t, c, v); len(got) != 2*pageSize+9 {
 		t.Errorf("listed %d", len(got))
@@ -373,7 +387,7 @@ func TestCatalogPages(t *testing.T) {
 		}
 	}
 	empty, err := c.page(view{tenant: "none"}, "")
-	if err != nil || empty.Tools == nil {
+	if err != nil || empty.listed(t) == nil {
 		t.Errorf("an empty view: %+v, %v", empty, err)
 	}
 }

@@ -510,7 +510,11 @@ func (g *Gateway) listTools(req sdk.Request) (sdk.Result, error) {
 	if p, ok := req.GetParams().(*sdk.ListToolsParams); ok && p != nil {
 		cursor = p.Cursor
 	}
-	return g.shelf.page(viewOf(c, g.form, !g.o.NoNodeTools), cursor)
+	page, err := g.shelf.page(viewOf(c, g.form, !g.o.NoNodeTools), cursor)
+	if err != nil {
+		return nil, err
+	}
+	return page, nil
 }
 
 func trimASCII(s string, max int) string {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -151,8 +152,8 @@ func BenchmarkListNodes(b *testing.B) {
 	}
 	v := view{tenant: "demo", scopes: scopeBit(auth.ScopeReadOnly) | scopeBit(auth.ScopeMutating), form: formSafe}
 	first, err := c.page(v, "")
-	if err != nil || len(first.Tools) != pageSize {
-		b.Fatalf("first page: %d tools, %v", len(first.Tools), err)
+	if err != nil || len(first.listed(b)) != pageSize {
+		b.Fatalf("first page: %d tools, %v", len(first.listed(b)), err)
 	}
 	cursor := first.NextCursor // page 2 of 30
 	for _, churn := range []bool{false, true} {
@@ -250,4 +251,112 @@ func (l *toolList) genOr(or uint64) uint64 {
 		return or
 	}
 	return l.gen
+}
+
+// TestPagesStable: a page's tools are encoded once and answered from the
+// page cache while they stay the same; a node that comes or goes makes
+// only the pages its tools are on again, not those after them; pages
+// that grow past pageSize are split, and every page of a view, followed
+// by its cursors, lists each tool of the view once, in order.
+func TestPagesStable(t *testing.T) {
+	d := listingDevices(t)
+	c := d.feed.(*shelf).catalog
+	echo := schemas.Capability{CapID: "echo", Kind: schemas.KindEcho, SchemaRef: schemas.EchoInput,
+		Verbs: []string{"invoke"}, SafetyClass: schemas.SafetyReadOnly}
+	node := func(i int) *bus.Node {
+		return &bus.Node{NodeID: fmt.Sprintf("01hzx9k3m4p7q8r9s0t1v%05d", i), Tenant: "demo", Capabilities: []schemas.Capability{echo}}
+	}
+	for i := 0; i < 10000; i += 2 {
+		c.putNode(d.project(node(i)))
+	}
+	v := view{tenant: "demo", scopes: scopeBit(auth.ScopeReadOnly), form: formSafe}
+	// walk lists every page and checks them against the list made from
+	// all; it returns the pages' cursors.
+	walk := func() []string {
+		t.Helper()
+		var names, cursors []string
+		for cursor := ""; ; {
+			cursors = append(cursors, cursor)
+			page, err := c.page(v, cursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tools := page.listed(t)
+			if len(tools) == 0 || len(tools) > pageSize {
+				t.Fatalf("a page of %d tools", len(tools))
+			}
+			for _, tl := range tools {
+				names = append(names, tl.Name)
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+		c.mu.RLock()
+		want := c.made(v)
+		if !slices.Equal(names, want.names) {
+			t.Fatalf("the pages list %d tools, %d made from all", len(names), len(want.names))
+		}
+		return cursors
+	}
+	before := walk()
+	if len(before) != 5 {
+		t.Fatalf("%d pages of 5,000 tools", len(before))
+	}
+	encoded := c.pages.encoded
+	if walk(); c.pages.encoded != encoded {
+		t.Errorf("listed again unchanged, %d pages were encoded again", c.pages.encoded-encoded)
+	}
+	// kept reports whether every bound of was is one of now.
+	kept := func(now, was []string) bool {
+		for _, c := range was {
+			if !slices.Contains(now, c) {
+				return false
+			}
+		}
+		return true
+	}
+	// A node comes on page 3, full: it is split in two, the others stay.
+	c.putNode(d.project(node(5001)))
+	encoded = c.pages.encoded
+	after := walk()
+	if len(after) != 6 || !kept(after, before) || c.pages.encoded != encoded+2 {
+		t.Errorf("a node came: %d pages, %d encoded again (cursors %v, were %v)", len(after), c.pages.encoded-encoded, after, before)
+	}
+	// It goes: the half it was on only.
+	c.dropNode(fmt.Sprintf("01hzx9k3m4p7q8r9s0t1v%05d", 5001))
+	encoded = c.pages.encoded
+	if now := walk(); !slices.Equal(now, after) || c.pages.encoded != encoded+1 {
+		t.Errorf("a node went: %d pages encoded again (cursors %v, were %v)", c.pages.encoded-encoded, now, after)
+	}
+	// Page 2 grows by 300 tools: split in two, the others stay.
+	for i := 2001; i < 2600; i += 2 {
+		c.putNode(d.project(node(i)))
+	}
+	encoded = c.pages.encoded
+	if now := walk(); len(now) != 7 || !kept(now, after) || c.pages.encoded != encoded+2 {
+		t.Errorf("page 2 grew: %d pages, %d encoded again (cursors %v, were %v)", len(now), c.pages.encoded-encoded, now, after)
+	}
+}
+
+// TestListedPageJSON: a page is written as the SDK writes the same
+// ListToolsResult, with the fields the SDK sets after okso answers.
+func TestListedPageJSON(t *testing.T) {
+	tools := []*sdk.Tool{{Name: "a", InputSchema: json.RawMessage(`{"type":"object"}`)}, {Name: "b<>", Description: "x & y"}}
+	body, err := json.Marshal(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, next := range []string{"", "bmV4dA"} {
+		p := &listedPage{ListToolsResult: &sdk.ListToolsResult{NextCursor: next}, tools: body}
+		p.SetMeta(map[string]any{"io.modelcontextprotocol/serverInfo": map[string]any{"name": "okso"}})
+		p.CacheScope = "private"
+		want := *p.ListToolsResult
+		want.Tools = tools
+		got, err := json.Marshal(p)
+		w, _ := json.Marshal(&want)
+		if err != nil || !bytes.Equal(got, w) {
+			t.Errorf("page\n%s, %v\nSDK\n%s", got, err, w)
+		}
+	}
 }

@@ -1,8 +1,12 @@
 package mcp
 
 import (
+	"bytes"
 	"cmp"
+	"container/list"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +36,8 @@ type toolList struct {
 	// nodes are the node ids of per-node tools, "" for the others, in
 	// the same order: what with reads, without a look at each entry.
 	nodes []string
+	// ends are the ends of its pages (bound), the last the list's length.
+	ends []int
 	// hits are the list's search index (okso.find_tools), made once on
 	// the first search of the list (fleet.go).
 	once sync.Once
@@ -70,6 +76,9 @@ func (c *catalog) list(v view) *toolList {
 		l = c.made(v) // unlocks
 	}
 	l.gen, l.genAll = gen, genAll
+	c.mu.RLock()
+	l.bound(c.last[v])
+	c.mu.RUnlock()
 	c.mu.Lock()
 	if c.gens[v.tenant] == gen && c.gens[anyTenant] == genAll {
 		c.lists[v] = l
@@ -215,7 +224,9 @@ func (j *journal) since(gen uint64) (map[string]bool, bool) {
 
 // page answers one tools/list request of a view: the page after cursor
 // ("" for the first), and the cursor of the next ("" after the last).
-func (c *catalog) page(v view, cursor string) (*sdk.ListToolsResult, error) {
+// Its tools are JSON from the catalog's page cache while the page holds
+// the same tools, encoded now otherwise.
+func (c *catalog) page(v view, cursor string) (*listedPage, error) {
 	l := c.list(v)
 	start := 0
 	if cursor != "" {
@@ -228,15 +239,191 @@ func (c *catalog) page(v view, cursor string) (*sdk.ListToolsResult, error) {
 			start++
 		}
 	}
-	end := min(start+pageSize, len(l.entries))
-	res := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, max(end-start, 0))} // [], not null
-	for _, e := range l.entries[start:max(end, start)] {
-		res.Tools = append(res.Tools, e.tool(l.form))
-	}
+	end := l.pageEnd(start)
+	res := &listedPage{ListToolsResult: &sdk.ListToolsResult{}}
 	if end < len(l.entries) {
 		res.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(l.names[end-1]))
 	}
 	// Per tenant and scope, and changing as devices come and go.
 	res.CacheScope, res.TTLMs = "private", 0
+	key := pageKey{v, cursor}
+	entries := l.entries[start:end]
+	if res.tools = c.pages.get(key, entries); res.tools == nil {
+		tools := make([]*sdk.Tool, len(entries))
+		for i, e := range entries {
+			tools[i] = e.tool(l.form)
+		}
+		var err error
+		if res.tools, err = json.Marshal(tools); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "a tool does not encode: " + err.Error()}
+		}
+		c.pages.put(key, entries, res.tools)
+	}
 	return res, nil
+}
+
+// listedPage is a tools/list page as the gateway answers it: the SDK's
+// result for everything but the tools (the SDK sets resultType and
+// _meta on it for the clients that need them), and the tools as JSON.
+type listedPage struct {
+	*sdk.ListToolsResult
+	tools json.RawMessage // a JSON array; the embedded result's Tools are unused
+}
+
+// MarshalJSON writes the page as the SDK writes a ListToolsResult,
+// whose last member is "tools".
+func (p *listedPage) MarshalJSON() ([]byte, error) {
+	r := *p.ListToolsResult
+	r.Tools = []*sdk.Tool{}
+	head, err := json.Marshal(&r)
+	if err != nil {
+		return nil, err
+	}
+	const empty = `"tools":[]}`
+	if !bytes.HasSuffix(head, []byte(empty)) {
+		return nil, fmt.Errorf("a tools/list result ends with %q, not with its tools", head[max(len(head)-20, 0):])
+	}
+	out := make([]byte, 0, len(head)+len(p.tools))
+	out = append(out, head[:len(head)-len(empty)+len(`"tools":`)]...)
+	out = append(out, p.tools...)
+	return append(out, '}'), nil
+}
+
+// Pages have stable bounds: a list brought forward or made again keeps
+// the last name of each page of the view's last list as a page's end,
+// so that a node that comes or goes changes the one page its tools are
+// on, and the cached pages after it stay valid (a page's bytes are
+// cached by view and cursor, the last name of the page before). A page
+// that grows past pageSize is split in parts of equal size, a page under
+// a quarter of it is merged with the next when both fit in one.
+
+// pageEnd is the end of the page that starts at start: the first bound
+// after it, at most pageSize tools on.
+func (l *toolList) pageEnd(start int) int {
+	i, _ := slices.BinarySearch(l.ends, start+1)
+	end := len(l.entries)
+	if i < len(l.ends) {
+		end = l.ends[i]
+	}
+	return min(end, start+pageSize)
+}
+
+// bound sets the list's page ends from the last names of the pages of
+// last, the view's list before (none: pages of pageSize).
+func (l *toolList) bound(last *toolList) {
+	var cuts []int // ends of pages, from last's bounds
+	if last != nil {
+		for _, end := range last.ends {
+			if end == len(last.names) {
+				break
+			}
+			i, found := slices.BinarySearch(l.names, last.names[end-1])
+			if found {
+				i++
+			}
+			if i > 0 && (len(cuts) == 0 || i > cuts[len(cuts)-1]) {
+				cuts = append(cuts, i)
+			}
+		}
+	}
+	cuts = append(cuts, len(l.names))
+	l.ends = l.ends[:0]
+	start := 0
+	for k, end := range cuts {
+		if end <= start {
+			continue
+		}
+		if n := end - start; n < pageSize/4 && k+1 < len(cuts) && cuts[k+1]-start <= pageSize {
+			continue // merged with the next
+		}
+		if n := end - start; n > pageSize {
+			parts := (n + pageSize - 1) / pageSize
+			if last == nil {
+				for start+pageSize < end { // a list's first pages: full ones
+					start += pageSize
+					l.ends = append(l.ends, start)
+				}
+			} else {
+				for p := 1; p < parts; p++ {
+					l.ends = append(l.ends, start+n*p/parts)
+				}
+			}
+		}
+		l.ends = append(l.ends, end)
+		start = end
+	}
+}
+
+// pageKey is a cached page: a view's page after a cursor.
+type pageKey struct {
+	v      view
+	cursor string
+}
+
+// pageCache holds the JSON of the tools of recent pages, up to max bytes,
+// the least recently used going first.
+type pageCache struct {
+	mu      sync.Mutex
+	max     int
+	size    int
+	encoded int                       // pages encoded (not found, or stale), for the tests
+	pages   map[pageKey]*list.Element // of *cachedPage
+	lru     list.List                 // most recent first
+}
+
+type cachedPage struct {
+	key     pageKey
+	entries []*entry // the page's tools: the bytes hold while it has these
+	tools   []byte
+}
+
+// maxPageBytes bounds the page cache: about 30 pages of device tools
+// (with their schemas), a fleet of 10,000 nodes listed by two views.
+const maxPageBytes = 64 << 20
+
+// cost is what a cached page holds in memory.
+func (p *cachedPage) cost() int { return len(p.tools) + 8*len(p.entries) + len(p.key.cursor) + 64 }
+
+// get returns the page's tools as JSON if they are cached for exactly
+// entries, nil otherwise.
+func (pc *pageCache) get(k pageKey, entries []*entry) []byte {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	el := pc.pages[k]
+	if el == nil {
+		return nil
+	}
+	p := el.Value.(*cachedPage)
+	if !slices.Equal(p.entries, entries) {
+		return nil
+	}
+	pc.lru.MoveToFront(el)
+	return p.tools
+}
+
+// put caches the JSON of a page's tools, entries.
+func (pc *pageCache) put(k pageKey, entries []*entry, tools []byte) {
+	p := &cachedPage{key: k, entries: slices.Clone(entries), tools: tools}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.encoded++
+	if pc.pages == nil {
+		pc.pages = map[pageKey]*list.Element{}
+	}
+	if el := pc.pages[k]; el != nil {
+		pc.size -= el.Value.(*cachedPage).cost()
+		pc.lru.Remove(el)
+	}
+	if p.cost() > pc.max {
+		delete(pc.pages, k)
+		return
+	}
+	pc.pages[k] = pc.lru.PushFront(p)
+	pc.size += p.cost()
+	for pc.size > pc.max {
+		old := pc.lru.Back()
+		pc.lru.Remove(old)
+		delete(pc.pages, old.Value.(*cachedPage).key)
+		pc.size -= old.Value.(*cachedPage).cost()
+	}
 }
