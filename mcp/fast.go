@@ -76,15 +76,22 @@ const (
 // SDK's to answer (or refuse). The decodes of the client metadata go
 // through memo (nil: none).
 func versionFits(h http.Header, req *fastRequest, memo *metaMemo) bool {
+	return metaFits(h, "tools/call", req.Params.Name, req.Params.Meta, memo)
+}
+
+// metaFits is versionFits for a request of method, of the name given
+// (none for a method without one: the Mcp-Name header must be absent),
+// whose _meta is meta.
+func metaFits(h http.Header, method, name string, meta map[string]json.RawMessage, memo *metaMemo) bool {
 	header := h.Get("Mcp-Protocol-Version")
-	meta := req.Params.Meta
 	raw, inMeta := meta[metaProtocolVersion]
 	if header < sessionless {
 		return !inMeta
 	}
 	v, plain := jsonscan.String(raw) // a plain string decodes to its bytes
+	_, named := h[http.CanonicalHeaderKey("Mcp-Name")]
 	if !plain && json.Unmarshal(raw, &v) != nil || v != header ||
-		h.Get("Mcp-Method") != "tools/call" || h.Get("Mcp-Name") != req.Params.Name {
+		h.Get("Mcp-Method") != method || h.Get("Mcp-Name") != name || name == "" && named {
 		return false
 	}
 	if c, ok := meta[metaClientCapabilities]; !ok || !memo.passes(memoCaps, c, capsDecode) {
@@ -230,6 +237,9 @@ func (g *Gateway) fastCall(next http.Handler) http.Handler {
 				ok = false
 			}
 			if ok && g.serveFast(w, r, req) {
+				return
+			}
+			if !ok && g.serveFastList(w, r, body) {
 				return
 			}
 		}

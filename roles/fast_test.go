@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -200,7 +201,22 @@ func TestFastPathMatchesSDK(t *testing.T) {
 		{name: "null id", body: call("null", echo, `{"message":"x"}`)},
 		{name: "notification", body: `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"` + echo + `"}}`},
 		{name: "batch", body: "[" + call("16", echo, `{"message":"x"}`) + "]", check: wantHTTP(http.StatusBadRequest)},
-		{name: "tools/list", body: `{"jsonrpc":"2.0","id":17,"method":"tools/list"}`, check: wantHTTP(http.StatusOK)},
+		// tools/list: the page as the page cache holds it.
+		{name: "tools/list", body: `{"jsonrpc":"2.0","id":17,"method":"tools/list"}`, fast: true, check: wantHTTP(http.StatusOK)},
+		{name: "tools/list read-write", token: rw, body: `{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{}}`, fast: true},
+		{name: "tools/list empty cursor", body: `{"jsonrpc":"2.0","id":50,"method":"tools/list","params":{"cursor":""}}`, fast: true},
+		{name: "tools/list after a cursor", body: `{"jsonrpc":"2.0","id":51,"method":"tools/list","params":{"cursor":"` +
+			base64.RawURLEncoding.EncodeToString([]byte("sys")) + `","_meta":{"progressToken":1}}}`, fast: true},
+		{name: "tools/list bad cursor", body: `{"jsonrpc":"2.0","id":52,"method":"tools/list","params":{"cursor":"!"}}`},
+		{name: "tools/list unknown params key", body: `{"jsonrpc":"2.0","id":53,"method":"tools/list","params":{"x":1}}`},
+		{name: "tools/list null params", body: `{"jsonrpc":"2.0","id":54,"method":"tools/list","params":null}`},
+		{name: "tools/list cursor not a string", body: `{"jsonrpc":"2.0","id":55,"method":"tools/list","params":{"cursor":5}}`},
+		{name: "sessionless tools/list", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},
+			body: `{"jsonrpc":"2.0","id":56,"method":"tools/list","params":{"_meta":{` + newMeta + `}}}`, fast: true},
+		{name: "sessionless tools/list with Mcp-Name", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list", "Mcp-Name": "x"},
+			body: `{"jsonrpc":"2.0","id":57,"method":"tools/list","params":{"_meta":{` + newMeta + `}}}`},
+		{name: "sessionless tools/list without _meta", hdr: map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},
+			body: `{"jsonrpc":"2.0","id":58,"method":"tools/list"}`},
 		{name: "trailing data", body: call("18", echo, `{"message":"x"}`) + "{}"},
 		{name: "not json", body: `{"jsonrpc":`, check: wantHTTP(http.StatusBadRequest)},
 		{name: "arguments not an object", body: call("19", echo, `[1]`)},
