@@ -338,3 +338,43 @@ func decodeNumbers(t *testing.T, doc []byte) any {
 	}
 	return v
 }
+
+// FuzzParseListRequest: a tools/list the fast path takes is one
+// encoding/json reads the same: the method, the id as the SDK writes it
+// back, the cursor.
+func FuzzParseListRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":"a\u0041","method":"tools/list","params":{"cursor":"c3lz","_meta":{"progressToken":1}}}`,
+		`{"jsonrpc":"2.0","id":-0,"method":"tools/list","params":{}}`,
+		`{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":1.5,"method":"tools/list","params":null}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":5}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, ok := parseListRequest(body)
+		if !ok {
+			return
+		}
+		var std struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Method  string          `json:"method"`
+			Params  struct {
+				Cursor string `json:"cursor"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(body, &std); err != nil {
+			t.Fatalf("taken, but encoding/json refuses it: %v", err)
+		}
+		var id, back any
+		if json.Unmarshal(std.ID, &id) != nil || json.Unmarshal(req.id, &back) != nil || !reflect.DeepEqual(id, back) {
+			t.Errorf("id %s written back as %s", std.ID, req.id)
+		}
+		if std.JSONRPC != "2.0" || std.Method != "tools/list" || std.Params.Cursor != req.cursor {
+			t.Errorf("taken as cursor %q; encoding/json reads %+v", req.cursor, std)
+		}
+	})
+}
