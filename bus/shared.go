@@ -101,6 +101,7 @@ func decodeRecord(b []byte) (*Node, error) {
 	w := struct {
 		*nodeFields
 		Capabilities json.RawMessage `json:"capabilities"` // shadows the record's
+		Labels       json.RawMessage `json:"labels"`       // and these
 	}{nodeFields: (*nodeFields)(n)}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return nil, err
@@ -110,9 +111,51 @@ func decodeRecord(b []byte) (*Node, error) {
 		return nil, err
 	}
 	n.Capabilities = caps
+	if n.Labels, err = labels(w.Labels); err != nil {
+		return nil, err
+	}
 	in := func(s *string) { *s = unique.Make(*s).Value() }
 	for _, s := range []*string{&n.Tenant, &n.Tier, &n.Agent.Name, &n.Agent.Version, &n.State} {
 		in(s)
 	}
 	return n, nil
+}
+
+// A fleet's nodes carry few distinct label sets (a site, a model, a
+// zone), and a small map costs more than the rest of a record: so the
+// followed records share one decoded map per distinct text too. A map
+// has no address a weak pointer could follow, so the shared maps are
+// held strongly, at most maxSharedLabels of them: when full, sharing
+// starts again empty (the maps already shared stay with their records).
+
+// maxSharedLabels bounds the label sets shared at once.
+const maxSharedLabels = 4096
+
+var sharedLabels = struct {
+	sync.Mutex
+	m map[string]map[string]string
+}{m: map[string]map[string]string{}}
+
+// labels returns the decoded labels of raw, shared with every record
+// whose labels have the same text; nil for none (absent, or null).
+func labels(raw json.RawMessage) (map[string]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	sharedLabels.Lock()
+	l, ok := sharedLabels.m[string(raw)]
+	sharedLabels.Unlock()
+	if ok {
+		return l, nil
+	}
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil, err
+	}
+	sharedLabels.Lock()
+	defer sharedLabels.Unlock()
+	if len(sharedLabels.m) >= maxSharedLabels {
+		clear(sharedLabels.m)
+	}
+	sharedLabels.m[string(raw)] = l
+	return l, nil
 }

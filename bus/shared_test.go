@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"reflect"
 	"runtime"
 	"testing"
 
@@ -81,4 +82,34 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestSharedLabels: records with the same labels share one map, equal to
+// what json.Unmarshal makes; other labels, none, null and {} decode as
+// json.Unmarshal decodes them; labels that are no object are refused.
+func TestSharedLabels(t *testing.T) {
+	record := func(node, labels string) []byte {
+		return []byte(`{"node_id":"` + node + `","tenant":"acme"` + labels + `}`)
+	}
+	a, err := decodeRecord(record("a", `,"labels":{"site":"x","zone":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decodeRecord(record("b", `,"labels":{"site":"x","zone":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.ValueOf(a.Labels).UnsafePointer() != reflect.ValueOf(b.Labels).UnsafePointer() {
+		t.Error("two records of the same labels hold two maps")
+	}
+	for _, labels := range []string{`,"labels":{"site":"x","zone":"a"}`, `,"labels":{"site":"y"}`, ``, `,"labels":null`, `,"labels":{}`} {
+		got, err := decodeRecord(record("c", labels))
+		var want Node
+		if json.Unmarshal(record("c", labels), &want) != nil || err != nil || !reflect.DeepEqual(got.Labels, want.Labels) {
+			t.Errorf("labels%s: decoded %#v (%v), json.Unmarshal %#v", labels, got.Labels, err, want.Labels)
+		}
+	}
+	if _, err := decodeRecord(record("d", `,"labels":["x"]`)); err == nil {
+		t.Error("labels that are no object decoded")
+	}
 }
