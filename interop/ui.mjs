@@ -114,6 +114,42 @@ main(async () => {
 		out.pwned = await page.evaluate(() => typeof window.__pwned === 'undefined' ? null : window.__pwned);
 		await page.screenshot({ path: join(artefacts, 'hostile.png'), fullPage: true });
 
+		// 10,000 nodes: the gateway's fleet.nodes answers, made up here,
+		// for a fleet of 10,000 (every fifth offline). The page holds one
+		// page of rows, and pages and searches through fleet.nodes.
+		const fleet = 10_000;
+		const fakeID = (i) => `00000000000000${String(i).padStart(12, '0')}`.replace(/[ilou]/g, '0');
+		out.bigRequests = [];
+		await page.route('**/mcp/tools/call', async (route) => {
+			const body = route.request().postDataJSON();
+			if (body?.tool !== 'fleet.nodes') return route.continue();
+			out.bigRequests.push(body.arguments);
+			const a = body.arguments;
+			const from = a.cursor ? Number(a.cursor.slice(14)) + 1 : 0;
+			const nodes = [];
+			for (let i = from; i < Math.min(fleet, from + a.limit); i++) {
+				const offline = i % 5 === 4;
+				nodes.push({
+					node_id: fakeID(i), presence: offline ? 'offline' : 'online', name: `edge-${i}`, labels: { zone: 'b' },
+					agent: { name: 'okso-mock', version: '1.0.0' }, connected_at: new Date().toISOString(),
+					...(offline ? { last_seen: new Date(Date.now() - 3_600_000).toISOString() } : {}), tools: [],
+				});
+			}
+			const next = from + a.limit < fleet ? { next_cursor: fakeID(from + a.limit - 1) } : {};
+			await route.fulfill({ contentType: 'application/json', body: JSON.stringify({ nodes, total: fleet, ...next }) });
+		});
+		await page.fill('#nodes-query', 'zone=b');
+		await page.click('#nodes-search button[type=submit]');
+		await page.waitForFunction(() => document.getElementById('nodes-page').textContent.includes('of 10000'));
+		await page.click('#nodes-next');
+		await page.waitForFunction(() => document.getElementById('nodes-page').textContent.startsWith('51'));
+		out.bigPage = await page.textContent('#nodes-page');
+		out.bigRows = await page.$$eval('#nodes-rows tr', (rows) => rows.length);
+		out.bigOffline = await page.$$eval('#nodes-rows tr.node.offline', (rows) => rows.map((r) => r.cells[5].textContent));
+		out.bigTotal = await page.textContent('#nodes-total');
+		await page.screenshot({ path: join(artefacts, 'fleet-10000.png') });
+		await page.unroute('**/mcp/tools/call');
+
 		// Sign out: the token leaves session storage.
 		await page.click('#signout');
 		await page.waitForSelector('#signin', { state: 'visible' });

@@ -73,9 +73,18 @@ type uiResult struct {
 	Pwned         any         `json:"pwned"`
 	PwnedAtEnd    any         `json:"pwnedAtEnd"`
 	AfterSignOut  *string     `json:"afterSignOut"`
-	PageErrors    []string    `json:"pageErrors"`
-	ConsoleErrors []string    `json:"consoleErrors"`
-	Dialogs       []string    `json:"dialogs"`
+	BigRequests   []struct {
+		Labels map[string]string `json:"labels"`
+		Limit  int               `json:"limit"`
+		Cursor string            `json:"cursor"`
+	} `json:"bigRequests"`
+	BigPage       string   `json:"bigPage"`
+	BigRows       int      `json:"bigRows"`
+	BigOffline    []string `json:"bigOffline"`
+	BigTotal      string   `json:"bigTotal"`
+	PageErrors    []string `json:"pageErrors"`
+	ConsoleErrors []string `json:"consoleErrors"`
+	Dialogs       []string `json:"dialogs"`
 }
 
 // TestUIDashboard drives the dashboard in headless Chromium against a
@@ -160,6 +169,27 @@ func TestUIDashboard(t *testing.T) {
 	}
 	if r.HostileElems != 0 || r.Pwned != nil || r.PwnedAtEnd != nil {
 		t.Errorf("the hostile description ran: %d elements made, window.__pwned %v, %v", r.HostileElems, r.Pwned, r.PwnedAtEnd)
+	}
+
+	// 10,000 nodes: one page of rows, the rest by search and cursor.
+	if r.BigRows != 50 || !strings.HasPrefix(r.BigPage, "51–100 of 10000") || r.BigTotal != "(10000)" || len(r.BigOffline) != 10 {
+		t.Errorf("a fleet of 10,000: %d rows, page %q, total %q, %d offline shown; want 50 rows, 51–100 of 10000, 10 offline",
+			r.BigRows, r.BigPage, r.BigTotal, len(r.BigOffline))
+	}
+	for _, seen := range r.BigOffline {
+		if !strings.Contains(seen, "ago") {
+			t.Errorf("an offline node's last seen %q", seen)
+		}
+	}
+	paged := false
+	for _, a := range r.BigRequests {
+		if a.Limit > 100 || a.Cursor != "" && a.Labels["zone"] != "b" {
+			t.Errorf("fleet.nodes asked %+v: want a page of at most 100, and the search's labels with its cursor", a)
+		}
+		paged = paged || a.Cursor != ""
+	}
+	if !paged {
+		t.Errorf("no fleet.nodes request with a cursor: %+v", r.BigRequests)
 	}
 
 	shot := filepath.Join(artefacts, "dashboard.png")
