@@ -238,6 +238,7 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.ui = ui
+	ui.register(o.Metrics)
 	g.registerState(o.Metrics)
 	info, _ := json.Marshal(implementation(g.o.Version))
 	g.results = resultWriter(info)

@@ -13,6 +13,7 @@ import (
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -75,6 +76,19 @@ func newDashboard(g *Gateway) (*dashboard, error) {
 	}
 	return &dashboard{files: files, nc: g.o.NC, streams: g.streams, ping: g.o.PingInterval, idle: g.o.IdleTimeout,
 		stop: make(chan struct{})}, nil
+}
+
+// register adds the dashboard's metrics to reg (nil: none).
+func (d *dashboard) register(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "okso_gateway_audit_feeds",
+			Help: "Dashboard audit feeds the gateway holds open."}, func() float64 { return float64(d.feedsOpen.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "okso_gateway_audit_feed_dropped_total",
+			Help: "Audit events dropped for a dashboard that did not keep up."}, func() float64 { return float64(d.feedDropped.Load()) }),
+	)
 }
 
 // endAll ends every audit feed: the gateway is stopping.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
@@ -28,6 +29,7 @@ type dashboardTest struct {
 	srv    *httptest.Server
 	pub    *nats.Conn
 	signer *auth.Signer
+	reg    *prometheus.Registry
 }
 
 func newDashboardTest(t *testing.T) *dashboardTest {
@@ -59,14 +61,15 @@ func newDashboardTest(t *testing.T) *dashboardTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(Options{NC: nc, Registry: &bus.Registry{}, Schemas: set,
+	reg := prometheus.NewRegistry()
+	g, err := New(Options{NC: nc, Registry: &bus.Registry{}, Schemas: set, Metrics: reg,
 		Verifier: auth.NewVerifier(signer.Public(), auth.AudienceGateway), PingInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
-	return &dashboardTest{g: g, srv: srv, pub: pub, signer: signer}
+	return &dashboardTest{g: g, srv: srv, pub: pub, signer: signer, reg: reg}
 }
 
 func (d *dashboardTest) token(t *testing.T, tenant string, scopes ...string) string {
@@ -259,6 +262,9 @@ func TestDashboardAuditFeed(t *testing.T) {
 			t.Errorf("event data %s carries markup unescaped", ev.data)
 		}
 	}
+	if n := metricValue(t, d.reg, "okso_gateway_audit_feeds"); n != 1 {
+		t.Errorf("okso_gateway_audit_feeds %v with one feed open", n)
+	}
 	d.g.EndStreams()
 	if ev := nextFeed(t, events); ev.name != "close" {
 		t.Fatalf("after EndStreams: %+v, want close", ev)
@@ -332,4 +338,23 @@ func TestDashboardNoHTMLSinks(t *testing.T) {
 	if n < 4 {
 		t.Fatalf("checked %d files of the dashboard, want its page, style and scripts", n)
 	}
+}
+
+// metricValue is the value of the one gauge or counter name of reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.Metric) == 1 {
+			if g := f.Metric[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return f.Metric[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
