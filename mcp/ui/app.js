@@ -376,7 +376,9 @@ function chooseTool(name) {
 	state.plan = null;
 	$('call-plan').hidden = true;
 	const isPattern = name.includes('*');
-	const fanOut = Boolean(d && (d.template || d.source === 'device'));
+	// A subscription streams: the chart shows it, and fleet.call refuses it.
+	const streaming = segments(name)?.parts[3] === 'subscribe';
+	const fanOut = Boolean(d && (d.template || d.source === 'device')) && !streaming;
 	setText($('call-desc'), d ? [d.title, d.description].filter(Boolean).join(' — ') : name ? 'Not among the tools found: the call says why.' : '');
 	state.readArgs = build($('call-args'), d?.inputSchema || { type: 'object' });
 	$('call-one').hidden = isPattern;
@@ -415,6 +417,13 @@ $('call-form').addEventListener('submit', async (ev) => {
 	if (!name) return;
 	const args = readArgs();
 	if (!args) return;
+	const s = segments(name);
+	if (s?.parts[0] === 'sys' && s.parts[3] === 'subscribe' && !name.includes('*')) {
+		const n = state.nodes.get(s.parts[1]) || { node_id: s.parts[1], tools: [name] };
+		openChart(n);
+		$('chart').scrollIntoView({ block: 'nearest' });
+		return;
+	}
 	$('fleet-table').hidden = true;
 	setText($('call-status'), `calling ${name}…`);
 	showResult('', false);
