@@ -72,6 +72,9 @@ main(async () => {
 		out.nodes = await page.$$eval('#nodes-rows tr.node', (rows) => rows.map((r) => r.getAttribute('data-node')));
 		out.presence = await page.$$eval('#nodes-rows tr.node', (rows) => rows.map((r) => r.cells[0].textContent));
 
+		// The audit feed is live before anything is called.
+		await page.waitForFunction(() => document.getElementById('audit-state').textContent.includes('live'));
+
 		// A node's metrics, live.
 		await page.click('#nodes-rows tr.node button.chart-btn');
 		await page.waitForFunction(() => Number(document.getElementById('chart-samples').textContent) >= 2);
@@ -97,6 +100,16 @@ main(async () => {
 			id,
 		);
 		out.auditRow = await page.$$eval('#audit-rows tr', (rows, id) => rows.find((r) => r.textContent.includes(id))?.textContent, id);
+
+		// A call the gateway refuses: its error envelope, shown.
+		await page.fill('#call-tool', 'nosuch-tool');
+		await page.dispatchEvent('#call-tool', 'change');
+		await page.click('#call-one');
+		await page.waitForSelector('#call-result.failed');
+		out.refusedCall = JSON.parse(await page.textContent('#call-result'));
+		await page.fill('#call-tool', out.callTool);
+		await page.dispatchEvent('#call-tool', 'change');
+		await page.fill('#call-args input[name=message]', 'hello from chromium');
 
 		// fleet.call on every node, a row each.
 		await page.click('#call-all');

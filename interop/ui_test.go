@@ -63,6 +63,9 @@ type uiResult struct {
 		Message string `json:"message"`
 		NodeID  string `json:"node_id"`
 	} `json:"echo"`
+	RefusedCall struct {
+		Code, Category, Message string
+	} `json:"refusedCall"`
 	EchoRequestID string      `json:"echoRequestID"`
 	AuditRow      string      `json:"auditRow"`
 	FleetRows     [][2]string `json:"fleetRows"`
@@ -124,9 +127,12 @@ func TestUIDashboard(t *testing.T) {
 	if len(r.TokenInURL) > 0 || r.TokenInPage {
 		t.Errorf("the token is in a URL %v or in the page's markup (%v)", r.TokenInURL, r.TokenInPage)
 	}
-	// Chromium logs the spoiled token's 401 as a failed load: that one is
-	// expected; any other (a policy violation says "Refused to") is not.
-	consoleErrors := slices.DeleteFunc(r.ConsoleErrors, func(e string) bool { return strings.Contains(e, "status of 401") })
+	// Chromium logs the spoiled token's 401 and the unknown tool's 404 as
+	// failed loads: those are expected; any other (a policy violation
+	// says "Refused to") is not.
+	consoleErrors := slices.DeleteFunc(r.ConsoleErrors, func(e string) bool {
+		return strings.Contains(e, "status of 401") || strings.Contains(e, "status of 404")
+	})
 	if len(r.PageErrors) > 0 || len(consoleErrors) > 0 || len(r.Dialogs) > 0 {
 		t.Errorf("page errors %q, console errors %q, dialogs %q", r.PageErrors, consoleErrors, r.Dialogs)
 	}
@@ -158,6 +164,10 @@ func TestUIDashboard(t *testing.T) {
 		return e.RequestID == r.EchoRequestID && e.Actor == "gateway" && e.Decision == bus.DecisionAllowed && strings.HasPrefix(e.Tool, "sysecho.")
 	}); !ok {
 		t.Errorf("no audit event on NATS for the page's call %s", r.EchoRequestID)
+	}
+	// A refused call shows its error envelope.
+	if r.RefusedCall.Code != "E_TOOL_NOT_FOUND" || r.RefusedCall.Category != "tool_not_found" || r.RefusedCall.Message == "" {
+		t.Errorf("a call of an unknown tool shows %+v, want its E_TOOL_NOT_FOUND envelope", r.RefusedCall)
 	}
 	// fleet.call: a row per node, each ok.
 	if len(r.FleetRows) != len(o.nodes) || slices.ContainsFunc(r.FleetRows, func(row [2]string) bool { return row[1] != "ok" }) {

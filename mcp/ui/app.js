@@ -30,7 +30,8 @@ const state = {
 	aborts: new Set(), // every stream and loop of the signed-in page
 	chart: null, // the chart's AbortController
 	audit: [], // the last events, newest first
-	describe: null, // the tool the call form is for
+	chosen: '', // the name the call form is for
+	describe: null, // its descriptor, if found
 	readArgs: () => ({}),
 	plan: null, // fleet.call arguments awaiting their plan's run
 };
@@ -75,6 +76,8 @@ function signOut(why = '') {
 	for (const id of ['nodes-rows', 'audit-rows', 'fleet-rows', 'call-tools', 'tools-device', 'tools-upstream', 'tools-caller', 'tools-okso']) clear($(id));
 	for (const id of ['who', 'call-result', 'call-status', 'nodes-total', 'nodes-page', 'audit-state', 'call-desc']) setText($(id), '');
 	$('call-tool').value = '';
+	state.chosen = '';
+	state.describe = null;
 	$('dash').hidden = true;
 	$('signout').hidden = true;
 	$('signin').hidden = false;
@@ -370,8 +373,14 @@ function descriptor(name) {
 	return state.tools.byName.get(name) || state.tools.byPattern.get(name) || state.tools.byPattern.get(patternOf(name)) || null;
 }
 
+// chooseTool makes the call form for the tool name: once per name, so
+// that the change event a browser fires when the field loses focus (a
+// click on a button of the form) does not rebuild the form under the
+// click; again once the tool's descriptor is found.
 function chooseTool(name) {
 	const d = descriptor(name);
+	if (name === state.chosen && d === state.describe) return;
+	state.chosen = name;
 	state.describe = d;
 	state.plan = null;
 	$('call-plan').hidden = true;
