@@ -25,6 +25,7 @@ const state = {
 	cursors: [undefined], // cursors[i] gets page i
 	page: 0,
 	nodes: new Map(), // node id → node, of the page shown
+	nodesSignature: '', // of the page shown
 	tools: { byName: new Map(), byPattern: new Map(), signature: '' },
 	timers: [],
 	aborts: new Set(), // every stream and loop of the signed-in page
@@ -72,6 +73,7 @@ function signOut(why = '') {
 	stopChart();
 	state.audit = [];
 	state.nodes.clear();
+	state.nodesSignature = '';
 	state.tools = { byName: new Map(), byPattern: new Map(), signature: '' };
 	for (const id of ['nodes-rows', 'audit-rows', 'fleet-rows', 'call-tools', 'tools-device', 'tools-upstream', 'tools-caller', 'tools-okso']) clear($(id));
 	for (const id of ['who', 'call-result', 'call-status', 'nodes-total', 'nodes-page', 'audit-state', 'call-desc']) setText($(id), '');
@@ -132,14 +134,30 @@ async function refreshNodes(background = false) {
 	}
 }
 
+function seenText(n) {
+	if (n.presence === 'online') return n.connected_at ? `online since ${ago(n.connected_at)}` : 'online';
+	return n.last_seen ? ago(n.last_seen) : '';
+}
+
 function renderNodes(r) {
 	const rows = $('nodes-rows');
 	const nodes = Array.isArray(r?.nodes) ? r.nodes : [];
 	state.nodes = new Map(nodes.map((n) => [n.node_id, n]));
+	// The same page as last time: only the times move. Rows are not
+	// replaced under a pointer about to click one of their buttons.
+	const signature = JSON.stringify([r?.total, r?.next_cursor, nodes]);
+	if (signature === state.nodesSignature) {
+		for (const tr of rows.querySelectorAll('tr.node')) {
+			const n = state.nodes.get(tr.getAttribute('data-node'));
+			if (n) setText(tr.cells[5], seenText(n));
+		}
+		return;
+	}
+	state.nodesSignature = signature;
 	const trs = nodes.map((n) => {
 		const online = n.presence === 'online';
 		const labels = Object.entries(n.labels || {}).map(([k, v]) => el('span', { class: 'label' }, `${k}=${v}`));
-		const seen = online ? (n.connected_at ? `online since ${ago(n.connected_at)}` : 'online') : n.last_seen ? ago(n.last_seen) : '';
+		const seen = seenText(n);
 		const subscribe = metricsTool(n);
 		const actions = el('td', {});
 		if (online && subscribe) actions.appendChild(el('button', { type: 'button', class: 'chart-btn', 'data-node': n.node_id }, 'Chart'));
@@ -595,7 +613,7 @@ async function followAudit() {
 $('signin-form').addEventListener('submit', async (ev) => {
 	ev.preventDefault();
 	const input = $('token');
-	const tok = input.value.trim();
+	const tok = input.value.trim().replace(/^bearer\s+/i, '');
 	input.value = '';
 	if (!tok) return;
 	try {
