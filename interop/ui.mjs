@@ -3,13 +3,13 @@
 // then the right one; the mock nodes listed; a node's metrics charted
 // until at least two samples came; sysecho called through the form and
 // its echo shown; that call in the audit feed; fleet.call's rows; and a
-// caller tool whose description holds markup shown as text, with no
-// script run. Screenshots go to OKSO_ARTEFACTS.
+// caller tool and an upstream's tool whose descriptions hold markup
+// shown as text, with no script run. Screenshots go to OKSO_ARTEFACTS.
 //
 // Environment: OKSO_UI (the dashboard's URL), OKSO_TOKEN (a read-only
 // agent token), OKSO_CHROMIUM (the browser), OKSO_ARTEFACTS (a
 // directory), OKSO_HOSTILE_TOOL (the caller tool with markup in its
-// description). Prints one JSON object: what the page showed.
+// description), OKSO_HOSTILE_UPSTREAM (an upstream's tool, the same). Prints one JSON object: what the page showed.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -120,6 +120,9 @@ main(async () => {
 		// The caller tool whose description is markup: shown as text, run never.
 		await page.waitForSelector(`#tools-caller li[data-tool="${hostile}"]`);
 		out.hostileListed = await page.textContent(`#tools-caller li[data-tool="${hostile}"]`);
+		const upstream = env('OKSO_HOSTILE_UPSTREAM');
+		await page.waitForSelector(`#tools-upstream li[data-tool="${upstream}"]`);
+		out.upstreamListed = await page.textContent('#tools-upstream');
 		await page.screenshot({ path: join(artefacts, 'dashboard.png'), fullPage: true });
 		await page.click(`#tools-caller button[data-tool="${hostile}"]`);
 		out.hostileDesc = await page.textContent('#call-desc');

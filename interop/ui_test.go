@@ -66,17 +66,18 @@ type uiResult struct {
 	RefusedCall struct {
 		Code, Category, Message string
 	} `json:"refusedCall"`
-	EchoRequestID string      `json:"echoRequestID"`
-	AuditRow      string      `json:"auditRow"`
-	FleetRows     [][2]string `json:"fleetRows"`
-	FleetStatus   string      `json:"fleetStatus"`
-	HostileListed string      `json:"hostileListed"`
-	HostileDesc   string      `json:"hostileDesc"`
-	HostileElems  int         `json:"hostileElements"`
-	Pwned         any         `json:"pwned"`
-	PwnedAtEnd    any         `json:"pwnedAtEnd"`
-	AfterSignOut  *string     `json:"afterSignOut"`
-	BigRequests   []struct {
+	EchoRequestID  string      `json:"echoRequestID"`
+	AuditRow       string      `json:"auditRow"`
+	FleetRows      [][2]string `json:"fleetRows"`
+	FleetStatus    string      `json:"fleetStatus"`
+	HostileListed  string      `json:"hostileListed"`
+	HostileDesc    string      `json:"hostileDesc"`
+	UpstreamListed string      `json:"upstreamListed"`
+	HostileElems   int         `json:"hostileElements"`
+	Pwned          any         `json:"pwned"`
+	PwnedAtEnd     any         `json:"pwnedAtEnd"`
+	AfterSignOut   *string     `json:"afterSignOut"`
+	BigRequests    []struct {
 		Labels map[string]string `json:"labels"`
 		Limit  int               `json:"limit"`
 		Cursor string            `json:"cursor"`
@@ -96,16 +97,18 @@ type uiResult struct {
 // issue 33's list. Screenshots are the test's artefacts (go test
 // -artifacts keeps them); -update-screenshot refreshes the README's.
 func TestUIDashboard(t *testing.T) {
-	o := startOkso(t, 3)
+	o := startOkso(t, 3, "--remotes", hostileUpstream(t))
 	browser := chromiumPath(t)
 	hostile := o.listenHostile(t)
+	o.waitTools(t, o.token, "shady.lookup")
 
 	artefacts := t.ArtifactDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	ui := strings.TrimSuffix(o.mcpURL, "/mcp") + "/ui/"
 	cmd := nodeCommand(ctx, t, []string{"OKSO_UI=" + ui, "OKSO_TOKEN=" + o.token, "OKSO_CHROMIUM=" + browser,
-		"OKSO_ARTEFACTS=" + artefacts, "OKSO_HOSTILE_TOOL=" + hostile}, "ui.mjs")
+		"OKSO_ARTEFACTS=" + artefacts, "OKSO_HOSTILE_TOOL=" + hostile, "OKSO_HOSTILE_UPSTREAM=" + listedName("shady.lookup")},
+		"ui.mjs")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -177,6 +180,9 @@ func TestUIDashboard(t *testing.T) {
 	if !strings.Contains(r.HostileListed, hostileDescription) || !strings.Contains(r.HostileDesc, hostileDescription) {
 		t.Errorf("the hostile description is not shown as its text: listed %q, described %q", r.HostileListed, r.HostileDesc)
 	}
+	if !strings.Contains(r.UpstreamListed, hostileDescription) || !strings.Contains(r.UpstreamListed, "upstream shady") {
+		t.Errorf("the upstream's hostile description is not shown as its text, under its upstream: %q", r.UpstreamListed)
+	}
 	if r.HostileElems != 0 || r.Pwned != nil || r.PwnedAtEnd != nil {
 		t.Errorf("the hostile description ran: %d elements made, window.__pwned %v, %v", r.HostileElems, r.Pwned, r.PwnedAtEnd)
 	}
@@ -215,6 +221,34 @@ func TestUIDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// hostileUpstream writes a remotes file for all-in-one: one upstream,
+// shady, a seed-002 action endpoint whose one tool, lookup, has
+// hostileDescription for its description. It returns the file's path.
+func hostileUpstream(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	reply, err := json.Marshal(map[string]any{"type": "result", "tools": []any{map[string]any{
+		"name": "lookup", "description": hostileDescription, "input_schema": map[string]any{"type": "object"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replyFile, script := filepath.Join(dir, "reply.json"), filepath.Join(dir, "shady.sh")
+	// It answers every request with its list: the test only lists it.
+	if err := os.WriteFile(replyFile, append(reply, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat >/dev/null\nexec cat "+replyFile+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := "upstreams:\n  - name: shady\n    transport: action\n    command: [" + script + "]\n" +
+		"    tenants: [demo]\n    allow: [lookup]\n    safety: {lookup: read_only}\n"
+	path := filepath.Join(dir, "remotes.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // listenHostile declares, as another agent of the tenant, a caller tool
