@@ -34,6 +34,13 @@ type dashboardTest struct {
 
 func newDashboardTest(t *testing.T) *dashboardTest {
 	t.Helper()
+	return newDashboardTestWith(t, Options{PingInterval: time.Hour})
+}
+
+// newDashboardTestWith is newDashboardTest with the gateway's options o
+// (NATS, registry, schemas, verifier and metrics are the test's).
+func newDashboardTestWith(t *testing.T, o Options) *dashboardTest {
+	t.Helper()
 	creds, err := bus.NewCredentials()
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +69,9 @@ func newDashboardTest(t *testing.T) *dashboardTest {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	g, err := New(Options{NC: nc, Registry: &bus.Registry{}, Schemas: set, Metrics: reg,
-		Verifier: auth.NewVerifier(signer.Public(), auth.AudienceGateway), PingInterval: time.Hour})
+	o.NC, o.Registry, o.Schemas, o.Metrics = nc, &bus.Registry{}, set, reg
+	o.Verifier = auth.NewVerifier(signer.Public(), auth.AudienceGateway)
+	g, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,6 +279,32 @@ func TestDashboardAuditFeed(t *testing.T) {
 	}
 	if _, ok := <-events; ok {
 		t.Fatal("the feed goes on after its close event")
+	}
+}
+
+// TestDashboardAuditFeedBounds: a feed pings while idle, and holds one
+// of its tenant's stream slots, so a tenant at its bound is refused one
+// more (429) while another tenant is not.
+func TestDashboardAuditFeedBounds(t *testing.T) {
+	d := newDashboardTestWith(t, Options{PingInterval: 20 * time.Millisecond, MaxStreamsPerTenant: 1})
+	sse := map[string]string{"Accept": "text/event-stream"}
+	res := d.post(t, "/ui/api/audit", d.token(t, "demo", auth.ScopeReadOnly), sse)
+	events := readFeed(res.Body)
+	if ev := nextFeed(t, events); ev.name != "ready" {
+		t.Fatalf("first event %+v, want ready", ev)
+	}
+	if ev := nextFeed(t, events); ev.name != "ping" {
+		t.Fatalf("an idle feed's next event %+v, want ping", ev)
+	}
+	if res := d.post(t, "/ui/api/audit", d.token(t, "demo", auth.ScopeReadOnly), sse); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a second feed of a tenant at its bound: %d, want 429", res.StatusCode)
+	}
+	other := d.post(t, "/ui/api/audit", d.token(t, "other", auth.ScopeReadOnly), sse)
+	if other.StatusCode != http.StatusOK {
+		t.Errorf("another tenant's feed: %d, want 200", other.StatusCode)
+	}
+	d.g.EndStreams()
+	for range events { // to its end
 	}
 }
 
