@@ -81,7 +81,10 @@ func (r Role) Permissions() *server.Permissions {
 			NodeCmd("*"), NodeCancel("*"), RemoteCall("*"),
 			subjectPrefix + "caller.>", subjectPrefix + "call.>", Audit("*"),
 		}
-		a.sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>"}
+		// Audit("*"): the dashboard's live audit feed, one tenant's
+		// subject at a time (mcp/ui.go); never the audit stream's stored
+		// events, which only the audit role reads.
+		a.sub = []string{Stream("*"), subjectPrefix + "caller.>", subjectPrefix + "call.>", Audit("*")}
 		a.kv(BucketNodes, false)
 		a.kv(BucketTiers, false) // a node is online while its tier's lease is
 		a.kv(BucketRemotes, false)

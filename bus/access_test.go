@@ -303,9 +303,24 @@ func checkRoles(t *testing.T, url string, seeds string) {
 	}
 
 	t.Run("gateway", func(t *testing.T) {
-		gw.mayNotSubscribe(t, bus.NodeCmd("*"))
-		gw.mayNotSubscribe(t, bus.RemoteCall("ext"))
-		gw.mayNotSubscribe(t, bus.Audit(">"))
+		// The dashboard's live audit feed: a tenant's subject as events
+		// come (the gateway keeps each tenant to its own, as it does its
+		// calls), never the stream's stored events.
+		feed, err := gw.SubscribeSync(bus.Audit("demo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.Publish(bus.Audit("demo"), []byte(`{"decision":"connected"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := feed.NextMsg(eventTimeout); err != nil || string(m.Data) != `{"decision":"connected"}` {
+			t.Fatalf("the gateway follows a tenant's audit subject: %v %v", m, err)
+		}
+		_ = feed.Unsubscribe()
+		gw.mayNotPublish(t, "$JS.API.DIRECT.GET."+bus.StreamAudit, nil)
 		gw.mayNotSubscribe(t, "_INBOX.device.>")
 		gw.mayNotPublish(t, "$KV."+bus.BucketNodes+"."+node, nil)
 		gw.mayNotPublish(t, "$KV."+bus.BucketTiers+".tier-a", nil)

@@ -21,6 +21,12 @@
 // SDK's authProvider, headless: it prints the authorize page's request
 // code and waits on stdin while the test runs `okso oauth approve`.
 //
+// The dashboard (README, The dashboard) is judged the same way, in a
+// real headless Chromium (Debian's, which .ci/run installs) driven by
+// playwright-core: ui.mjs signs in, charts a node, calls a tool, reads
+// the audit feed and checks that markup from another agent stays text
+// (ui_test.go; its screenshots are the test's artefacts).
+//
 // conformance-expected.json says, per protocol revision and scenario of
 // the conformance suite, whether okso must pass it or why it does not
 // apply; the tests fail when a run and the file disagree.

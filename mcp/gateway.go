@@ -165,6 +165,8 @@ type Gateway struct {
 	// complete is an empty tools/call result of resultType "complete",
 	// to copy (see completed).
 	complete sdk.CallToolResult
+	// ui serves the dashboard (ui.go).
+	ui *dashboard
 }
 
 // New checks opts and builds a gateway.
@@ -231,6 +233,12 @@ func New(o Options) (*Gateway, error) {
 		}
 		g.sources = append(g.sources, g.callers)
 	}
+	ui, err := newDashboard(g)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.ui = ui
+	ui.register(o.Metrics)
 	g.registerState(o.Metrics)
 	info, _ := json.Marshal(implementation(g.o.Version))
 	g.results = resultWriter(info)
@@ -275,6 +283,7 @@ func (g *Gateway) Wait(ctx context.Context, cond func(nodesByTenant map[string]i
 // goes on answering other requests.
 func (g *Gateway) EndStreams() {
 	g.streams.closeAll()
+	g.ui.endAll()
 	if g.callers != nil {
 		g.callers.held.endAll("the gateway is stopping")
 	}
@@ -321,6 +330,7 @@ func (g *Gateway) routes() http.Handler {
 	mux.Handle("/mcp", cop.Handler(g.gate.authenticate(g.fastCall(withHTTPCall(mcpHandler)))))
 	mux.Handle("POST /mcp/tools/call", cop.Handler(g.gate.authenticate(http.HandlerFunc(g.serveToolsCall))))
 	mux.Handle("GET /schemas/", g.o.Schemas.HandlerWith(g.kinds.Load))
+	g.uiRoutes(mux, cop)
 	if g.o.OAuth != nil {
 		g.o.OAuth.routes(mux, g.gate.baseURL)
 	}

@@ -273,6 +273,7 @@ func (b banner) write(w io.Writer) error {
 	}
 	fmt.Fprintf(&buf, "okso %s all-in-one\n", Version)
 	row("MCP endpoint", "%s", b.mcpURL)
+	row("dashboard", "%s", strings.TrimSuffix(b.mcpURL, "/mcp")+"/ui/")
 	row("device tier", "%s", b.deviceURL)
 	if b.metricsURL != "" {
 		row("metrics", "%s", b.metricsURL)

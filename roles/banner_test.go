@@ -112,7 +112,7 @@ func TestBanner(t *testing.T) {
 			labels = append(labels, strings.TrimSpace(label))
 		}
 	}
-	want := []string{"MCP endpoint", "device tier", "metrics", "NATS", "data dir", "mock devices", "agent token", "token mint", "try it", "sign in", "logs"}
+	want := []string{"MCP endpoint", "dashboard", "device tier", "metrics", "NATS", "data dir", "mock devices", "agent token", "token mint", "try it", "sign in", "logs"}
 	if !slices.Equal(labels, want) {
 		t.Errorf("banner rows %q, want %q:\n%s", labels, want, stdout)
 	}
@@ -120,6 +120,14 @@ func TestBanner(t *testing.T) {
 	if !strings.HasPrefix(mcpURL, "http://127.0.0.1:") || !strings.HasPrefix(bannerRow(t, stdout, "device tier"), "ws://127.0.0.1:") ||
 		!strings.HasPrefix(bannerRow(t, stdout, "NATS"), "nats://127.0.0.1:") {
 		t.Errorf("banner endpoints:\n%s", stdout)
+	}
+	// The dashboard row names the page the gateway serves.
+	if d := bannerRow(t, stdout, "dashboard"); d != strings.TrimSuffix(mcpURL, "/mcp")+"/ui/" {
+		t.Errorf("dashboard row %q, want the gateway's /ui/", d)
+	} else if resp, err := http.Get(d); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %v %v", d, resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	// The metrics row names where a scrape gets them.
 	if m := bannerRow(t, stdout, "metrics"); !strings.HasPrefix(m, "http://127.0.0.1:") || !strings.HasSuffix(m, "/metrics") {

