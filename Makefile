@@ -84,7 +84,7 @@ fleet-bench:
 bench-compare:
 	./scripts/bench-compare.sh
 
-## federation-bench: a bare go-sdk echo server over Streamable HTTP called directly and through okso (all-in-one --remotes), alternating, at 1 and 64 in flight (BENCH_DURATION=10s BENCH_ROUNDS=3)
+## federation-bench: bare mcp-go and go-sdk echo servers over Streamable HTTP called directly, through okso (all-in-one --remotes) and through TBXark/mcp-proxy when PEER_PROXY (../mcp-proxy) holds its source or binary, alternating: raw HTTP at 64 connections, answers checked (issue 34: okso >= 1.5x the peer), 64 and 1 in flight (BENCH_DURATION=10s BENCH_ROUNDS=3 BENCH_SHAPES BENCH_UPSTREAMS BENCH_PROFILE=file)
 .PHONY: federation-bench
 federation-bench:
 	./scripts/federation-bench.sh
