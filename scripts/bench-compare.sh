@@ -139,7 +139,10 @@ run() {
 			"${debug_url}profile?seconds=$(awk -v s="$(secs "$DURATION")" 'BEGIN{ s = int(s); print (s < 1 ? 1 : s) }')") &
 		prof=$!
 	fi
-	"$BENCH" bench --duration "$DURATION" --warmup "$WARMUP" --protocol "$PROTOCOL" --json "$@" >"$out" 2>"$work/$shape-$name-$round.progress" &
+	(
+		TIMEFORMAT='%U %S'
+		time "$BENCH" bench --duration "$DURATION" --warmup "$WARMUP" --protocol "$PROTOCOL" --json "$@" >"$out" 2>"$work/$shape-$name-$round.progress"
+	) 2>"$out.time" &
 	b=$!
 	if ! wait "$b"; then
 		log "run failed: $(tail -3 "$work/$shape-$name-$round.progress")"
@@ -152,11 +155,13 @@ run() {
 	# (calls counted: the measured ones scaled by (warm-up + run) / run).
 	local spent=()
 	for i in "${!pids_cpu[@]}"; do spent+=($(($(cpu "${pids_cpu[$i]}") - before[i]))); done
-	jq --arg spent "${spent[*]}" --arg hz "$(getconf CLK_TCK)" --arg warm "$(secs "$WARMUP")" --arg dur "$(secs "$DURATION")" '
+	jq --arg spent "${spent[*]}" --arg hz "$(getconf CLK_TCK)" --arg warm "$(secs "$WARMUP")" --arg dur "$(secs "$DURATION")" \
+		--arg bench "$(tail -1 "$out.time" 2>/dev/null)" '
 		(.ok * (($warm | tonumber) + ($dur | tonumber)) / ($dur | tonumber)) as $calls |
-		. + {server_cpu_us_per_call: ($spent | split(" ") | map(tonumber * 1e6 / ($hz | tonumber) / ($calls + 1e-9) | floor))}' \
+		. + {server_cpu_us_per_call: ($spent | split(" ") | map(tonumber * 1e6 / ($hz | tonumber) / ($calls + 1e-9) | floor)),
+			bench_cpu_us_per_call: ($bench | split(" ") | map(tonumber? // 0) | add * 1e6 / ($calls + 1e-9) | floor)}' \
 		"$out" >"$out.tmp" && mv "$out.tmp" "$out"
-	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors), server CPU µs/call \(.server_cpu_us_per_call)"' "$out" >&2 2>/dev/null
+	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors), server CPU µs/call \(.server_cpu_us_per_call), load generator \(.bench_cpu_us_per_call)"' "$out" >&2 2>/dev/null
 }
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -220,19 +225,21 @@ server_name() { case $1 in okso) echo okso ;; mcpgo) echo mcp-go ;; gosdk) echo 
 
 echo
 echo "== okso vs. bare mcp-go and go-sdk echo servers: medians over $ROUNDS rounds (${DURATION} each after ${WARMUP} warm-up)"
-printf '%-22s %-8s %10s %10s %10s   %s\n' "" "" "calls/s" "p50" "p99" "server CPU µs/call"
+printf '%-22s %-8s %10s %10s %10s %6s   %s\n' "" "" "calls/s" "p50" "p99" "load" "server CPU µs/call"
 for shape in "${SHAPES[@]}"; do
 	l=$(label "$shape")
 	for s in "${SERVERS[@]}"; do
 		cpu_us=$(median "$shape" "$s" '.server_cpu_us_per_call[0]')
 		[ "$s" = okso ] && cpu_us="$(num "$cpu_us" %.0f) all-in-one + $(num "$(median "$shape" okso '.server_cpu_us_per_call[1]')" %.0f) fleet"
-		printf '%-22s %-8s %10s %10s %10s   %s\n' "$l" "$(server_name "$s")" \
+		printf '%-22s %-8s %10s %10s %10s %6s   %s\n' "$l" "$(server_name "$s")" \
 			"$(num "$(median "$shape" "$s" .ok_per_s)" %.0f)" \
 			"$(num "$(median "$shape" "$s" .latency_ms.p50)" %.3fms)" \
-			"$(num "$(median "$shape" "$s" .latency_ms.p99)" %.2fms)" "$cpu_us"
+			"$(num "$(median "$shape" "$s" .latency_ms.p99)" %.2fms)" \
+			"$(num "$(median "$shape" "$s" .bench_cpu_us_per_call)" %.0f)" "$cpu_us"
 		l=""
 	done
 done
+echo "  load: the load generator's CPU µs per call (okso bench, on the same cores as the servers)"
 if has okso; then
 	echo
 	echo "== okso / each reference: the median of each round's ratio (the servers run back to back in a"

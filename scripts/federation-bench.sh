@@ -82,14 +82,14 @@ fi
 log "$peer_note"
 
 # --- the upstreams ----------------------------------------------------------------------
-declare -A direct_url
+declare -A direct_url up_pid
 if [[ " ${UPSTREAMS[*]} " == *" mcpgo "* ]]; then
 	start_ref mcpgo "$work/refserver-mcpgo" || { status=1; exit 1; }
-	direct_url[mcpgo]=$ref_url
+	direct_url[mcpgo]=$ref_url up_pid[mcpgo]=$ref_pid
 fi
 if [[ " ${UPSTREAMS[*]} " == *" gosdk "* ]]; then
 	start_ref gosdk "$work/refserver" -stateless -json-response || { status=1; exit 1; }
-	direct_url[gosdk]=$ref_url
+	direct_url[gosdk]=$ref_url up_pid[gosdk]=$ref_pid
 fi
 
 # --- okso, federating them --------------------------------------------------------------
@@ -133,11 +133,13 @@ if [ -n "$PROFILE" ]; then
 fi
 
 # --- the peer, proxying the mcp-go upstream -----------------------------------------------
-# free_port: a port on 127.0.0.1 nothing listens on (mcp-proxy takes no :0).
+# free_port: a port on 127.0.0.1 nothing listens on (mcp-proxy takes no
+# :0), below the ephemeral range, whose ports outgoing connections hold.
 free_port() {
-	local p
+	local p lo
+	lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 	for _ in $(seq 50); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % (lo - 10000)))
 		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
 	done
 	return 1
@@ -145,15 +147,18 @@ free_port() {
 peer= peer_url=
 peer_token=okso-federation-bench
 if [ -n "$peer_bin" ] && [[ " ${UPSTREAMS[*]} " == *" mcpgo "* ]]; then
-	port=$(free_port) || { log "no free port for the peer"; status=1; exit 1; }
-	jq -n --arg addr "127.0.0.1:$port" --arg url "${direct_url[mcpgo]}" --arg tok "$peer_token" '{
-		mcpProxy: {baseURL: ("http://" + $addr), addr: $addr, name: "mcp-proxy", version: "1.0.0",
-			type: "streamable-http", options: {panicIfInvalid: true, logEnabled: false, authTokens: [$tok]}},
-		mcpServers: {mcpgo: {url: $url, transportType: "streamable-http"}}}' >"$work/mcp-proxy.json"
-	"$peer_bin" -config "$work/mcp-proxy.json" >"$work/peer.out" 2>"$work/peer.log" &
-	peer=$!
-	pids+=("$peer")
-	wait_for "$work/peer.log" "$peer" 'Handling requests at /mcpgo/' 30 >/dev/null || { status=1; exit 1; }
+	for attempt in 1 2 3; do # a port found free may be taken before the peer binds it
+		port=$(free_port) || { log "no free port for the peer"; status=1; exit 1; }
+		jq -n --arg addr "127.0.0.1:$port" --arg url "${direct_url[mcpgo]}" --arg tok "$peer_token" '{
+			mcpProxy: {baseURL: ("http://" + $addr), addr: $addr, name: "mcp-proxy", version: "1.0.0",
+				type: "streamable-http", options: {panicIfInvalid: true, logEnabled: false, authTokens: [$tok]}},
+			mcpServers: {mcpgo: {url: $url, transportType: "streamable-http"}}}' >"$work/mcp-proxy.json"
+		"$peer_bin" -config "$work/mcp-proxy.json" >"$work/peer.out" 2>"$work/peer.log" &
+		peer=$!
+		pids+=("$peer")
+		wait_for "$work/peer.log" "$peer" 'Handling requests at /mcpgo/' 30 >/dev/null && break
+		[ "$attempt" = 3 ] && { status=1; exit 1; }
+	done
 	peer_url="http://127.0.0.1:$port/mcpgo/"
 	log "peer pid $peer: $peer_url"
 fi
@@ -161,27 +166,50 @@ fi
 # --- the runs ---------------------------------------------------------------------------
 secs() { awk -v d="$1" 'BEGIN{ if (d ~ /ms$/) print substr(d, 1, length(d)-2) / 1000; else if (d ~ /s$/) print substr(d, 1, length(d)-1) + 0; else print 0 }'; }
 profiled=0
-# run NAME UPSTREAM SHAPE ROUND ARGS...: one okso bench run, its JSON in $work.
+# run NAME UPSTREAM SHAPE ROUND ARGS...: one okso bench run, its JSON in
+# $work, with the CPU per call of the proxy (okso's or the peer's), the
+# upstream and the load generator added.
 run() {
-	local name=$1 up=$2 shape=$3 round=$4 out prof=
+	local name=$1 up=$2 shape=$3 round=$4 out prof= b p i before=() spent=() pids_cpu
 	shift 4
 	out=$work/$up-$shape-$name-$round.json
 	log "round $round/$ROUNDS, $up, $shape, $name"
+	case $name in
+	okso) pids_cpu=("$okso" "${up_pid[$up]}") ;;
+	peer) pids_cpu=("$peer" "${up_pid[$up]}") ;;
+	direct) pids_cpu=("${up_pid[$up]}") ;;
+	esac
+	for p in "${pids_cpu[@]}"; do before+=("$(cpu "$p")"); done
 	if [ "$name" = okso ] && [ -n "$PROFILE" ] && [ "$profiled" = 0 ]; then
 		profiled=1 profiled_run="$up $shape"
 		(sleep "$(secs "$WARMUP")" && curl -sf -o "$PROFILE" \
 			"${debug_url}profile?seconds=$(awk -v s="$(secs "$DURATION")" 'BEGIN{ s = int(s); print (s < 1 ? 1 : s) }')") &
 		prof=$!
 	fi
-	if ! "$BENCH" bench --duration "$DURATION" --warmup "$WARMUP" --protocol 2025-11-25 --json "$@" \
-		>"$out" 2>"$work/$up-$shape-$name-$round.progress"; then
+	(
+		TIMEFORMAT='%U %S'
+		time "$BENCH" bench --duration "$DURATION" --warmup "$WARMUP" --protocol 2025-11-25 --json "$@" \
+			>"$out" 2>"$work/$up-$shape-$name-$round.progress"
+	) 2>"$out.time" &
+	b=$!
+	if ! wait "$b"; then
 		log "run failed: $(tail -3 "$work/$up-$shape-$name-$round.progress")"
 		status=1
 	fi
 	if [ -n "$prof" ]; then
 		wait "$prof" || { log "no CPU profile from $debug_url"; status=1; }
 	fi
-	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors)"' "$out" >&2 2>/dev/null
+	# over warm-up and run alike (calls: the measured ones scaled by (warm-up + run) / run)
+	for i in "${!pids_cpu[@]}"; do spent+=($(($(cpu "${pids_cpu[$i]}") - before[i]))); done
+	[ "$name" = direct ] && spent=(0 "${spent[@]}")
+	jq --arg spent "${spent[*]}" --arg hz "$(getconf CLK_TCK)" --arg warm "$(secs "$WARMUP")" --arg dur "$(secs "$DURATION")" \
+		--arg bench "$(tail -1 "$out.time" 2>/dev/null)" '
+		(.ok * (($warm | tonumber) + ($dur | tonumber)) / ($dur | tonumber)) as $calls |
+		($spent | split(" ") | map(tonumber * 1e6 / ($hz | tonumber) / ($calls + 1e-9) | floor)) as $us |
+		. + {proxy_cpu_us_per_call: $us[0], upstream_cpu_us_per_call: $us[1],
+			bench_cpu_us_per_call: ($bench | split(" ") | map(tonumber? // 0) | add * 1e6 / ($calls + 1e-9) | floor)}' \
+		"$out" >"$out.tmp" && mv "$out.tmp" "$out"
+	jq -r '"  \(.ok_per_s | floor) ok/s, p50 \(.latency_ms.p50)ms, p99 \(.latency_ms.p99)ms, errors \(.errors), CPU µs/call: proxy \(.proxy_cpu_us_per_call), upstream \(.upstream_cpu_us_per_call), load generator \(.bench_cpu_us_per_call)"' "$out" >&2 2>/dev/null
 }
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -234,16 +262,19 @@ label() {
 echo
 echo "== an HTTP upstream called directly, through okso (all-in-one --remotes) and through the peer proxy:"
 echo "   medians over $ROUNDS rounds ($DURATION each after $WARMUP warm-up)"
-printf '%-8s %-22s %-7s %10s %10s %10s\n' upstream "" "" "calls/s" "p50" "p99"
+printf '%-8s %-22s %-7s %10s %10s %10s   %s\n' upstream "" "" "calls/s" "p50" "p99" "CPU µs/call: proxy upstream load"
 for up in "${UPSTREAMS[@]}"; do
 	for shape in "${SHAPES[@]}"; do
 		l=$(label "$shape")
 		for name in okso peer direct; do
 			[ "$name" = peer ] && { [ "$up" != mcpgo ] || [ -z "$peer" ]; } && continue
-			printf '%-8s %-22s %-7s %10s %10s %10s\n' "$up" "$l" "$name" \
+			printf '%-8s %-22s %-7s %10s %10s %10s   %17s %8s %4s\n' "$up" "$l" "$name" \
 				"$(num "$(median "$up" "$shape" "$name" .ok_per_s)" %.0f)" \
 				"$(num "$(median "$up" "$shape" "$name" .latency_ms.p50)" %.3fms)" \
-				"$(num "$(median "$up" "$shape" "$name" .latency_ms.p99)" %.2fms)"
+				"$(num "$(median "$up" "$shape" "$name" .latency_ms.p99)" %.2fms)" \
+				"$([ "$name" = direct ] && echo - || num "$(median "$up" "$shape" "$name" .proxy_cpu_us_per_call)" %.0f)" \
+				"$(num "$(median "$up" "$shape" "$name" .upstream_cpu_us_per_call)" %.0f)" \
+				"$(num "$(median "$up" "$shape" "$name" .bench_cpu_us_per_call)" %.0f)"
 			l=""
 		done
 	done
@@ -288,8 +319,13 @@ if [ -n "$PROFILE" ] && [ -s "$PROFILE" ]; then
 fi
 echo
 echo "  peer: $peer_note"
-echo "  upstreams: mcpgo scripts/refserver-mcpgo (mcp-go $(go list -C scripts/refserver-mcpgo -m -f '{{.Version}}' github.com/mark3labs/mcp-go), stateless),"
-echo "             gosdk scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk), stateless, JSON answers)"
+for up in "${UPSTREAMS[@]}"; do
+	case $up in
+	mcpgo) echo "  upstream mcpgo: scripts/refserver-mcpgo (mcp-go $(go list -C scripts/refserver-mcpgo -m -f '{{.Version}}' github.com/mark3labs/mcp-go), stateless)" ;;
+	gosdk) echo "  upstream gosdk: scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk), stateless, JSON answers)" ;;
+	esac
+done
+echo "  CPU µs/call: of all-in-one or the peer, of the upstream, and of the load generator (okso bench), over warm-up and run"
 echo "  protocol 2025-11-25; load generator: okso bench of this tree"
 echo "  machine: $(nproc) cores, load avg $load_start before, $load_end after; all processes share it, on 127.0.0.1"
 exit "$status"
