@@ -79,12 +79,12 @@ gateway-memory:
 fleet-bench:
 	./scripts/fleet-bench.sh $(N)
 
-## bench-compare: okso (all-in-one + a 1,000-device mock fleet) against a bare go-sdk echo server, side by side with okso bench (BENCH_DURATION=10s BENCH_ROUNDS=3; GOGC goes to both servers)
+## bench-compare: okso (all-in-one + a 3,000-device mock fleet) against bare mcp-go and go-sdk echo servers, alternating, with okso bench: raw HTTP at 64 connections, answers checked (issue 34: >= 0.75x mcp-go), and 64 and 1 in flight over MCP sessions (BENCH_DURATION=10s BENCH_ROUNDS=3 BENCH_SHAPES BENCH_PROFILE=file; GOGC goes to every server)
 .PHONY: bench-compare
 bench-compare:
 	./scripts/bench-compare.sh
 
-## federation-bench: a bare go-sdk echo server over Streamable HTTP called directly and through okso (all-in-one --remotes), alternating, at 1 and 64 in flight (BENCH_DURATION=10s BENCH_ROUNDS=3)
+## federation-bench: bare mcp-go and go-sdk echo servers over Streamable HTTP called directly, through okso (all-in-one --remotes) and through TBXark/mcp-proxy when PEER_PROXY (../mcp-proxy) holds its source or binary, alternating: raw HTTP at 64 connections, answers checked (issue 34: okso >= 1.5x the peer), 64 and 1 in flight (BENCH_DURATION=10s BENCH_ROUNDS=3 BENCH_SHAPES BENCH_UPSTREAMS BENCH_PROFILE=file)
 .PHONY: federation-bench
 federation-bench:
 	./scripts/federation-bench.sh

@@ -4,7 +4,9 @@
 // a duration after a warm-up, and reports the rate, the errors by code and
 // the latency distribution. Its subscribe mode holds many of okso's
 // metric streams open instead (POST /mcp/tools/call as Server-Sent Events)
-// and counts the frames they deliver.
+// and counts the frames they deliver. Its raw mode drives a stateless
+// server as wrk would, bare HTTP POSTs of tools/call on keep-alive
+// connections, but checks that every answer echoes its call.
 //
 // Start with [Run] and an [Options] value; print the [Result] with
 // [Result.WriteText] or encode it as JSON. `okso bench` is the command
@@ -36,6 +38,10 @@ const (
 	ModeCall      = "call"      // tools/call
 	ModeList      = "list"      // a full tools/list, every page
 	ModeSubscribe = "subscribe" // streams held open on okso's SSE door
+	// ModeRaw is tools/call as bare HTTP POSTs without an MCP session, one
+	// keep-alive connection per request in flight, each answer checked for
+	// the call's echo (see raw.go).
+	ModeRaw = "raw"
 )
 
 // Defaults of [Options].
@@ -67,8 +73,8 @@ const drainGrace = 10 * time.Second
 type Options struct {
 	URL         string        // MCP endpoint (DefaultURL)
 	Token       string        // bearer token; none when empty
-	Sessions    int           // MCP client sessions, at most Concurrency (8); subscribe mode opens one, to list tools
-	Concurrency int           // requests in flight in total (64); in subscribe mode, streams held open
+	Sessions    int           // MCP client sessions, at most Concurrency (8); subscribe and raw mode open one, to list tools
+	Concurrency int           // requests in flight in total (64); in subscribe mode, streams held open; in raw mode, connections
 	Duration    time.Duration // measured time (10 s)
 	// Warmup runs before the measured time and is not counted (2 s); a
 	// negative Warmup means none.
@@ -78,10 +84,12 @@ type Options struct {
 	// "sys.*.metrics.subscribe") that spreads the calls round-robin over
 	// every listed tool it matches. Required in call and subscribe mode;
 	// in list mode it only filters the count of matching tools reported.
-	Tool     string
-	Args     json.RawMessage // arguments, a JSON object (DefaultArgs; DefaultSubscribeArgs in subscribe mode)
-	Mode     string          // ModeCall, ModeList or ModeSubscribe (ModeCall)
-	Protocol string          // MCP protocol version to request; the SDK's latest when empty
+	Tool string
+	Args json.RawMessage // arguments, a JSON object (DefaultArgs; DefaultSubscribeArgs in subscribe mode)
+	Mode string          // ModeCall, ModeList, ModeSubscribe or ModeRaw (ModeCall)
+	// Protocol is the MCP protocol version to request; the SDK's latest
+	// when empty (raw mode: RawProtocol, sent as Mcp-Protocol-Version).
+	Protocol string
 	// MaxTools, when positive, keeps only the first MaxTools tools (in
 	// listing order) that Tool matches: the same fleet can then be driven
 	// over a few nodes or over all of them.
@@ -119,7 +127,8 @@ type Result struct {
 	Examples map[string]string `json:"error_examples,omitempty"` // the first message of each code
 	OpsPerS  float64           `json:"ops_per_s"`
 	OKPerS   float64           `json:"ok_per_s"`
-	// Reconnects counts sessions opened again after theirs broke.
+	// Reconnects counts sessions (raw mode: connections) opened again
+	// after theirs broke.
 	Reconnects uint64 `json:"reconnects"`
 
 	Latency   Latency `json:"latency_ms"`
@@ -209,8 +218,8 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("sessions %d: want at least 1", o.Sessions)
 	case o.Duration < 0:
 		return fmt.Errorf("duration %v: want a positive one", o.Duration)
-	case o.Mode != ModeCall && o.Mode != ModeList && o.Mode != ModeSubscribe:
-		return fmt.Errorf("mode %q: want %s, %s or %s", o.Mode, ModeCall, ModeList, ModeSubscribe)
+	case o.Mode != ModeCall && o.Mode != ModeList && o.Mode != ModeSubscribe && o.Mode != ModeRaw:
+		return fmt.Errorf("mode %q: want %s, %s, %s or %s", o.Mode, ModeCall, ModeList, ModeSubscribe, ModeRaw)
 	case o.Mode != ModeList && strings.Trim(o.Tool, "*") == "":
 		return errors.New("no tool: give a name, or a pattern with * (e.g. 'sysecho.*')")
 	}
@@ -337,6 +346,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Mode == ModeSubscribe {
 		res.Sessions = 0 // none held: the listing's is closed
 		return runSubscribe(ctx, &o, c.http, tools, res)
+	}
+	if o.Mode == ModeRaw {
+		res.Sessions = 0 // one connection per request in flight, no session
+		return runRaw(ctx, &o, tools, res)
 	}
 
 	slots := make([]*slot, o.Sessions)

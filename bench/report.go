@@ -30,14 +30,23 @@ func (r *Result) WriteText(w io.Writer) error {
 	if r.Interrupted {
 		interrupted = ", INTERRUPTED"
 	}
-	fmt.Fprintf(&b, "  %d sessions, %d in flight, protocol %s, %s measured after %s warm-up%s\n",
-		r.Sessions, r.Concurrency, r.Protocol, secs(r.Duration), secs(r.Warmup), interrupted)
+	if r.Mode == ModeRaw {
+		fmt.Fprintf(&b, "  raw HTTP, %d connections, each answer checked, protocol %s, %s measured after %s warm-up%s\n",
+			r.Concurrency, r.Protocol, secs(r.Duration), secs(r.Warmup), interrupted)
+	} else {
+		fmt.Fprintf(&b, "  %d sessions, %d in flight, protocol %s, %s measured after %s warm-up%s\n",
+			r.Sessions, r.Concurrency, r.Protocol, secs(r.Duration), secs(r.Warmup), interrupted)
+	}
 	fmt.Fprintf(&b, "  %-10s %.1f ok (%.1f in all)\n", op+"/s", r.OKPerS, r.OpsPerS)
 	fmt.Fprintf(&b, "  %-10s %d\n", "ok", r.OK)
 	fmt.Fprintf(&b, "  %-10s %d\n", "errors", r.Ops-r.OK)
 	r.writeErrors(&b)
 	if r.Reconnects > 0 {
-		fmt.Fprintf(&b, "  %-10s %d sessions opened again\n", "reconnects", r.Reconnects)
+		what := "sessions"
+		if r.Mode == ModeRaw {
+			what = "connections"
+		}
+		fmt.Fprintf(&b, "  %-10s %d %s opened again\n", "reconnects", r.Reconnects, what)
 	}
 	fmt.Fprintf(&b, "  %-10s %s (of ok %s)\n", "latency", r.Latency.line(), op)
 	if r.PageLatency != nil {

@@ -32,12 +32,18 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 			"lists the tools of a pattern). It reports the streams held open to the end, those refused\n" +
 			"or closed early by code (http/<status>, close/<code>), the metric frames per second in all\n" +
 			"and per stream in the measured time, and the time from request to first frame.\n\n" +
+			"--mode raw drives a stateless server as wrk would: --concurrency keep-alive HTTP/1.1\n" +
+			"connections, each POSTing one JSON-RPC tools/call after another to --url (no session;\n" +
+			"Mcp-Protocol-Version --protocol, default " + bench.RawProtocol + "), but each call's message is unique\n" +
+			"(--args' message, default bench, then -<n>) and an answer counts as ok only when it is that\n" +
+			"request's result and echoes the message; one that does not is the error no-echo.\n\n" +
 			"A progress line goes to stderr every second. At the end: calls/s, errors by code (an isError\n" +
 			"result's envelope code, JSON-RPC error codes, transport failures), latency\n" +
 			"percentiles of the successful calls and a histogram; with --json one JSON object on stdout.",
 		Example: "  okso bench --token \"$TOKEN\" --tool 'sysecho.*'\n" +
 			"  okso bench --url http://127.0.0.1:9000/mcp --tool echo --concurrency 1 --sessions 1\n" +
 			"  okso bench --token \"$TOKEN\" --mode list --concurrency 4 --sessions 1\n" +
+			"  okso bench --token \"$TOKEN\" --mode raw --tool 'sysecho.*' --concurrency 64\n" +
 			"  okso bench --token \"$TOKEN\" --mode subscribe --tool 'sys.*.metrics.subscribe' --concurrency 1000 --duration 30s",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,7 +90,7 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.DurationVar(&o.Warmup, "warmup", bench.DefaultWarmup, "time run first and not counted")
 	fs.StringVar(&o.Tool, "tool", "", "tool to call: an exact name, or a pattern where * is any run of characters (every matching tool, round-robin)")
 	fs.StringVar(&args, "args", "", "arguments of each call, a JSON object (default "+bench.DefaultArgs+"; subscribe: "+bench.DefaultSubscribeArgs+")")
-	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call), list (a full tools/list, every page, per operation) or subscribe (streams held open)")
+	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call), list (a full tools/list, every page, per operation), subscribe (streams held open) or raw (tools/call as bare HTTP POSTs, answers checked)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout")
 	fs.StringVar(&o.Protocol, "protocol", "", "MCP protocol version to request (default: the SDK's latest)")
 	fs.IntVar(&o.MaxTools, "max-tools", 0, "use only the first N tools --tool matches (0: all)")

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by okso's load scripts (bench-compare.sh, scale.sh,
+# Shared by okso's load scripts (bench-compare.sh, federation-bench.sh, scale.sh,
 # subscribe-load.sh): a work dir, background processes that are stopped on
 # exit, logging and waiting for a log line. Source it after setting
 #   NAME  the log prefix (e.g. scale)
@@ -143,4 +143,36 @@ start_split() {
 	pids+=("$gw")
 	l=$(wait_for "$work/gateway.log" "$gw" '"msg":"listening"' 30) || return 1
 	mcp_url=$(jq -r .mcp_url <<<"$l")
+}
+
+# build_refs: builds the reference servers into $work: refserver (the
+# official go-sdk, in okso's module) and refserver-mcpgo (mark3labs/mcp-go,
+# a module of its own so that okso's go.mod does not gain it).
+build_refs() {
+	go build -o "$work/refserver" ./scripts/refserver || return 1
+	go build -C scripts/refserver-mcpgo -o "$work/refserver-mcpgo" . || return 1
+}
+
+# start_ref NAME BINARY [ARGS...]: starts a reference server (with the
+# environment in the array ref_env) on 127.0.0.1:0 and waits for its
+# "... listening URL" line; sets ref_pid and ref_url and appends to pids.
+start_ref() {
+	local name=$1 line
+	shift
+	env "${ref_env[@]}" "$@" -addr 127.0.0.1:0 >"$work/$name.out" 2>"$work/$name.log" &
+	ref_pid=$!
+	pids+=("$ref_pid")
+	line=$(wait_for "$work/$name.out" "$ref_pid" ' listening http' 10) || return 1
+	ref_url=${line##* listening }
+	log "$name pid $ref_pid: $ref_url"
+}
+ref_env=()
+
+# pprof_tops BINARY PROFILE: the top 15 of a CPU profile, flat then
+# cumulative.
+pprof_tops() {
+	echo "-- flat"
+	go tool pprof -top -nodecount=15 "$1" "$2" 2>/dev/null | sed -n '/^ *flat/,$p'
+	echo "-- cumulative"
+	go tool pprof -top -cum -nodecount=15 "$1" "$2" 2>/dev/null | sed -n '/^ *flat/,$p'
 }
