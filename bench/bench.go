@@ -65,6 +65,14 @@ const (
 	CodeTransport = "transport"         // any other failure to exchange the request
 )
 
+// forCalls is the time a run of Calls operations has: as long as they
+// take.
+const forCalls = 24 * time.Hour
+
+// more reports whether a worker starts another operation: always while
+// the time lasts, and while tickets last when Calls is set.
+func (o *Options) more() bool { return o.Calls == 0 || o.tickets.Add(1) <= o.Calls }
+
 // drainGrace bounds how long the requests still in flight at the end may
 // take before they are cancelled; they are not counted either way.
 const drainGrace = 10 * time.Second
@@ -79,6 +87,14 @@ type Options struct {
 	// Warmup runs before the measured time and is not counted (2 s); a
 	// negative Warmup means none.
 	Warmup time.Duration
+	// Calls, when positive, runs exactly that many operations (calls,
+	// listings) in all, each counted, and ignores Duration and Warmup:
+	// a run as long as the server takes, such as a test's on a loaded
+	// machine. Not in subscribe mode.
+	Calls uint64
+	// tickets counts the operations taken, when Calls is set (made by
+	// defaults).
+	tickets *atomic.Uint64
 	// Tool is the tool to call: an exact name, or a pattern in which each
 	// "*" stands for any run of characters ("sysecho.*",
 	// "sys.*.metrics.subscribe") that spreads the calls round-robin over
@@ -197,6 +213,8 @@ func (o *Options) defaults() error {
 		o.Duration = DefaultDuration
 	}
 	switch {
+	case o.Calls > 0:
+		o.Warmup, o.Duration, o.tickets = 0, forCalls, new(atomic.Uint64)
 	case o.Warmup == 0:
 		o.Warmup = DefaultWarmup
 	case o.Warmup < 0:
@@ -220,6 +238,8 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("duration %v: want a positive one", o.Duration)
 	case o.Mode != ModeCall && o.Mode != ModeList && o.Mode != ModeSubscribe && o.Mode != ModeRaw:
 		return fmt.Errorf("mode %q: want %s, %s, %s or %s", o.Mode, ModeCall, ModeList, ModeSubscribe, ModeRaw)
+	case o.Calls > 0 && o.Mode == ModeSubscribe:
+		return errors.New("calls: a number of operations, not of streams: not in subscribe mode")
 	case o.Mode != ModeList && strings.Trim(o.Tool, "*") == "":
 		return errors.New("no tool: give a name, or a pattern with * (e.g. 'sysecho.*')")
 	}
@@ -531,7 +551,7 @@ func (w *worker) runCall(ctx, parent context.Context, c *client, sl *slot, o *Op
 	// missing (the new protocol's _meta, once).
 	params := &mcp.CallToolParams{Arguments: o.Args}
 	s := sl.get()
-	for parent.Err() == nil && time.Since(start) < end {
+	for parent.Err() == nil && time.Since(start) < end && o.more() {
 		params.Name = tools[(next.Add(1)-1)%uint64(len(tools))]
 		t0 := time.Now()
 		r, err := s.CallTool(ctx, params)
@@ -567,7 +587,7 @@ func (w *worker) runList(ctx, parent context.Context, c *client, sl *slot, o *Op
 	start time.Time, end time.Duration, done, failed *atomic.Uint64) {
 	s := sl.get()
 	var page Histogram // this listing's pages, kept if it counts
-	for parent.Err() == nil && time.Since(start) < end {
+	for parent.Err() == nil && time.Since(start) < end && o.more() {
 		page = Histogram{}
 		var (
 			params   = &mcp.ListToolsParams{}

@@ -72,9 +72,10 @@ func startServer(t *testing.T, stateless bool, pageSize int) *server {
 	return srv
 }
 
+// quick is a run of 60 calls: as long as they take, so that a loaded
+// machine makes it slower, never empty.
 func quick(url, tool string) Options {
-	return Options{URL: url, Token: testToken, Tool: tool, Sessions: 2, Concurrency: 6,
-		Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond}
+	return Options{URL: url, Token: testToken, Tool: tool, Sessions: 2, Concurrency: 6, Calls: 60}
 }
 
 // checkLatency: percentiles in order, and the histogram holds every ok
@@ -103,7 +104,8 @@ func TestBenchCallSpread(t *testing.T) {
 			var progress strings.Builder
 			o := quick(srv.url, "echo.*")
 			o.Progress = &progress
-			o.Duration = 1200 * time.Millisecond
+			// A timed run: its duration and its progress line.
+			o.Calls, o.Duration, o.Warmup = 0, 1200*time.Millisecond, 100*time.Millisecond
 			r, err := Run(t.Context(), o)
 			if err != nil {
 				t.Fatal(err)
@@ -237,7 +239,7 @@ func TestBenchProtocol(t *testing.T) {
 func TestBenchInterrupted(t *testing.T) {
 	srv := startServer(t, true, 0)
 	o := quick(srv.url, "echo.*")
-	o.Duration, o.Warmup = time.Minute, -1
+	o.Calls, o.Duration, o.Warmup = 0, time.Minute, -1
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
@@ -291,5 +293,34 @@ func TestBenchRecordAllocs(t *testing.T) {
 		w.ok++
 	}); n != 0 {
 		t.Errorf("timing a call allocates %v times", n)
+	}
+}
+
+// TestBenchCalls: Calls runs exactly that many calls, each counted, in
+// call and raw mode alike, whatever time they take; subscribe mode has
+// no such count.
+func TestBenchCalls(t *testing.T) {
+	for _, mode := range []string{ModeCall, ModeRaw} {
+		t.Run(mode, func(t *testing.T) {
+			srv := startServer(t, true, 0)
+			o := quick(srv.url, "echo.*")
+			o.Mode, o.Calls = mode, 37
+			r, err := Run(t.Context(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := 0
+			for _, n := range srv.counts() {
+				sum += n
+			}
+			if r.Ops != 37 || r.OK != 37 || sum != 37 {
+				t.Errorf("ops %d, ok %d, the server served %d; want 37 of each", r.Ops, r.OK, sum)
+			}
+		})
+	}
+	o := quick("http://127.0.0.1:1/mcp", "echo.*")
+	o.Mode = ModeSubscribe
+	if _, err := Run(t.Context(), o); err == nil || !strings.Contains(err.Error(), "subscribe") {
+		t.Errorf("calls in subscribe mode: %v", err)
 	}
 }

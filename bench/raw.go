@@ -255,7 +255,7 @@ func runRaw(ctx context.Context, o *Options, tools []string, res *Result) (*Resu
 		w, rc := &workers[i], &conns[i]
 		wg.Go(func() {
 			defer rc.drop()
-			w.runRaw(runCtx, ctx, dialer, rc, target, body, &seq, start, o.Warmup, end, &done, &failed)
+			w.runRaw(runCtx, ctx, dialer, rc, target, body, &seq, start, o.Warmup, end, o.more, &done, &failed)
 		})
 	}
 	progressDone := make(chan struct{})
@@ -309,13 +309,13 @@ func runRaw(ctx context.Context, o *Options, tools []string, res *Result) (*Resu
 // run's (it ends after the drain), parent the caller's (it stops new
 // calls). A connection that fails is dropped and dialled again.
 func (w *worker) runRaw(ctx, parent context.Context, d *net.Dialer, rc *rawConn, t *rawTarget, b *rawBody,
-	seq *atomic.Uint64, start time.Time, warmup, end time.Duration, done, failed *atomic.Uint64) {
+	seq *atomic.Uint64, start time.Time, warmup, end time.Duration, more func() bool, done, failed *atomic.Uint64) {
 	var (
 		req, bodyBuf []byte
 		ans          []byte
 		dialled      bool
 	)
-	for parent.Err() == nil && time.Since(start) < end {
+	for parent.Err() == nil && time.Since(start) < end && more() {
 		if rc.c == nil {
 			c, err := d.DialContext(ctx, "tcp", t.addr)
 			if err != nil {

@@ -88,6 +88,7 @@ func benchCmd(stdout, stderr io.Writer) *cobra.Command {
 	fs.IntVar(&o.Concurrency, "concurrency", bench.DefaultConcurrency, "requests in flight in total, spread over the sessions (subscribe: streams held open)")
 	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "measured time")
 	fs.DurationVar(&o.Warmup, "warmup", bench.DefaultWarmup, "time run first and not counted")
+	fs.Uint64Var(&o.Calls, "calls", 0, "run exactly this many calls (or listings), each counted, however long they take; --duration and --warmup are then unused (0: run for --duration)")
 	fs.StringVar(&o.Tool, "tool", "", "tool to call: an exact name, or a pattern where * is any run of characters (every matching tool, round-robin)")
 	fs.StringVar(&args, "args", "", "arguments of each call, a JSON object (default "+bench.DefaultArgs+"; subscribe: "+bench.DefaultSubscribeArgs+")")
 	fs.StringVar(&o.Mode, "mode", bench.ModeCall, "call (tools/call), list (a full tools/list, every page, per operation), subscribe (streams held open) or raw (tools/call as bare HTTP POSTs, answers checked)")
