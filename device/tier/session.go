@@ -49,8 +49,9 @@ var errClosed = errors.New("session closed")
 type session struct {
 	t      *Tier
 	c      *websocket.Conn
-	raw    net.Conn // under c; dropped when a close handshake stalls
-	live   *peer    // when the device was last heard from
+	raw    net.Conn  // under c; dropped when a close handshake stalls
+	idle   *idleConn // what c reads, between raw and c; nil: raw
+	live   *peer     // when the device was last heard from
 	writes *wire.WriteGuard
 	id     string
 	remote string
@@ -270,9 +271,18 @@ func (s *session) writeRaw(ctx context.Context, b []byte) error {
 }
 
 // read returns the next envelope. On a protocol violation it closes the
-// session with the matching code and returns errClosed.
-func (s *session) read(ctx context.Context) (wire.Envelope, error) {
+// session with the matching code and returns errClosed. With yield, it
+// returns errIdle when the device has sent no whole message, only
+// control frames (see [idleConn]).
+func (s *session) read(ctx context.Context, yield bool) (wire.Envelope, error) {
+	if yield {
+		s.idle.setYield(true)
+	}
 	typ, r, err := s.c.Reader(ctx)
+	if yield {
+		// The message's own frames are read through.
+		s.idle.setYield(false)
+	}
 	if err != nil {
 		return wire.Envelope{}, err
 	}
@@ -300,7 +310,7 @@ func (s *session) read(ctx context.Context) (wire.Envelope, error) {
 
 // expect reads the next envelope and requires its type.
 func (s *session) expect(ctx context.Context, typ string) (wire.Envelope, error) {
-	e, err := s.read(ctx)
+	e, err := s.read(ctx, false)
 	if err != nil {
 		return e, err
 	}
@@ -311,12 +321,35 @@ func (s *session) expect(ctx context.Context, typ string) (wire.Envelope, error)
 	return e, nil
 }
 
-func (s *session) run(ctx context.Context) {
-	// The session lives until its socket closes; the HTTP request context
-	// only ends when the connection does.
-	ctx = context.WithoutCancel(ctx)
-	defer s.cleanup()
+// run runs the session's handshake, and returns its read loop, to be run
+// on a goroutine of its own, or nil once the session has ended. The
+// handshake grows a goroutine's stack far beyond what an idle session
+// needs (see [idleConn]); the collector would shrink it by half a cycle,
+// and an idle tier collects seldom.
+func (s *session) run(ctx context.Context) (serve func()) {
+	ended := true
+	defer func() {
+		if ended {
+			s.cleanup()
+		}
+	}()
+	release := s.start(ctx)
+	if release == nil {
+		return nil
+	}
+	ended = false
+	return func() {
+		defer s.cleanup()
+		defer release()                         // waits for a release in progress
+		defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
+		s.serve(ctx)
+	}
+}
 
+// start runs the handshake (hello, auth, announce) and takes the node;
+// it returns what takes the node offline again, or nil when the session
+// must end.
+func (s *session) start(ctx context.Context) (release func()) {
 	lateClose := func() { s.close(wire.CloseAuthFailed, "", "authentication timeout") }
 	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() { s.t.goFor(s, lateClose) })
 	defer deadline.Stop()
@@ -327,37 +360,37 @@ func (s *session) run(ctx context.Context) {
 		MaxFrameBytes:  s.t.o.MaxFrameBytes,
 	})
 	if err != nil {
-		return
+		return nil
 	}
 	if s.c.Subprotocol() != wire.Subprotocol {
 		s.close(wire.CloseMalformed, "", "subprotocol okso.v1 required")
-		return
+		return nil
 	}
 	if !s.authenticate(ctx) {
-		return
+		return nil
 	}
 	if !deadline.Stop() {
 		// The deadline fired while we verified. Its close may not have
 		// begun yet: begin it here, or the session's end would close first,
 		// with 1000.
 		lateClose()
-		return
+		return nil
 	}
 	// Whose node id this is, asked of JetStream, is the tier's time, not
 	// the device's, and must not end in a 4401.
 	if !s.bind(ctx) {
-		return
+		return nil
 	}
 	s.clockAt = time.Now()
 	s.clockMs = s.clockAt.UnixMilli()
 	if s.write(ctx, wire.TypeAuthOK, "", wire.AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
 		ServerTimeMs: s.clockMs, Features: offered}) != nil {
-		return
+		return nil
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
 	lease := s.announce(ctx, deadline, lateClose)
 	if lease == nil {
-		return
+		return nil
 	}
 	deadline.Stop()
 
@@ -365,18 +398,34 @@ func (s *session) run(ctx context.Context) {
 	// after the close handshake (up to closeGrace with a silent peer).
 	k := s.keepAlive(lease)
 	var once sync.Once
-	release := func() { once.Do(func() { releaseLease(s, k.stop()) }) }
+	release = func() { once.Do(func() { releaseLease(s, k.stop()) }) }
 	s.mu.Lock()
 	s.onDone = release
 	s.mu.Unlock()
 	if s.closed() { // closed before onDone was set: close did not see it
 		s.t.goFor(s, release)
 	}
-	defer release()                         // waits for a release in progress
-	defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
+	return release
+}
 
+// serve reads the device's frames until the connection ends or a frame
+// breaks the protocol. Between messages it waits for the device in
+// [idleConn.wait], off the library's stack, when the connection allows:
+// what is on the stack then decides whether an idle session's is 4 KiB
+// or 8 (BenchmarkSessionMemory), so this frame stays small.
+func (s *session) serve(ctx context.Context) {
+	idle := s.idle != nil
+	wait := idle
 	for {
-		e, err := s.read(ctx)
+		// Only once the library has read all it buffered (errIdle) are
+		// the device's next bytes on the connection.
+		if wait && s.idle.wait() != nil {
+			return
+		}
+		e, err := s.read(ctx, idle)
+		if wait = errors.Is(err, errIdle); wait {
+			continue // control frames only
+		}
 		if err != nil {
 			return
 		}

@@ -631,7 +631,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// with 4413, not the library's 1009.
 	c.SetReadLimit(-1)
 	s := newSession(t, c, live, r)
-	s.raw = hw.conn
+	s.raw, s.idle = hw.conn, hw.idle
 	t.mu.Lock()
 	refuse := ""
 	switch {
@@ -651,20 +651,35 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// upgrade request and its connection goroutine, whose stack a parked
 	// session would otherwise hold for as long as the device stays.
 	handed = true
-	ctx := context.WithoutCancel(r.Context())
-	go func() {
-		defer t.wg.Done()
-		defer t.forget(s)
-		// Hostile input must not take every device down with it: net/http
-		// would have recovered a panic in its handler, so this does too.
-		defer func() {
-			if r := recover(); r != nil {
-				t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
-				s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
-			}
-		}()
-		s.run(ctx)
+	// Nor does the session keep the request's context: nothing in it is
+	// the session's, and it would stay as long as the device.
+	go t.runSession(s, func() func() { return s.run(context.Background()) })
+}
+
+// runSession runs a stage of s on this goroutine: the handshake, which
+// returns the next stage, the read loop, on a goroutine of its own (see
+// [session.run]). The session's goroutine is the one running a stage, which
+// t.wg counts; the last one forgets s.
+func (t *Tier) runSession(s *session, stage func() (next func())) {
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			t.forget(s)
+			t.wg.Done()
+		}
 	}()
+	// Hostile input must not take every device down with it: net/http
+	// would have recovered a panic in its handler, so this does too.
+	defer func() {
+		if r := recover(); r != nil {
+			t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
+			s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
+		}
+	}()
+	if next := stage(); next != nil {
+		handedOff = true
+		go t.runSession(s, func() func() { next(); return nil })
+	}
 }
 
 // forget drops a session that has ended from the tier's set.
@@ -765,6 +780,9 @@ func (t *Tier) audit(e bus.AuditEvent) {
 type hijackRecorder struct {
 	http.ResponseWriter
 	conn net.Conn
+	// idle is what the WebSocket library reads, when the connection had
+	// nothing buffered at the upgrade (see [idleConn]); nil otherwise.
+	idle *idleConn
 }
 
 // Hijack also swaps net/http's 4 KiB buffers for smaller ones, when they
@@ -777,11 +795,15 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return c, brw, err
 	}
-	if brw.Reader.Buffered() == 0 {
-		brw.Reader = bufio.NewReaderSize(c, sessionBufSize)
-	}
 	if brw.Writer.Buffered() == 0 {
 		brw.Writer = bufio.NewWriterSize(c, sessionBufSize)
+	}
+	if brw.Reader.Buffered() == 0 {
+		// The library reads c through what it is handed back: idle
+		// counts the frames from the device's first byte.
+		h.idle = &idleConn{Conn: c}
+		brw.Reader = bufio.NewReaderSize(h.idle, sessionBufSize)
+		return h.idle, brw, nil
 	}
 	return c, brw, err
 }
