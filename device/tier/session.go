@@ -65,8 +65,11 @@ type session struct {
 	// deadline may close (and audit) the session while run sets them.
 	nodeID, tenant, subject, jti string
 	agent                        schemas.Agent
-	caps                         map[string]*capState
-	manifest                     []schemas.Capability // as announced, in order
+	// mf is the node's manifest, shared with the tier's sessions that
+	// announced the same; caps is the session's own state of each of its
+	// capabilities, in its order.
+	mf   *manifest
+	caps []capState
 	// bindSeen is the revision of the node's binding as bind read it (0:
 	// none), which hold expects; bindRev is the revision hold wrote, which
 	// the session's end gives its TTL (0: none, or given already).
@@ -113,12 +116,36 @@ type session struct {
 	streamsByID map[string]string      // stream id -> cmd msg_id
 }
 
+// capState is a session's state of one of its capabilities, under
+// session.mu.
 type capState struct {
-	*schemas.Capability // the session's manifest entry, not a copy of it
-	kind                schemas.Kind
-	limiter             *rate.Limiter // nil: unlimited
-	inflight            int           // unary calls in flight, under session.mu
-	streams             int           // open streams, under session.mu; limited apart
+	*capEntry               // the shared manifest's
+	limiter   *rate.Limiter // made by the first call (until then it would be full anyway); nil: none yet
+	inflight  int           // unary calls in flight
+	streams   int           // open streams; limited apart
+}
+
+// allow takes a call from the capability's rate limit, if it has one;
+// session.mu is held.
+func (cs *capState) allow() bool {
+	rps := cs.cap.Constraints.RateLimitRPS
+	if rps <= 0 {
+		return true
+	}
+	if cs.limiter == nil {
+		cs.limiter = rate.NewLimiter(rate.Limit(rps), int(math.Ceil(rps)))
+	}
+	return cs.limiter.Allow()
+}
+
+// capState returns the session's state of its capability capID, or nil.
+func (s *session) capState(capID string) *capState {
+	for i := range s.caps {
+		if s.caps[i].cap.CapID == capID {
+			return &s.caps[i]
+		}
+	}
+	return nil
 }
 
 type pendingCall struct {
@@ -642,12 +669,13 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	if s.t.o.Kinds != nil {
 		kinds = s.t.o.Kinds()
 	}
-	tools, caps, msg := project(kinds, s.nodeID, a.Capabilities)
+	tools, mf, msg := project(kinds, s.nodeID, a.Capabilities)
 	if msg != "" {
 		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, msg)
 		return nil
 	}
-	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
+	s.mf = s.t.manifests.share(mf) // released by cleanup
+	s.caps, s.agent = s.mf.states(), a.Agent
 	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
 	s.trace = slices.Contains(a.Features, wire.FeatureTrace)
 	s.name, s.labels = s.settle(&a)
@@ -713,22 +741,23 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 
 // project checks a manifest beyond its schema ([schemas.KindTable.Project],
 // with the tier's kind table: kinds nil, the built-in kinds alone) and
-// returns the projected tool names; it also swaps the closed-set strings
-// of caps (kind, safety class, schema_ref, verbs) for the kind table's. A
-// non-empty msg explains the refusal.
-func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability) (tools []string, byID map[string]*capState, msg string) {
+// returns the projected tool names and the manifest; it also swaps the
+// closed-set strings of caps (kind, safety class, schema_ref, verbs) for
+// the kind table's. A non-empty msg explains the refusal.
+func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability) (tools []string, mf *manifest, msg string) {
 	projected, err := kinds.Project(nodeID, caps)
 	if err != nil {
 		return nil, nil, err.Error()
 	}
-	byID = make(map[string]*capState, len(caps))
 	tools = make([]string, 0, len(projected))
+	var last *schemas.Capability
 	for _, t := range projected {
 		tools = append(tools, t.Name)
 		c := t.Cap
-		if byID[c.CapID] != nil {
-			continue // a capability's second verb
+		if c == last {
+			continue // a capability's next verb
 		}
+		last = c
 		// The strings of a closed set are kept as the table's own, not as
 		// each session's decoded copies.
 		c.Kind, c.SafetyClass = t.Kind.Name, internSafety(c.SafetyClass)
@@ -744,14 +773,8 @@ func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability)
 				c.Verbs[j] = kv.Name
 			}
 		}
-		cs := &capState{Capability: c, kind: t.Kind}
-		if c.Constraints.RateLimitRPS > 0 {
-			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
-			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)
-		}
-		byID[c.CapID] = cs
 	}
-	return tools, byID, ""
+	return tools, newManifest(caps, projected), ""
 }
 
 // internSafety returns the package constant equal to a safety class.
@@ -1009,7 +1032,7 @@ func (s *session) record() bus.Node {
 		SessionID:    s.id,
 		Tier:         s.t.o.Name,
 		Agent:        s.agent,
-		Capabilities: s.manifest,
+		Capabilities: s.mf.caps,
 		ConnectedAt:  time.Now().UTC(),
 		Name:         s.name,
 		Labels:       s.labels,
@@ -1053,6 +1076,7 @@ func (s *session) cleanup() {
 	if s.t.tools != nil && s.nodeID != "" {
 		s.t.tools.release(s.id, s.nodeID)
 	}
+	s.t.manifests.release(s.mf)
 	if s.nodeID != "" && s.caps != nil {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDisconnect})
@@ -1128,8 +1152,8 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
 		return
 	}
-	cs := s.caps[name.CapID]
-	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.Verbs, name.Verb) {
+	cs := s.capState(name.CapID)
+	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.cap.Verbs, name.Verb) {
 		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, call.Tool)
 		return
 	}
@@ -1137,7 +1161,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
 		return
 	}
-	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
+	deadline := time.Duration(cs.cap.Constraints.DeadlineMsDefault) * time.Millisecond
 	if deadline <= 0 {
 		deadline = wire.DefaultDeadlineMs * time.Millisecond
 	}
@@ -1202,12 +1226,12 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeRateLimited, "too many calls in flight to this node", bus.DecisionRateLimit, call.Tool)
 		return
 	}
-	if cs.limiter != nil && !cs.limiter.Allow() {
+	if !cs.allow() {
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
 	}
-	if mc := cs.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
+	if mc := cs.cap.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
 		return
@@ -1215,7 +1239,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	cs.inflight++
 	p := &pendingCall{reply: m.Reply, cap: cs, tool: call.Tool, start: start, requestID: reqID,
 		subject: m.Header.Get(bus.HeaderSubject)}
-	if cs.Kind == schemas.KindLocal {
+	if cs.cap.Kind == schemas.KindLocal {
 		p.queryHash = queryHash(args)
 	}
 	p.span = span

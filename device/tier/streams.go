@@ -53,11 +53,11 @@ func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs
 		s.mu.Unlock()
 		fail(schemas.CodeBadRequest, "stream id already in use", bus.DecisionInvalid, call.Tool)
 		return
-	case cs.limiter != nil && !cs.limiter.Allow():
+	case !cs.allow():
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
-	case cs.Constraints.MaxConcurrency > 0 && cs.streams >= cs.Constraints.MaxConcurrency:
+	case cs.cap.Constraints.MaxConcurrency > 0 && cs.streams >= cs.cap.Constraints.MaxConcurrency:
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability stream limit reached", bus.DecisionRateLimit, call.Tool)
 		return

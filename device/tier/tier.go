@@ -142,6 +142,10 @@ type Tier struct {
 	o   Options
 	log *slog.Logger
 
+	// manifests are the sessions' manifests, each shared by the sessions
+	// that announced it.
+	manifests manifests
+
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
 	all      map[*session]struct{}
