@@ -103,6 +103,9 @@ type session struct {
 	draining  bool
 	announced chan struct{} // closed once announce_ok is written: cmds may follow
 
+	// pending, streams and streamsByID are made by their first entry: most
+	// sessions are idle most of the time, and a tier holds tens of
+	// thousands.
 	mu       sync.Mutex
 	pending  map[string]*pendingCall
 	sub      *nats.Subscription // the node's cmd subject
@@ -172,10 +175,6 @@ func newSession(t *Tier, c *websocket.Conn, live *peer, r *http.Request) *sessio
 		remote:    r.RemoteAddr,
 		done:      make(chan struct{}),
 		announced: make(chan struct{}),
-		pending:   map[string]*pendingCall{},
-
-		streams:     map[string]*tierStream{},
-		streamsByID: map[string]string{},
 	}
 	s.writes = wire.NewWriteGuard(t.o.WriteTimeout, func() {
 		// The device stopped reading: its writes fail, and so its session.
@@ -513,6 +512,7 @@ func (s *session) authenticate(ctx context.Context) bool {
 		return false
 	}
 	s.tokenLabels = claims.Labels
+	s.bearer = "" // the token is verified: nothing else needs it
 	s.mu.Lock()
 	s.nodeID = claims.Subject
 	s.mu.Unlock()
@@ -679,6 +679,7 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
 	s.trace = slices.Contains(a.Features, wire.FeatureTrace)
 	s.name, s.labels = s.settle(&a)
+	s.tokenLabels = nil // settled
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
@@ -1063,7 +1064,7 @@ func (s *session) cleanup() {
 	s.detach()
 	s.mu.Lock()
 	pending := s.pending
-	s.pending = map[string]*pendingCall{}
+	s.pending = nil
 	s.mu.Unlock()
 	for _, p := range pending {
 		p.timer.Stop()
@@ -1243,6 +1244,9 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		p.queryHash = queryHash(args)
 	}
 	p.span = span
+	if s.pending == nil {
+		s.pending = map[string]*pendingCall{}
+	}
 	s.pending[cmdID] = p
 	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
 	s.mu.Unlock()

@@ -63,6 +63,9 @@ func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs
 		return
 	}
 	cs.streams++
+	if s.streams == nil {
+		s.streams, s.streamsByID = map[string]*tierStream{}, map[string]string{}
+	}
 	s.streams[cmdID] = st
 	s.streamsByID[sid] = cmdID
 	s.mu.Unlock()
@@ -205,8 +208,7 @@ func (s *session) onStream(e wire.Envelope) {
 func (s *session) endStreams(reason string) {
 	s.mu.Lock()
 	streams := s.streams
-	s.streams = map[string]*tierStream{}
-	s.streamsByID = map[string]string{}
+	s.streams, s.streamsByID = nil, nil
 	for _, st := range streams {
 		st.cap.streams--
 	}

@@ -812,5 +812,8 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, brw, err
 }
 
-// sessionBufSize is the read and the write buffer of a device session.
-const sessionBufSize = 1024
+// sessionBufSize is the read and the write buffer of a device session:
+// enough for a cmd, a cmd_ack or a stream frame of a built-in kind (a few
+// hundred bytes); a larger frame costs a read, or a write, more. Each
+// buffer is a connection's for as long as it lasts, idle or not.
+const sessionBufSize = 512
