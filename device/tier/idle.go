@@ -66,7 +66,9 @@ func (c *idleConn) Read(p []byte) (int, error) {
 }
 
 // wait blocks until the device has sent something (which the next Read
-// returns), or the connection fails.
+// returns), or the connection fails. Call it only once the library has
+// read everything it buffered (its read failed with errIdle): bytes in
+// its buffer are no bytes on the connection.
 func (c *idleConn) wait() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -435,25 +436,57 @@ func (s *session) start(ctx context.Context) (release func()) {
 }
 
 // serve reads the device's frames until the connection ends or a frame
-// breaks the protocol. Between messages it waits for the device in
-// [idleConn.wait], off the library's stack, when the connection allows:
-// what is on the stack then decides whether an idle session's is 4 KiB
-// or 8 (BenchmarkSessionMemory), so this frame stays small.
+// breaks the protocol.
+//
+// When the connection allows ([idleConn]), the session's goroutine only
+// waits for the device, in [idleConn.wait], and has each message read
+// and handled by one of the tier's workers, waiting for it: what its
+// stack then holds is a few small frames, so it stays at 4 KiB
+// (BenchmarkSessionMemory) for as long as the device is connected. Read
+// on its own goroutine, a mere pong (every ping interval of an idle
+// device) took the stack past 4 KiB, through the library's reader and its
+// error wrapping, and 8 KiB it stayed until a collection.
 func (s *session) serve(ctx context.Context) {
-	idle := s.idle != nil
-	wait := idle
-	for {
-		// Only once the library has read all it buffered (errIdle) are
-		// the device's next bytes on the connection.
-		if wait && s.idle.wait() != nil {
+	if s.idle == nil {
+		for s.step(ctx, false) {
+		}
+		return
+	}
+	stepped := make(chan bool, 1)
+	step := func() {
+		more := false
+		defer func() {
+			// Not net/http's goroutine nor the session's: a panic here is
+			// recovered as theirs are (see [Tier.runSession]).
+			if r := recover(); r != nil {
+				s.t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
+				s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
+			}
+			stepped <- more
+		}()
+		more = s.step(ctx, true)
+	}
+	for s.idle.wait() == nil {
+		s.t.steps.Run(step)
+		if !<-stepped {
 			return
 		}
-		e, err := s.read(ctx, idle)
-		if wait = errors.Is(err, errIdle); wait {
-			continue // control frames only
+	}
+}
+
+// step reads the device's next message and handles it; it reports
+// whether the session goes on. With yield it goes on with the messages
+// after it, until errIdle says that nothing is left, not even in the
+// library's buffer (the connection is read only when that is empty):
+// only then may the session wait on the connection ([idleConn.wait]).
+func (s *session) step(ctx context.Context, yield bool) bool {
+	for {
+		e, err := s.read(ctx, yield)
+		if errors.Is(err, errIdle) {
+			return true
 		}
 		if err != nil {
-			return
+			return false
 		}
 		switch e.Type {
 		case wire.TypeCmdAck:
@@ -466,7 +499,10 @@ func (s *session) serve(ctx context.Context) {
 			s.onStream(e)
 		default:
 			s.close(wire.CloseMalformed, "", "unexpected "+e.Type+" frame")
-			return
+			return false
+		}
+		if !yield {
+			return true
 		}
 	}
 }

@@ -180,6 +180,11 @@ type Tier struct {
 	// none.
 	metrics *tierMetrics
 
+	// steps read and handle the sessions' messages, one of a session's
+	// at a time (see [session.serve]); closed by Shutdown once every
+	// session has ended.
+	steps *workers.Pool
+
 	// live watches every session's device from announce on, and pings
 	// or drops the silent ones; it runs as the tier's own goroutines do.
 	live *liveness
@@ -253,7 +258,7 @@ func New(o Options) (*Tier, error) {
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
 		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
-		live: newLiveness(o.PingInterval, o.PingTimeout)}
+		live: newLiveness(o.PingInterval, o.PingTimeout), steps: workers.New(64)}
 	t.metrics = newTierMetrics(o.Metrics, t)
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
@@ -595,6 +600,7 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 	t.stopOnce.Do(func() {
 		t.stopErr = errors.Join(t.cancelSub.Unsubscribe(), t.inboxSub.Unsubscribe())
 		t.stopBG()
+		t.steps.Close() // no session is left to step
 	})
 	t.bg.Wait()
 	if t.stopErr != nil {
