@@ -214,6 +214,11 @@ if [ "$IDLE" != 0 ]; then
 	idle_gw=$(idle_row $((gw_c1 - gw_c0)))
 	idle_fleet=$(idle_row $((fleet_c1 - fleet_c0)))
 	log "idle: tier $idle_tier; gateway $idle_gw; fleet(s) $idle_fleet"
+	# After the idle time every device has been pinged (and has answered)
+	# a few times: what an idle connection costs the tier for good.
+	tier_rss_idle=$(tiers_rss)
+	per_conn_idle=$(awk -v a="$tier_rss_idle" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+	log "after idling: tier RSS $(mb "$tier_rss_idle"); $per_conn_idle KB/connection"
 fi
 
 # --- MCP: list everything, call every node --------------------------------------------
@@ -327,6 +332,7 @@ row "device tiers" "$NTIERS (each under the descriptor limit, $nofile)"
 row "tier RSS before" "$(mb "$tier_rss_before")"
 row "tier RSS after connect" "$(mb "$tier_rss_conn") (+5s: $(mb "$tier_rss_after"); after calls: $(mb "$tier_rss_calls"))"
 row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
+[ "$IDLE" != 0 ] && row "" "$per_conn_idle KB after idling ${IDLE}s (pings and pongs included)"
 row "tier open fds" "$tier_fds"
 row "gateway per node" "$gw_per_node KB  ((after connect+5s - before) / N)"
 if [ "$IDLE" != 0 ]; then

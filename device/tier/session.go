@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,8 +50,9 @@ var errClosed = errors.New("session closed")
 type session struct {
 	t      *Tier
 	c      *websocket.Conn
-	raw    net.Conn // under c; dropped when a close handshake stalls
-	live   *peer    // when the device was last heard from
+	raw    net.Conn  // under c; dropped when a close handshake stalls
+	idle   *idleConn // what c reads, between raw and c; nil: raw
+	live   *peer     // when the device was last heard from
 	writes *wire.WriteGuard
 	id     string
 	remote string
@@ -64,8 +66,11 @@ type session struct {
 	// deadline may close (and audit) the session while run sets them.
 	nodeID, tenant, subject, jti string
 	agent                        schemas.Agent
-	caps                         map[string]*capState
-	manifest                     []schemas.Capability // as announced, in order
+	// mf is the node's manifest, shared with the tier's sessions that
+	// announced the same; caps is the session's own state of each of its
+	// capabilities, in its order.
+	mf   *manifest
+	caps []capState
 	// bindSeen is the revision of the node's binding as bind read it (0:
 	// none), which hold expects; bindRev is the revision hold wrote, which
 	// the session's end gives its TTL (0: none, or given already).
@@ -99,6 +104,9 @@ type session struct {
 	draining  bool
 	announced chan struct{} // closed once announce_ok is written: cmds may follow
 
+	// pending, streams and streamsByID are made by their first entry: most
+	// sessions are idle most of the time, and a tier holds tens of
+	// thousands.
 	mu       sync.Mutex
 	pending  map[string]*pendingCall
 	sub      *nats.Subscription // the node's cmd subject
@@ -112,12 +120,36 @@ type session struct {
 	streamsByID map[string]string      // stream id -> cmd msg_id
 }
 
+// capState is a session's state of one of its capabilities, under
+// session.mu.
 type capState struct {
-	*schemas.Capability // the session's manifest entry, not a copy of it
-	kind                schemas.Kind
-	limiter             *rate.Limiter // nil: unlimited
-	inflight            int           // unary calls in flight, under session.mu
-	streams             int           // open streams, under session.mu; limited apart
+	*capEntry               // the shared manifest's
+	limiter   *rate.Limiter // made by the first call (until then it would be full anyway); nil: none yet
+	inflight  int           // unary calls in flight
+	streams   int           // open streams; limited apart
+}
+
+// allow takes a call from the capability's rate limit, if it has one;
+// session.mu is held.
+func (cs *capState) allow() bool {
+	rps := cs.cap.Constraints.RateLimitRPS
+	if rps <= 0 {
+		return true
+	}
+	if cs.limiter == nil {
+		cs.limiter = rate.NewLimiter(rate.Limit(rps), int(math.Ceil(rps)))
+	}
+	return cs.limiter.Allow()
+}
+
+// capState returns the session's state of its capability capID, or nil.
+func (s *session) capState(capID string) *capState {
+	for i := range s.caps {
+		if s.caps[i].cap.CapID == capID {
+			return &s.caps[i]
+		}
+	}
+	return nil
 }
 
 type pendingCall struct {
@@ -144,10 +176,6 @@ func newSession(t *Tier, c *websocket.Conn, live *peer, r *http.Request) *sessio
 		remote:    r.RemoteAddr,
 		done:      make(chan struct{}),
 		announced: make(chan struct{}),
-		pending:   map[string]*pendingCall{},
-
-		streams:     map[string]*tierStream{},
-		streamsByID: map[string]string{},
 	}
 	s.writes = wire.NewWriteGuard(t.o.WriteTimeout, func() {
 		// The device stopped reading: its writes fail, and so its session.
@@ -270,9 +298,18 @@ func (s *session) writeRaw(ctx context.Context, b []byte) error {
 }
 
 // read returns the next envelope. On a protocol violation it closes the
-// session with the matching code and returns errClosed.
-func (s *session) read(ctx context.Context) (wire.Envelope, error) {
+// session with the matching code and returns errClosed. With yield, it
+// returns errIdle when the device has sent no whole message, only
+// control frames (see [idleConn]).
+func (s *session) read(ctx context.Context, yield bool) (wire.Envelope, error) {
+	if yield {
+		s.idle.setYield(true)
+	}
 	typ, r, err := s.c.Reader(ctx)
+	if yield {
+		// The message's own frames are read through.
+		s.idle.setYield(false)
+	}
 	if err != nil {
 		return wire.Envelope{}, err
 	}
@@ -300,7 +337,7 @@ func (s *session) read(ctx context.Context) (wire.Envelope, error) {
 
 // expect reads the next envelope and requires its type.
 func (s *session) expect(ctx context.Context, typ string) (wire.Envelope, error) {
-	e, err := s.read(ctx)
+	e, err := s.read(ctx, false)
 	if err != nil {
 		return e, err
 	}
@@ -311,12 +348,35 @@ func (s *session) expect(ctx context.Context, typ string) (wire.Envelope, error)
 	return e, nil
 }
 
-func (s *session) run(ctx context.Context) {
-	// The session lives until its socket closes; the HTTP request context
-	// only ends when the connection does.
-	ctx = context.WithoutCancel(ctx)
-	defer s.cleanup()
+// run runs the session's handshake, and returns its read loop, to be run
+// on a goroutine of its own, or nil once the session has ended. The
+// handshake grows a goroutine's stack far beyond what an idle session
+// needs (see [idleConn]); the collector would shrink it by half a cycle,
+// and an idle tier collects seldom.
+func (s *session) run(ctx context.Context) (serve func()) {
+	ended := true
+	defer func() {
+		if ended {
+			s.cleanup()
+		}
+	}()
+	release := s.start(ctx)
+	if release == nil {
+		return nil
+	}
+	ended = false
+	return func() {
+		defer s.cleanup()
+		defer release()                         // waits for a release in progress
+		defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
+		s.serve(ctx)
+	}
+}
 
+// start runs the handshake (hello, auth, announce) and takes the node;
+// it returns what takes the node offline again, or nil when the session
+// must end.
+func (s *session) start(ctx context.Context) (release func()) {
 	lateClose := func() { s.close(wire.CloseAuthFailed, "", "authentication timeout") }
 	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() { s.t.goFor(s, lateClose) })
 	defer deadline.Stop()
@@ -327,37 +387,37 @@ func (s *session) run(ctx context.Context) {
 		MaxFrameBytes:  s.t.o.MaxFrameBytes,
 	})
 	if err != nil {
-		return
+		return nil
 	}
 	if s.c.Subprotocol() != wire.Subprotocol {
 		s.close(wire.CloseMalformed, "", "subprotocol okso.v1 required")
-		return
+		return nil
 	}
 	if !s.authenticate(ctx) {
-		return
+		return nil
 	}
 	if !deadline.Stop() {
 		// The deadline fired while we verified. Its close may not have
 		// begun yet: begin it here, or the session's end would close first,
 		// with 1000.
 		lateClose()
-		return
+		return nil
 	}
 	// Whose node id this is, asked of JetStream, is the tier's time, not
 	// the device's, and must not end in a 4401.
 	if !s.bind(ctx) {
-		return
+		return nil
 	}
 	s.clockAt = time.Now()
 	s.clockMs = s.clockAt.UnixMilli()
 	if s.write(ctx, wire.TypeAuthOK, "", wire.AuthOK{NodeID: s.nodeID, Tenant: s.tenant, SessionID: s.id,
 		ServerTimeMs: s.clockMs, Features: offered}) != nil {
-		return
+		return nil
 	}
 	deadline.Reset(s.t.o.AuthTimeout)
 	lease := s.announce(ctx, deadline, lateClose)
 	if lease == nil {
-		return
+		return nil
 	}
 	deadline.Stop()
 
@@ -365,20 +425,68 @@ func (s *session) run(ctx context.Context) {
 	// after the close handshake (up to closeGrace with a silent peer).
 	k := s.keepAlive(lease)
 	var once sync.Once
-	release := func() { once.Do(func() { releaseLease(s, k.stop()) }) }
+	release = func() { once.Do(func() { releaseLease(s, k.stop()) }) }
 	s.mu.Lock()
 	s.onDone = release
 	s.mu.Unlock()
 	if s.closed() { // closed before onDone was set: close did not see it
 		s.t.goFor(s, release)
 	}
-	defer release()                         // waits for a release in progress
-	defer s.close(wire.CloseNormal, "", "") // when the read loop ends first
+	return release
+}
 
-	for {
-		e, err := s.read(ctx)
-		if err != nil {
+// serve reads the device's frames until the connection ends or a frame
+// breaks the protocol.
+//
+// When the connection allows ([idleConn]), the session's goroutine only
+// waits for the device, in [idleConn.wait], and has each message read
+// and handled by one of the tier's workers, waiting for it: what its
+// stack then holds is a few small frames, so it stays at 4 KiB
+// (BenchmarkSessionMemory) for as long as the device is connected. Read
+// on its own goroutine, a mere pong (every ping interval of an idle
+// device) took the stack past 4 KiB, through the library's reader and its
+// error wrapping, and 8 KiB it stayed until a collection.
+func (s *session) serve(ctx context.Context) {
+	if s.idle == nil {
+		for s.step(ctx, false) {
+		}
+		return
+	}
+	stepped := make(chan bool, 1)
+	step := func() {
+		more := false
+		defer func() {
+			// Not net/http's goroutine nor the session's: a panic here is
+			// recovered as theirs are (see [Tier.runSession]).
+			if r := recover(); r != nil {
+				s.t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
+				s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
+			}
+			stepped <- more
+		}()
+		more = s.step(ctx, true)
+	}
+	for s.idle.wait() == nil {
+		s.t.steps.Run(step)
+		if !<-stepped {
 			return
+		}
+	}
+}
+
+// step reads the device's next message and handles it; it reports
+// whether the session goes on. With yield it goes on with the messages
+// after it, until errIdle says that nothing is left, not even in the
+// library's buffer (the connection is read only when that is empty):
+// only then may the session wait on the connection ([idleConn.wait]).
+func (s *session) step(ctx context.Context, yield bool) bool {
+	for {
+		e, err := s.read(ctx, yield)
+		if errors.Is(err, errIdle) {
+			return true
+		}
+		if err != nil {
+			return false
 		}
 		switch e.Type {
 		case wire.TypeCmdAck:
@@ -391,7 +499,10 @@ func (s *session) run(ctx context.Context) {
 			s.onStream(e)
 		default:
 			s.close(wire.CloseMalformed, "", "unexpected "+e.Type+" frame")
-			return
+			return false
+		}
+		if !yield {
+			return true
 		}
 	}
 }
@@ -437,6 +548,7 @@ func (s *session) authenticate(ctx context.Context) bool {
 		return false
 	}
 	s.tokenLabels = claims.Labels
+	s.bearer = "" // the token is verified: nothing else needs it
 	s.mu.Lock()
 	s.nodeID = claims.Subject
 	s.mu.Unlock()
@@ -593,15 +705,17 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 	if s.t.o.Kinds != nil {
 		kinds = s.t.o.Kinds()
 	}
-	tools, caps, msg := project(kinds, s.nodeID, a.Capabilities)
+	tools, mf, msg := project(kinds, s.nodeID, a.Capabilities)
 	if msg != "" {
 		s.close(wire.CloseMalformed, schemas.CodeManifestInvalid, msg)
 		return nil
 	}
-	s.caps, s.agent, s.manifest = caps, a.Agent, a.Capabilities
+	s.mf = s.t.manifests.share(mf) // released by cleanup
+	s.caps, s.agent = s.mf.states(), a.Agent
 	s.deadlineAt = slices.Contains(a.Features, wire.FeatureDeadlineAt)
 	s.trace = slices.Contains(a.Features, wire.FeatureTrace)
 	s.name, s.labels = s.settle(&a)
+	s.tokenLabels = nil // settled
 	if !s.t.admitTools(s, len(tools)) {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDenied, Code: schemas.CodeSafetyDenied})
@@ -664,22 +778,23 @@ func (s *session) announce(ctx context.Context, deadline *time.Timer, lateClose 
 
 // project checks a manifest beyond its schema ([schemas.KindTable.Project],
 // with the tier's kind table: kinds nil, the built-in kinds alone) and
-// returns the projected tool names; it also swaps the closed-set strings
-// of caps (kind, safety class, schema_ref, verbs) for the kind table's. A
-// non-empty msg explains the refusal.
-func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability) (tools []string, byID map[string]*capState, msg string) {
+// returns the projected tool names and the manifest; it also swaps the
+// closed-set strings of caps (kind, safety class, schema_ref, verbs) for
+// the kind table's. A non-empty msg explains the refusal.
+func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability) (tools []string, mf *manifest, msg string) {
 	projected, err := kinds.Project(nodeID, caps)
 	if err != nil {
 		return nil, nil, err.Error()
 	}
-	byID = make(map[string]*capState, len(caps))
 	tools = make([]string, 0, len(projected))
+	var last *schemas.Capability
 	for _, t := range projected {
 		tools = append(tools, t.Name)
 		c := t.Cap
-		if byID[c.CapID] != nil {
-			continue // a capability's second verb
+		if c == last {
+			continue // a capability's next verb
 		}
+		last = c
 		// The strings of a closed set are kept as the table's own, not as
 		// each session's decoded copies.
 		c.Kind, c.SafetyClass = t.Kind.Name, internSafety(c.SafetyClass)
@@ -695,14 +810,8 @@ func project(kinds *schemas.KindTable, nodeID string, caps []schemas.Capability)
 				c.Verbs[j] = kv.Name
 			}
 		}
-		cs := &capState{Capability: c, kind: t.Kind}
-		if c.Constraints.RateLimitRPS > 0 {
-			burst := int(math.Ceil(c.Constraints.RateLimitRPS))
-			cs.limiter = rate.NewLimiter(rate.Limit(c.Constraints.RateLimitRPS), burst)
-		}
-		byID[c.CapID] = cs
 	}
-	return tools, byID, ""
+	return tools, newManifest(caps, projected), ""
 }
 
 // internSafety returns the package constant equal to a safety class.
@@ -960,7 +1069,7 @@ func (s *session) record() bus.Node {
 		SessionID:    s.id,
 		Tier:         s.t.o.Name,
 		Agent:        s.agent,
-		Capabilities: s.manifest,
+		Capabilities: s.mf.caps,
 		ConnectedAt:  time.Now().UTC(),
 		Name:         s.name,
 		Labels:       s.labels,
@@ -991,7 +1100,7 @@ func (s *session) cleanup() {
 	s.detach()
 	s.mu.Lock()
 	pending := s.pending
-	s.pending = map[string]*pendingCall{}
+	s.pending = nil
 	s.mu.Unlock()
 	for _, p := range pending {
 		p.timer.Stop()
@@ -1004,6 +1113,7 @@ func (s *session) cleanup() {
 	if s.t.tools != nil && s.nodeID != "" {
 		s.t.tools.release(s.id, s.nodeID)
 	}
+	s.t.manifests.release(s.mf)
 	if s.nodeID != "" && s.caps != nil {
 		s.t.audit(bus.AuditEvent{Tenant: s.tenant, Subject: s.subject, JTI: s.jti, NodeID: s.nodeID,
 			Decision: bus.DecisionDisconnect})
@@ -1079,8 +1189,8 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, "")
 		return
 	}
-	cs := s.caps[name.CapID]
-	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.Verbs, name.Verb) {
+	cs := s.capState(name.CapID)
+	if cs == nil || cs.kind.Short != name.KindShort || !containsVerb(cs.cap.Verbs, name.Verb) {
 		fail(schemas.CodeToolNotFound, "no such tool on this node", bus.DecisionNotFound, call.Tool)
 		return
 	}
@@ -1088,7 +1198,7 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeSafetyDenied, "node belongs to another tenant", bus.DecisionDenied, call.Tool)
 		return
 	}
-	deadline := time.Duration(cs.Constraints.DeadlineMsDefault) * time.Millisecond
+	deadline := time.Duration(cs.cap.Constraints.DeadlineMsDefault) * time.Millisecond
 	if deadline <= 0 {
 		deadline = wire.DefaultDeadlineMs * time.Millisecond
 	}
@@ -1153,12 +1263,12 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 		fail(schemas.CodeRateLimited, "too many calls in flight to this node", bus.DecisionRateLimit, call.Tool)
 		return
 	}
-	if cs.limiter != nil && !cs.limiter.Allow() {
+	if !cs.allow() {
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
 	}
-	if mc := cs.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
+	if mc := cs.cap.Constraints.MaxConcurrency; mc > 0 && cs.inflight >= mc {
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability concurrency limit reached", bus.DecisionRateLimit, call.Tool)
 		return
@@ -1166,10 +1276,13 @@ func (s *session) onCall(ctx context.Context, m *nats.Msg) {
 	cs.inflight++
 	p := &pendingCall{reply: m.Reply, cap: cs, tool: call.Tool, start: start, requestID: reqID,
 		subject: m.Header.Get(bus.HeaderSubject)}
-	if cs.Kind == schemas.KindLocal {
+	if cs.cap.Kind == schemas.KindLocal {
 		p.queryHash = queryHash(args)
 	}
 	p.span = span
+	if s.pending == nil {
+		s.pending = map[string]*pendingCall{}
+	}
 	s.pending[cmdID] = p
 	p.timer = time.AfterFunc(deadline, func() { s.t.goFor(s, func() { s.expire(ctx, cmdID) }) })
 	s.mu.Unlock()

@@ -789,3 +789,103 @@ func TestPingOnlySilent(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleBetweenMessages: a session that waits for its device between
+// messages (idleConn) still hears every frame: pongs to its pings, which
+// are no message, leave it waiting and the device kept; then a cmd_ack
+// sent in fragments with the device's own ping between them completes its
+// call, and so does the next call.
+func TestIdleBetweenMessages(t *testing.T) {
+	tt := newTestTier(t, tier.Options{PingInterval: 100 * time.Millisecond})
+	pinged := make(chan struct{}, 16)
+	rc := tt.dial(t, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol},
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pinged <- struct{}{}:
+			default:
+			}
+			return true
+		}})
+	node := wire.NewNodeID()
+	rc.authenticate(t, tt.Token(t, node))
+	rc.announce(t, node, echoCapability())
+
+	// The device reads on its own goroutine, which answers pings.
+	ctx, cancel := context.WithCancel(t.Context())
+	frames := make(chan []byte)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			_, b, err := rc.c.Read(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case frames <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-readDone
+	}()
+	for i := range 3 {
+		select {
+		case <-pinged:
+		case <-time.After(tiertest.WaitFor):
+			t.Fatalf("the device got %d pings, want 3", i)
+		}
+	}
+
+	for _, fragmented := range []bool{true, false} {
+		calls := tt.GoCall(t.Context(), node, tiertest.Tenant, tiertest.EchoTool(node), `{"message":"hi"}`)
+		var b []byte
+		select {
+		case b = <-frames:
+		case <-time.After(tiertest.WaitFor):
+			t.Fatal("no cmd")
+		}
+		e, err := wire.DecodeEnvelope(tt.Schemas, b)
+		if err != nil || e.Type != wire.TypeCmd {
+			t.Fatalf("got %s (%v), want a cmd", b, err)
+		}
+		res, _ := json.Marshal(tiertest.EchoResult{Message: "hi", NodeID: node, ReceivedAtMs: time.Now().UnixMilli()})
+		ack, err := wire.Encode(wire.TypeCmdAck, e.MsgID, wire.CmdAck{OK: true, Result: res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
+		if fragmented {
+			w, err := rc.c.Writer(wctx, websocket.MessageText)
+			if err != nil {
+				t.Fatal(err)
+			}
+			half := len(ack) / 2
+			if _, err := w.Write(ack[:half]); err != nil { // a frame of its own
+				t.Fatal(err)
+			}
+			if err := rc.c.Ping(wctx); err != nil { // between the fragments; the tier answers
+				t.Fatalf("ping the tier between fragments: %v", err)
+			}
+			if _, err := w.Write(ack[half:]); err != nil {
+				t.Fatal(err)
+			}
+			err = w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if err := rc.c.Write(wctx, websocket.MessageText, ack); err != nil {
+			t.Fatal(err)
+		}
+		wcancel()
+		select {
+		case r := <-calls:
+			tiertest.WantOK(t, r)
+		case <-time.After(tiertest.WaitFor):
+			t.Fatalf("no reply (fragmented %v)", fragmented)
+		}
+	}
+}

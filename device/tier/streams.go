@@ -53,16 +53,19 @@ func (s *session) openStream(ctx context.Context, m *nats.Msg, call bus.Call, cs
 		s.mu.Unlock()
 		fail(schemas.CodeBadRequest, "stream id already in use", bus.DecisionInvalid, call.Tool)
 		return
-	case cs.limiter != nil && !cs.limiter.Allow():
+	case !cs.allow():
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability rate limit exceeded", bus.DecisionRateLimit, call.Tool)
 		return
-	case cs.Constraints.MaxConcurrency > 0 && cs.streams >= cs.Constraints.MaxConcurrency:
+	case cs.cap.Constraints.MaxConcurrency > 0 && cs.streams >= cs.cap.Constraints.MaxConcurrency:
 		s.mu.Unlock()
 		fail(schemas.CodeRateLimited, "capability stream limit reached", bus.DecisionRateLimit, call.Tool)
 		return
 	}
 	cs.streams++
+	if s.streams == nil {
+		s.streams, s.streamsByID = map[string]*tierStream{}, map[string]string{}
+	}
 	s.streams[cmdID] = st
 	s.streamsByID[sid] = cmdID
 	s.mu.Unlock()
@@ -205,8 +208,7 @@ func (s *session) onStream(e wire.Envelope) {
 func (s *session) endStreams(reason string) {
 	s.mu.Lock()
 	streams := s.streams
-	s.streams = map[string]*tierStream{}
-	s.streamsByID = map[string]string{}
+	s.streams, s.streamsByID = nil, nil
 	for _, st := range streams {
 		st.cap.streams--
 	}

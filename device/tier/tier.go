@@ -142,6 +142,10 @@ type Tier struct {
 	o   Options
 	log *slog.Logger
 
+	// manifests are the sessions' manifests, each shared by the sessions
+	// that announced it.
+	manifests manifests
+
 	mu       sync.Mutex
 	sessions map[string]*session // by node id
 	all      map[*session]struct{}
@@ -175,6 +179,11 @@ type Tier struct {
 	// metrics count what the tier audits and closes (metrics.go); nil:
 	// none.
 	metrics *tierMetrics
+
+	// steps read and handle the sessions' messages, one of a session's
+	// at a time (see [session.serve]); closed by Shutdown once every
+	// session has ended.
+	steps *workers.Pool
 
 	// live watches every session's device from announce on, and pings
 	// or drops the silent ones; it runs as the tier's own goroutines do.
@@ -249,7 +258,7 @@ func New(o Options) (*Tier, error) {
 	}
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
 		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
-		live: newLiveness(o.PingInterval, o.PingTimeout)}
+		live: newLiveness(o.PingInterval, o.PingTimeout), steps: workers.New(64)}
 	t.metrics = newTierMetrics(o.Metrics, t)
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
@@ -591,6 +600,7 @@ func (t *Tier) Shutdown(ctx context.Context) error {
 	t.stopOnce.Do(func() {
 		t.stopErr = errors.Join(t.cancelSub.Unsubscribe(), t.inboxSub.Unsubscribe())
 		t.stopBG()
+		t.steps.Close() // no session is left to step
 	})
 	t.bg.Wait()
 	if t.stopErr != nil {
@@ -631,7 +641,7 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// with 4413, not the library's 1009.
 	c.SetReadLimit(-1)
 	s := newSession(t, c, live, r)
-	s.raw = hw.conn
+	s.raw, s.idle = hw.conn, hw.idle
 	t.mu.Lock()
 	refuse := ""
 	switch {
@@ -651,20 +661,35 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// upgrade request and its connection goroutine, whose stack a parked
 	// session would otherwise hold for as long as the device stays.
 	handed = true
-	ctx := context.WithoutCancel(r.Context())
-	go func() {
-		defer t.wg.Done()
-		defer t.forget(s)
-		// Hostile input must not take every device down with it: net/http
-		// would have recovered a panic in its handler, so this does too.
-		defer func() {
-			if r := recover(); r != nil {
-				t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
-				s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
-			}
-		}()
-		s.run(ctx)
+	// Nor does the session keep the request's context: nothing in it is
+	// the session's, and it would stay as long as the device.
+	go t.runSession(s, func() func() { return s.run(context.Background()) })
+}
+
+// runSession runs a stage of s on this goroutine: the handshake, which
+// returns the next stage, the read loop, on a goroutine of its own (see
+// [session.run]). The session's goroutine is the one running a stage, which
+// t.wg counts; the last one forgets s.
+func (t *Tier) runSession(s *session, stage func() (next func())) {
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			t.forget(s)
+			t.wg.Done()
+		}
 	}()
+	// Hostile input must not take every device down with it: net/http
+	// would have recovered a panic in its handler, so this does too.
+	defer func() {
+		if r := recover(); r != nil {
+			t.log.Error("device session panicked", "node_id", s.nodeID, "panic", r, "stack", string(debug.Stack()))
+			s.close(wire.CloseGoingAway, schemas.CodeInternal, "tier error")
+		}
+	}()
+	if next := stage(); next != nil {
+		handedOff = true
+		go t.runSession(s, func() func() { next(); return nil })
+	}
 }
 
 // forget drops a session that has ended from the tier's set.
@@ -765,6 +790,9 @@ func (t *Tier) audit(e bus.AuditEvent) {
 type hijackRecorder struct {
 	http.ResponseWriter
 	conn net.Conn
+	// idle is what the WebSocket library reads, when the connection had
+	// nothing buffered at the upgrade (see [idleConn]); nil otherwise.
+	idle *idleConn
 }
 
 // Hijack also swaps net/http's 4 KiB buffers for smaller ones, when they
@@ -777,14 +805,21 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return c, brw, err
 	}
-	if brw.Reader.Buffered() == 0 {
-		brw.Reader = bufio.NewReaderSize(c, sessionBufSize)
-	}
 	if brw.Writer.Buffered() == 0 {
 		brw.Writer = bufio.NewWriterSize(c, sessionBufSize)
+	}
+	if brw.Reader.Buffered() == 0 {
+		// The library reads c through what it is handed back: idle
+		// counts the frames from the device's first byte.
+		h.idle = &idleConn{Conn: c}
+		brw.Reader = bufio.NewReaderSize(h.idle, sessionBufSize)
+		return h.idle, brw, nil
 	}
 	return c, brw, err
 }
 
-// sessionBufSize is the read and the write buffer of a device session.
-const sessionBufSize = 1024
+// sessionBufSize is the read and the write buffer of a device session:
+// enough for a cmd, a cmd_ack or a stream frame of a built-in kind (a few
+// hundred bytes); a larger frame costs a read, or a write, more. Each
+// buffer is a connection's for as long as it lasts, idle or not.
+const sessionBufSize = 512

@@ -18,24 +18,28 @@ import (
 // concurrent use; make one with [NewWriteGuard].
 type WriteGuard struct {
 	timeout time.Duration
+	stall   func()
 	mu      sync.Mutex
 	pending int
-	timer   *time.Timer
+	timer   *time.Timer // nil until the first write
 }
 
 // NewWriteGuard returns a guard that calls stall, on a goroutine of its
 // own, once writes have been pending for timeout without one completing.
 // stall must not block: it should drop the connection (CloseNow).
 func NewWriteGuard(timeout time.Duration, stall func()) *WriteGuard {
-	g := &WriteGuard{timeout: timeout, timer: time.AfterFunc(time.Hour, stall)}
-	g.timer.Stop()
-	return g
+	return &WriteGuard{timeout: timeout, stall: stall}
 }
 
 // Begin notes a write about to start.
 func (g *WriteGuard) Begin() {
 	g.mu.Lock()
-	if g.pending == 0 {
+	switch {
+	case g.timer == nil:
+		// Made by the first write, not with the guard: a device tier
+		// holds a guard per connection, mostly idle.
+		g.timer = time.AfterFunc(g.timeout, g.stall)
+	case g.pending == 0:
 		g.timer.Reset(g.timeout)
 	}
 	g.pending++

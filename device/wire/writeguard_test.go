@@ -22,6 +22,9 @@ func TestWriteGuardStalls(t *testing.T) {
 func TestWriteGuardArmed(t *testing.T) {
 	g := NewWriteGuard(time.Hour, func() { t.Error("stalled") })
 	armed := func() bool {
+		if g.timer == nil { // made by the first write
+			return false
+		}
 		if g.timer.Stop() { // stopped now, so re-arm as it was
 			g.timer.Reset(g.timeout)
 			return true

@@ -19,8 +19,8 @@ import (
 // otherwise, so a worker stuck on a slow device never holds up another
 // call; at most max workers wait idle.
 //
-// Run and Close are called by the pool's owner, one goroutine: Run never
-// after Close.
+// Run may be called from any goroutine, but never with or after Close,
+// which the pool's owner calls once.
 type Pool struct {
 	idle chan func() // unbuffered: a send succeeds only if a worker waits
 	n    atomic.Int32
