@@ -23,7 +23,7 @@ package jsonscan
 
 import (
 	"encoding/json"
-	"strconv"
+	"math"
 	"unicode/utf8"
 )
 
@@ -170,16 +170,83 @@ func Raw(v []byte) (json.RawMessage, bool) {
 // Int reads a value that is an integer in canonical form (no sign but a
 // minus, no leading zero, no -0) and fits an int32.
 func Int(v []byte) (int, bool) {
-	switch {
-	case len(v) == 0 || len(v) > 11,
-		v[0] != '-' && (v[0] < '0' || v[0] > '9'), // ParseInt takes a '+', JSON does not
-		v[0] == '0' && len(v) > 1,
-		v[0] == '-' && (len(v) == 1 || v[1] == '0'):
+	n, ok := Int64(v)
+	if !ok || n < math.MinInt32 || n > math.MaxInt32 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(v), 10, 32)
-	return int(n), err == nil
+	return int(n), true
 }
+
+// Int64 reads a value that is an integer in canonical form (no sign but a
+// minus, no leading zero, no -0) of at most 18 digits, so that it fits an
+// int64 whatever the digits.
+func Int64(v []byte) (int64, bool) {
+	d := v
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 || d[0] == '0' && (len(d) > 1 || len(d) < len(v)) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(d) < len(v) {
+		n = -n
+	}
+	return n, true
+}
+
+// Number reports whether v is exactly one JSON number (RFC 8259).
+func Number(v []byte) bool {
+	end, ok := NumberEnd(v, 0)
+	return ok && end == len(v)
+}
+
+// NumberEnd reads the RFC 8259 number at s[i],
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and returns the index
+// just after it; when there is none, false and the index of the byte where
+// the grammar failed (len(s) when it ran out).
+func NumberEnd[S []byte | string](s S, i int) (int, bool) {
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && isDigit(s[i]):
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+	default:
+		return i, false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if i >= len(s) || !isDigit(s[i]) {
+			return i, false
+		}
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || !isDigit(s[i]) {
+			return i, false
+		}
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+	}
+	return i, true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // Bool reads a value that is true or false.
 func Bool(v []byte) (b, ok bool) {
