@@ -52,12 +52,15 @@ func Echo(nodeID string) Handler {
 
 // echoMessage reads the message of echo arguments that passed their
 // schema (an object with exactly that member), in one pass when it is a
-// plain string; otherwise it reports false and json.Unmarshal decides.
+// plain string written once; otherwise it reports false and
+// json.Unmarshal decides.
 func echoMessage(args []byte) (msg string, ok bool) {
+	seen := false
 	ok = jsonscan.Members(args, func(k, v []byte) bool {
-		if string(k) != "message" {
+		if string(k) != "message" || seen {
 			return false
 		}
+		seen = true
 		msg, ok = jsonscan.String(v)
 		return ok
 	})

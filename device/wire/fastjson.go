@@ -128,7 +128,7 @@ func fastCmd(b []byte, c *Cmd) bool {
 			d.Tool, ok = jsonscan.String(v)
 		case "arguments":
 			i = 1
-			d.Arguments, ok = jsonscan.Raw(v)
+			d.Arguments, ok = v, jsonscan.Value(v) // no key written twice: the strict decoder refuses one
 		case "deadline_ms":
 			i = 2
 			d.DeadlineMs, ok = jsonscan.Int(v)
@@ -176,7 +176,7 @@ func fastCmdAck(b []byte, a *CmdAck) bool {
 			d.OK, ok = jsonscan.Bool(v)
 		case "result":
 			i = 1
-			d.Result, ok = jsonscan.Raw(v)
+			d.Result, ok = v, jsonscan.Value(v)
 		}
 		if !ok || seen[i] {
 			return false

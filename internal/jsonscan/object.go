@@ -24,7 +24,18 @@ func Object(b []byte, f func(key, val []byte) bool) bool {
 	return s.object(1, f) && skipSpace(b, s.i) == len(b)
 }
 
-// objectScan is the state of one Object: the input, the offset, and the
+// Value is [Object] for any JSON value: it reports whether b is exactly
+// one JSON value, with nothing but white space around it, whose objects'
+// keys, at every depth, are plain and each written once in their object,
+// within the same bounds. A raw value it accepts is one that encoding/json
+// and the schemas' strict decoder both read, where [Raw] answers only for
+// encoding/json, which keeps the last of duplicate keys.
+func Value(b []byte) bool {
+	s := objectScan{b: b}
+	return s.value(0) && skipSpace(b, s.i) == len(b)
+}
+
+// objectScan is the state of one Object or Value: the input, the offset, and the
 // keys of the objects being read, innermost last.
 type objectScan struct {
 	b    []byte
