@@ -55,12 +55,7 @@ func Echo(nodeID string) Handler {
 // plain string written once; otherwise it reports false and
 // json.Unmarshal decides.
 func echoMessage(args []byte) (msg string, ok bool) {
-	seen := false
-	ok = jsonscan.Members(args, func(k, v []byte) bool {
-		if string(k) != "message" || seen {
-			return false
-		}
-		seen = true
+	_, ok = jsonscan.Fields(args, []string{"message"}, func(_ int, v []byte) (ok bool) {
 		msg, ok = jsonscan.String(v)
 		return ok
 	})

@@ -23,35 +23,19 @@ import (
 // written once, and whose member the schema constrains for this type, if
 // present, is a plain integer of at least 1 (see [payloadInt]).
 func fastEnvelope(b []byte) (e Envelope, ok bool) {
-	const (
-		hasType = 1 << iota
-		hasMsgID
-		hasInReplyTo
-		hasPayload
-	)
-	var seen uint8
-	ok = jsonscan.Members(b, func(k, v []byte) bool {
-		var bit uint8
-		var ok bool
-		switch string(k) {
-		case "type":
-			bit = hasType
+	const hasType, hasMsgID, hasPayload = 1 << 0, 1 << 1, 1 << 3
+	seen, ok := jsonscan.Fields(b, []string{"type", "msg_id", "in_reply_to", "payload"}, func(i int, v []byte) (ok bool) {
+		switch i {
+		case 0:
 			e.Type, ok = knownType(v)
-		case "msg_id":
-			bit = hasMsgID
+		case 1:
 			e.MsgID, ok = msgID(v)
-		case "in_reply_to":
-			bit = hasInReplyTo
+		case 2:
 			e.InReplyTo, ok = msgID(v)
-		case "payload":
-			bit = hasPayload
+		case 3:
 			e.Payload, ok = v, len(v) > 0 && v[0] == '{'
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return ok
 	})
 	const required = hasType | hasMsgID | hasPayload
 	if !ok || seen&required != required || !plainObject(e.Payload, payloadInt(e.Type)) {
@@ -117,37 +101,25 @@ func plainObject(p []byte, intKey string) bool {
 
 // fastCmd decodes the canonical form of a cmd payload.
 func fastCmd(b []byte, c *Cmd) bool {
-	var seen [6]bool
 	var d Cmd
-	ok := jsonscan.Members(b, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "tool":
-			i = 0
-			d.Tool, ok = jsonscan.String(v)
-		case "arguments":
-			i = 1
-			d.Arguments, ok = v, jsonscan.Value(v) // no key written twice: the strict decoder refuses one
-		case "deadline_ms":
-			i = 2
-			d.DeadlineMs, ok = jsonscan.Int(v)
-		case "request_id":
-			i = 3
-			d.RequestID, ok = jsonscan.String(v)
-		case "deadline_at_ms":
-			i = 4
-			d.DeadlineAtMs, ok = scanMillis(v)
-		case "traceparent":
-			i = 5
-			d.Traceparent, ok = jsonscan.String(v)
-		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
-	})
+	_, ok := jsonscan.Fields(b, []string{"tool", "arguments", "deadline_ms", "request_id", "deadline_at_ms", "traceparent"},
+		func(i int, v []byte) (ok bool) {
+			switch i {
+			case 0:
+				d.Tool, ok = jsonscan.String(v)
+			case 1:
+				d.Arguments, ok = v, jsonscan.Value(v) // no key written twice: the strict decoder refuses one
+			case 2:
+				d.DeadlineMs, ok = jsonscan.Int(v)
+			case 3:
+				d.RequestID, ok = jsonscan.String(v)
+			case 4:
+				d.DeadlineAtMs, ok = scanMillis(v)
+			case 5:
+				d.Traceparent, ok = jsonscan.String(v)
+			}
+			return ok
+		})
 	if ok {
 		*c = d
 	}
@@ -165,24 +137,14 @@ func scanMillis(v []byte) (int64, bool) {
 // fastCmdAck decodes the canonical form of a successful cmd_ack payload;
 // one carrying an error goes to the strict decoder.
 func fastCmdAck(b []byte, a *CmdAck) bool {
-	var seen [2]bool
 	var d CmdAck
-	ok := jsonscan.Members(b, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "ok":
-			i = 0
+	_, ok := jsonscan.Fields(b, []string{"ok", "result"}, func(i int, v []byte) (ok bool) {
+		if i == 0 {
 			d.OK, ok = jsonscan.Bool(v)
-		case "result":
-			i = 1
+		} else {
 			d.Result, ok = v, jsonscan.Value(v)
 		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
+		return ok
 	})
 	if ok {
 		*a = d

@@ -11,11 +11,11 @@
 // verdict; each caller's fuzz test checks that whatever it accepts decodes
 // exactly as the strict decoder would.
 //
-// Start with [Members]:
+// Start with [Fields] (or [Members], which it is built on):
 //
-//	ok := jsonscan.Members(b, func(key, val []byte) bool {
-//		switch string(key) {
-//		case "tool":
+//	seen, ok := jsonscan.Fields(b, []string{"tool", "arguments"}, func(i int, val []byte) (ok bool) {
+//		switch i {
+//		case 0:
 //			call.Tool, ok = jsonscan.String(val)
 //		...
 //	})
@@ -70,6 +70,27 @@ func Members(b []byte, f func(key, val []byte) bool) bool {
 			return false
 		}
 	}
+}
+
+// Fields is [Members] for an object of known keys, the shape of every
+// one-pass decoder: it calls f with the index in keys of each member's
+// key and the member's raw value, and reports which keys it saw (bit i for
+// keys[i]) and whether b is such an object with no key outside keys (at
+// most 64), none written twice, and f accepted every member.
+func Fields(b []byte, keys []string, f func(i int, val []byte) bool) (seen uint64, ok bool) {
+	ok = len(keys) <= 64 && Members(b, func(k, v []byte) bool {
+		for i, key := range keys {
+			if string(k) == key {
+				if seen&(1<<i) != 0 || !f(i, v) {
+					return false
+				}
+				seen |= 1 << i
+				return true
+			}
+		}
+		return false
+	})
+	return seen, ok
 }
 
 func skipSpace(b []byte, i int) int {

@@ -42,6 +42,36 @@ func FuzzMembers(f *testing.F) {
 	})
 }
 
+// FuzzFields: an object Fields accepts, with each value checked by Value,
+// is one encoding/json decodes strictly into a struct of those fields, to
+// the same values; the bits it reports are the keys present.
+func FuzzFields(f *testing.F) {
+	for _, s := range append(seeds, `{"a":1,"b":[2],"c":{"d":3}}`, `{"c":null,"a":"x"}`, `{"a":1,"A":2}`, `{"b":1,"b":1}`) {
+		f.Add([]byte(s))
+	}
+	type abc struct {
+		A json.RawMessage `json:"a"`
+		B json.RawMessage `json:"b"`
+		C json.RawMessage `json:"c"`
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got abc
+		seen, ok := jsonscan.Fields(b, []string{"a", "b", "c"}, func(i int, v []byte) bool {
+			*[]*json.RawMessage{&got.A, &got.B, &got.C}[i] = v
+			return jsonscan.Value(v)
+		})
+		if !ok {
+			return
+		}
+		jsonscantest.Agrees(t, b, got)
+		for i, v := range []json.RawMessage{got.A, got.B, got.C} {
+			if (seen&(1<<i) != 0) != (v != nil) {
+				t.Fatalf("Fields(%q): seen %b, values %q", b, seen, got)
+			}
+		}
+	})
+}
+
 // FuzzObject: an object Object accepts is one encoding/json decodes
 // strictly (no key written twice at any depth), and f saw its members.
 func FuzzObject(f *testing.F) {
