@@ -348,7 +348,7 @@ func acceptable(r *http.Request) bool {
 // level, and nothing after it. The decodes of _meta values go through
 // memo (nil: none).
 func parseFastRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
-	if nestingDepth(body) > maxFastDepth {
+	if jsonscan.Depth(body) > maxFastDepth {
 		return nil, false
 	}
 	if req, ok := parseCanonicalRequest(body, memo); ok {
@@ -495,28 +495,6 @@ func decodeStrict(v []byte) any {
 // maxFastDepth bounds the nesting of a request the fast path takes, well
 // under the SDK's own limit (1000), beyond which the SDK refuses it.
 const maxFastDepth = 64
-
-// nestingDepth returns the deepest nesting of arrays and objects in a
-// JSON document, counted before it is decoded (a malformed one is
-// refused by the decoder anyway).
-func nestingDepth(doc []byte) int {
-	depth, deepest, inString := 0, 0, false
-	for i := 0; i < len(doc); i++ {
-		switch c := doc[i]; {
-		case inString && c == '\\':
-			i++ // the escaped character
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '{' || c == '[':
-			depth++
-			deepest = max(deepest, depth)
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return deepest
-}
 
 // serveFast runs one unary call; it reports false, having written
 // nothing, when the tool streams (the SDK serves those).

@@ -346,6 +346,28 @@ func AppendString[S []byte | string](dst []byte, s S) []byte {
 	return append(dst, '"')
 }
 
+// Depth returns the deepest nesting of arrays and objects in the JSON
+// document doc, counted before it is decoded, without decoding it (on a
+// malformed one its answer means nothing: the decoder refuses it anyway).
+func Depth(doc []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case inString && c == '\\':
+			i++ // the escaped character
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
 // MarshalsAsIs reports whether json.Marshal writes the raw value v (a
 // json.RawMessage) as it is: valid, non-empty JSON with no white space
 // outside strings and nothing it escapes for HTML (<, >, &, U+2028,

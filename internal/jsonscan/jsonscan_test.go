@@ -207,3 +207,35 @@ func FuzzCompact(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDepth: on a valid document, Depth is the nesting encoding/json's
+// tokens show.
+func FuzzDepth(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `1`, `{"a":[{"b":"[{"}]}`, `["\"[",[[]]]`, `{"a\\":"{"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !json.Valid(doc) {
+			return
+		}
+		d := json.NewDecoder(bytes.NewReader(doc))
+		d.UseNumber()
+		depth, want := 0, 0
+		for {
+			tok, err := d.Token()
+			if err != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+				want = max(want, depth)
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+		}
+		if got := jsonscan.Depth(doc); got != want {
+			t.Fatalf("Depth(%q) = %d, encoding/json's tokens %d", doc, got, want)
+		}
+	})
+}
