@@ -6,10 +6,14 @@
 // 3 to 12 µs each, several times per call. The functions here delimit
 // such an object's members without decoding them, and read the values
 // whose decoded form is their raw bytes (plain strings, canonical
-// integers, booleans). A caller accepts what it recognises and reports
-// false on anything else, which then goes to the strict decoder for its
-// verdict; each caller's fuzz test checks that whatever it accepts decodes
-// exactly as the strict decoder would.
+// integers, booleans), or check one whole ([Object], [Value]: valid, and
+// no key written twice at any depth). A caller accepts what it recognises
+// and reports false on anything else, which then goes to the strict
+// decoder for its verdict. This is okso's one JSON scanner: the strict
+// decoder (schemas.Decode) reads numbers with it too. One oracle judges
+// every reader built on it, package jsonscantest (encoding/json, made
+// strict): each reader's fuzz target checks that whatever it accepts
+// encoding/json decodes strictly to the same value.
 //
 // Start with [Fields] (or [Members], which it is built on):
 //
