@@ -60,23 +60,13 @@ func (c Call) Encode() ([]byte, error) {
 // it takes the canonical form. Its Arguments may share b's memory.
 func DecodeCall(b []byte) (Call, error) {
 	var c Call
-	var seen [2]bool
-	ok := jsonscan.Members(b, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "tool":
-			i = 0
+	_, ok := jsonscan.Fields(b, []string{"tool", "arguments"}, func(i int, v []byte) (ok bool) {
+		if i == 0 {
 			c.Tool, ok = jsonscan.String(v)
-		case "arguments":
-			i = 1
+		} else {
 			c.Arguments, ok = jsonscan.Raw(v)
 		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
+		return ok
 	})
 	if ok {
 		return c, nil
@@ -90,23 +80,13 @@ func DecodeCall(b []byte) (Call, error) {
 // it is a canonical success. Its Result may share b's memory.
 func DecodeReply(b []byte) (Reply, error) {
 	var r Reply
-	var seen [2]bool
-	ok := jsonscan.Members(b, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "ok":
-			i = 0
+	_, ok := jsonscan.Fields(b, []string{"ok", "result"}, func(i int, v []byte) (ok bool) {
+		if i == 0 {
 			r.OK, ok = jsonscan.Bool(v)
-		case "result":
-			i = 1
+		} else {
 			r.Result, ok = jsonscan.Raw(v)
 		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
+		return ok
 	})
 	if ok && r.OK {
 		return r, nil

@@ -348,7 +348,7 @@ func acceptable(r *http.Request) bool {
 // level, and nothing after it. The decodes of _meta values go through
 // memo (nil: none).
 func parseFastRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
-	if nestingDepth(body) > maxFastDepth {
+	if jsonscan.Depth(body) > maxFastDepth {
 		return nil, false
 	}
 	if req, ok := parseCanonicalRequest(body, memo); ok {
@@ -435,62 +435,41 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 // before. Arguments share body's memory.
 func parseCanonicalRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
 	req := new(fastRequest)
-	var seen [4]bool
 	var params []byte
-	ok := jsonscan.Members(body, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "jsonrpc":
-			i, ok = 0, string(v) == `"2.0"`
-		case "id":
-			i = 1
+	seen, ok := jsonscan.Fields(body, []string{"jsonrpc", "id", "method", "params"}, func(i int, v []byte) (ok bool) {
+		switch i {
+		case 0:
+			ok = string(v) == `"2.0"`
+		case 1:
 			if s, isString := jsonscan.String(v); isString {
 				req.ID, _ = json.Marshal(s)
 				ok = true
 			} else if n, isInt := jsonscan.Int(v); isInt {
 				req.ID, ok = strconv.AppendInt(nil, int64(n), 10), true
 			}
-		case "method":
-			i, ok = 2, string(v) == `"tools/call"`
-		case "params":
-			i, params, ok = 3, v, true
+		case 2:
+			ok = string(v) == `"tools/call"`
+		case 3:
+			params, ok = v, true
 		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
+		return ok
 	})
-	if !ok || seen != [4]bool{true, true, true, true} {
+	if !ok || seen != 0b1111 {
 		return nil, false
 	}
-	var named bool
-	ok = jsonscan.Members(params, func(k, v []byte) bool {
-		switch string(k) {
-		case "name":
-			if named {
-				return false
-			}
-			req.Params.Name, named = jsonscan.String(v)
-			return named
-		case "arguments":
-			if req.Params.Arguments != nil {
-				return false
-			}
+	seen, ok = jsonscan.Fields(params, []string{"name", "arguments", "_meta"}, func(i int, v []byte) (ok bool) {
+		switch i {
+		case 0:
+			req.Params.Name, ok = jsonscan.String(v)
+		case 1:
 			req.Params.Arguments = v
 			if string(v) == "null" {
 				return true
 			}
-			args, isObject := decodeStrict(v).(map[string]any)
-			req.args = args
-			return isObject
-		case "_meta":
-			if req.Params.Meta != nil {
-				return false
-			}
+			req.args, ok = decodeStrict(v).(map[string]any)
+		case 2:
 			req.Params.Meta = map[string]json.RawMessage{}
-			return jsonscan.Members(v, func(mk, mv []byte) bool {
+			ok = jsonscan.Members(v, func(mk, mv []byte) bool {
 				if _, dup := req.Params.Meta[string(mk)]; dup || !memo.passes(memoValue, mv, metaValueDecodes) {
 					return false
 				}
@@ -498,9 +477,9 @@ func parseCanonicalRequest(body []byte, memo *metaMemo) (*fastRequest, bool) {
 				return true
 			})
 		}
-		return false
+		return ok
 	})
-	return req, ok && named
+	return req, ok && seen&1 != 0 // a name
 }
 
 // decodeStrict decodes a JSON value as the strict path does, nil when it
@@ -516,28 +495,6 @@ func decodeStrict(v []byte) any {
 // maxFastDepth bounds the nesting of a request the fast path takes, well
 // under the SDK's own limit (1000), beyond which the SDK refuses it.
 const maxFastDepth = 64
-
-// nestingDepth returns the deepest nesting of arrays and objects in a
-// JSON document, counted before it is decoded (a malformed one is
-// refused by the decoder anyway).
-func nestingDepth(doc []byte) int {
-	depth, deepest, inString := 0, 0, false
-	for i := 0; i < len(doc); i++ {
-		switch c := doc[i]; {
-		case inString && c == '\\':
-			i++ // the escaped character
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '{' || c == '[':
-			depth++
-			deepest = max(deepest, depth)
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return deepest
-}
 
 // serveFast runs one unary call; it reports false, having written
 // nothing, when the tool streams (the SDK serves those).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/jsonscan/jsonscantest"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -77,8 +78,10 @@ func BenchmarkFastPath(b *testing.B) {
 	}
 }
 
-// FuzzParseCanonicalRequest: whatever the one-pass reader takes, the
-// strict path takes too and decodes to the same request.
+// FuzzParseCanonicalRequest: whatever the one-pass reader takes,
+// encoding/json decodes strictly to the same request (jsonscantest, the
+// oracle of every one-pass reader), and the strict path takes it too and
+// decodes it alike.
 func FuzzParseCanonicalRequest(f *testing.F) {
 	for _, s := range []string{
 		benchCall,
@@ -108,6 +111,23 @@ func FuzzParseCanonicalRequest(f *testing.F) {
 		if !ok {
 			return
 		}
+		// The oracle of every one-pass reader: encoding/json, strictly.
+		type params struct {
+			Name      string                     `json:"name"`
+			Arguments json.RawMessage            `json:"arguments"`
+			Meta      map[string]json.RawMessage `json:"_meta"`
+		}
+		type request struct {
+			JSONRPC string `json:"jsonrpc"`
+			ID      any    `json:"id"`
+			Method  string `json:"method"`
+			Params  params `json:"params"`
+		}
+		var id any
+		if err := json.Unmarshal(got.ID, &id); err != nil {
+			t.Fatalf("%q: id %s, which does not decode: %v", body, got.ID, err)
+		}
+		jsonscantest.Agrees(t, body, request{"2.0", id, "tools/call", params(got.Params)})
 		want, wantOK := parseStrictRequest(body)
 		if !wantOK {
 			t.Fatalf("%q: taken in one pass, refused by the strict path", body)

@@ -9,6 +9,7 @@ import (
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -31,7 +32,7 @@ type listRequest struct {
 // with, optionally, "params":{"cursor":…,"_meta":{…}}: a string or
 // integer id, no duplicate or unknown keys, nothing after it.
 func parseListRequest(body []byte) (*listRequest, bool) {
-	if nestingDepth(body) > maxFastDepth || !bytes.Contains(body, []byte(`"tools/list"`)) {
+	if jsonscan.Depth(body) > maxFastDepth || !bytes.Contains(body, []byte(`"tools/list"`)) {
 		return nil, false
 	}
 	doc, err := schemas.Decode(body) // refuses duplicate keys and trailing data

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // maxDepth is encoding/json's nesting limit: keeping it means Decode
@@ -161,46 +163,29 @@ func (d *decoder) literal(lit string) error {
 	return nil
 }
 
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
 // number checks the RFC 8259 number at d.i and returns its text: the
 // validator compares numbers exactly, so they are never rounded.
 func (d *decoder) number() (any, error) {
-	s, i := d.s, d.i
-	start := i
-	if s[i] == '-' {
-		i++
+	start := d.i
+	end, ok := jsonscan.NumberEnd(d.s, start)
+	if !ok {
+		return nil, d.syntaxError(end, numberPart(d.s, start, end))
 	}
-	switch {
-	case i < len(s) && s[i] == '0':
-		i++
-	case i < len(s) && isDigit(s[i]):
-		for i++; i < len(s) && isDigit(s[i]); i++ {
-		}
-	default:
-		return nil, d.syntaxError(i, "in number")
+	d.i = end
+	return json.Number(d.s[start:end]), nil
+}
+
+// numberPart names, for an error, the part of the number starting at
+// s[start] that the byte at end breaks: a number starts with a minus or a
+// digit, so end > start.
+func numberPart(s string, start, end int) string {
+	switch c := s[end-1]; {
+	case c == '.':
+		return "after decimal point in number"
+	case c == 'e' || c == 'E' || (c == '+' || c == '-') && end-1 > start:
+		return "in exponent of number"
 	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if i >= len(s) || !isDigit(s[i]) {
-			return nil, d.syntaxError(i, "after decimal point in number")
-		}
-		for i++; i < len(s) && isDigit(s[i]); i++ {
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if i >= len(s) || !isDigit(s[i]) {
-			return nil, d.syntaxError(i, "in exponent of number")
-		}
-		for i++; i < len(s) && isDigit(s[i]); i++ {
-		}
-	}
-	d.i = i
-	return json.Number(s[start:i]), nil
+	return "in number"
 }
 
 func (d *decoder) array() (any, error) {

@@ -175,6 +175,14 @@ func TestDecodeErrors(t *testing.T) {
 		{"\xff", "invalid byte 0xff looking for a value at offset 0"},
 		{`{"a":`, "unexpected end of JSON input"},
 		{`"\q"`, "invalid character 'q' in string escape at offset 2"},
+		{`[-x]`, "invalid character 'x' in number at offset 2"},
+		{`[-]`, "invalid character ']' in number at offset 2"},
+		{`[1.e]`, "invalid character 'e' after decimal point in number at offset 3"},
+		{`[1e+]`, "invalid character ']' in exponent of number at offset 4"},
+		{`[1E-x]`, "invalid character 'x' in exponent of number at offset 4"},
+		{`[-1ex]`, "invalid character 'x' in exponent of number at offset 4"},
+		{`-`, "unexpected end of JSON input"},
+		{`1.`, "unexpected end of JSON input"},
 		{strings.Repeat("[", 10001), "JSON nested deeper than 10000 levels"},
 	} {
 		_, err := schemas.Decode([]byte(tc.doc))

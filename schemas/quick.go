@@ -409,10 +409,10 @@ func (q *quick) acceptsJSON(v []byte) bool {
 		s, ok := jsonscan.StringBytes(v)
 		return ok && (q.types == 0 || q.types&typeString != 0) && q.strJSON(s)
 	case c == '-' || c >= '0' && c <= '9':
-		if x, ok := plainIntJSON(v); ok {
+		if x, ok := jsonscan.Int64(v); ok {
 			return q.integer(x)
 		}
-		return validNumber(v) && q.number(json.Number(v))
+		return jsonscan.Number(v) && q.number(json.Number(v))
 	case c == 't' || c == 'f':
 		_, ok := jsonscan.Bool(v)
 		return ok && (q.types == 0 || q.types&typeBoolean != 0) && !q.enum
@@ -466,69 +466,6 @@ func (q *quick) strJSON(s []byte) bool {
 		}
 	}
 	return !q.enum || slices.ContainsFunc(q.enumStr, func(e string) bool { return e == string(s) })
-}
-
-// plainIntJSON reads a JSON integer of up to 18 digits (so it fits an
-// int64) written canonically: a minus maybe, no leading zero.
-func plainIntJSON(v []byte) (int64, bool) {
-	d := v
-	if len(d) > 0 && d[0] == '-' {
-		d = d[1:]
-	}
-	if len(d) == 0 || len(d) > 18 || d[0] == '0' && len(d) > 1 {
-		return 0, false
-	}
-	var x int64
-	for _, c := range d {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		x = x*10 + int64(c-'0')
-	}
-	if len(d) < len(v) {
-		x = -x
-	}
-	return x, true
-}
-
-// validNumber reports whether v is exactly one JSON number.
-func validNumber(v []byte) bool {
-	i := 0
-	if i < len(v) && v[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(v) && v[i] == '0':
-		i++
-	case i < len(v) && v[i] >= '1' && v[i] <= '9':
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(v) && v[i] == '.' {
-		i++
-		if i >= len(v) || v[i] < '0' || v[i] > '9' {
-			return false
-		}
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(v) && (v[i] == 'e' || v[i] == 'E') {
-		i++
-		if i < len(v) && (v[i] == '+' || v[i] == '-') {
-			i++
-		}
-		if i >= len(v) || v[i] < '0' || v[i] > '9' {
-			return false
-		}
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-			i++
-		}
-	}
-	return i == len(v)
 }
 
 // classRun is a pattern that is one character class of ASCII, repeated,

@@ -52,12 +52,10 @@ func Echo(nodeID string) Handler {
 
 // echoMessage reads the message of echo arguments that passed their
 // schema (an object with exactly that member), in one pass when it is a
-// plain string; otherwise it reports false and json.Unmarshal decides.
+// plain string written once; otherwise it reports false and
+// json.Unmarshal decides.
 func echoMessage(args []byte) (msg string, ok bool) {
-	ok = jsonscan.Members(args, func(k, v []byte) bool {
-		if string(k) != "message" {
-			return false
-		}
+	_, ok = jsonscan.Fields(args, []string{"message"}, func(_ int, v []byte) (ok bool) {
 		msg, ok = jsonscan.String(v)
 		return ok
 	})

@@ -1,27 +1,24 @@
 package agent
 
 import (
-	"encoding/json"
 	"testing"
+
+	"github.com/okso-io/okso/internal/jsonscan/jsonscantest"
 )
 
-// FuzzEchoMessage: a message echoMessage reads is the one json.Unmarshal
-// decodes from the same arguments.
+// FuzzEchoMessage: a message echoMessage reads is the one encoding/json
+// decodes, strictly, from the same arguments.
 func FuzzEchoMessage(f *testing.F) {
 	for _, s := range []string{`{"message":"ping"}`, `{"message":""}`, `{"Message":"x"}`, `{"message":"a\"b"}`,
 		`{"message":"x","message":"y"}`, `{"message":1}`, `{"message":"\u00e9"}`, `{}`, ` {"message" : "p" } `} {
 		f.Add([]byte(s))
 	}
+	type echoArgs struct {
+		Message string `json:"message"`
+	}
 	f.Fuzz(func(t *testing.T, args []byte) {
-		msg, ok := echoMessage(args)
-		if !ok {
-			return
-		}
-		var in struct {
-			Message string `json:"message"`
-		}
-		if err := json.Unmarshal(args, &in); err != nil || in.Message != msg {
-			t.Fatalf("echoMessage(%q) = %q; json.Unmarshal: %q, %v", args, msg, in.Message, err)
+		if msg, ok := echoMessage(args); ok {
+			jsonscantest.Agrees(t, args, echoArgs{msg})
 		}
 	})
 }

@@ -23,35 +23,19 @@ import (
 // written once, and whose member the schema constrains for this type, if
 // present, is a plain integer of at least 1 (see [payloadInt]).
 func fastEnvelope(b []byte) (e Envelope, ok bool) {
-	const (
-		hasType = 1 << iota
-		hasMsgID
-		hasInReplyTo
-		hasPayload
-	)
-	var seen uint8
-	ok = jsonscan.Members(b, func(k, v []byte) bool {
-		var bit uint8
-		var ok bool
-		switch string(k) {
-		case "type":
-			bit = hasType
+	const hasType, hasMsgID, hasPayload = 1 << 0, 1 << 1, 1 << 3
+	seen, ok := jsonscan.Fields(b, []string{"type", "msg_id", "in_reply_to", "payload"}, func(i int, v []byte) (ok bool) {
+		switch i {
+		case 0:
 			e.Type, ok = knownType(v)
-		case "msg_id":
-			bit = hasMsgID
+		case 1:
 			e.MsgID, ok = msgID(v)
-		case "in_reply_to":
-			bit = hasInReplyTo
+		case 2:
 			e.InReplyTo, ok = msgID(v)
-		case "payload":
-			bit = hasPayload
+		case 3:
 			e.Payload, ok = v, len(v) > 0 && v[0] == '{'
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return ok
 	})
 	const required = hasType | hasMsgID | hasPayload
 	if !ok || seen&required != required || !plainObject(e.Payload, payloadInt(e.Type)) {
@@ -99,312 +83,43 @@ func payloadInt(typ string) string {
 	return ""
 }
 
-// Bounds of the objects plainObject reads; beyond them it declines.
-const (
-	plainDepth      = 32 // nesting of objects and arrays
-	plainOpenKeys   = 64 // keys of the objects open at once
-	plainObjectKeys = 16 // keys of one object: each is compared with those before it
-)
-
-// plainObject reports whether p is exactly one JSON object (RFC 8259)
-// whose keys, at every depth, are plain (printable ASCII without escapes)
-// and each written once in its object, within the bounds above, and
-// whose top-level member named intKey, if any, is a plain integer of at
-// least 1 (up to 18 digits). What it accepts, the schemas' decoder
-// accepts and reads the same; false means only that it cannot tell.
+// plainObject reports whether p is exactly one JSON object whose keys, at
+// every depth, are plain and each written once in its object (within
+// [jsonscan.Object]'s bounds), and whose top-level member named intKey,
+// if any, is a plain integer of at least 1 (up to 18 digits). What it
+// accepts, the schemas' decoder accepts and reads the same; false means
+// only that it cannot tell.
 func plainObject(p []byte, intKey string) bool {
-	if len(p) == 0 || p[0] != '{' {
-		return false
-	}
-	var s objectScan
-	s.b = p
-	return s.object(1, intKey) && s.i == len(p)
-}
-
-// objectScan is the state of one plainObject: the input, the offset,
-// and the keys of the objects being read, innermost last.
-type objectScan struct {
-	b    []byte
-	i    int
-	keys [plainOpenKeys][2]int // [start, end) of each key in b
-	n    int
-}
-
-func (s *objectScan) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// value reads the value at s.i, after any white space, at depth depth.
-func (s *objectScan) value(depth int) bool {
-	s.space()
-	if s.i >= len(s.b) {
-		return false
-	}
-	switch c := s.b[s.i]; {
-	case c == '{':
-		return s.object(depth+1, "")
-	case c == '[':
-		return s.array(depth + 1)
-	case c == '"':
-		return s.str()
-	case c == 't':
-		return s.literal("true")
-	case c == 'f':
-		return s.literal("false")
-	case c == 'n':
-		return s.literal("null")
-	case c == '-' || c >= '0' && c <= '9':
-		return s.number()
-	}
-	return false
-}
-
-// object reads the object at s.i; a member named intKey must be a plain
-// positive integer.
-func (s *objectScan) object(depth int, intKey string) bool {
-	if depth > plainDepth {
-		return false
-	}
-	s.i++ // {
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return true
-	}
-	base := s.n
-	for {
-		s.space()
-		start := s.i + 1
-		if !s.plainKey() {
-			return false
-		}
-		key := s.b[start : s.i-1]
-		if s.n-base >= plainObjectKeys || s.n >= len(s.keys) {
-			return false
-		}
-		for _, k := range s.keys[base:s.n] {
-			if string(s.b[k[0]:k[1]]) == string(key) {
-				return false // a duplicate: the schemas' decoder refuses it
-			}
-		}
-		s.keys[s.n] = [2]int{start, s.i - 1}
-		s.n++
-		s.space()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return false
-		}
-		s.i++
-		var ok bool
-		if intKey != "" && string(key) == intKey {
-			s.space()
-			ok = s.positiveInt()
-		} else {
-			ok = s.value(depth)
-		}
-		if !ok {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.n = base
+	return len(p) > 0 && p[0] == '{' && jsonscan.Object(p, func(k, v []byte) bool {
+		if intKey == "" || string(k) != intKey {
 			return true
-		default:
-			return false
 		}
-	}
-}
-
-func (s *objectScan) array(depth int) bool {
-	if depth > plainDepth {
-		return false
-	}
-	s.i++ // [
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return true
-	}
-	for {
-		if !s.value(depth) {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// plainKey reads a key of printable ASCII without escapes.
-func (s *objectScan) plainKey() bool {
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return false
-	}
-	for i := s.i + 1; i < len(s.b); i++ {
-		switch c := s.b[i]; {
-		case c == '"':
-			s.i = i + 1
-			return true
-		case c == '\\' || c < 0x20 || c >= 0x7f:
-			return false
-		}
-	}
-	return false
-}
-
-// str reads a string value. Bytes that are not valid UTF-8 are accepted,
-// as every JSON decoder of okso accepts them (each becomes U+FFFD).
-func (s *objectScan) str() bool {
-	for i := s.i + 1; i < len(s.b); {
-		switch c := s.b[i]; {
-		case c == '"':
-			s.i = i + 1
-			return true
-		case c < 0x20:
-			return false
-		case c == '\\':
-			if i+1 >= len(s.b) {
-				return false
-			}
-			switch s.b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(s.b) || !isHex(s.b[i+2]) || !isHex(s.b[i+3]) || !isHex(s.b[i+4]) || !isHex(s.b[i+5]) {
-					return false
-				}
-				i += 6
-			default:
-				return false
-			}
-		default:
-			i++
-		}
-	}
-	return false
-}
-
-func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func (s *objectScan) literal(lit string) bool {
-	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
-		return false
-	}
-	s.i += len(lit)
-	return true
-}
-
-// number reads an RFC 8259 number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (s *objectScan) number() bool {
-	b, i := s.b, s.i
-	if b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i++; i < len(b) && isDigit(b[i]); i++ {
-		}
-	default:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if i >= len(b) || !isDigit(b[i]) {
-			return false
-		}
-		for i++; i < len(b) && isDigit(b[i]); i++ {
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if i >= len(b) || !isDigit(b[i]) {
-			return false
-		}
-		for i++; i < len(b) && isDigit(b[i]); i++ {
-		}
-	}
-	s.i = i
-	return true
-}
-
-// positiveInt reads a plain integer from 1 to 18 digits: [1-9][0-9]{0,17}.
-func (s *objectScan) positiveInt() bool {
-	b, i := s.b, s.i
-	if i >= len(b) || b[i] < '1' || b[i] > '9' {
-		return false
-	}
-	for i++; i < len(b) && isDigit(b[i]); i++ {
-	}
-	if i-s.i > 18 || i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
-		return false
-	}
-	s.i = i
-	return true
+		n, ok := jsonscan.Int64(v)
+		return ok && n >= 1
+	})
 }
 
 // fastCmd decodes the canonical form of a cmd payload.
 func fastCmd(b []byte, c *Cmd) bool {
-	var seen [6]bool
 	var d Cmd
-	ok := jsonscan.Members(b, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "tool":
-			i = 0
-			d.Tool, ok = jsonscan.String(v)
-		case "arguments":
-			i = 1
-			d.Arguments, ok = jsonscan.Raw(v)
-		case "deadline_ms":
-			i = 2
-			d.DeadlineMs, ok = jsonscan.Int(v)
-		case "request_id":
-			i = 3
-			d.RequestID, ok = jsonscan.String(v)
-		case "deadline_at_ms":
-			i = 4
-			d.DeadlineAtMs, ok = scanMillis(v)
-		case "traceparent":
-			i = 5
-			d.Traceparent, ok = jsonscan.String(v)
-		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
-	})
+	_, ok := jsonscan.Fields(b, []string{"tool", "arguments", "deadline_ms", "request_id", "deadline_at_ms", "traceparent"},
+		func(i int, v []byte) (ok bool) {
+			switch i {
+			case 0:
+				d.Tool, ok = jsonscan.String(v)
+			case 1:
+				d.Arguments, ok = v, jsonscan.Value(v) // no key written twice: the strict decoder refuses one
+			case 2:
+				d.DeadlineMs, ok = jsonscan.Int(v)
+			case 3:
+				d.RequestID, ok = jsonscan.String(v)
+			case 4:
+				d.DeadlineAtMs, ok = scanMillis(v)
+			case 5:
+				d.Traceparent, ok = jsonscan.String(v)
+			}
+			return ok
+		})
 	if ok {
 		*c = d
 	}
@@ -415,40 +130,21 @@ func fastCmd(b []byte, c *Cmd) bool {
 // plainly (no sign, no leading zero, no fraction or exponent): a time in
 // Unix milliseconds. Anything else is left to the strict decoder.
 func scanMillis(v []byte) (int64, bool) {
-	if len(v) == 0 || len(v) > 15 || (v[0] == '0' && len(v) > 1) {
-		return 0, false
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
+	n, ok := jsonscan.Int64(v)
+	return n, ok && n >= 0 && n < 1e15
 }
 
 // fastCmdAck decodes the canonical form of a successful cmd_ack payload;
 // one carrying an error goes to the strict decoder.
 func fastCmdAck(b []byte, a *CmdAck) bool {
-	var seen [2]bool
 	var d CmdAck
-	ok := jsonscan.Members(b, func(k, v []byte) bool {
-		var i int
-		var ok bool
-		switch string(k) {
-		case "ok":
-			i = 0
+	_, ok := jsonscan.Fields(b, []string{"ok", "result"}, func(i int, v []byte) (ok bool) {
+		if i == 0 {
 			d.OK, ok = jsonscan.Bool(v)
-		case "result":
-			i = 1
-			d.Result, ok = jsonscan.Raw(v)
+		} else {
+			d.Result, ok = v, jsonscan.Value(v)
 		}
-		if !ok || seen[i] {
-			return false
-		}
-		seen[i] = true
-		return true
+		return ok
 	})
 	if ok {
 		*a = d

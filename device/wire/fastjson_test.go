@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/okso-io/okso/internal/jsonscan/jsonscantest"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -36,6 +37,8 @@ var fastSeeds = []string{
 	`{"ok":false,"error":{"code":"E_INTERNAL"}}`,
 	`{"ok":true,"result":"a\"b}"}`,
 	`{"ok":true,"ok":false}`,
+	`{"ok":true,"result":{"a":1,"a":2}}`,
+	`{"tool":"t","arguments":[{"a":{"b":1,"b":2}}]}`,
 	`{"OK":true}`,
 	`{"type":"cmd","Type":"cmd_ack"}`,
 	`{"type":"c\u006dd","msg_id":"x","payload":{}}`,
@@ -48,9 +51,11 @@ var fastSeeds = []string{
 	`{}`, ` {} `, `{`, ``, `[]`, `{"a"}`, `{"type":"cmd",}`,
 }
 
-// FuzzFastDecode: whatever the one-pass readers accept, the general path
-// accepts too and decodes to the same value: the envelope schema and
-// encoding/json for an envelope, the strict decoder for a payload.
+// FuzzFastDecode: whatever the one-pass readers accept, encoding/json
+// decodes strictly to the same value (jsonscantest, the oracle of every
+// one-pass reader), and the general path accepts too and decodes alike:
+// the envelope schema and encoding/json for an envelope, the strict
+// decoder for a payload.
 func FuzzFastDecode(f *testing.F) {
 	for _, s := range fastSeeds {
 		f.Add([]byte(s))
@@ -61,22 +66,21 @@ func FuzzFastDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if e, ok := fastEnvelope(b); ok {
-			var want Envelope
+			jsonscantest.Agrees(t, b, e)
 			if err := set.ValidateJSON(schemas.Envelope, b); err != nil {
 				t.Fatalf("envelope %q: fast %+v, refused by the schema: %v", b, e, err)
-			}
-			if err := json.Unmarshal(b, &want); err != nil || !reflect.DeepEqual(e, want) {
-				t.Fatalf("envelope %q: fast %+v, encoding/json %+v (%v)", b, e, want, err)
 			}
 		}
 		var c, wantC Cmd
 		if fastCmd(b, &c) {
+			jsonscantest.Agrees(t, b, c)
 			if err := strictUnmarshal(b, &wantC); err != nil || !reflect.DeepEqual(c, wantC) {
 				t.Fatalf("cmd %q: fast %+v, strict %+v (%v)", b, c, wantC, err)
 			}
 		}
 		var a, wantA CmdAck
 		if fastCmdAck(b, &a) {
+			jsonscantest.Agrees(t, b, a)
 			if err := strictUnmarshal(b, &wantA); err != nil || !reflect.DeepEqual(a, wantA) {
 				t.Fatalf("cmd_ack %q: fast %+v, strict %+v (%v)", b, a, wantA, err)
 			}
@@ -84,9 +88,10 @@ func FuzzFastDecode(f *testing.F) {
 	})
 }
 
-// FuzzPlainObject: an object plainObject accepts is one the schemas'
-// decoder reads (valid JSON, no key written twice at any depth), and its
-// member intKey, when present, is an integer of at least 1.
+// FuzzPlainObject: an object plainObject accepts is one encoding/json
+// decodes strictly and the schemas' decoder reads (valid JSON, no key
+// written twice at any depth), and its member intKey, when present, is an
+// integer of at least 1.
 func FuzzPlainObject(f *testing.F) {
 	for _, s := range []string{
 		`{}`, ` {}`, `{"a":1}`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":2}}`, `{"a":[{"b":1},{"b":2}]}`, `{"a":"\u0061","\u0061":1}`,
@@ -105,6 +110,10 @@ func FuzzPlainObject(f *testing.F) {
 		}
 		if !plainObject(b, intKey) {
 			return
+		}
+		var doc map[string]any
+		if err := jsonscantest.Strict(b, &doc); err != nil {
+			t.Fatalf("plainObject accepts %q, which encoding/json (strict) refuses: %v", b, err)
 		}
 		v, err := schemas.Decode(b)
 		if err != nil {

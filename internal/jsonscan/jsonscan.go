@@ -6,16 +6,20 @@
 // 3 to 12 µs each, several times per call. The functions here delimit
 // such an object's members without decoding them, and read the values
 // whose decoded form is their raw bytes (plain strings, canonical
-// integers, booleans). A caller accepts what it recognises and reports
-// false on anything else, which then goes to the strict decoder for its
-// verdict; each caller's fuzz test checks that whatever it accepts decodes
-// exactly as the strict decoder would.
+// integers, booleans), or check one whole ([Object], [Value]: valid, and
+// no key written twice at any depth). A caller accepts what it recognises
+// and reports false on anything else, which then goes to the strict
+// decoder for its verdict. This is okso's one JSON scanner: the strict
+// decoder (schemas.Decode) reads numbers with it too. One oracle judges
+// every reader built on it, package jsonscantest (encoding/json, made
+// strict): each reader's fuzz target checks that whatever it accepts
+// encoding/json decodes strictly to the same value.
 //
-// Start with [Members]:
+// Start with [Fields] (or [Members], which it is built on):
 //
-//	ok := jsonscan.Members(b, func(key, val []byte) bool {
-//		switch string(key) {
-//		case "tool":
+//	seen, ok := jsonscan.Fields(b, []string{"tool", "arguments"}, func(i int, val []byte) (ok bool) {
+//		switch i {
+//		case 0:
 //			call.Tool, ok = jsonscan.String(val)
 //		...
 //	})
@@ -23,7 +27,7 @@ package jsonscan
 
 import (
 	"encoding/json"
-	"strconv"
+	"math"
 	"unicode/utf8"
 )
 
@@ -70,6 +74,27 @@ func Members(b []byte, f func(key, val []byte) bool) bool {
 			return false
 		}
 	}
+}
+
+// Fields is [Members] for an object of known keys, the shape of every
+// one-pass decoder: it calls f with the index in keys of each member's
+// key and the member's raw value, and reports which keys it saw (bit i for
+// keys[i]) and whether b is such an object with no key outside keys (at
+// most 64), none written twice, and f accepted every member.
+func Fields(b []byte, keys []string, f func(i int, val []byte) bool) (seen uint64, ok bool) {
+	ok = len(keys) <= 64 && Members(b, func(k, v []byte) bool {
+		for i, key := range keys {
+			if string(k) == key {
+				if seen&(1<<i) != 0 || !f(i, v) {
+					return false
+				}
+				seen |= 1 << i
+				return true
+			}
+		}
+		return false
+	})
+	return seen, ok
 }
 
 func skipSpace(b []byte, i int) int {
@@ -170,16 +195,83 @@ func Raw(v []byte) (json.RawMessage, bool) {
 // Int reads a value that is an integer in canonical form (no sign but a
 // minus, no leading zero, no -0) and fits an int32.
 func Int(v []byte) (int, bool) {
-	switch {
-	case len(v) == 0 || len(v) > 11,
-		v[0] != '-' && (v[0] < '0' || v[0] > '9'), // ParseInt takes a '+', JSON does not
-		v[0] == '0' && len(v) > 1,
-		v[0] == '-' && (len(v) == 1 || v[1] == '0'):
+	n, ok := Int64(v)
+	if !ok || n < math.MinInt32 || n > math.MaxInt32 {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(v), 10, 32)
-	return int(n), err == nil
+	return int(n), true
 }
+
+// Int64 reads a value that is an integer in canonical form (no sign but a
+// minus, no leading zero, no -0) of at most 18 digits, so that it fits an
+// int64 whatever the digits.
+func Int64(v []byte) (int64, bool) {
+	d := v
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 || d[0] == '0' && (len(d) > 1 || len(d) < len(v)) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(d) < len(v) {
+		n = -n
+	}
+	return n, true
+}
+
+// Number reports whether v is exactly one JSON number (RFC 8259).
+func Number(v []byte) bool {
+	end, ok := NumberEnd(v, 0)
+	return ok && end == len(v)
+}
+
+// NumberEnd reads the RFC 8259 number at s[i],
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, and returns the index
+// just after it; when there is none, false and the index of the byte where
+// the grammar failed (len(s) when it ran out).
+func NumberEnd[S []byte | string](s S, i int) (int, bool) {
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && isDigit(s[i]):
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+	default:
+		return i, false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if i >= len(s) || !isDigit(s[i]) {
+			return i, false
+		}
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || !isDigit(s[i]) {
+			return i, false
+		}
+		for i++; i < len(s) && isDigit(s[i]); i++ {
+		}
+	}
+	return i, true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // Bool reads a value that is true or false.
 func Bool(v []byte) (b, ok bool) {
@@ -256,6 +348,28 @@ func AppendString[S []byte | string](dst []byte, s S) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// Depth returns the deepest nesting of arrays and objects in the JSON
+// document doc, counted before it is decoded, without decoding it (on a
+// malformed one its answer means nothing: the decoder refuses it anyway).
+func Depth(doc []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(doc); i++ {
+		switch c := doc[i]; {
+		case inString && c == '\\':
+			i++ // the escaped character
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // MarshalsAsIs reports whether json.Marshal writes the raw value v (a

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/okso-io/okso/internal/jsonscan"
+	"github.com/okso-io/okso/internal/jsonscan/jsonscantest"
 )
 
 var seeds = []string{
@@ -14,12 +15,13 @@ var seeds = []string{
 	` { "a" : 1 , "b" : [true,false,null] , "c" : "x\"}" } `,
 	`{"a":-0}`, `{"a":05}`, `{"a":+5}`, `{"a":1e3}`, `{"a":2147483648}`, `{"a":-2147483648}`,
 	`{"a":tru}`, `{"a":"\u0041"}`, `{"a\u0041":1}`, `{"a":1,}`, `{"a":1}{}`, `{"a":1}` + "\f",
-	`{"a":{"b":"]}"}}`, `{"a"}`, `{}`, ` {} `, `{`, ``, `[]`, `"a"`, `{"a":"é"}`, `{"a":1,"a":2}`,
+	`{"a":{"b":"]}"}}`, `{"a":{"b":1,"b":2}}`, `{"a"}`, `{}`, ` {} `, `{`, ``, `[]`, `"a"`, `{"a":"é"}`, `{"a":1,"a":2}`,
 }
 
-// FuzzMembers: an object Members accepts, with each value checked by Raw,
-// is one json.Unmarshal accepts with the same members; String, Int and
-// Bool read a value as json.Unmarshal does.
+// FuzzMembers: an object Members accepts, with each value checked by
+// Value and no key written twice, is one encoding/json decodes strictly to
+// the same members; Raw, Value, String, Int, Int64, Bool and Number read a
+// value as it does.
 func FuzzMembers(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -27,42 +29,94 @@ func FuzzMembers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := map[string]json.RawMessage{}
 		ok := jsonscan.Members(b, func(k, v []byte) bool {
-			raw, ok := jsonscan.Raw(v)
-			if _, dup := got[string(k)]; dup || !ok {
+			checkScalars(t, v)
+			if _, dup := got[string(k)]; dup || !jsonscan.Value(v) {
 				return false
 			}
-			got[string(k)] = raw
-			checkScalars(t, v)
+			got[string(k)] = v
 			return true
 		})
-		if !ok {
-			return
-		}
-		var want map[string]json.RawMessage
-		if err := json.Unmarshal(b, &want); err != nil || !reflect.DeepEqual(got, want) {
-			t.Fatalf("Members(%q) = %q; json.Unmarshal %q, %v", b, got, want, err)
+		if ok {
+			jsonscantest.Agrees(t, b, got)
 		}
 	})
 }
 
-func checkScalars(t *testing.T, v []byte) {
-	if s, ok := jsonscan.String(v); ok {
-		var want string
-		if err := json.Unmarshal(v, &want); err != nil || s != want {
-			t.Fatalf("String(%q) = %q; json.Unmarshal %q, %v", v, s, want, err)
+// FuzzFields: an object Fields accepts, with each value checked by Value,
+// is one encoding/json decodes strictly into a struct of those fields, to
+// the same values; the bits it reports are the keys present.
+func FuzzFields(f *testing.F) {
+	for _, s := range append(seeds, `{"a":1,"b":[2],"c":{"d":3}}`, `{"c":null,"a":"x"}`, `{"a":1,"A":2}`, `{"b":1,"b":1}`) {
+		f.Add([]byte(s))
+	}
+	type abc struct {
+		A json.RawMessage `json:"a"`
+		B json.RawMessage `json:"b"`
+		C json.RawMessage `json:"c"`
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got abc
+		seen, ok := jsonscan.Fields(b, []string{"a", "b", "c"}, func(i int, v []byte) bool {
+			*[]*json.RawMessage{&got.A, &got.B, &got.C}[i] = v
+			return jsonscan.Value(v)
+		})
+		if !ok {
+			return
 		}
+		jsonscantest.Agrees(t, b, got)
+		for i, v := range []json.RawMessage{got.A, got.B, got.C} {
+			if (seen&(1<<i) != 0) != (v != nil) {
+				t.Fatalf("Fields(%q): seen %b, values %q", b, seen, got)
+			}
+		}
+	})
+}
+
+// FuzzObject: an object Object accepts is one encoding/json decodes
+// strictly (no key written twice at any depth), and f saw its members.
+func FuzzObject(f *testing.F) {
+	for _, s := range append(seeds, `{"a":{"b":1,"b":2}}`, `{"a":[{"b":1},{"b":2}]}`, `{"a":"\u0061","\u0061":1}`,
+		`{"a":"\ud800","b":"\x","c":"é\n","d":-0.5E+3,"e":[true,false,null]}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`,
+		`{"a":[1,]}`, `{"a`+"\x7f"+`":1}`, `{"a":"`+"\x01"+`"}`, `{"é":1}`, `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got := map[string]json.RawMessage{}
+		if !jsonscan.Object(b, func(k, v []byte) bool {
+			got[string(k)] = v
+			checkScalars(t, v)
+			return true
+		}) {
+			return
+		}
+		jsonscantest.Agrees(t, b, got) // its values raw: no key written twice at any depth
+	})
+}
+
+func checkScalars(t *testing.T, v []byte) {
+	if raw, ok := jsonscan.Raw(v); ok { // as json.RawMessage decodes it: duplicate keys and all
+		var want json.RawMessage
+		if err := json.Unmarshal(v, &want); err != nil || !bytes.Equal(raw, want) {
+			t.Fatalf("Raw(%q) = %q; json.Unmarshal %q, %v", v, raw, want, err)
+		}
+	}
+	if jsonscan.Value(v) {
+		jsonscantest.Agrees(t, v, json.RawMessage(v))
+	}
+	if s, ok := jsonscan.String(v); ok {
+		jsonscantest.Agrees(t, v, s)
 	}
 	if n, ok := jsonscan.Int(v); ok {
-		var want int32
-		if err := json.Unmarshal(v, &want); err != nil || n != int(want) {
-			t.Fatalf("Int(%q) = %d; json.Unmarshal %d, %v", v, n, want, err)
-		}
+		jsonscantest.Agrees(t, v, int32(n))
+	}
+	if n, ok := jsonscan.Int64(v); ok {
+		jsonscantest.Agrees(t, v, n)
 	}
 	if x, ok := jsonscan.Bool(v); ok {
-		var want bool
-		if err := json.Unmarshal(v, &want); err != nil || x != want {
-			t.Fatalf("Bool(%q) = %v; json.Unmarshal %v, %v", v, x, want, err)
-		}
+		jsonscantest.Agrees(t, v, x)
+	}
+	if jsonscan.Number(v) {
+		jsonscantest.Agrees(t, v, json.Number(v))
 	}
 }
 
@@ -100,9 +154,17 @@ func TestCanonical(t *testing.T) {
 	for _, c := range []struct {
 		v    string
 		want bool
-	}{{`0`, true}, {`-2147483648`, true}, {`2147483647`, true}, {`2147483648`, false}, {`-0`, false}, {`01`, false}, {`+1`, false}, {`1.0`, false}} {
+	}{{`0`, true}, {`-2147483648`, true}, {`2147483647`, true}, {`2147483648`, false}, {`-0`, false}, {`01`, false}, {`+1`, false}, {`1.0`, false}, {`-`, false}, {``, false}} {
 		if _, ok := jsonscan.Int([]byte(c.v)); ok != c.want {
 			t.Errorf("Int(%s) ok = %v, want %v", c.v, ok, c.want)
+		}
+	}
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{{`0`, true}, {`-999999999999999999`, true}, {`999999999999999999`, true}, {`1000000000000000000`, false}, {`-0`, false}, {`-01`, false}, {`1e3`, false}} {
+		if _, ok := jsonscan.Int64([]byte(c.v)); ok != c.want {
+			t.Errorf("Int64(%s) ok = %v, want %v", c.v, ok, c.want)
 		}
 	}
 }
@@ -142,6 +204,38 @@ func FuzzCompact(f *testing.F) {
 		}
 		if want := bytes.Equal(b.Bytes(), doc); jsonscan.Compact(doc) != want {
 			t.Fatalf("Compact(%q) = %v, json.Compact leaves it as it is: %v", doc, !want, want)
+		}
+	})
+}
+
+// FuzzDepth: on a valid document, Depth is the nesting encoding/json's
+// tokens show.
+func FuzzDepth(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `1`, `{"a":[{"b":"[{"}]}`, `["\"[",[[]]]`, `{"a\\":"{"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !json.Valid(doc) {
+			return
+		}
+		d := json.NewDecoder(bytes.NewReader(doc))
+		d.UseNumber()
+		depth, want := 0, 0
+		for {
+			tok, err := d.Token()
+			if err != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+				want = max(want, depth)
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+		}
+		if got := jsonscan.Depth(doc); got != want {
+			t.Fatalf("Depth(%q) = %d, encoding/json's tokens %d", doc, got, want)
 		}
 	})
 }
