@@ -404,9 +404,50 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// their context ends.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	drainDone := make(chan struct{})
+	drainDone := drain(ctx, cancel, stop, end)
+	for i := range workers {
+		w, sl := &workers[i], slots[i%len(slots)]
+		wg.Go(func() {
+			if o.Mode == ModeList {
+				w.runList(runCtx, ctx, c, sl, &o, start, end, &done, &failed)
+			} else {
+				w.runCall(runCtx, ctx, c, sl, &o, tools, &next, start, end, &done, &failed)
+			}
+		})
+	}
+	progressDone := progressCalls(&o, stop, start, &done, &failed)
+	wg.Wait()
+	close(stop)
+	<-progressDone
+	<-drainDone
+
+	measured := min(time.Since(start), end) - o.Warmup
+	res.Interrupted = ctx.Err() != nil
+	var page Histogram
+	for i := range workers {
+		w := &workers[i]
+		page.Merge(&w.page)
+		res.Pages += w.pages
+		if o.Mode == ModeList && w.perList > 0 {
+			res.Tools, res.PagesPerList = w.tools, w.perList
+		}
+	}
+	res.tally(workers, measured)
+	if o.Mode == ModeList {
+		pl := summarise(&page)
+		res.PageLatency = &pl
+	}
+	return res, nil
+}
+
+// drain ends the run's requests once the time is up (end after the
+// start) and drainGrace more has passed, or at once when ctx ends; it
+// stops watching when stop is closed. The channel it returns is closed
+// when it is done.
+func drain(ctx context.Context, cancel context.CancelFunc, stop <-chan struct{}, end time.Duration) <-chan struct{} {
+	done := make(chan struct{})
 	go func() {
-		defer close(drainDone)
+		defer close(done)
 		select {
 		case <-ctx.Done():
 			cancel()
@@ -422,39 +463,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		cancel()
 	}()
-	for i := range workers {
-		w, sl := &workers[i], slots[i%len(slots)]
-		wg.Go(func() {
-			if o.Mode == ModeList {
-				w.runList(runCtx, ctx, c, sl, &o, start, end, &done, &failed)
-			} else {
-				w.runCall(runCtx, ctx, c, sl, &o, tools, &next, start, end, &done, &failed)
-			}
-		})
-	}
-	progressDone := make(chan struct{})
+	return done
+}
+
+// progressCalls writes o.Progress's line of a call run until stop is
+// closed; the channel it returns is closed when it is done.
+func progressCalls(o *Options, stop <-chan struct{}, start time.Time, done, failed *atomic.Uint64) <-chan struct{} {
+	out := make(chan struct{})
 	go func() {
-		defer close(progressDone)
+		defer close(out)
 		progress(o.Progress, stop, start, o.Warmup, done.Load, func(n uint64, rate float64) string {
 			return fmt.Sprintf("%9d done  %8.0f/s  %6d errors", n, rate, failed.Load())
 		})
 	}()
-	wg.Wait()
-	close(stop)
-	<-progressDone
-	<-drainDone
+	return out
+}
 
-	measured := min(time.Since(start), end) - o.Warmup
-	if ctx.Err() != nil {
-		res.Interrupted = true
-	}
-	var lat, page Histogram
+// tally adds up what the workers counted over the measured time: the
+// operations and their outcomes, the rates and the latency.
+func (res *Result) tally(workers []worker, measured time.Duration) {
+	var lat Histogram
 	for i := range workers {
 		w := &workers[i]
 		lat.Merge(&w.lat)
-		page.Merge(&w.page)
 		res.OK += w.ok
-		res.Pages += w.pages
 		res.Reconnects += w.reconnects
 		res.Ops += w.ok + w.failed
 		for k, n := range w.errs {
@@ -468,9 +500,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				res.Examples[k] = m
 			}
 		}
-		if o.Mode == ModeList && w.perList > 0 {
-			res.Tools, res.PagesPerList = w.tools, w.perList
-		}
 	}
 	if measured > 0 {
 		res.Duration = measured.Seconds()
@@ -481,11 +510,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for _, b := range lat.Bins() {
 		res.Histogram = append(res.Histogram, BinMS{LeMS: ms(b.Le), Count: b.Count})
 	}
-	if o.Mode == ModeList {
-		pl := summarise(&page)
-		res.PageLatency = &pl
-	}
-	return res, nil
 }
 
 // listMatching lists every tool, following pagination, and returns the

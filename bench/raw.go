@@ -232,24 +232,7 @@ func runRaw(ctx context.Context, o *Options, tools []string, res *Result) (*Resu
 		}
 	})
 	defer stopConns()
-	drainDone := make(chan struct{})
-	go func() {
-		defer close(drainDone)
-		select {
-		case <-ctx.Done():
-			cancel()
-			return
-		case <-stop:
-			return
-		case <-time.After(end):
-		}
-		select {
-		case <-ctx.Done():
-		case <-stop:
-		case <-time.After(drainGrace):
-		}
-		cancel()
-	}()
+	drainDone := drain(ctx, cancel, stop, end)
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	for i := range workers {
 		w, rc := &workers[i], &conns[i]
@@ -258,50 +241,15 @@ func runRaw(ctx context.Context, o *Options, tools []string, res *Result) (*Resu
 			w.runRaw(runCtx, ctx, dialer, rc, target, body, &seq, start, o.Warmup, end, o.more, &done, &failed)
 		})
 	}
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		progress(o.Progress, stop, start, o.Warmup, done.Load, func(n uint64, rate float64) string {
-			return fmt.Sprintf("%9d done  %8.0f/s  %6d errors", n, rate, failed.Load())
-		})
-	}()
+	progressDone := progressCalls(o, stop, start, &done, &failed)
 	wg.Wait()
 	close(stop)
 	<-progressDone
 	<-drainDone
 
 	measured := min(time.Since(start), end) - o.Warmup
-	if ctx.Err() != nil {
-		res.Interrupted = true
-	}
-	var lat Histogram
-	for i := range workers {
-		w := &workers[i]
-		lat.Merge(&w.lat)
-		res.OK += w.ok
-		res.Reconnects += w.reconnects
-		res.Ops += w.ok + w.failed
-		for k, n := range w.errs {
-			res.Errors[k] += n
-		}
-		for k, m := range w.examples {
-			if res.Examples == nil {
-				res.Examples = map[string]string{}
-			}
-			if _, ok := res.Examples[k]; !ok {
-				res.Examples[k] = m
-			}
-		}
-	}
-	if measured > 0 {
-		res.Duration = measured.Seconds()
-		res.OpsPerS = float64(res.Ops) / measured.Seconds()
-		res.OKPerS = float64(res.OK) / measured.Seconds()
-	}
-	res.Latency = summarise(&lat)
-	for _, b := range lat.Bins() {
-		res.Histogram = append(res.Histogram, BinMS{LeMS: ms(b.Le), Count: b.Count})
-	}
+	res.Interrupted = ctx.Err() != nil
+	res.tally(workers, measured)
 	return res, nil
 }
 

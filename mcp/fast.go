@@ -365,19 +365,8 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 	if err != nil || !ok || len(top) != 4 || top["jsonrpc"] != "2.0" || top["method"] != "tools/call" {
 		return nil, false
 	}
-	// The id is echoed as the SDK would write it back: a string
-	// re-encoded (invalid UTF-8 becomes U+FFFD), an integer in decimal.
-	var id []byte
-	switch v := top["id"].(type) {
-	case string:
-		id, _ = json.Marshal(v)
-	case json.Number:
-		n, err := v.Int64()
-		if err != nil {
-			return nil, false
-		}
-		id = strconv.AppendInt(nil, n, 10)
-	default:
+	id, ok := echoedID(top["id"])
+	if !ok {
 		return nil, false
 	}
 	params, ok := top["params"].(map[string]any)
@@ -424,6 +413,24 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 		}
 	}
 	return req, true
+}
+
+// echoedID is a request's id, as the strict decode read it, as the SDK
+// writes it back: a string re-encoded (invalid UTF-8 becomes U+FFFD), an
+// integer in decimal; false for any other.
+func echoedID(v any) ([]byte, bool) {
+	switch v := v.(type) {
+	case string:
+		id, _ := json.Marshal(v)
+		return id, true
+	case json.Number:
+		n, err := v.Int64()
+		if err != nil {
+			return nil, false
+		}
+		return strconv.AppendInt(nil, n, 10), true
+	}
+	return nil, false
 }
 
 // parseCanonicalRequest reads, in one pass, a request in the form the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,16 +40,7 @@ func parseListRequest(body []byte) (*listRequest, bool) {
 		return nil, false
 	}
 	req := new(listRequest)
-	switch v := top["id"].(type) {
-	case string:
-		req.id, _ = json.Marshal(v)
-	case json.Number:
-		n, err := v.Int64()
-		if err != nil {
-			return nil, false
-		}
-		req.id = strconv.AppendInt(nil, n, 10)
-	default:
+	if req.id, ok = echoedID(top["id"]); !ok {
 		return nil, false
 	}
 	switch len(top) {
