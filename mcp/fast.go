@@ -365,7 +365,7 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 	if err != nil || !ok || len(top) != 4 || top["jsonrpc"] != "2.0" || top["method"] != "tools/call" {
 		return nil, false
 	}
-	id, ok := echoedID(top["id"])
+	id, ok := canonicalID(top["id"]) // as the SDK writes it back
 	if !ok {
 		return nil, false
 	}
@@ -413,24 +413,6 @@ func parseStrictRequest(body []byte) (*fastRequest, bool) {
 		}
 	}
 	return req, true
-}
-
-// echoedID is a request's id, as the strict decode read it, as the SDK
-// writes it back: a string re-encoded (invalid UTF-8 becomes U+FFFD), an
-// integer in decimal; false for any other.
-func echoedID(v any) ([]byte, bool) {
-	switch v := v.(type) {
-	case string:
-		id, _ := json.Marshal(v)
-		return id, true
-	case json.Number:
-		n, err := v.Int64()
-		if err != nil {
-			return nil, false
-		}
-		return strconv.AppendInt(nil, n, 10), true
-	}
-	return nil, false
 }
 
 // parseCanonicalRequest reads, in one pass, a request in the form the

@@ -40,7 +40,7 @@ func parseListRequest(body []byte) (*listRequest, bool) {
 		return nil, false
 	}
 	req := new(listRequest)
-	if req.id, ok = echoedID(top["id"]); !ok {
+	if req.id, ok = canonicalID(top["id"]); !ok {
 		return nil, false
 	}
 	switch len(top) {
