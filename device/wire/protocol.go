@@ -30,6 +30,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -332,7 +333,7 @@ func exactKeys(doc any, t reflect.Type) error {
 	case reflect.Struct:
 		m, _ := doc.(map[string]any)
 		for k, v := range m {
-			f, ok := fieldByName(t, k)
+			f, ok := jsonscan.FieldByName(t, k)
 			if !ok {
 				return fmt.Errorf("no field %q", k)
 			}
@@ -359,39 +360,6 @@ func exactKeys(doc any, t reflect.Type) error {
 		}
 	}
 	return nil
-}
-
-// fieldByName returns the field of struct t that encoding/json fills
-// from the key name, when name is exactly that field's name, looking into
-// embedded structs as encoding/json does.
-func fieldByName(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		key, _, _ := strings.Cut(tag, ",")
-		if key == "" && f.Anonymous {
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				if sf, ok := fieldByName(ft, name); ok {
-					return sf, true
-				}
-				continue
-			}
-		}
-		if key == "" {
-			key = f.Name
-		}
-		if key == name && f.IsExported() {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
 }
 
 // Encode builds a frame with a fresh msg_id.

@@ -18,8 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
+
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // Strict decodes the JSON document b into v, a pointer, with
@@ -86,7 +87,7 @@ func walk(d *json.Decoder, t reflect.Type) error {
 			switch {
 			case t == nil:
 			case t.Kind() == reflect.Struct:
-				f, ok := field(t, k)
+				f, ok := jsonscan.FieldByName(t, k)
 				if !ok {
 					return fmt.Errorf("key %q names no field of %v exactly", k, t)
 				}
@@ -114,37 +115,4 @@ func walk(d *json.Decoder, t reflect.Type) error {
 		return err
 	}
 	return nil
-}
-
-// field returns the field of struct t that encoding/json fills from the
-// key name when name is exactly that field's name, looking into embedded
-// structs as encoding/json does.
-func field(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		key, _, _ := strings.Cut(tag, ",")
-		if key == "" && f.Anonymous {
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				if sf, ok := field(ft, name); ok {
-					return sf, true
-				}
-				continue
-			}
-		}
-		if key == "" {
-			key = f.Name
-		}
-		if key == name && f.IsExported() {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
 }
