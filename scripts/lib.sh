@@ -122,20 +122,50 @@ start_okso() {
 okso_env=()
 fleet_flags=()
 
-# start_split DATA [TIER_FLAGS...]: starts `okso device` ($OKSO, embedding
-# NATS, with TIER_FLAGS) and `okso gateway` on that NATS, both on
-# 127.0.0.1 with the data dir DATA; sets tier and gw (their pids, also in
-# pids), nats_url, device_url and mcp_url. Fails when either does not say
-# it listens within 30 s.
-start_split() {
+# start_nats DATA: builds nats-server (the version in okso's go.mod) into
+# $work and starts it on 127.0.0.1 with JetStream and the accounts of
+# `okso nats server-config` for the credentials in DATA, as a split
+# deployment runs NATS: in a process of its own. Then makes okso's buckets
+# as the admin (`okso nats init`). Sets nats (its pid, also in pids) and
+# nats_url.
+start_nats() {
 	local data=$1 l
+	log "building nats-server"
+	go build -o "$work/nats-server" github.com/nats-io/nats-server/v2 || return 1
+	"$OKSO" nats server-config --data-dir "$data" >"$work/nats-accounts.conf" || return 1
+	"$OKSO" nats creds --data-dir "$data" --role admin >"$work/admin.nk" || return 1
+	chmod 600 "$work/admin.nk"
+	cat >"$work/nats.conf" <<-CONF
+		listen: 127.0.0.1:-1
+		jetstream: {store_dir: "$work/nats-js"}
+		include nats-accounts.conf
+	CONF
+	"$work/nats-server" -c "$work/nats.conf" >"$work/nats.out" 2>"$work/nats.log" &
+	nats=$!
+	pids+=("$nats")
+	l=$(wait_for "$work/nats.log" "$nats" 'Listening for client connections on' 30) || return 1
+	nats_url=nats://$(sed 's/.*connections on //' <<<"$l")
+	"$OKSO" nats init --nats-url "$nats_url" --nats-nkey "$work/admin.nk" >"$work/nats-init.out" 2>&1 ||
+		{ log "okso nats init failed: $(tail -3 "$work/nats-init.out")"; return 1; }
+	log "nats-server pid $nats: $nats_url"
+}
+
+# start_split DATA [TIER_FLAGS...]: starts `okso device` ($OKSO, with
+# TIER_FLAGS) and `okso gateway` on the NATS at $nats_url when set
+# (start_nats), else on one the tier embeds; both on 127.0.0.1 with the
+# data dir DATA. Sets tier and gw (their pids, also in pids), nats_url,
+# device_url and mcp_url. Fails when either does not say it listens
+# within 30 s.
+start_split() {
+	local data=$1 l nats_flag=(--nats-listen 127.0.0.1:0)
 	shift
-	"$OKSO" device --nats-listen 127.0.0.1:0 --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
+	[ -n "${nats_url:-}" ] && nats_flag=(--nats-url "$nats_url")
+	"$OKSO" device "${nats_flag[@]}" --device-addr 127.0.0.1:0 --data-dir "$data" --conn-rate-per-ip -1 \
 		"$@" >"$work/device.out" 2>"$work/device.log" &
 	tier=$!
 	pids+=("$tier")
 	l=$(wait_for "$work/device.log" "$tier" '"msg":"listening"' 30) || return 1
-	nats_url=$(jq -r .nats_url <<<"$l")
+	[ -z "${nats_url:-}" ] && nats_url=$(jq -r .nats_url <<<"$l")
 	device_url=$(jq -r .device_url <<<"$l")
 	"$OKSO" gateway --nats-url "$nats_url" --mcp-addr 127.0.0.1:0 --data-dir "$data" \
 		>"$work/gateway.out" 2>"$work/gateway.log" &

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Scale check of the device tier (issue 4, "Scale"): N simulated devices
-# against `okso device` (one, or as many as the open-files limit needs, on
-# the first one's embedded NATS), one `okso gateway` on that NATS, all on
-# 127.0.0.1. Measures connect time, the tier's RSS before/after and per
+# against `okso device` (one, or as many as the open-files limit needs),
+# one `okso gateway`, and a nats-server in a process of its own, as a
+# split deployment runs them (SCALE_NATS=embedded: on the first tier's
+# embedded NATS instead), all on 127.0.0.1. Measures connect time, the tier's RSS before/after and per
 # connection, the fleet's RSS; then scripts/scalecheck lists every tool over
 # MCP (official Go SDK client, following pagination) and calls
 # sysecho.<node>.echo.invoke on every node, checking each node_id.
@@ -21,6 +22,12 @@
 #                          time of every process is measured (60; 0: skip)
 #   SCALE_TIERS            device tiers (default: as many as keep each under the
 #                          open-files limit, less 1,024; 1 where the limit allows)
+#   SCALE_NATS             own (default): nats-server in its own process, set up
+#                          with okso nats server-config and okso nats init;
+#                          embedded: the first device tier embeds NATS
+#   SCALE_FLEET_NICE       the mock fleets' nice value (10): they stand for devices
+#                          on machines of their own, and should not take the CPU
+#                          the tiers, the gateway and NATS need on this one
 #   SCALE_FLEET_SIZE       devices per mock-fleet process (20000): a larger N runs
 #                          several, each dialling from its own loopback address
 #                          (127.0.0.2, 127.0.0.3, ...), since one source address
@@ -37,6 +44,9 @@ ROUNDS=${SCALE_ROUNDS:-1}
 SPREAD_DURATION=${SCALE_SPREAD_DURATION:-10s}
 IDLE=${SCALE_IDLE:-60}
 FLEET_SIZE=${SCALE_FLEET_SIZE:-20000}
+NATS_MODE=${SCALE_NATS:-own}
+FLEET_NICE=${SCALE_FLEET_NICE:-10}
+case $NATS_MODE in own | embedded) ;; *) echo "SCALE_NATS: want own or embedded" >&2; exit 2 ;; esac
 case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
 NAME=scale KEEP=${SCALE_KEEP:-0}
@@ -91,6 +101,10 @@ read -r -a tier_flags <<<"${SCALE_TIER_FLAGS:-}"
 # A mock device has 5 tools; the default cap of a tenant's tools (100,000)
 # is below a 20,000-device fleet's.
 tier_flags=(--max-tools-per-tenant "$((N * 5 + 1000))" "${tier_flags[@]}")
+nats=
+if [ "$NATS_MODE" = own ]; then
+	start_nats "$data" || { status=1; exit 1; }
+fi
 start_split "$data" "${tier_flags[@]}" || { status=1; exit 1; }
 log "device tier pid $tier: nats $nats_url, devices $device_url"
 log "gateway pid $gw: $mcp_url"
@@ -112,6 +126,8 @@ tiers_cpu() { local p t=0; for p in "${tiers[@]}"; do t=$((t + $(cpu "$p"))); do
 sleep 2
 tier_rss_before=$(tiers_rss)
 gw_rss_before=$(rss_kb "$gw")
+nats_rss_before=0
+[ -n "$nats" ] && nats_rss_before=$(rss_kb "$nats")
 log "before: tier RSS $(mb "$tier_rss_before") ($NTIERS tier(s)), gateway RSS $(mb "$gw_rss_before"), tier fds $(tiers_fds)"
 
 # --- the fleet(s) -----------------------------------------------------------------
@@ -130,7 +146,7 @@ for ((i = 0; i < nfleets; i++)); do
 	[ "$nfleets" -gt 1 ] && src=(--source-addr "127.0.0.$((i + 2))")
 	url=${device_urls[$((i % NTIERS))]}
 	log "starting mock-fleet $i: -n $n --seed $((i + 1)) ${src[*]} ${rate_flag[*]} to tier $((i % NTIERS))"
-	"$OKSO" mock-fleet -n "$n" --seed "$((i + 1))" --connect "$url" --data-dir "$data" "${src[@]}" "${rate_flag[@]}" \
+	nice -n "$FLEET_NICE" "$OKSO" mock-fleet -n "$n" --seed "$((i + 1))" --connect "$url" --data-dir "$data" "${src[@]}" "${rate_flag[@]}" \
 		>"$work/fleet$i.out" 2>"$work/fleet$i.log" &
 	fleets+=($!)
 	pids+=($!)
@@ -192,6 +208,10 @@ gw_rss_listed=$(rss_kb "$gw")
 tier_fds=$(tiers_fds)
 per_conn=$(awk -v a="$tier_rss_after" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
 gw_per_node=$(awk -v a="$gw_rss_listed" -v b="$gw_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+if [ -n "$nats" ]; then
+	nats_rss=$(rss_kb "$nats")
+	nats_per_node=$(awk -v a="$nats_rss" -v b="$nats_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+fi
 fleet_per_dev=$(awk -v a="$fleet_rss" -v n="$N" 'BEGIN{printf "%.1f", a/n}')
 log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") +5s; $per_conn KB/connection; gateway $gw_per_node KB/node; tier fds $tier_fds; fleet RSS $(mb "$fleet_rss")"
 
@@ -205,15 +225,18 @@ idle_row() { # idle_row TICKS: "% of a core, µs/s per device"
 }
 if [ "$IDLE" != 0 ]; then
 	log "idling ${IDLE}s: CPU time of the tier, the gateway and the fleet(s), no calls"
-	tier_c0=$(tiers_cpu) gw_c0=$(cpu "$gw") fleet_c0=0
+	tier_c0=$(tiers_cpu) gw_c0=$(cpu "$gw") fleet_c0=0 nats_c0=0
+	[ -n "$nats" ] && nats_c0=$(cpu "$nats")
 	for f in "${fleets[@]}"; do fleet_c0=$((fleet_c0 + $(cpu "$f"))); done
 	sleep "$IDLE"
-	tier_c1=$(tiers_cpu) gw_c1=$(cpu "$gw") fleet_c1=0
+	tier_c1=$(tiers_cpu) gw_c1=$(cpu "$gw") fleet_c1=0 nats_c1=0
+	[ -n "$nats" ] && nats_c1=$(cpu "$nats")
+	idle_nats=$(idle_row $((nats_c1 - nats_c0)))
 	for f in "${fleets[@]}"; do fleet_c1=$((fleet_c1 + $(cpu "$f"))); done
 	idle_tier=$(idle_row $((tier_c1 - tier_c0)))
 	idle_gw=$(idle_row $((gw_c1 - gw_c0)))
 	idle_fleet=$(idle_row $((fleet_c1 - fleet_c0)))
-	log "idle: tier $idle_tier; gateway $idle_gw; fleet(s) $idle_fleet"
+	log "idle: tier $idle_tier; gateway $idle_gw; fleet(s) $idle_fleet; nats-server $idle_nats"
 	# After the idle time every device has been pinged (and has answered)
 	# a few times: what an idle connection costs the tier for good.
 	tier_rss_idle=$(tiers_rss)
@@ -264,7 +287,7 @@ r() { awk -F= -v k="$1" '$1==k{sub(/^[^=]*=/,""); print; exit}' "$work/results" 
 
 # --- liveness and logs ----------------------------------------------------------------
 died=
-for pair in "gateway:$gw"; do
+for pair in "gateway:$gw" ${nats:+"nats-server:$nats"}; do
 	alive "${pair##*:}" || died="$died ${pair%%:*}"
 done
 for ((k = 0; k < NTIERS; k++)); do
@@ -339,9 +362,11 @@ if [ "$IDLE" != 0 ]; then
 	row "idle CPU over ${IDLE}s, tier" "$idle_tier"
 	row "idle CPU, gateway" "$idle_gw"
 	row "idle CPU, fleet(s)" "$idle_fleet"
+	[ -n "$nats" ] && row "idle CPU, nats-server" "$idle_nats"
 fi
 row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device, $nfleets process(es))"
 row "gateway RSS" "$(mb "$gw_rss_before") before, $(mb "$gw_rss_listed") after connect, $(mb "$gw_rss_after") after calls"
+[ -n "$nats" ] && row "nats-server RSS" "$(mb "$nats_rss_before") before, $(mb "$nats_rss") after connect: $nats_per_node KB/node"
 row "MCP connect (initialize)" "$(r mcp_connect) (first request of the token's view)"
 row "tools listed" "$(r list_tools) tools, $(r list_echo) echo ($(r list_attempts) attempt(s), complete after $(r list_ready_after))"
 row "list time" "$(r list_total) total, $(r list_pages) pages (first $(r list_page_first), mean $(r list_page_mean), max $(r list_page_max))"
@@ -356,6 +381,6 @@ fi
 [ -n "$died" ] && row "processes that died" "$died"
 row "stop (SIGTERM)" "fleet $stop_fleet, gateway $stop_gw, tier $stop_tier"
 row "machine" "$(nproc) cores, shared with other work (load avg $load_start at fleet start, $load_end after calls);"
-row "" "tier (with embedded NATS), gateway, fleet and client all on one host, 127.0.0.1"
+row "" "$([ -n "$nats" ] && echo "nats-server, tier(s)" || echo "tier (with embedded NATS)"), gateway, fleet and client all on one host, 127.0.0.1"
 row "result" "$([ "$status" = 0 ] && echo PASS || echo FAIL)"
 exit "$status"
