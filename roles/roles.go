@@ -207,6 +207,7 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.Float64Var(&c.ConnRatePerIP, "conn-rate-per-ip", 100, "device connection attempts per second from one address (-1: no limit); excess ones close with 4429")
 	fs.IntVar(&c.ConnBurstPerIP, "conn-burst-per-ip", 1000, "burst of device connection attempts from one address")
 	fs.IntVar(&c.MaxSessions, "max-sessions", 50000, "device connections the tier holds; excess ones close with 4429")
+	fs.IntVar(&c.MaxHandshakes, "max-handshakes", tier.DefaultMaxHandshakes, "device handshakes (upgrade to announce_ok) the tier runs at once, bounding its JetStream requests in a connect storm; a device beyond them waits up to 2s, then closes with 4429 (-1: no bound)")
 	fs.IntVar(&c.MaxConnections, "device-max-connections", 0, "connections the device listener holds at once (0: --max-sessions + 1024); more wait until one closes")
 	fs.IntVar(&c.MaxPendingPerNode, "max-pending-per-node", 64, "calls in flight to one node; excess ones get E_RATE_LIMITED")
 	fs.IntVar(&c.MaxToolsPerTenant, "max-tools-per-tenant", tier.DefaultMaxToolsPerTenant, "tools a tenant's devices may register in all, on every tier (-1: no cap); an announce beyond it closes with 4403")

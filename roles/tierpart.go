@@ -45,6 +45,7 @@ type tierConfig struct {
 	ConnRatePerIP     float64
 	ConnBurstPerIP    int
 	MaxSessions       int
+	MaxHandshakes     int
 	MaxPendingPerNode int
 	MaxConnections    int // held by the device listener at once (0: MaxSessions + deviceConnSlack)
 	NodeBindingTTL    time.Duration
@@ -153,6 +154,7 @@ func newTierPart(ctx context.Context, c *common, np *natsPart, cfg tierConfig) (
 		ConnRatePerIP:     cfg.ConnRatePerIP,
 		ConnBurstPerIP:    cfg.ConnBurstPerIP,
 		MaxSessions:       cfg.MaxSessions,
+		MaxHandshakes:     cfg.MaxHandshakes,
 		MaxPendingPerNode: cfg.MaxPendingPerNode,
 		NC:                nc,
 		Registry:          reg,

@@ -42,6 +42,10 @@ func newTierMetrics(reg prometheus.Registerer, t *Tier) *tierMetrics {
 			Help: "Calls sent to this tier's devices and not yet answered.",
 		}, func() float64 { return float64(t.pendingCalls()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "okso_tier_handshakes",
+			Help: "Device handshakes in progress on this tier (at most --max-handshakes: past it, devices close with 4429).",
+		}, func() float64 { return float64(len(t.handshakes)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "okso_tier_streams",
 			Help: "Metric streams this tier's devices serve.",
 		}, func() float64 { return float64(t.Streams()) }),

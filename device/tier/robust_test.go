@@ -219,6 +219,22 @@ func TestConnectionGuards(t *testing.T) {
 		}
 		tt.Echo(t, d.node)
 	})
+	t.Run("handshakes", func(t *testing.T) {
+		tt := newTestTier(t, tier.Options{MaxHandshakes: 1})
+		first := tt.dial(t, nil)
+		first.recv(t, wire.TypeHello, nil) // the tier's one handshake, in progress
+		second := tt.dial(t, nil)
+		if code, frames := second.waitClose(t); code != wire.CloseTooMany || len(frames) != 1 ||
+			frames[0].Code != schemas.CodeRateLimited {
+			t.Fatalf("a handshake past the bound: %d %+v, want 4429 with E_RATE_LIMITED", code, frames)
+		}
+		// An abandoned handshake gives its place back, and so does one
+		// that went through: two devices in turn connect and answer.
+		first.c.CloseNow()
+		d := tt.runEcho(t)
+		tt.Echo(t, d.node)
+		tt.Echo(t, tt.runEcho(t).node)
+	})
 	t.Run("pending per node", func(t *testing.T) {
 		tt := newTestTier(t, tier.Options{MaxPendingPerNode: 1})
 		node := wire.NewNodeID()

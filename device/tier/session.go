@@ -360,7 +360,10 @@ func (s *session) run(ctx context.Context) (serve func()) {
 			s.cleanup()
 		}
 	}()
-	release := s.start(ctx)
+	release := func() func() {
+		defer s.t.endHandshake() // taken in Tier.serveWS
+		return s.start(ctx)
+	}()
 	if release == nil {
 		return nil
 	}

@@ -110,6 +110,16 @@ type Options struct {
 	// MaxSessions bounds the connections the tier holds (50000); excess
 	// ones close with 4429.
 	MaxSessions int
+	// MaxHandshakes bounds the handshakes (from the WebSocket upgrade to
+	// announce_ok, or the session's end) the tier runs at once
+	// ([DefaultMaxHandshakes]; negative: no bound). A device beyond them
+	// waits up to [handshakeWait] for one to end, then is closed with
+	// 4429 and comes back after its backoff. Each handshake reads and
+	// writes JetStream a few times: when NATS is slow (a connect storm
+	// after a tier died, a JetStream election), the bound slows connects
+	// down, rather than let thousands of them wait on NATS at once, each
+	// time out, and come back as more of the storm.
+	MaxHandshakes int
 	// MaxPendingPerNode bounds the calls in flight to one node (64), on top
 	// of its capabilities' own limits; excess calls get E_RATE_LIMITED.
 	MaxPendingPerNode int
@@ -135,6 +145,17 @@ type Options struct {
 // hosts, far less than a call's budget.
 const DefaultMaxClockSkew = 250 * time.Millisecond
 
+// DefaultMaxHandshakes is the handshakes a tier runs at once by default
+// (--max-handshakes). A handshake takes three round trips to its device
+// and four JetStream requests: a few milliseconds on a LAN, a second or
+// so over a slow cellular link, when 256 still let 10,000 devices come
+// back within a minute of their tier's failover.
+const DefaultMaxHandshakes = 256
+
+// handshakeWait is how long a device waits for a handshake to end when
+// MaxHandshakes are in progress, before it is closed with 4429.
+const handshakeWait = 2 * time.Second
+
 // Tier is the device tier: it accepts device WebSockets at [wire.Path], keeps one
 // session per node, and serves each node's NATS subject. It is safe for
 // concurrent use.
@@ -154,6 +175,8 @@ type Tier struct {
 	// started on a session's behalf ([Tier.goFor]); Shutdown waits for it.
 	wg    sync.WaitGroup
 	perIP map[string]*rate.Limiter // connection attempts, by source address
+	// handshakes holds a token per handshake in progress (nil: no bound).
+	handshakes chan struct{}
 
 	// cancelSub serves the cancel subject of every node: one
 	// subscription (and one goroutine) for the tier rather than one per
@@ -243,6 +266,9 @@ func New(o Options) (*Tier, error) {
 	if o.MaxSessions <= 0 {
 		o.MaxSessions = 50000
 	}
+	if o.MaxHandshakes == 0 {
+		o.MaxHandshakes = DefaultMaxHandshakes
+	}
 	if o.MaxPendingPerNode <= 0 {
 		o.MaxPendingPerNode = 64
 	}
@@ -259,6 +285,9 @@ func New(o Options) (*Tier, error) {
 	t := &Tier{o: o, log: log, sessions: map[string]*session{}, all: map[*session]struct{}{},
 		perIP: map[string]*rate.Limiter{}, cmds: make(chan *nats.Msg, cmdQueue), leased: make(chan struct{}), orphans: bus.NewOrphans(),
 		live: newLiveness(o.PingInterval, o.PingTimeout), steps: workers.New(64)}
+	if o.MaxHandshakes > 0 {
+		t.handshakes = make(chan struct{}, o.MaxHandshakes)
+	}
 	t.metrics = newTierMetrics(o.Metrics, t)
 	sub, err := o.NC.Subscribe(bus.NodeCancel("*"), t.onCancel)
 	if err != nil {
@@ -652,6 +681,9 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	t.all[s] = struct{}{}
 	t.mu.Unlock()
+	if refuse == "" && !t.startHandshake() {
+		refuse = "tier busy: too many devices connecting at once, try again later"
+	}
 	if refuse != "" {
 		s.close(wire.CloseTooMany, "", refuse)
 		t.forget(s)
@@ -664,6 +696,34 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	// Nor does the session keep the request's context: nothing in it is
 	// the session's, and it would stay as long as the device.
 	go t.runSession(s, func() func() { return s.run(context.Background()) })
+}
+
+// startHandshake takes a token for a handshake, waiting up to
+// handshakeWait for one when MaxHandshakes are in progress; it reports
+// whether it got one, which endHandshake gives back.
+func (t *Tier) startHandshake() bool {
+	if t.handshakes == nil {
+		return true
+	}
+	select {
+	case t.handshakes <- struct{}{}:
+		return true
+	default:
+	}
+	wait := time.NewTimer(handshakeWait)
+	defer wait.Stop()
+	select {
+	case t.handshakes <- struct{}{}:
+		return true
+	case <-wait.C:
+		return false
+	}
+}
+
+func (t *Tier) endHandshake() {
+	if t.handshakes != nil {
+		<-t.handshakes
+	}
 }
 
 // runSession runs a stage of s on this goroutine: the handshake, which
