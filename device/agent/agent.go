@@ -319,9 +319,20 @@ func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
 		return wire.Envelope{}, c.refuse(fmt.Errorf("tier sent a frame: %w", err))
 	}
 	if e.Type == wire.TypeError {
+		var ef wire.ErrorFrame
+		_ = json.Unmarshal(e.Payload, &ef) // the schema checked it
 		// The close that follows carries the code; read it.
 		if _, _, err := c.c.Read(ctx); err != nil {
-			return wire.Envelope{}, closeErr(err)
+			err = closeErr(err)
+			var ce *CloseError
+			if errors.As(err, &ce) && ce.Code == wire.CloseAuthFailed && ef.Code == schemas.CodeDeadlineExceeded {
+				// Late, not refused: the tier found the device too slow
+				// to authenticate or announce, which a loaded tier or a
+				// slow link can make it. Another try may be on time.
+				return wire.Envelope{}, fmt.Errorf("device tier closed the connection with %d (%s): %s", ce.Code,
+					wire.CloseMeaning(ce.Code), ce.Reason)
+			}
+			return wire.Envelope{}, err
 		}
 		return wire.Envelope{}, errors.New("tier sent an error frame without closing")
 	}

@@ -89,6 +89,22 @@ func TestDeviceSaysWhyItFailed(t *testing.T) {
 		closeAfterAuth(t, rt, wire.CloseTooMany, "slow down")
 		firstFail(t, fails, "4429 (too many connection attempts)")
 	})
+	t.Run("4401 for lateness comes back", func(t *testing.T) {
+		rt := newRawTier(t, set)
+		fails, done := run(t, rt.url)
+		tc := rt.accept(t)
+		tc.send(t, wire.TypeHello, "", wire.Hello{Proto: wire.Subprotocol, AuthDeadlineMs: 5000, MaxFrameBytes: 65536})
+		tc.recv(t, wire.TypeAuth, nil)
+		tc.send(t, wire.TypeError, "", wire.ErrorFrame{Code: schemas.CodeDeadlineExceeded, Message: "authentication timeout"})
+		tc.c.Close(wire.CloseAuthFailed, "authentication timeout")
+		firstFail(t, fails, "4401 (authentication failed or late): authentication timeout")
+		rt.accept(t) // the device tries again
+		select {
+		case err := <-done:
+			t.Errorf("Run returned %v after a late 4401, want it to try again", err)
+		default:
+		}
+	})
 	t.Run("4401 refuses for good", func(t *testing.T) {
 		rt := newRawTier(t, set)
 		fails, done := run(t, rt.url)

@@ -329,8 +329,8 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 			}
 		case o.code == wire.CloseAuthFailed:
 			n4401++
-			if !o.hello || len(o.errors) != 1 || o.errors[0] != schemas.CodeSafetyDenied {
-				t.Errorf("connection %d: 4401 after hello=%v, error frames %v; want hello then one E_SAFETY_DENIED", i, o.hello, o.errors)
+			if !o.hello || len(o.errors) != 1 || o.errors[0] != schemas.CodeDeadlineExceeded {
+				t.Errorf("connection %d: 4401 after hello=%v, error frames %v; want hello then one E_DEADLINE_EXCEEDED", i, o.hello, o.errors)
 			}
 			if o.elapsed < authTimeout {
 				t.Errorf("connection %d: 4401 after %v, before the %v auth deadline", i, o.elapsed, authTimeout)
@@ -363,7 +363,7 @@ func TestHostileUnauthenticatedConnections(t *testing.T) {
 		return runtime.NumGoroutine() <= baseline+10
 	})
 	hostile(t, "500 connections that never authenticate (auth timeout 300ms, 50 at a time)",
-		"%d closed 4401 (hello, then E_SAFETY_DENIED), %d closed 4429, %d other; all done in %v (slowest %v); bystander %d/%d echo calls ok during the flood; goroutines back to baseline %d (now %d)",
+		"%d closed 4401 (hello, then E_DEADLINE_EXCEEDED), %d closed 4429, %d other; all done in %v (slowest %v); bystander %d/%d echo calls ok during the flood; goroutines back to baseline %d (now %d)",
 		n4401, n4429, other, elapsed.Round(time.Millisecond), slowest.Round(time.Millisecond),
 		calls.Load()-failed.Load(), calls.Load(), baseline, runtime.NumGoroutine())
 }

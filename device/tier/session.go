@@ -380,7 +380,9 @@ func (s *session) run(ctx context.Context) (serve func()) {
 // it returns what takes the node offline again, or nil when the session
 // must end.
 func (s *session) start(ctx context.Context) (release func()) {
-	lateClose := func() { s.close(wire.CloseAuthFailed, "", "authentication timeout") }
+	// Late is not refused: E_DEADLINE_EXCEEDED in the error frame tells
+	// the device that another try may be on time.
+	lateClose := func() { s.close(wire.CloseAuthFailed, schemas.CodeDeadlineExceeded, "authentication timeout") }
 	deadline := time.AfterFunc(s.t.o.AuthTimeout, func() { s.t.goFor(s, lateClose) })
 	defer deadline.Stop()
 

@@ -249,7 +249,7 @@ func TestProtocolFailures(t *testing.T) {
 				}
 				return rc // and say nothing
 			},
-			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeDeadlineExceeded,
 		},
 		{
 			name: "no announce within the deadline",
@@ -259,7 +259,7 @@ func TestProtocolFailures(t *testing.T) {
 				rc.authenticate(t, tt.Token(t, wire.NewNodeID()))
 				return rc
 			},
-			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeSafetyDenied,
+			wantClose: wire.CloseAuthFailed, wantError: schemas.CodeDeadlineExceeded,
 		},
 		{
 			name: "garbage token",
