@@ -102,12 +102,15 @@ func run(res map[string]string, url, token string, want, concurrency int,
 	}
 	defer tr.CloseIdleConnections()
 	client := mcp.NewClient(&mcp.Implementation{Name: "okso-scalecheck", Version: "1"}, nil)
+	connect := func() (*mcp.ClientSession, error) {
+		return client.Connect(ctx, &mcp.StreamableClientTransport{
+			Endpoint:   url,
+			HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}},
+			MaxRetries: -1,
+		}, nil)
+	}
 	connStart := time.Now()
-	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   url,
-		HTTPClient: &http.Client{Transport: bearer.Transport{Token: token, Base: tr}},
-		MaxRetries: -1,
-	}, nil)
+	s, err := connect()
 	if err != nil {
 		fmt.Printf("connect %s: %v\n", url, err)
 		res["error"] = quote("connect: " + err.Error())
@@ -173,7 +176,17 @@ func run(res map[string]string, url, token string, want, concurrency int,
 		return false
 	}
 
-	// Call echo on every node.
+	// Call echo on every node, from a session of its own: the go-sdk client
+	// (v1.8.0) looks each called tool up in the lists its session cached,
+	// one by one, which at 200,000 listed tools cost the client more than
+	// okso took to answer.
+	s, err = connect()
+	if err != nil {
+		fmt.Printf("connect %s: %v\n", url, err)
+		res["error"] = quote("connect: " + err.Error())
+		return false
+	}
+	defer s.Close()
 	type outcome struct {
 		lat  time.Duration
 		code string // "" when ok
