@@ -20,6 +20,8 @@
 #                          1,000 nodes with calls over all of them (10s; 0: skip)
 #   SCALE_IDLE             seconds the connected fleet idles (no calls) while the CPU
 #                          time of every process is measured (60; 0: skip)
+#   SCALE_BASE_IDLE        seconds the processes idle with no device, before the fleet
+#                          (20; 0: skip): the idle figures say what the devices add
 #   SCALE_TIERS            device tiers (default: as many as keep each under the
 #                          open-files limit, less 1,024; 1 where the limit allows)
 #   SCALE_NATS             own (default): nats-server in its own process, set up
@@ -46,6 +48,7 @@ IDLE=${SCALE_IDLE:-60}
 FLEET_SIZE=${SCALE_FLEET_SIZE:-20000}
 NATS_MODE=${SCALE_NATS:-own}
 FLEET_NICE=${SCALE_FLEET_NICE:-10}
+BASE_IDLE=${SCALE_BASE_IDLE:-20}
 case $NATS_MODE in own | embedded) ;; *) echo "SCALE_NATS: want own or embedded" >&2; exit 2 ;; esac
 case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
@@ -129,6 +132,18 @@ gw_rss_before=$(rss_kb "$gw")
 nats_rss_before=0
 [ -n "$nats" ] && nats_rss_before=$(rss_kb "$nats")
 log "before: tier RSS $(mb "$tier_rss_before") ($NTIERS tier(s)), gateway RSS $(mb "$gw_rss_before"), tier fds $(tiers_fds)"
+# What the processes take idle with no device at all (their leases, NATS
+# pings, timers), so that the idle figures below can say what the devices
+# add: at N=1,000 it is most of the total.
+base_tier=0 base_gw=0 base_nats=0
+if [ "$IDLE" != 0 ] && [ "$BASE_IDLE" != 0 ]; then
+	log "idling ${BASE_IDLE}s with no device: the CPU time it takes"
+	c0t=$(tiers_cpu) c0g=$(cpu "$gw") c0n=0
+	[ -n "$nats" ] && c0n=$(cpu "$nats")
+	sleep "$BASE_IDLE"
+	base_tier=$(($(tiers_cpu) - c0t)) base_gw=$(($(cpu "$gw") - c0g))
+	[ -n "$nats" ] && base_nats=$(($(cpu "$nats") - c0n))
+fi
 
 # --- the fleet(s) -----------------------------------------------------------------
 # One mock-fleet per FLEET_SIZE devices, each with its own seed (its own
@@ -219,9 +234,11 @@ log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") 
 # The figure that says whether idle devices cost work (lease refreshes,
 # registry re-reads) and how it grows with N.
 hz=$(getconf CLK_TCK)
-idle_row() { # idle_row TICKS: "% of a core, µs/s per device"
-	awk -v t="$1" -v hz="$hz" -v s="$IDLE" -v n="$N" \
-		'BEGIN{printf "%.2f%% of a core, %.2f µs/s per device", t/hz/s*100, t/hz*1e6/s/n}'
+idle_row() { # idle_row TICKS BASE_TICKS: "% of a core, µs/s per device, net of the base"
+	awk -v t="$1" -v b="${2:-0}" -v hz="$hz" -v s="$IDLE" -v bs="$BASE_IDLE" -v n="$N" 'BEGIN{
+		printf "%.2f%% of a core, %.2f µs/s per device", t/hz/s*100, t/hz*1e6/s/n
+		if (bs > 0) printf " (%.2f net of the %.2f%% it takes with no device)", (t/hz/s - b/hz/bs)*1e6/n, b/hz/bs*100
+	}'
 }
 if [ "$IDLE" != 0 ]; then
 	log "idling ${IDLE}s: CPU time of the tier, the gateway and the fleet(s), no calls"
@@ -231,17 +248,21 @@ if [ "$IDLE" != 0 ]; then
 	sleep "$IDLE"
 	tier_c1=$(tiers_cpu) gw_c1=$(cpu "$gw") fleet_c1=0 nats_c1=0
 	[ -n "$nats" ] && nats_c1=$(cpu "$nats")
-	idle_nats=$(idle_row $((nats_c1 - nats_c0)))
+	idle_nats=$(idle_row $((nats_c1 - nats_c0)) "$base_nats")
 	for f in "${fleets[@]}"; do fleet_c1=$((fleet_c1 + $(cpu "$f"))); done
-	idle_tier=$(idle_row $((tier_c1 - tier_c0)))
-	idle_gw=$(idle_row $((gw_c1 - gw_c0)))
-	idle_fleet=$(idle_row $((fleet_c1 - fleet_c0)))
+	idle_tier=$(idle_row $((tier_c1 - tier_c0)) "$base_tier")
+	idle_gw=$(idle_row $((gw_c1 - gw_c0)) "$base_gw")
+	idle_fleet=$(BASE_IDLE=0 idle_row $((fleet_c1 - fleet_c0)))
 	log "idle: tier $idle_tier; gateway $idle_gw; fleet(s) $idle_fleet; nats-server $idle_nats"
 	# After the idle time every device has been pinged (and has answered)
 	# a few times: what an idle connection costs the tier for good.
 	tier_rss_idle=$(tiers_rss)
 	per_conn_idle=$(awk -v a="$tier_rss_idle" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
 	log "after idling: tier RSS $(mb "$tier_rss_idle"); $per_conn_idle KB/connection"
+	if [ -n "$nats" ]; then
+		nats_rss_idle=$(rss_kb "$nats")
+		nats_per_node_idle=$(awk -v a="$nats_rss_idle" -v b="$nats_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+	fi
 fi
 
 # --- MCP: list everything, call every node --------------------------------------------
@@ -366,7 +387,10 @@ if [ "$IDLE" != 0 ]; then
 fi
 row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device, $nfleets process(es))"
 row "gateway RSS" "$(mb "$gw_rss_before") before, $(mb "$gw_rss_listed") after connect, $(mb "$gw_rss_after") after calls"
-[ -n "$nats" ] && row "nats-server RSS" "$(mb "$nats_rss_before") before, $(mb "$nats_rss") after connect: $nats_per_node KB/node"
+if [ -n "$nats" ]; then
+	row "nats-server RSS" "$(mb "$nats_rss_before") before, $(mb "$nats_rss") after connect: $nats_per_node KB/node"
+	[ "$IDLE" != 0 ] && row "" "$(mb "$nats_rss_idle") after idling ${IDLE}s: $nats_per_node_idle KB/node"
+fi
 row "MCP connect (initialize)" "$(r mcp_connect) (first request of the token's view)"
 row "tools listed" "$(r list_tools) tools, $(r list_echo) echo ($(r list_attempts) attempt(s), complete after $(r list_ready_after))"
 row "list time" "$(r list_total) total, $(r list_pages) pages (first $(r list_page_first), mean $(r list_page_mean), max $(r list_page_max))"
