@@ -15,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -65,7 +64,7 @@ func correlation(h http.Header, metaTraceparent string) (requestID, traceparent 
 	}
 	requestID = h.Get("X-Request-Id")
 	if !requestIDRe.MatchString(requestID) {
-		requestID = ulid.Make().String()
+		requestID = bus.NewRequestID()
 	}
 	return requestID, traceparent, given
 }
