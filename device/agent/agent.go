@@ -549,7 +549,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 				wg.Add(1)
 				w.Run(func() {
 					defer wg.Done()
-					c.handle(hctx, e, tools)
+					c.handle(hctx, rctx, e, tools)
 					mu.Lock()
 					delete(cancels, e.MsgID)
 					mu.Unlock()
@@ -580,11 +580,13 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	}
 }
 
-func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*tool) {
+// handle runs the cmd e until ctx ends and answers it on wctx, a context
+// of the connection that nothing cancels: not ctx itself, which a cancel
+// may end mid-write, and the WebSocket library would then drop the whole
+// connection.
+func (c *conn) handle(ctx, wctx context.Context, e wire.Envelope, tools map[string]*tool) {
 	ack := func(a wire.CmdAck) {
-		// Not ctx itself, which a cancel may end mid-write: the WebSocket
-		// library would drop the whole connection.
-		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, e.MsgID, a); err != nil {
+		if err := c.send(wctx, wire.TypeCmdAck, e.MsgID, a); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
