@@ -88,9 +88,11 @@ func DecodeCall(b []byte) (Call, error) {
 	if ok {
 		return c, nil
 	}
-	c = Call{}
-	err := json.Unmarshal(b, &c)
-	return c, err
+	// Another variable: were c given to json.Unmarshal, it would live on
+	// the heap on the one-pass path too.
+	var slow Call
+	err := json.Unmarshal(b, &slow)
+	return slow, err
 }
 
 // DecodeReply decodes a [Reply] as json.Unmarshal would, in one pass when
@@ -108,9 +110,9 @@ func DecodeReply(b []byte) (Reply, error) {
 	if ok && r.OK {
 		return r, nil
 	}
-	r = Reply{}
-	err := json.Unmarshal(b, &r)
-	return r, err
+	var slow Reply // as in DecodeCall
+	err := json.Unmarshal(b, &slow)
+	return slow, err
 }
 
 // CallDeadline bounds a call that may take d by its caller's remaining
