@@ -257,6 +257,7 @@ func (a *Auditor) Start() {
 	go func() {
 		defer close(done)
 		defer stop()
+		var scratch auditScratch
 		for {
 			select {
 			case e, ok := <-q:
@@ -264,7 +265,7 @@ func (a *Auditor) Start() {
 					rep.flush(a.Log, time.Now())
 					return
 				}
-				a.write(e, rep)
+				a.write(e, rep, &scratch)
 			case now := <-tick:
 				rep.flush(a.Log, now)
 			}
@@ -304,11 +305,20 @@ func (a *Auditor) Record(e AuditEvent) {
 		return
 	}
 	a.mu.RUnlock()
-	a.write(e, nil)
+	a.write(e, nil, nil)
 }
 
-// write logs e (unless rep counts it), then observes and publishes it.
-func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
+// auditScratch is what the Auditor's goroutine keeps from one event to
+// the next: the buffer it encodes into (a publish copies it) and the
+// subject of the last tenant it published for.
+type auditScratch struct {
+	buf             []byte
+	tenant, subject string
+}
+
+// write logs e (unless rep counts it), then observes and publishes it,
+// with s as its scratch (nil: none).
+func (a *Auditor) write(e AuditEvent, rep *auditRepeats, s *auditScratch) {
 	if a.Log != nil && rep.logs(e) {
 		// A call reaches a node, an upstream or a caller, never two.
 		where, at := "node_id", e.NodeID
@@ -346,9 +356,23 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 		a.Observe(e)
 	}
 	if a.NC != nil && schemas.ValidTenant(e.Tenant) {
-		b, err := e.encode()
+		var (
+			b   []byte
+			err error
+		)
+		subject := ""
+		if s != nil {
+			if s.tenant != e.Tenant || s.subject == "" {
+				s.tenant, s.subject = e.Tenant, Audit(e.Tenant)
+			}
+			b, err = e.appendJSON(s.buf[:0])
+			s.buf, subject = b[:0], s.subject
+		} else {
+			b, err = e.encode()
+			subject = Audit(e.Tenant)
+		}
 		if err == nil {
-			err = a.NC.Publish(Audit(e.Tenant), b)
+			err = a.NC.Publish(subject, b)
 		}
 		if err != nil {
 			a.Failed.Add(1)
@@ -364,20 +388,23 @@ func (a *Auditor) write(e AuditEvent, rep *auditRepeats) {
 // encode encodes e as json.Marshal would, by hand when it can: every
 // string printable ASCII that needs no escaping, and a time
 // json.Marshal writes as RFC 3339 with whole-minute offsets.
-func (e AuditEvent) encode() ([]byte, error) {
+func (e AuditEvent) encode() ([]byte, error) { return e.appendJSON(nil) }
+
+// appendJSON appends e to b as encode encodes it.
+func (e AuditEvent) appendJSON(b []byte) ([]byte, error) {
 	_, offset := e.Time.Zone()
 	if y := e.Time.Year(); y < 0 || y > 9999 || offset%60 != 0 || e.Fanout != nil { // a fan-out's: one per fleet.call
-		return json.Marshal(e)
+		return marshalAppend(b, e)
 	}
 	strs := [...]string{e.Actor, e.Tenant, e.Subject, e.JTI, e.Tool, e.NodeID, e.Upstream, e.Caller, e.Decision, e.Code, e.RequestID, e.Parent, e.QueryHash}
 	n := 160
 	for _, s := range strs {
 		if !jsonscan.HTMLSafe(s) {
-			return json.Marshal(e)
+			return marshalAppend(b, e)
 		}
 		n += len(s)
 	}
-	b := make([]byte, 0, n)
+	b = slices.Grow(b, n)
 	b = append(b, `{"time":"`...)
 	b = e.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","actor":"`...)
@@ -398,6 +425,18 @@ func (e AuditEvent) encode() ([]byte, error) {
 	b = appendMember(b, "parent_request_id", e.Parent, true)
 	b = appendMember(b, "query_sha256", e.QueryHash, true)
 	return append(b, '}'), nil
+}
+
+// marshalAppend appends json.Marshal's encoding of e to b.
+func marshalAppend(b []byte, e AuditEvent) ([]byte, error) {
+	m, err := json.Marshal(e)
+	if err != nil {
+		return b, err
+	}
+	if b == nil {
+		return m, nil
+	}
+	return append(b, m...), nil
 }
 
 // appendMember appends ,"key":"s" unless s is empty and omitted.

@@ -34,6 +34,11 @@ func FuzzAuditEncode(f *testing.F) {
 		if (err == nil) != (wantErr == nil) || !bytes.Equal(got, want) {
 			t.Fatalf("encode %s (%v)\njson.Marshal %s (%v)", got, err, want, wantErr)
 		}
+		// Appended to a reused buffer (the Auditor's goroutine's), the same.
+		scratch := append(make([]byte, 0, 8), "stale"...)
+		if got, err := e.appendJSON(scratch[:0]); (err == nil) != (wantErr == nil) || err == nil && !bytes.Equal(got, want) {
+			t.Fatalf("appendJSON %s (%v)\njson.Marshal %s (%v)", got, err, want, wantErr)
+		}
 	})
 }
 

@@ -1,13 +1,30 @@
 package bus
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
+
+// NewRequestID returns a fresh request id ([HeaderRequestID]): a ULID of
+// the time in Unix milliseconds and 80 random bits. Unlike ulid.Make,
+// whose entropy sits behind a lock and whose ULID escapes to the heap
+// through an io.Reader, it costs one allocation (the string); ids of the
+// same millisecond are unique but not ordered.
+func NewRequestID() string {
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Now()) // errs only past the year 10889
+	binary.BigEndian.PutUint64(u[6:], rand.Uint64())
+	binary.BigEndian.PutUint16(u[14:], uint16(rand.Uint64()))
+	return u.String()
+}
 
 // Call is the body of a request on [NodeCmd]: one tool call for one node.
 // The caller's remaining budget travels in [HeaderBudgetMs].
@@ -71,9 +88,11 @@ func DecodeCall(b []byte) (Call, error) {
 	if ok {
 		return c, nil
 	}
-	c = Call{}
-	err := json.Unmarshal(b, &c)
-	return c, err
+	// Another variable: were c given to json.Unmarshal, it would live on
+	// the heap on the one-pass path too.
+	var slow Call
+	err := json.Unmarshal(b, &slow)
+	return slow, err
 }
 
 // DecodeReply decodes a [Reply] as json.Unmarshal would, in one pass when
@@ -91,9 +110,9 @@ func DecodeReply(b []byte) (Reply, error) {
 	if ok && r.OK {
 		return r, nil
 	}
-	r = Reply{}
-	err := json.Unmarshal(b, &r)
-	return r, err
+	var slow Reply // as in DecodeCall
+	err := json.Unmarshal(b, &slow)
+	return slow, err
 }
 
 // CallDeadline bounds a call that may take d by its caller's remaining

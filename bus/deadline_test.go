@@ -5,8 +5,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/okso-io/okso/bus"
 )
+
+// TestNewRequestID: a fresh request id is a ULID of this millisecond,
+// and two are never the same.
+func TestNewRequestID(t *testing.T) {
+	before := ulid.Now()
+	seen := map[string]bool{}
+	for range 1000 {
+		id := bus.NewRequestID()
+		u, err := ulid.ParseStrict(id)
+		if err != nil || u.String() != id || u.Time() < before || u.Time() > ulid.Now() || seen[id] {
+			t.Fatalf("NewRequestID() = %q (%v): not a fresh ULID", id, err)
+		}
+		seen[id] = true
+	}
+}
 
 func TestCallDeadline(t *testing.T) {
 	now := time.Now()

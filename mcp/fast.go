@@ -533,9 +533,9 @@ func (g *Gateway) serveFast(w http.ResponseWriter, r *http.Request, req *fastReq
 			g.results.writeToolResult(buf, c.requestID, sessionless, result, false)
 		}
 	}
-	h := w.Header()
-	h.Set("Cache-Control", "no-cache, no-transform")
-	h.Set("Content-Type", "application/json")
+	// As h.Set would, with the two values in one array.
+	h, values := w.Header(), []string{"no-cache, no-transform", "application/json"}
+	h["Cache-Control"], h["Content-Type"] = values[:1:1], values[1:]
 	_, _ = w.Write(buf.Bytes())
 	return true
 }

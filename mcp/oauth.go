@@ -33,6 +33,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/jsonscan"
 )
 
 // The authorization server's paths, under the gateway's URL.
@@ -253,7 +254,9 @@ func (s *OAuthServer) serveJWKS(w http.ResponseWriter, r *http.Request) {
 // one to ask. Nothing is verified.
 func (s *OAuthServer) Issued(token string) bool { return s.issuedKid(token, s.o.Signer.KeyID()) }
 
-// issuedKid reports whether token's header names key id kid.
+// issuedKid reports whether token's header names key id kid. Every
+// bearer token at /mcp is asked this, so the header is read in one pass
+// (see headerNamesKid).
 func (s *OAuthServer) issuedKid(token, kid string) bool {
 	head, _, ok := strings.Cut(token, ".")
 	if !ok || len(head) > 1024 {
@@ -262,6 +265,29 @@ func (s *OAuthServer) issuedKid(token, kid string) bool {
 	b, err := base64.RawURLEncoding.DecodeString(head)
 	if err != nil {
 		return false
+	}
+	return headerNamesKid(b, kid)
+}
+
+// headerNamesKid reports whether the JSON document b decodes, as
+// json.Unmarshal decodes it into a struct with a string field Kid, to a
+// Kid equal to kid. It reads a header of plain keys in one pass (its
+// exact "kid" a plain string, the other members valid) and leaves
+// anything else, a key that is "kid" in another case among them, to
+// json.Unmarshal (FuzzHeaderNamesKid).
+func headerNamesKid(b []byte, kid string) bool {
+	var got []byte
+	if jsonscan.Members(b, func(k, v []byte) (ok bool) {
+		switch {
+		case string(k) == "kid": // the last wins, as in json.Unmarshal
+			got, ok = jsonscan.StringBytes(v)
+			return ok
+		case len(k) == len("kid") && strings.EqualFold(string(k), "kid"):
+			return false
+		}
+		return jsonscan.Value(v)
+	}) {
+		return string(got) == kid
 	}
 	var h struct {
 		Kid string `json:"kid"`

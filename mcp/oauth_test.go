@@ -175,6 +175,31 @@ func FuzzIssued(f *testing.F) {
 	})
 }
 
+// FuzzHeaderNamesKid: a token header's kid is read as json.Unmarshal
+// reads it, whatever the header.
+func FuzzHeaderNamesKid(f *testing.F) {
+	for _, s := range []string{
+		`{"alg":"EdDSA","kid":"x","typ":"JWT"}`, `{"alg":"EdDSA","typ":"JWT"}`, `{"kid":"y"}`, `{"KID":"x"}`,
+		`{"kid":"y","Kid":"x"}`, `{"kid":"x","kid":"y"}`, `{"kid":"y","kid":"x"}`, `{"kid":null}`, `{"kid":"x","kid":null}`,
+		`{"kid":"\u0078"}`, `{"k\u0069d":"x"}`, `{"kid":1}`, `{"a":{"b":1,"b":2},"kid":"x"}`, `{"a":01,"kid":"x"}`,
+		`{"a":"\xff","kid":"x"}`, `{"a":1e400,"kid":"x"}`, `{}`, `null`, `[]`, `"x"`, `{"kid":"x"} x`, ` {"kid" : "x"} `,
+		"{\"\u212aid\":\"x\"}", "{\"a\":\"\xff\",\"kid\":\"x\"}", `{"kid":"x"`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h struct {
+			Kid string `json:"kid"`
+		}
+		err := json.Unmarshal(b, &h)
+		for _, kid := range []string{"x", "", h.Kid} {
+			if got, want := headerNamesKid(b, kid), err == nil && h.Kid == kid; got != want {
+				t.Fatalf("%q names %q: %v; json.Unmarshal %q, %v", b, kid, got, h.Kid, err)
+			}
+		}
+	})
+}
+
 // What a client says of itself (registration, metadata document) is
 // checked without a panic, and what is kept passes the redirect checks.
 func FuzzCheckClientMetadata(f *testing.F) {

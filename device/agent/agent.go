@@ -560,7 +560,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 				wg.Add(1)
 				w.Run(func() {
 					defer wg.Done()
-					c.handle(hctx, e, tools)
+					c.handle(hctx, rctx, e, tools)
 					mu.Lock()
 					delete(cancels, e.MsgID)
 					mu.Unlock()
@@ -591,11 +591,13 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	}
 }
 
-func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*tool) {
+// handle runs the cmd e until ctx ends and answers it on wctx, a context
+// of the connection that nothing cancels: not ctx itself, which a cancel
+// may end mid-write, and the WebSocket library would then drop the whole
+// connection.
+func (c *conn) handle(ctx, wctx context.Context, e wire.Envelope, tools map[string]*tool) {
 	ack := func(a wire.CmdAck) {
-		// Not ctx itself, which a cancel may end mid-write: the WebSocket
-		// library would drop the whole connection.
-		if err := c.send(context.WithoutCancel(ctx), wire.TypeCmdAck, e.MsgID, a); err != nil {
+		if err := c.send(wctx, wire.TypeCmdAck, e.MsgID, a); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
@@ -669,19 +671,28 @@ func (c *conn) handle(ctx context.Context, e wire.Envelope, tools map[string]*to
 		fail(schemas.CodeInternal)
 		return
 	}
-	if room := c.resultRoom(e.MsgID); len(b) > room {
-		f, ok := res.(fitter)
-		if ok {
-			b = f.fit(room)
-		}
-		if b == nil || !ok {
-			c.d.log.Warn("a result too large for the tier's frames", "tool", cmd.Tool, "bytes", len(b), "max_frame_bytes", c.maxFrame)
-			fail(schemas.CodeInternal)
-			return
+	if len(b) > c.maxFrame-ackSlack(e.MsgID) {
+		if room := c.resultRoom(e.MsgID); len(b) > room {
+			f, ok := res.(fitter)
+			if ok {
+				b = f.fit(room)
+			}
+			if b == nil || !ok {
+				c.d.log.Warn("a result too large for the tier's frames", "tool", cmd.Tool, "bytes", len(b), "max_frame_bytes", c.maxFrame)
+				fail(schemas.CodeInternal)
+				return
+			}
 		}
 	}
 	ack(wire.CmdAck{OK: true, Result: b})
 }
+
+// ackSlack bounds what a cmd_ack's envelope and payload take besides
+// its result, for a cmd_ack answering cmdID (each byte of which JSON may
+// write in up to six): a result shorter than the frame limit by that much
+// fits, and only a longer one needs resultRoom's exact figure, which
+// costs an encode.
+func ackSlack(cmdID string) int { return 128 + 6*len(cmdID) }
 
 // resultRoom is how many bytes a result may take in the cmd_ack that
 // answers the cmd cmdID, within the tier's frames.

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/internal/jsonscan/jsonscantest"
 )
 
@@ -21,4 +23,16 @@ func FuzzEchoMessage(f *testing.F) {
 			jsonscantest.Agrees(t, args, echoArgs{msg})
 		}
 	})
+}
+
+// TestAckSlack: ackSlack bounds a cmd_ack's overhead, so a result that
+// much under the frame limit fits without resultRoom's encode, whatever
+// the cmd's id (a ULID, or one that JSON escapes).
+func TestAckSlack(t *testing.T) {
+	c := &conn{maxFrame: wire.DefaultMaxFrameBytes}
+	for _, id := range []string{"01HZXC0000000000000000SRV0", "", "<&>\u2028\xff\"\\", strings.Repeat("\x01", 40)} {
+		if room, bound := c.resultRoom(id), c.maxFrame-ackSlack(id); room < bound {
+			t.Errorf("cmd id %q: room %d, less than the bound %d", id, room, bound)
+		}
+	}
 }

@@ -159,6 +159,14 @@ func appendEnvelope(b []byte, typ, msgID, inReplyTo string, payload []byte) ([]b
 	if !jsonscan.HTMLSafe(typ) || !jsonscan.HTMLSafe(msgID) || !jsonscan.HTMLSafe(inReplyTo) {
 		return nil, false
 	}
+	b = appendHead(b, typ, msgID, inReplyTo)
+	b = append(b, payload...)
+	return append(b, '}'), true
+}
+
+// appendHead appends a frame up to its payload, `{"type":...,"payload":`,
+// for strings that need no escaping.
+func appendHead(b []byte, typ, msgID, inReplyTo string) []byte {
 	b = append(b, `{"type":"`...)
 	b = append(b, typ...)
 	b = append(b, `","msg_id":"`...)
@@ -167,22 +175,43 @@ func appendEnvelope(b []byte, typ, msgID, inReplyTo string, payload []byte) ([]b
 		b = append(b, `","in_reply_to":"`...)
 		b = append(b, inReplyTo...)
 	}
-	b = append(b, `","payload":`...)
-	b = append(b, payload...)
-	return append(b, '}'), true
+	return append(b, `","payload":`...)
 }
 
 // encodePayload encodes a frame's payload as json.Marshal would, by hand
 // for a cmd and a successful cmd_ack in their plain form.
 func encodePayload(payload any) ([]byte, error) {
+	if n, ok := payloadSize(payload); ok {
+		if b, ok := appendPayload(make([]byte, 0, n), payload); ok {
+			return b, nil
+		}
+	}
+	return json.Marshal(payload)
+}
+
+// payloadSize is room enough for the payload as appendPayload writes it;
+// false for a payload it does not write.
+func payloadSize(payload any) (int, bool) {
+	switch p := payload.(type) {
+	case Cmd:
+		n := len(p.Tool) + len(p.Arguments) + len(p.RequestID) + len(p.Traceparent) + 80
+		if p.DeadlineAtMs != 0 {
+			n += len(`,"deadline_at_ms":`) + 20
+		}
+		return n, true
+	case CmdAck:
+		return len(p.Result) + 22, true
+	}
+	return 0, false
+}
+
+// appendPayload appends a cmd or a successful cmd_ack payload in its
+// plain form as json.Marshal writes it; it reports false, for any other
+// payload, or one that json.Marshal would write otherwise.
+func appendPayload(b []byte, payload any) ([]byte, bool) {
 	switch p := payload.(type) {
 	case Cmd:
 		if jsonscan.HTMLSafe(p.Tool) && jsonscan.HTMLSafe(p.RequestID) && jsonscan.HTMLSafe(p.Traceparent) && jsonscan.MarshalsAsIs(p.Arguments) {
-			n := len(p.Tool) + len(p.Arguments) + len(p.RequestID) + len(p.Traceparent) + 80
-			if p.DeadlineAtMs != 0 {
-				n += len(`,"deadline_at_ms":`) + 20
-			}
-			b := make([]byte, 0, n)
 			b = append(b, `{"tool":"`...)
 			b = append(b, p.Tool...)
 			b = append(b, `","arguments":`...)
@@ -203,15 +232,14 @@ func encodePayload(payload any) ([]byte, error) {
 				b = append(b, p.Traceparent...)
 				b = append(b, '"')
 			}
-			return append(b, '}'), nil
+			return append(b, '}'), true
 		}
 	case CmdAck:
 		if p.OK && p.Error == nil && jsonscan.MarshalsAsIs(p.Result) {
-			b := make([]byte, 0, len(p.Result)+22)
 			b = append(b, `{"ok":true,"result":`...)
 			b = append(b, p.Result...)
-			return append(b, '}'), nil
+			return append(b, '}'), true
 		}
 	}
-	return json.Marshal(payload)
+	return b, false
 }

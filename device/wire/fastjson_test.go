@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/okso-io/okso/internal/jsonscan/jsonscantest"
 	"github.com/okso-io/okso/schemas"
 )
@@ -331,6 +333,30 @@ func FuzzEncodePayload(f *testing.F) {
 			if (err == nil) != (errW == nil) || !bytes.Equal(got, want) {
 				t.Fatalf("%#v:\nby hand %s (%v)\njson.Marshal %s (%v)", p, got, err, want, errW)
 			}
+			if errW != nil {
+				continue
+			}
+			// And the whole frame, written in one buffer.
+			frame, err := EncodeID(TypeCmdAck, "01HZXC0000000000000000DEV0", reqID, p)
+			wantFrame, errF := json.Marshal(Envelope{Type: TypeCmdAck, MsgID: "01HZXC0000000000000000DEV0", InReplyTo: reqID, Payload: want})
+			if err != nil || errF != nil || !bytes.Equal(frame, wantFrame) {
+				t.Fatalf("%#v:\nEncodeID %s (%v)\njson.Marshal %s (%v)", p, frame, err, wantFrame, errF)
+			}
 		}
 	})
+}
+
+// TestNewMsgID: a fresh msg_id is a ULID of this millisecond, and two
+// are never the same.
+func TestNewMsgID(t *testing.T) {
+	before := ulid.Now()
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewMsgID()
+		u, err := ulid.ParseStrict(id)
+		if !validMsgID(id) || err != nil || u.Time() < before || u.Time() > ulid.Now() || seen[id] {
+			t.Fatalf("NewMsgID() = %q (%v): not a fresh ULID", id, err)
+		}
+		seen[id] = true
+	}
 }
