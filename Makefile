@@ -64,7 +64,7 @@ docker:
 clean:
 	rm -rf bin
 
-## scale: N simulated devices (default 10000) on one device tier: connect time, RSS, per-connection memory, list + call every node (make scale N=1000)
+## scale: N simulated devices (default 10000) on device tiers (as many as the open-files limit needs), a gateway and a nats-server of its own: connect time, RSS per connection and per node, idle CPU of every process, list + call every node (make scale N=1000, N=50000)
 .PHONY: scale
 scale:
 	./scripts/scale.sh $(N)
