@@ -41,6 +41,15 @@ const maxResultBytes = 8 << 20
 // after its answer, so that the connection can carry the next call.
 const streamEndWait = 100 * time.Millisecond
 
+// plainRevision is the revision of a call to an upstream that serves
+// its requests each on its own (stateless) in 2025-11-25 as well as in
+// 2026-07-28: such a call carries no _meta of the client's protocol
+// version, identity and capabilities, which a server of 2026-07-28 reads
+// and checks on every request, nor gets its identity back in every
+// result; the SDKs' stateless servers (Go SDK, mcp-go) spend about half
+// the CPU on it (federation-bench, issue 34).
+const plainRevision = "2025-11-25"
+
 // callShape is how the SDK's session shapes a request to the upstream.
 type callShape struct {
 	header   http.Header                // Mcp-Protocol-Version, Mcp-Session-Id
@@ -48,11 +57,18 @@ type callShape struct {
 	standard bool                       // Mcp-Method and Mcp-Name headers
 }
 
+// modern reports whether the shape is of 2026-07-28 or later, whose
+// requests stand each on its own.
+func (s *callShape) modern() bool { return s.header.Get("Mcp-Protocol-Version") >= "2026-07-28" }
+
 // httpCaller makes the calls of one HTTP session.
 type httpCaller struct {
 	url   string
 	hc    *http.Client
-	shape atomic.Pointer[callShape]
+	shape atomic.Pointer[callShape] // the session's
+	// calls is the calls' shape once plainCalls has found it: the
+	// session's, or one of plainRevision. Nil: the session's.
+	calls atomic.Pointer[callShape]
 	next  atomic.Uint64
 	// lost ends the SDK's session when the upstream says it lost it
 	// (404), so that the tier connects again.
@@ -97,7 +113,10 @@ func (h *httpCaller) learn(req *http.Request) {
 // call calls tool; ok is false when the session's shape is not known
 // yet, and the SDK must make the call.
 func (h *httpCaller) call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (_ json.RawMessage, ok bool, _ error) {
-	s := h.shape.Load()
+	s := h.calls.Load()
+	if s == nil {
+		s = h.shape.Load()
+	}
 	if s == nil {
 		return nil, false, nil
 	}
@@ -108,6 +127,51 @@ func (h *httpCaller) call(ctx context.Context, tool string, args json.RawMessage
 	}
 	res, err := h.send(ctx, s, id, "tools/call", tool, body, toolResultOf)
 	return res, true, err
+}
+
+// plainCalls finds out, once the session's shape is known, how the
+// session's calls are best shaped. In a session of 2026-07-28 it asks
+// the upstream for its tools/list in plainRevision, without a session
+// (read-only, so asking costs nothing but the request): an upstream that
+// answers with its tools serves each request on its own in either
+// revision, as it declares, and the calls take that revision's shape; a
+// refusal (a stateful upstream wants its session; one of 2026-07-28
+// alone, that revision) keeps the session's. When nothing answered
+// (ctx ended, the connection failed), it decides nothing, and the next
+// listing asks again.
+func (h *httpCaller) plainCalls(ctx context.Context) {
+	s := h.shape.Load()
+	if s == nil || h.calls.Load() != nil {
+		return
+	}
+	if !s.modern() {
+		h.calls.CompareAndSwap(nil, s)
+		return
+	}
+	plain := &callShape{header: http.Header{"Mcp-Protocol-Version": {plainRevision}}, meta: map[string]json.RawMessage{}}
+	id := h.id()
+	body := []byte(`{"jsonrpc":"2.0","id":"` + id + `","method":"tools/list","params":{}}`)
+	_, err := h.send(ctx, plain, id, "tools/list", "", body, toolsOf)
+	var ue *url.Error
+	switch {
+	case err == nil:
+		h.calls.CompareAndSwap(nil, plain)
+	case ctx.Err() != nil || errors.As(err, &ue):
+		// Unanswered: undecided.
+	default:
+		h.calls.CompareAndSwap(nil, s)
+	}
+}
+
+// toolsOf checks that raw is a ListToolsResult, with a list of tools.
+func toolsOf(raw json.RawMessage) (json.RawMessage, error) {
+	var r struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || r.Tools == nil {
+		return nil, errors.New("not a list of tools")
+	}
+	return raw, nil
 }
 
 // ping asks the upstream whether it is there, with a ping shaped as the
