@@ -31,7 +31,9 @@ import (
 // requests of the session: the same headers and per-request _meta, which
 // httpCaller takes from the SDK's tools/list request (the tier always
 // lists before it serves a call). Until it has seen one, a call goes
-// through the SDK.
+// through the SDK. A stateless upstream that serves 2025-11-25 besides
+// the session's 2026-07-28 is called in 2025-11-25, which costs it less
+// (plainCalls).
 
 // maxResultBytes bounds what a call reads of an upstream's answer: far
 // more than NATS carries (the tier refuses a larger result anyway), and
