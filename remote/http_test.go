@@ -91,6 +91,53 @@ func TestHTTPListAndCall(t *testing.T) {
 	}
 }
 
+// TestHTTPRevision: once listed, a stateless upstream of 2026-07-28 that
+// serves 2025-11-25 too is called in 2025-11-25, whose calls cost a
+// server less (no client _meta to read and check on each); a stateful
+// one in its session's revision, and one of 2026-07-28 alone in that
+// revision. Either way the calls carry the correlation.
+func TestHTTPRevision(t *testing.T) {
+	for _, up := range []struct {
+		name    string
+		handler func(*testupstream.Upstream) http.Handler
+		want    map[bool]string // by listed
+	}{
+		{"stateful", (*testupstream.Upstream).Handler, map[bool]string{false: "2025-11-25", true: "2025-11-25"}},
+		{"stateless, every revision", (*testupstream.Upstream).StatelessHandler, map[bool]string{false: "2026-07-28", true: "2025-11-25"}},
+		{"2026-07-28 alone", (*testupstream.Upstream).ModernHandler, map[bool]string{false: "2026-07-28", true: "2026-07-28"}},
+	} {
+		for _, path := range callPaths {
+			t.Run(up.name+", "+path.name, func(t *testing.T) {
+				srv := httptest.NewServer(up.handler(testupstream.New(testupstream.Options{})))
+				t.Cleanup(srv.Close)
+				c := dialHTTP(t, srv.URL, nil)
+				list(t, c, path.listed)
+				for range 2 { // the first and the next
+					raw, err := c.Call(bounded(t), "echo", json.RawMessage(`{"message":"hi"}`), meta)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var e echoed
+					if err := json.Unmarshal(decodeResult(t, raw).StructuredContent, &e); err != nil {
+						t.Fatal(err)
+					}
+					if got, want := e.Headers["Mcp-Protocol-Version"], up.want[path.listed]; got != want {
+						t.Errorf("the call's Mcp-Protocol-Version = %q, want %q", got, want)
+					}
+					for k, v := range meta {
+						if e.Meta[k] != v {
+							t.Errorf("_meta %s reached the upstream as %v, want %v", k, e.Meta[k], v)
+						}
+					}
+					if e.Headers["X-Request-Id"] != meta[schemas.MetaRequestID] {
+						t.Errorf("X-Request-Id reached the upstream as %q, want %v", e.Headers["X-Request-Id"], meta[schemas.MetaRequestID])
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestHTTPListChanged: a tool added upstream comes out of Changed.
 func TestHTTPListChanged(t *testing.T) {
 	u, srv := serveHTTP(t, testupstream.Options{})
@@ -469,10 +516,10 @@ func TestHTTPPing(t *testing.T) {
 		})
 	}
 
-	// A stateless upstream of 2026-07-28 (the SDK client's choice) is
-	// pinged in that revision's shape, which it answers 404 and -32601.
-	t.Run("stateless 2026-07-28", func(t *testing.T) {
-		g := newPingGate(t, testupstream.New(testupstream.Options{}).StatelessHandler())
+	// An upstream of 2026-07-28 alone is pinged in that revision's
+	// shape, which it answers 404 and -32601.
+	t.Run("2026-07-28 alone", func(t *testing.T) {
+		g := newPingGate(t, testupstream.New(testupstream.Options{}).ModernHandler())
 		srv := httptest.NewServer(g)
 		t.Cleanup(srv.Close)
 		c := dialHTTP(t, srv.URL, nil)

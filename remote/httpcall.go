@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +31,9 @@ import (
 // requests of the session: the same headers and per-request _meta, which
 // httpCaller takes from the SDK's tools/list request (the tier always
 // lists before it serves a call). Until it has seen one, a call goes
-// through the SDK.
+// through the SDK. A stateless upstream that serves 2025-11-25 besides
+// the session's 2026-07-28 is called in 2025-11-25, which costs it less
+// (plainCalls).
 
 // maxResultBytes bounds what a call reads of an upstream's answer: far
 // more than NATS carries (the tier refuses a larger result anyway), and
@@ -41,6 +44,15 @@ const maxResultBytes = 8 << 20
 // after its answer, so that the connection can carry the next call.
 const streamEndWait = 100 * time.Millisecond
 
+// plainRevision is the revision of a call to an upstream that serves
+// its requests each on its own (stateless) in 2025-11-25 as well as in
+// 2026-07-28: such a call carries no _meta of the client's protocol
+// version, identity and capabilities, which a server of 2026-07-28 reads
+// and checks on every request, nor gets its identity back in every
+// result; the SDKs' stateless servers (Go SDK, mcp-go) spend about half
+// the CPU on it (federation-bench, issue 34).
+const plainRevision = "2025-11-25"
+
 // callShape is how the SDK's session shapes a request to the upstream.
 type callShape struct {
 	header   http.Header                // Mcp-Protocol-Version, Mcp-Session-Id
@@ -48,11 +60,18 @@ type callShape struct {
 	standard bool                       // Mcp-Method and Mcp-Name headers
 }
 
+// modern reports whether the shape is of 2026-07-28 or later, whose
+// requests stand each on its own.
+func (s *callShape) modern() bool { return s.header.Get("Mcp-Protocol-Version") >= "2026-07-28" }
+
 // httpCaller makes the calls of one HTTP session.
 type httpCaller struct {
 	url   string
 	hc    *http.Client
-	shape atomic.Pointer[callShape]
+	shape atomic.Pointer[callShape] // the session's
+	// calls is the calls' shape once plainCalls has found it: the
+	// session's, or one of plainRevision. Nil: the session's.
+	calls atomic.Pointer[callShape]
 	next  atomic.Uint64
 	// lost ends the SDK's session when the upstream says it lost it
 	// (404), so that the tier connects again.
@@ -97,7 +116,10 @@ func (h *httpCaller) learn(req *http.Request) {
 // call calls tool; ok is false when the session's shape is not known
 // yet, and the SDK must make the call.
 func (h *httpCaller) call(ctx context.Context, tool string, args json.RawMessage, meta map[string]any) (_ json.RawMessage, ok bool, _ error) {
-	s := h.shape.Load()
+	s := h.calls.Load()
+	if s == nil {
+		s = h.shape.Load()
+	}
 	if s == nil {
 		return nil, false, nil
 	}
@@ -108,6 +130,51 @@ func (h *httpCaller) call(ctx context.Context, tool string, args json.RawMessage
 	}
 	res, err := h.send(ctx, s, id, "tools/call", tool, body, toolResultOf)
 	return res, true, err
+}
+
+// plainCalls finds out, once the session's shape is known, how the
+// session's calls are best shaped. In a session of 2026-07-28 it asks
+// the upstream for its tools/list in plainRevision, without a session
+// (read-only, so asking costs nothing but the request): an upstream that
+// answers with its tools serves each request on its own in either
+// revision, as it declares, and the calls take that revision's shape; a
+// refusal (a stateful upstream wants its session; one of 2026-07-28
+// alone, that revision) keeps the session's. When nothing answered
+// (ctx ended, the connection failed), it decides nothing, and the next
+// listing asks again.
+func (h *httpCaller) plainCalls(ctx context.Context) {
+	s := h.shape.Load()
+	if s == nil || h.calls.Load() != nil {
+		return
+	}
+	if !s.modern() {
+		h.calls.CompareAndSwap(nil, s)
+		return
+	}
+	plain := &callShape{header: http.Header{"Mcp-Protocol-Version": {plainRevision}}, meta: map[string]json.RawMessage{}}
+	id := h.id()
+	body := []byte(`{"jsonrpc":"2.0","id":"` + id + `","method":"tools/list","params":{}}`)
+	_, err := h.send(ctx, plain, id, "tools/list", "", body, toolsOf)
+	var ue *url.Error
+	switch {
+	case err == nil:
+		h.calls.CompareAndSwap(nil, plain)
+	case ctx.Err() != nil || errors.As(err, &ue):
+		// Unanswered: undecided.
+	default:
+		h.calls.CompareAndSwap(nil, s)
+	}
+}
+
+// toolsOf checks that raw is a ListToolsResult, with a list of tools.
+func toolsOf(raw json.RawMessage) (json.RawMessage, error) {
+	var r struct {
+		Tools []json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || r.Tools == nil {
+		return nil, errors.New("not a list of tools")
+	}
+	return raw, nil
 }
 
 // ping asks the upstream whether it is there, with a ping shaped as the
@@ -330,6 +397,14 @@ func (h *httpCaller) stream(ctx context.Context, s *callShape, id string, body i
 // is answered as the SDK's client would answer it; a notification is
 // dropped.
 func (h *httpCaller) message(ctx context.Context, s *callShape, id string, data []byte) (_ json.RawMessage, mine bool, _ error) {
+	if res, ok := quickAnswer(data, id); ok {
+		return res, true, nil
+	}
+	return h.decodeMessage(s, id, data)
+}
+
+// decodeMessage is message with encoding/json, for every answer.
+func (h *httpCaller) decodeMessage(s *callShape, id string, data []byte) (_ json.RawMessage, mine bool, _ error) {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
@@ -354,10 +429,164 @@ func (h *httpCaller) message(ctx context.Context, s *callShape, id string, data 
 	return msg.Result, true, nil
 }
 
+// quickAnswer is message's one pass over the answer it reads nearly
+// always: an object of exactly the members jsonrpc "2.0", id (the
+// request's, a plain string) and result, valid JSON with no key written
+// twice. ok is false on anything else, which message then decodes; what
+// it accepts, message's decoding reads the same (FuzzQuickAnswer).
+func quickAnswer(data []byte, id string) (res json.RawMessage, ok bool) {
+	var seen uint8
+	ok = jsonscan.Members(data, func(k, v []byte) bool {
+		var bit uint8
+		switch string(k) {
+		case "jsonrpc":
+			bit = 1
+			if string(v) != `"2.0"` {
+				return false
+			}
+		case "id":
+			bit = 2
+			if got, ok := jsonscan.StringBytes(v); !ok || string(got) != id {
+				return false
+			}
+		case "result":
+			bit = 4
+			res = v
+		default:
+			return false
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	if !ok || seen != 7 || !jsonscan.Value(res) {
+		return nil, false
+	}
+	return res, true
+}
+
+// toolResultKeys are the members of a CallToolResult that toolResultOf
+// reads.
+var toolResultKeys = [...]string{"content", "structuredContent", "isError", "resultType"}
+
+// quickToolResult is toolResultOf's one pass over a result that
+// quickAnswer accepted (valid JSON, no key written twice): the members
+// it reads written exactly so, content's blocks objects with a plain
+// type. ok is false on anything else, which toolResultOf then decodes;
+// what it accepts, toolResultOf's decoding answers the same
+// (FuzzQuickAnswer).
+func quickToolResult(raw json.RawMessage) (_ json.RawMessage, ok bool, _ error) {
+	var content, structured json.RawMessage
+	var isError bool
+	var resultType []byte
+	ok = jsonscan.Members(raw, func(k, v []byte) bool {
+		switch string(k) {
+		case "content":
+			content = v
+		case "structuredContent":
+			structured = v
+		case "isError":
+			isError, ok = jsonscan.Bool(v)
+			return ok
+		case "resultType":
+			resultType, ok = jsonscan.StringBytes(v)
+			return ok
+		default:
+			for _, key := range toolResultKeys {
+				if strings.EqualFold(string(k), key) { // encoding/json's match
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if !ok || len(content) > 0 && content[0] != '[' {
+		return nil, false, nil
+	}
+	if len(resultType) > 0 && string(resultType) != "complete" {
+		return nil, true, fmt.Errorf("result of type %s", strconv.Quote(string(resultType)))
+	}
+	var blocks []json.RawMessage
+	if len(content) > 0 {
+		if err := json.Unmarshal(content, &blocks); err != nil {
+			return nil, false, nil
+		}
+	}
+	for _, c := range blocks {
+		var kind []byte
+		seen := false
+		if !jsonscan.Members(c, func(k, v []byte) bool {
+			switch {
+			case string(k) == "type":
+				if seen {
+					return false
+				}
+				seen = true
+				kind, ok = jsonscan.StringBytes(v)
+				return ok
+			case strings.EqualFold(string(k), "type"):
+				return false
+			}
+			return true
+		}) {
+			return nil, false, nil
+		}
+		if !contentKind(string(kind)) {
+			return nil, true, fmt.Errorf("result content of type %s", strconv.Quote(string(kind)))
+		}
+	}
+	return appendToolResult(blocks, structured, isError), true, nil
+}
+
+// contentKind reports whether kind is a content block's type that MCP
+// defines.
+func contentKind(kind string) bool {
+	switch kind {
+	case "text", "image", "audio", "resource_link", "resource":
+		return true
+	}
+	return false
+}
+
+// appendToolResult writes a CallToolResult as the tier passes it on.
+func appendToolResult(content []json.RawMessage, structured json.RawMessage, isError bool) json.RawMessage {
+	size := len(`{"content":[],"structuredContent":,"isError":true}`) + len(structured)
+	for _, c := range content {
+		size += len(c) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, `{"content":[`...)
+	for i, c := range content {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, c...)
+	}
+	out = append(out, ']')
+	if len(structured) > 0 && string(structured) != "null" {
+		out = append(out, `,"structuredContent":`...)
+		out = append(out, structured...)
+	}
+	if isError {
+		out = append(out, `,"isError":true`...)
+	}
+	return append(out, '}')
+}
+
 // toolResultOf is an upstream's CallToolResult as the tier passes it on:
 // content, structuredContent and isError, without the _meta; content
 // must be a list of content blocks of the kinds MCP defines.
 func toolResultOf(raw json.RawMessage) (json.RawMessage, error) {
+	if out, ok, err := quickToolResult(raw); ok {
+		return out, err
+	}
+	return decodeToolResult(raw)
+}
+
+// decodeToolResult is toolResultOf with encoding/json, for every result.
+func decodeToolResult(raw json.RawMessage) (json.RawMessage, error) {
 	var r struct {
 		Content           []json.RawMessage `json:"content"`
 		StructuredContent json.RawMessage   `json:"structuredContent"`
@@ -372,7 +601,6 @@ func toolResultOf(raw json.RawMessage) (json.RawMessage, error) {
 		// elicitation or a sampling, which okso does not relay.
 		return nil, fmt.Errorf("result of type %s", strconv.Quote(r.ResultType))
 	}
-	size := len(`{"content":[],"structuredContent":,"isError":true}`) + len(r.StructuredContent)
 	for _, c := range r.Content {
 		var block struct {
 			Type string `json:"type"`
@@ -380,30 +608,11 @@ func toolResultOf(raw json.RawMessage) (json.RawMessage, error) {
 		if err := json.Unmarshal(c, &block); err != nil {
 			return nil, fmt.Errorf("malformed result content: %w", err)
 		}
-		switch block.Type {
-		case "text", "image", "audio", "resource_link", "resource":
-		default:
+		if !contentKind(block.Type) {
 			return nil, fmt.Errorf("result content of type %s", strconv.Quote(block.Type))
 		}
-		size += len(c) + 1
 	}
-	out := make([]byte, 0, size)
-	out = append(out, `{"content":[`...)
-	for i, c := range r.Content {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, c...)
-	}
-	out = append(out, ']')
-	if len(r.StructuredContent) > 0 && string(r.StructuredContent) != "null" {
-		out = append(out, `,"structuredContent":`...)
-		out = append(out, r.StructuredContent...)
-	}
-	if r.IsError {
-		out = append(out, `,"isError":true`...)
-	}
-	return append(out, '}'), nil
+	return appendToolResult(r.Content, r.StructuredContent, r.IsError), nil
 }
 
 // reply answers a request the upstream made during a call: the tier's

@@ -254,6 +254,9 @@ func (c *mcpClient) List(ctx context.Context) ([]Tool, error) {
 			tools = append(tools, tool)
 		}
 		if res.NextCursor == "" {
+			if c.http != nil {
+				c.http.plainCalls(ctx)
+			}
 			return tools, nil
 		}
 		params.Cursor = res.NextCursor

@@ -23,8 +23,8 @@
 // Its tools:
 //   - echo {message}: answers the message as text, and as structured
 //     content {message, meta, headers}: the _meta of the call and its
-//     X-* and Traceparent HTTP headers, so that a test sees what reached
-//     the upstream;
+//     X-*, Traceparent and Mcp-Protocol-Version HTTP headers, so that a
+//     test sees what reached the upstream;
 //   - count {}: answers {count}, how many times it was called;
 //   - flaky {}: fails its first Options.Flaky calls (HTTP: 503 before the
 //     MCP handler; stdio: the process exits with status 3), then answers
@@ -176,7 +176,7 @@ func (u *Upstream) AddTool(name string) {
 			headers := map[string]string{}
 			if req.Extra != nil {
 				for k, v := range req.Extra.Header {
-					if strings.HasPrefix(k, "X-") || k == "Traceparent" {
+					if strings.HasPrefix(k, "X-") || k == "Traceparent" || k == "Mcp-Protocol-Version" {
 						headers[k] = strings.Join(v, ",")
 					}
 				}
@@ -275,6 +275,48 @@ func (u *Upstream) Handler() http.Handler {
 func (u *Upstream) StatelessHandler() http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv },
 		&mcp.StreamableHTTPOptions{Stateless: true})
+}
+
+// ModernHandler serves the upstream as a server of 2026-07-28 alone
+// would: stateless, and refusing a request of an older revision (an
+// initialize, or one whose Mcp-Protocol-Version is older) with 404 and
+// -32601 and 400 and -32602, so that a client comes in by that
+// revision's server/discover.
+func (u *Upstream) ModernHandler() http.Handler {
+	h := u.StatelessHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "bad body", http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		_ = json.Unmarshal(body, &msg)
+		if len(msg.ID) == 0 {
+			msg.ID = json.RawMessage("null")
+		}
+		refuse := func(status, code int, message string) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":%q}}`, msg.ID, code, message)
+		}
+		switch v := r.Header.Get("Mcp-Protocol-Version"); {
+		case msg.Method == "initialize":
+			refuse(http.StatusNotFound, -32601, `method not found: "initialize"`)
+		case v != "" && v < "2026-07-28":
+			refuse(http.StatusBadRequest, -32602, "unsupported protocol version "+v)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
 }
 
 // reset closes the request's connection with a TCP reset.
