@@ -69,6 +69,11 @@ clean:
 scale:
 	./scripts/scale.sh $(N)
 
+## idle-allinone: the CPU and RSS that N idle mock devices (default 10000) cost okso all-in-one, with and without what it takes with none (make idle-allinone N=3000)
+.PHONY: idle-allinone
+idle-allinone:
+	./scripts/idle-allinone.sh $(N)
+
 ## gateway-memory: the gateway's RSS and live heap per node with N mock devices (default 5000), and where the heap grew (make gateway-memory N=5000)
 .PHONY: gateway-memory
 gateway-memory:
