@@ -103,6 +103,14 @@ func (g *Gateway) close() {
 	}
 }
 
+// gatewayGCPercent is okso gateway's GOGC unless the variable is set. A
+// gateway's heap is mostly its catalog, an entry for every node of the
+// fleet, and Go's default (100) lets the heap grow by as much again
+// before a collection: at 10,000 nodes the gateway took 2.3 KB of RSS a
+// node for 1.05 to 1.3 KB live (make scale, make gateway-memory). The
+// collections it adds come with calls, each marking the catalog once more.
+const gatewayGCPercent = 50
+
 func gatewayCmd(stderr io.Writer) *cobra.Command {
 	var (
 		cfg  GatewayConfig
@@ -114,6 +122,9 @@ func gatewayCmd(stderr io.Writer) *cobra.Command {
 		Short:   "Run the agents' door: MCP over Streamable HTTP at /mcp",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, set := os.LookupEnv("GOGC"); !set {
+				debug.SetGCPercent(gatewayGCPercent)
+			}
 			return serve(contextOf(cmd), stderr, &logs, func(ctx context.Context, log *slog.Logger, tel telemetry) (func(context.Context) error, error) {
 				cfg.auditLog, cfg.telemetry = logs.auditLog(), tel
 				g, err := NewGateway(ctx, log, cfg)
