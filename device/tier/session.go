@@ -289,10 +289,12 @@ func (s *session) write(ctx context.Context, typ, inReplyTo string, payload any)
 }
 
 // writeRaw writes one frame; a write that stalls for WriteTimeout closes
-// the connection.
-func (s *session) writeRaw(ctx context.Context, b []byte) error {
+// the connection, and so does the session's close. The library gets no
+// context that can end: with one, it registers a context.AfterFunc for
+// every frame it writes, four allocations a call.
+func (s *session) writeRaw(_ context.Context, b []byte) error {
 	s.writes.Begin()
-	err := s.c.Write(ctx, websocket.MessageText, b)
+	err := s.c.Write(context.Background(), websocket.MessageText, b)
 	s.writes.End(err == nil)
 	return err
 }
