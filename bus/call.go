@@ -1,30 +1,19 @@
 package bus
 
 import (
-	"encoding/binary"
 	"encoding/json"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
+	"github.com/okso-io/okso/internal/ids"
 	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
 
-// NewRequestID returns a fresh request id ([HeaderRequestID]): a ULID of
-// the time in Unix milliseconds and 80 random bits. Unlike ulid.Make,
-// whose entropy sits behind a lock and whose ULID escapes to the heap
-// through an io.Reader, it costs one allocation (the string); ids of the
-// same millisecond are unique but not ordered.
-func NewRequestID() string {
-	var u ulid.ULID
-	_ = u.SetTime(ulid.Now()) // errs only past the year 10889
-	binary.BigEndian.PutUint64(u[6:], rand.Uint64())
-	binary.BigEndian.PutUint16(u[14:], uint16(rand.Uint64()))
-	return u.String()
-}
+// NewRequestID returns a fresh request id ([HeaderRequestID]), a ULID
+// ([ids.New]: one allocation; ids of the same millisecond are not
+// ordered).
+func NewRequestID() string { return ids.New() }
 
 // Call is the body of a request on [NodeCmd]: one tool call for one node.
 // The caller's remaining budget travels in [HeaderBudgetMs].

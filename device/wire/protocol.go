@@ -22,16 +22,15 @@ package wire
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/okso-io/okso/internal/ids"
 	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/schemas"
 )
@@ -231,18 +230,10 @@ func validMsgID(s string) bool {
 	return true
 }
 
-// NewMsgID returns a fresh ULID for an envelope: the time in Unix
-// milliseconds and 80 random bits. Unlike ulid.Make, whose entropy sits
-// behind a lock and whose ULID escapes to the heap through an io.Reader,
-// it costs the hot path one allocation (the string); ids of the same
-// millisecond are unique but not ordered, and nothing orders msg_ids.
-func NewMsgID() string {
-	var u ulid.ULID
-	_ = u.SetTime(ulid.Now()) // errs only past the year 10889
-	binary.BigEndian.PutUint64(u[6:], rand.Uint64())
-	binary.BigEndian.PutUint16(u[14:], uint16(rand.Uint64()))
-	return u.String()
-}
+// NewMsgID returns a fresh ULID for an envelope ([ids.New]: the hot path's
+// one allocation; ids of the same millisecond are unique but not ordered,
+// and nothing orders msg_ids).
+func NewMsgID() string { return ids.New() }
 
 // NewNodeID returns a fresh node id: a ULID in lower case.
 func NewNodeID() string { return strings.ToLower(ulid.Make().String()) }
