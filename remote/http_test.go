@@ -31,6 +31,21 @@ func serveHTTP(t *testing.T, o testupstream.Options) (*testupstream.Upstream, *h
 	return u, srv
 }
 
+// callEcho calls the test upstream's echo through c, with meta, and
+// returns what the upstream saw of the request.
+func callEcho(t *testing.T, c remote.Client, meta map[string]any) echoed {
+	t.Helper()
+	raw, err := c.Call(bounded(t), "echo", json.RawMessage(`{"message":"hi"}`), meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e echoed
+	if err := json.Unmarshal(decodeResult(t, raw).StructuredContent, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func dialHTTP(t *testing.T, url string, headers map[string]string) remote.Client {
 	t.Helper()
 	c, err := remote.DialHTTP(bounded(t), remote.HTTPOptions{URL: url, Headers: headers, Log: testLog(t)})
@@ -55,14 +70,7 @@ func TestHTTPListAndCall(t *testing.T) {
 	if n := len(tools); n != 6 {
 		t.Errorf("List = %v, want 6 tools in pages of 4", toolNames(tools))
 	}
-	raw, err := c.Call(bounded(t), "echo", json.RawMessage(`{"message":"hi"}`), meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e echoed
-	if err := json.Unmarshal(decodeResult(t, raw).StructuredContent, &e); err != nil {
-		t.Fatal(err)
-	}
+	e := callEcho(t, c, meta)
 	want := map[string]string{"X-Request-Id": "01JREQUEST", "Traceparent": meta["traceparent"].(string), "X-Test-Tenant": "demo"}
 	for k, v := range want {
 		if e.Headers[k] != v {
@@ -78,14 +86,7 @@ func TestHTTPListAndCall(t *testing.T) {
 		t.Errorf("echo called %d times, want 1", n)
 	}
 	// A call without correlation sends no empty headers.
-	raw, err = c.Call(bounded(t), "echo", json.RawMessage(`{"message":"hi"}`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e = echoed{}
-	if err := json.Unmarshal(decodeResult(t, raw).StructuredContent, &e); err != nil {
-		t.Fatal(err)
-	}
+	e = callEcho(t, c, nil)
 	if _, ok := e.Headers["X-Request-Id"]; ok {
 		t.Errorf("a call without a request id sent X-Request-Id %q", e.Headers["X-Request-Id"])
 	}
@@ -113,14 +114,7 @@ func TestHTTPRevision(t *testing.T) {
 				c := dialHTTP(t, srv.URL, nil)
 				list(t, c, path.listed)
 				for range 2 { // the first and the next
-					raw, err := c.Call(bounded(t), "echo", json.RawMessage(`{"message":"hi"}`), meta)
-					if err != nil {
-						t.Fatal(err)
-					}
-					var e echoed
-					if err := json.Unmarshal(decodeResult(t, raw).StructuredContent, &e); err != nil {
-						t.Fatal(err)
-					}
+					e := callEcho(t, c, meta)
 					if got, want := e.Headers["Mcp-Protocol-Version"], up.want[path.listed]; got != want {
 						t.Errorf("the call's Mcp-Protocol-Version = %q, want %q", got, want)
 					}

@@ -236,12 +236,10 @@ func (u *Upstream) Handler() http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-			if err != nil {
-				http.Error(w, "bad body", http.StatusBadRequest)
+			body, ok := peekBody(w, r)
+			if !ok {
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
 			var msg struct {
 				Method string `json:"method"`
 				Params struct {
@@ -289,12 +287,10 @@ func (u *Upstream) ModernHandler() http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil {
-			http.Error(w, "bad body", http.StatusBadRequest)
+		body, ok := peekBody(w, r)
+		if !ok {
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		var msg struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
@@ -424,4 +420,16 @@ func Main() {
 		fmt.Fprintln(os.Stderr, "testupstream:", err)
 	}
 	os.Exit(0)
+}
+
+// peekBody reads a request's body (up to 1 MiB) and puts it back for the
+// MCP handler; it answers 400 and reports false when it cannot.
+func peekBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, true
 }
