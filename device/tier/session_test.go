@@ -703,6 +703,21 @@ func TestMissedPings(t *testing.T) {
 	}
 }
 
+// dialPinged is dial for a device that tells pinged of each ping it
+// gets from the tier (dropping the news when pinged is full), and
+// answers it.
+func (tt *testTier) dialPinged(t *testing.T, pinged chan<- struct{}) *rawClient {
+	t.Helper()
+	return tt.dial(t, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol},
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pinged <- struct{}{}:
+			default:
+			}
+			return true
+		}})
+}
+
 // TestPingOnlySilent: the tier pings a device only when it heard nothing
 // from it for a whole interval. Devices that ping the tier on their own,
 // or send frames, more often than that are never pinged; a quiet device
@@ -712,14 +727,7 @@ func TestMissedPings(t *testing.T) {
 func TestPingOnlySilent(t *testing.T) {
 	tt := newTestTier(t, tier.Options{PingInterval: time.Second})
 	connect := func(pinged chan struct{}) *rawClient {
-		rc := tt.dial(t, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol},
-			OnPingReceived: func(context.Context, []byte) bool {
-				select {
-				case pinged <- struct{}{}:
-				default:
-				}
-				return true
-			}})
+		rc := tt.dialPinged(t, pinged)
 		node := wire.NewNodeID()
 		rc.authenticate(t, tt.Token(t, node))
 		rc.announce(t, node, echoCapability())
@@ -798,14 +806,7 @@ func TestPingOnlySilent(t *testing.T) {
 func TestIdleBetweenMessages(t *testing.T) {
 	tt := newTestTier(t, tier.Options{PingInterval: 100 * time.Millisecond})
 	pinged := make(chan struct{}, 16)
-	rc := tt.dial(t, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol},
-		OnPingReceived: func(context.Context, []byte) bool {
-			select {
-			case pinged <- struct{}{}:
-			default:
-			}
-			return true
-		}})
+	rc := tt.dialPinged(t, pinged)
 	node := wire.NewNodeID()
 	rc.authenticate(t, tt.Token(t, node))
 	rc.announce(t, node, echoCapability())
