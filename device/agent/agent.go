@@ -41,6 +41,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/okso-io/okso/device/internal/workers"
+	"github.com/okso-io/okso/device/internal/wsframe"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
 )
@@ -103,14 +104,28 @@ type Options struct {
 	// not for a refusal for good, which Run returns. It is called from the
 	// goroutine of Run, in turn with OnReady and OnLost.
 	OnFail func(err error)
-	// PingInterval is how long the device may hear nothing from its tier
-	// before it pings it (30 s); a tier that does not answer within the
-	// next interval is dropped, so a connection that died without a close
-	// (a crashed host, a NAT that forgot it) is noticed and replaced. Any
-	// frame, ping or pong of the tier's counts: a tier that pings more
-	// often is never pinged.
+	// PingInterval is how long the device may send nothing before it
+	// sends a heartbeat (30 s): an unsolicited pong with no payload (RFC
+	// 6455 §5.5.3), which keeps the connection and the NATs and proxies
+	// on its path awake, and which the tier hears without answering. A
+	// ping costs the tier a write and a pong back; a heartbeat only a
+	// read, and an idle device's keepalive is most of what it costs its
+	// tier. To know the tier is still there, the device pings a tier it
+	// heard nothing from (no frame, ping or pong) for probeBeats
+	// intervals; a tier that does not answer within the next interval is
+	// dropped, so a connection that died without a close (a crashed host,
+	// a NAT that forgot it) is noticed and replaced. A tier that pings
+	// more often is never pinged. When the dial gives the device no
+	// connection it can write a heartbeat to (an HTTPClient whose
+	// transport hides it), it pings a tier silent for one interval
+	// instead.
 	PingInterval time.Duration
 }
+
+// probeBeats is how many ping intervals of its tier's silence a device
+// that sends heartbeats waits before it pings the tier (see
+// [Options.PingInterval]).
+const probeBeats = 4
 
 // Device is the device end of the protocol: it dials a tier, authenticates,
 // announces its capabilities and answers cmds until its context ends,
@@ -118,7 +133,7 @@ type Options struct {
 type Device struct {
 	o      Options
 	log    *slog.Logger
-	client *http.Client // of the dials: nil, http.DefaultClient
+	client *http.Client // of the dials, through a wsframe.Transport
 }
 
 // CloseError is returned by [Device.Run] when a tier refused the device for
@@ -168,6 +183,7 @@ func New(o Options) (*Device, error) {
 		t.TLSClientConfig = o.TLS
 		d.client = &http.Client{Transport: t}
 	}
+	d.client = wsframe.Client(d.client)
 	return d, nil
 }
 
@@ -236,8 +252,9 @@ type conn struct {
 	d      *Device
 	c      *websocket.Conn
 	writes *wire.WriteGuard
-	clock  tierClock // the zero value when the tier sent no clock
-	heard  *heard    // when the tier was last heard from
+	clock  tierClock     // the zero value when the tier sent no clock
+	heard  *heard        // when the tier was last heard from
+	beat   *wsframe.Body // what the library writes to; nil: no heartbeats, pings
 	// maxFrame is the largest frame the tier reads (hello's
 	// max_frame_bytes): a result that would make a larger cmd_ack is cut
 	// to fit when it can be ([fitter]), and an error otherwise.
@@ -369,6 +386,7 @@ func closeErr(err error) error {
 // announce_ok.
 func (d *Device) session(ctx context.Context, url string) (ready bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dctx, beat := wsframe.WithBody(dctx)
 	h := newHeard()
 	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}, HTTPClient: d.client,
 		OnPingReceived: h.ping, OnPongReceived: h.pong})
@@ -378,7 +396,7 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	cn := &conn{d: d, c: c, heard: h, writes: wire.NewWriteGuard(writeTimeout, func() {
+	cn := &conn{d: d, c: c, heard: h, beat: *beat, writes: wire.NewWriteGuard(writeTimeout, func() {
 		// The tier stopped reading: the writes fail, the session ends, and
 		// Run reconnects.
 		d.log.Info("the device tier stalled a write: connection dropped", "url", url, "err", c.CloseNow())
@@ -516,12 +534,15 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	}()
 	pingDone := make(chan struct{})
 	defer close(pingDone)
-	// The device pings only a tier it heard nothing from (no frame, ping
-	// or pong) for a whole interval: a tier that pings its devices, as
-	// okso's does, spares them pings of their own. A tier that answers no
-	// ping within the next interval is dropped, as before.
+	// The device sends a heartbeat after an interval of its own silence,
+	// and pings a tier silent for probeBeats intervals, or for one
+	// without heartbeats (see Options.PingInterval).
 	wg.Go(func() {
 		every := c.d.o.PingInterval
+		probe := every
+		if c.beat != nil {
+			probe = probeBeats * every
+		}
 		t := time.NewTimer(every)
 		defer t.Stop()
 		for {
@@ -530,19 +551,30 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 				return
 			case <-t.C:
 			}
-			if left := every - c.heard.silent(); left > 0 {
-				t.Reset(left)
-				continue
+			if c.heard.silent() >= probe {
+				pctx, cancel := context.WithTimeout(ctx, every)
+				err := c.c.Ping(pctx)
+				cancel()
+				if err != nil {
+					// The read below fails; Run reconnects.
+					c.d.log.Debug("the device tier missed a ping: connection dropped", "err", err, "close", c.c.CloseNow())
+					return
+				}
 			}
-			pctx, cancel := context.WithTimeout(ctx, every)
-			err := c.c.Ping(pctx)
-			cancel()
-			if err != nil {
-				// The read below fails; Run reconnects.
-				c.d.log.Debug("the device tier missed a ping: connection dropped", "err", err, "close", c.c.CloseNow())
-				return
+			next := probe - c.heard.silent()
+			if c.beat != nil {
+				if c.beat.Silent() >= every {
+					c.writes.Begin()
+					err := c.beat.Beat()
+					c.writes.End(err == nil)
+					if err != nil {
+						c.d.log.Debug("heartbeat to the device tier", "err", err, "close", c.c.CloseNow())
+						return
+					}
+				}
+				next = min(next, every-c.beat.Silent())
 			}
-			t.Reset(every)
+			t.Reset(max(next, every/64))
 		}
 	})
 	// The read takes ctx without its end: a read whose context ends drops

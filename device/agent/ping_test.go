@@ -65,3 +65,59 @@ func TestDevicePingsOnlySilentTier(t *testing.T) {
 		t.Fatal("the device did not ping a silent tier")
 	}
 }
+
+// TestDeviceHeartbeats: a device that has sent nothing for an interval
+// sends a heartbeat, an unsolicited pong with no payload that its tier
+// need not answer; it pings a tier that stays silent only after several
+// heartbeats, and goes on after the tier answers. A heartbeat that broke
+// the library's frames, or was not one, fails the tier's reads.
+func TestDeviceHeartbeats(t *testing.T) {
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 100 * time.Millisecond
+	// What the tier hears from an idle device, in order: "beat", "ping".
+	heard := make(chan string, 64)
+	rt := newRawTierWith(t, set, &websocket.AcceptOptions{Subprotocols: []string{wire.Subprotocol},
+		OnPingReceived: func(context.Context, []byte) bool { heard <- "ping"; return true },
+		OnPongReceived: func(_ context.Context, p []byte) {
+			if len(p) == 0 {
+				heard <- "beat"
+			} else {
+				heard <- "pong " + string(p)
+			}
+		}})
+	node := wire.NewNodeID()
+	o := agent.MockOptions(node, set, 1)
+	o.URLs, o.Token, o.PingInterval = []string{rt.url}, "unchecked", interval
+	runStandalone(t, o)
+	tc := rt.accept(t)
+	tc.handshake(t, node, time.Now().UnixMilli())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	tc.c.CloseRead(ctx) // reads on, so that heartbeats and pings are handled
+
+	next := func() string {
+		t.Helper()
+		select {
+		case h := <-heard:
+			return h
+		case <-time.After(waitFor):
+			t.Fatal("the tier heard nothing from an idle device")
+			return ""
+		}
+	}
+	for round := range 2 {
+		beats := 0
+		for h := next(); h != "ping"; h = next() {
+			if h != "beat" {
+				t.Fatalf("round %d: the tier heard %q, want a heartbeat or a ping", round, h)
+			}
+			beats++
+		}
+		if beats < 2 {
+			t.Fatalf("round %d: the device pinged its tier after %d heartbeats, want a ping only after several", round, beats)
+		}
+	}
+}

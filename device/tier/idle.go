@@ -1,10 +1,11 @@
 package tier
 
 import (
-	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
+
+	"github.com/okso-io/okso/device/internal/wsframe"
 )
 
 // errIdle is what an [idleConn] returns, instead of blocking, to a read
@@ -40,11 +41,14 @@ type idleConn struct {
 	net.Conn
 	mu     sync.Mutex
 	yield  bool // a read at a frame boundary with nothing received fails with errIdle
-	frames frameCounter
+	frames wsframe.Counter
 	// stash[off:n] are bytes wait received that Read has not returned
 	// yet: enough for a pong in one read.
 	stash  [16]byte
 	off, n int
+	// heartbeat, if set, is called for each of the device's heartbeats
+	// (see wait).
+	heartbeat func()
 }
 
 // Read reads what wait received first, then from the connection.
@@ -54,14 +58,14 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	if c.off < c.n {
 		k := copy(p, c.stash[c.off:c.n])
 		c.off += k
-		c.frames.feed(p[:k])
+		c.frames.Feed(p[:k])
 		return k, nil
 	}
-	if c.yield && c.frames.atBoundary() && len(p) > 0 {
+	if c.yield && c.frames.AtBoundary() && len(p) > 0 {
 		return 0, errIdle
 	}
 	n, err := c.Conn.Read(p)
-	c.frames.feed(p[:n])
+	c.frames.Feed(p[:n])
 	return n, err
 }
 
@@ -69,18 +73,31 @@ func (c *idleConn) Read(p []byte) (int, error) {
 // returns), or the connection fails. Call it only once the library has
 // read everything it buffered (its read failed with errIdle): bytes in
 // its buffer are no bytes on the connection.
+//
+// A heartbeat (an unsolicited pong with no payload, an okso device's
+// keepalive; see [wsframe.Heartbeat]) read on its own is the device's
+// whole message: wait takes it, calls heartbeat, and waits on, without
+// the library. A heartbeat needs no answer, and no ping of the tier's
+// waits for a pong with no payload; the wait is at a frame boundary, so
+// the frame read is whole.
 func (c *idleConn) wait() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.off < c.n {
 		return nil
 	}
-	n, err := c.Conn.Read(c.stash[:])
-	c.off, c.n = 0, n
-	if n > 0 {
-		return nil // an error that came with data comes again on the next read
+	for {
+		n, err := c.Conn.Read(c.stash[:])
+		if err == nil && c.heartbeat != nil && wsframe.IsHeartbeat(c.stash[:n]) {
+			c.heartbeat()
+			continue
+		}
+		c.off, c.n = 0, n
+		if n > 0 {
+			return nil // an error that came with data comes again on the next read
+		}
+		return err
 	}
-	return err
 }
 
 // setYield says whether a read at a frame boundary may fail with errIdle.
@@ -88,70 +105,4 @@ func (c *idleConn) setYield(yield bool) {
 	c.mu.Lock()
 	c.yield = yield
 	c.mu.Unlock()
-}
-
-// frameCounter follows the frame boundaries of a WebSocket byte stream
-// (RFC 6455 §5.2): it reads each frame's header for the payload's length
-// and counts the payload's bytes, keeping none of them. It trusts the
-// stream: a malformed header is the library's to refuse; what the counter
-// makes of it only decides when errIdle may come. The zero value is at the
-// start of a stream.
-type frameCounter struct {
-	hdr  [10]byte // the header so far, but its mask key
-	got  int      // header bytes so far
-	rest uint64   // payload bytes still to come
-}
-
-// atBoundary reports whether the bytes so far end with a whole frame.
-func (f *frameCounter) atBoundary() bool { return f.got == 0 && f.rest == 0 }
-
-// feed counts b, the next bytes of the stream.
-func (f *frameCounter) feed(b []byte) {
-	for len(b) > 0 {
-		if f.got == 0 && f.rest > 0 {
-			k := uint64(len(b))
-			if k > f.rest {
-				k = f.rest
-			}
-			f.rest -= k
-			b = b[k:]
-			continue
-		}
-		if f.got < len(f.hdr) {
-			f.hdr[f.got] = b[0]
-		}
-		f.got++
-		b = b[1:]
-		if f.got >= 2 && f.got == headerLen(f.hdr[1]) {
-			f.rest, f.got = payloadLen(&f.hdr), 0
-		}
-	}
-}
-
-// headerLen is the length of a frame header whose second byte is b1: two
-// bytes, the extended payload length, the mask key.
-func headerLen(b1 byte) int {
-	n := 2
-	switch b1 & 0x7f {
-	case 126:
-		n += 2
-	case 127:
-		n += 8
-	}
-	if b1&0x80 != 0 {
-		n += 4
-	}
-	return n
-}
-
-// payloadLen is the payload length a whole frame header says.
-func payloadLen(hdr *[10]byte) uint64 {
-	switch l := hdr[1] & 0x7f; l {
-	case 126:
-		return uint64(binary.BigEndian.Uint16(hdr[2:4]))
-	case 127:
-		return binary.BigEndian.Uint64(hdr[2:10])
-	default:
-		return uint64(l)
-	}
 }

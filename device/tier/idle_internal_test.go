@@ -2,66 +2,17 @@ package tier
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/okso-io/okso/device/internal/wsframe"
 )
 
-// frame returns a WebSocket frame header for a payload of n bytes,
-// masked or not, followed by the payload.
-func frame(opcode byte, n int, masked bool) []byte {
-	b := []byte{0x80 | opcode, 0}
-	switch {
-	case n < 126:
-		b[1] = byte(n)
-	case n <= 0xffff:
-		b[1] = 126
-		b = binary.BigEndian.AppendUint16(b, uint16(n))
-	default:
-		b[1] = 127
-		b = binary.BigEndian.AppendUint64(b, uint64(n))
-	}
-	if masked {
-		b[1] |= 0x80
-		b = append(b, 1, 2, 3, 4)
-	}
-	return append(b, bytes.Repeat([]byte{'x'}, n)...)
-}
-
-// TestFrameCounter: fed a stream of frames in pieces of any size, the
-// counter is at a boundary exactly where a frame ends.
-func TestFrameCounter(t *testing.T) {
-	var stream []byte
-	ends := map[int]bool{0: true}
-	for _, f := range []struct {
-		op     byte
-		n      int
-		masked bool
-	}{
-		{0xA, 0, true}, {0x1, 5, true}, {0xA, 3, true}, {0x1, 125, true}, {0x1, 126, true},
-		{0x9, 0, false}, {0x1, 300, false}, {0x0, 0xffff, true}, {0x1, 0x10000, true}, {0x8, 2, true},
-	} {
-		stream = append(stream, frame(f.op, f.n, f.masked)...)
-		ends[len(stream)] = true
-	}
-	for _, piece := range []int{1, 2, 3, 7, 14, 131, 1024, len(stream)} {
-		var c frameCounter
-		for at := 0; at < len(stream); {
-			next := min(at+piece, len(stream))
-			c.feed(stream[at:next])
-			at = next
-			if got, want := c.atBoundary(), ends[at]; got != want && (piece == 1 || want) {
-				t.Fatalf("pieces of %d: at byte %d, boundary %v, want %v", piece, at, got, want)
-			}
-		}
-		if !c.atBoundary() {
-			t.Fatalf("pieces of %d: not at a boundary at the end", piece)
-		}
-	}
-}
+// pong is a device's pong with a payload of three bytes, masked.
+var pong = []byte{0x80 | 0xA, 0x80 | 3, 1, 2, 3, 4, 'x', 'x', 'x'}
 
 // TestIdleConn: while yielding, a read at a frame boundary with nothing
 // received fails with errIdle, and one within a frame reads on; what wait
@@ -79,7 +30,6 @@ func TestIdleConn(t *testing.T) {
 	if n, err := c.Read(buf); n != 0 || !errors.Is(err, errIdle) {
 		t.Fatalf("read at a boundary: %d, %v; want errIdle", n, err)
 	}
-	pong := frame(0xA, 3, true)
 	go func() { _, _ = device.Write(pong[:4]) }() // net.Pipe: returns once read
 	if err := c.wait(); err != nil {
 		t.Fatal(err)
@@ -98,5 +48,36 @@ func TestIdleConn(t *testing.T) {
 	go func() { _, _ = device.Write([]byte{0x81}) }()
 	if n, err := c.Read(buf); n != 1 || err != nil { // not yielding: blocks
 		t.Fatalf("read not yielding: %d, %v", n, err)
+	}
+}
+
+// TestIdleConnHeartbeat: wait takes a heartbeat read on its own, tells
+// of it, and waits on; what comes next (here a pong, which needs the
+// library) is the next read's.
+func TestIdleConnHeartbeat(t *testing.T) {
+	device, tier := net.Pipe()
+	defer device.Close()
+	if err := tier.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	beats := 0
+	c := &idleConn{Conn: tier, heartbeat: func() { beats++ }}
+	c.setYield(true)
+	hb := wsframe.Heartbeat(0x01020304)
+	go func() {
+		for range 3 {
+			_, _ = device.Write(hb[:]) // net.Pipe: one write, one read
+		}
+		_, _ = device.Write(pong)
+	}()
+	if err := c.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if beats != 3 {
+		t.Fatalf("wait told of %d heartbeats, want 3", beats)
+	}
+	buf := make([]byte, 64)
+	if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], pong) {
+		t.Fatalf("read after wait: %x, %v; want the pong %x", buf[:n], err, pong)
 	}
 }

@@ -720,7 +720,7 @@ func (tt *testTier) dialPinged(t *testing.T, pinged chan<- struct{}) *rawClient 
 
 // TestPingOnlySilent: the tier pings a device only when it heard nothing
 // from it for a whole interval. Devices that ping the tier on their own,
-// or send frames, more often than that are never pinged; a quiet device
+// send heartbeats, or send frames, more often than that are never pinged; a quiet device
 // beside them, which answers pings, is pinged and kept. The quiet
 // device's pings are the test's clock: three of them span more than two
 // intervals.
@@ -737,7 +737,8 @@ func TestPingOnlySilent(t *testing.T) {
 	defer cancel()
 	// Each talks every 50 ms, far more often than the interval.
 	talkers := map[string]func(*rawClient) error{
-		"pings": func(rc *rawClient) error { return rc.c.Ping(ctx) },
+		"pings":      func(rc *rawClient) error { return rc.c.Ping(ctx) },
+		"heartbeats": func(rc *rawClient) error { return rc.body.Beat() }, // unsolicited pongs, unanswered
 		"frames": func(rc *rawClient) error { // acks of nothing: dropped and audited
 			b, err := wire.Encode(wire.TypeCmdAck, wire.NewMsgID(), wire.CmdAck{OK: true, Result: json.RawMessage(`{}`)})
 			if err == nil {

@@ -688,6 +688,9 @@ func (t *Tier) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(-1)
 	s := newSession(t, c, live, r)
 	s.raw, s.idle = hw.conn, hw.idle
+	if s.idle != nil {
+		s.idle.heartbeat = func() { t.live.hear(live) }
+	}
 	t.mu.Lock()
 	refuse := ""
 	switch {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/okso-io/okso/bus"
 	"github.com/okso-io/okso/device/internal/tiertest"
+	"github.com/okso-io/okso/device/internal/wsframe"
 	"github.com/okso-io/okso/device/tier"
 	"github.com/okso-io/okso/device/wire"
 	"github.com/okso-io/okso/schemas"
@@ -178,6 +179,9 @@ func (d *echoDevice) leave(t *testing.T) {
 type rawClient struct {
 	c   *websocket.Conn
 	set *schemas.Set // to decode the tier's frames
+	// body is the connection under c, where the device's heartbeats go
+	// (Beat).
+	body *wsframe.Body
 }
 
 // dial opens a raw WebSocket to the tier with the okso.v1 subprotocol
@@ -193,9 +197,12 @@ func (tt *testTier) dialURL(t *testing.T, url string, o *websocket.DialOptions) 
 	if o == nil {
 		o = &websocket.DialOptions{Subprotocols: []string{wire.Subprotocol}}
 	}
+	dial := *o
+	dial.HTTPClient = wsframe.Client(o.HTTPClient)
 	ctx, cancel := context.WithTimeout(t.Context(), tiertest.WaitFor)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, url, o)
+	ctx, body := wsframe.WithBody(ctx)
+	c, resp, err := websocket.Dial(ctx, url, &dial)
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
@@ -204,7 +211,7 @@ func (tt *testTier) dialURL(t *testing.T, url string, o *websocket.DialOptions) 
 	}
 	c.SetReadLimit(1 << 20)
 	t.Cleanup(func() { _ = c.CloseNow() })
-	return &rawClient{c: c, set: tt.Schemas}
+	return &rawClient{c: c, set: tt.Schemas, body: *body}
 }
 
 func (rc *rawClient) sendRaw(t *testing.T, typ websocket.MessageType, b []byte) {
