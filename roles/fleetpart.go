@@ -47,17 +47,18 @@ type fleetOptions struct {
 	Tools []agent.LocalTool
 }
 
-// client is the one HTTP client every device of the fleet dials with.
+// client is the one HTTP client every device of the fleet dials with,
+// with a device's dialer (agent.NewDialer).
 func (d *fleetOptions) client() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	dialer := agent.NewDialer(0)
+	t.DialContext = dialer.DialContext
 	if d == nil {
 		return &http.Client{Transport: t}
 	}
 	t.TLSClientConfig = d.TLS
 	if d.Source != nil {
-		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second,
-			LocalAddr: &net.TCPAddr{IP: d.Source}}
-		t.DialContext = dialer.DialContext
+		dialer.LocalAddr = &net.TCPAddr{IP: d.Source}
 	}
 	return &http.Client{Transport: t}
 }

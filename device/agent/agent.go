@@ -118,7 +118,8 @@ type Options struct {
 	// more often is never pinged. When the dial gives the device no
 	// connection it can write a heartbeat to (an HTTPClient whose
 	// transport hides it), it pings a tier silent for one interval
-	// instead.
+	// instead. A device that sets its own HTTPClient should dial with
+	// [NewDialer].
 	PingInterval time.Duration
 }
 
@@ -168,7 +169,7 @@ func New(o Options) (*Device, error) {
 		o.MaxBackoff = 30 * time.Second
 	}
 	if o.PingInterval <= 0 {
-		o.PingInterval = 30 * time.Second
+		o.PingInterval = DefaultPingInterval
 	}
 	if o.Agent.Name == "" {
 		o.Agent = schemas.Agent{Name: "okso", Version: "dev"}
@@ -178,8 +179,9 @@ func New(o Options) (*Device, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Device{o: o, log: log.With("node_id", o.NodeID), client: o.HTTPClient}
-	if o.TLS != nil && d.client == nil {
+	if d.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = NewDialer(o.PingInterval).DialContext
 		t.TLSClientConfig = o.TLS
 		d.client = &http.Client{Transport: t}
 	}

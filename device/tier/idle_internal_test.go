@@ -53,31 +53,69 @@ func TestIdleConn(t *testing.T) {
 
 // TestIdleConnHeartbeat: wait takes a heartbeat read on its own, tells
 // of it, and waits on; what comes next (here a pong, which needs the
-// library) is the next read's.
+// library) is the next read's; a connection closed by the device ends
+// wait with an error. Over a pipe, and over a TCP socket, which may join
+// frames the device wrote apart.
 func TestIdleConnHeartbeat(t *testing.T) {
-	device, tier := net.Pipe()
-	defer device.Close()
-	if err := tier.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	beats := 0
-	c := &idleConn{Conn: tier, heartbeat: func() { beats++ }}
-	c.setYield(true)
-	hb := wsframe.Heartbeat(0x01020304)
-	go func() {
-		for range 3 {
-			_, _ = device.Write(hb[:]) // net.Pipe: one write, one read
+	pipe := func(t *testing.T) (net.Conn, net.Conn) { return net.Pipe() }
+	socket := func(t *testing.T) (net.Conn, net.Conn) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, _ = device.Write(pong)
-	}()
-	if err := c.wait(); err != nil {
-		t.Fatal(err)
+		defer ln.Close()
+		device, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tier, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return device, tier
 	}
-	if beats != 3 {
-		t.Fatalf("wait told of %d heartbeats, want 3", beats)
-	}
-	buf := make([]byte, 64)
-	if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], pong) {
-		t.Fatalf("read after wait: %x, %v; want the pong %x", buf[:n], err, pong)
+	for name, connect := range map[string]func(*testing.T) (net.Conn, net.Conn){"pipe": pipe, "socket": socket} {
+		t.Run(name, func(t *testing.T) {
+			device, tier := connect(t)
+			defer device.Close()
+			defer tier.Close()
+			// A read that blocks when it should not fails the test, not hangs it.
+			if err := tier.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			heard := make(chan struct{}, 1)
+			c := &idleConn{Conn: tier, heartbeat: func() { heard <- struct{}{} }}
+			c.setYield(true)
+			wrote := make(chan error, 1)
+			go func() {
+				for range 3 {
+					hb := wsframe.Heartbeat(0x01020304)
+					if _, err := device.Write(hb[:]); err != nil {
+						wrote <- err
+						return
+					}
+					<-heard // one at a time: a socket would join them
+				}
+				_, err := device.Write(pong)
+				wrote <- err
+			}()
+			if err := c.wait(); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64)
+			if n, err := io.ReadAtLeast(c, buf, len(pong)); err != nil || !bytes.Equal(buf[:n], pong) {
+				t.Fatalf("read after wait: %x, %v; want the pong %x", buf[:n], err, pong)
+			}
+			if n, err := c.Read(buf); n != 0 || !errors.Is(err, errIdle) {
+				t.Fatalf("read after the pong: %d, %v; want errIdle", n, err)
+			}
+			device.Close()
+			if err := c.wait(); err == nil {
+				t.Fatal("wait on a connection the device closed: no error")
+			}
+		})
 	}
 }
