@@ -200,7 +200,7 @@ func addTierFlags(fs *pflag.FlagSet, c *tierConfig) {
 	fs.StringVar(&c.Addr, "device-addr", DefaultDeviceAddr, "device tier listen address (WebSocket at /v1/device/ws)")
 	fs.IntVar(&c.MaxFrameBytes, "max-frame-bytes", 64<<10, "largest frame a device may send")
 	fs.DurationVar(&c.AuthTimeout, "auth-timeout", 5*time.Second, "time a device has to authenticate, and then to announce")
-	fs.DurationVar(&c.PingInterval, "ping-interval", tier.DefaultPingInterval, "the tier pings a device it heard nothing from (no frame, ping or pong) for this long; an okso device pings its tier after 30s of silence, so only other devices need the tier's")
+	fs.DurationVar(&c.PingInterval, "ping-interval", tier.DefaultPingInterval, "the tier pings a device it heard nothing from (no frame, ping, pong or heartbeat) for this long; an okso device sends a heartbeat after 30s of its own silence, so only other devices need the tier's pings")
 	fs.DurationVar(&c.PingTimeout, "ping-timeout", tier.DefaultPingTimeout, "how long a pinged device has to answer before it is dropped with 4408 (0: --ping-interval)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", 15*time.Second, "the tier's lease in the registry, refreshed every third of it: how long its nodes stay online after it died")
 	fs.DurationVar(&c.OfflineRetention, "offline-retention", bus.DefaultOfflineRetention, "how long the registry keeps the record of a node that left: until then a call of its tools answers E_NODE_OFFLINE to its tenant (at least 1s)")

@@ -376,7 +376,7 @@ row "device tiers" "$NTIERS (each under the descriptor limit, $nofile)"
 row "tier RSS before" "$(mb "$tier_rss_before")"
 row "tier RSS after connect" "$(mb "$tier_rss_conn") (+5s: $(mb "$tier_rss_after"); after calls: $(mb "$tier_rss_calls"))"
 row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
-[ "$IDLE" != 0 ] && row "" "$per_conn_idle KB after idling ${IDLE}s (pings and pongs included)"
+[ "$IDLE" != 0 ] && row "" "$per_conn_idle KB after idling ${IDLE}s (keepalives included)"
 row "tier open fds" "$tier_fds"
 row "gateway per node" "$gw_per_node KB  ((after connect+5s - before) / N)"
 if [ "$IDLE" != 0 ]; then
