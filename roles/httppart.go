@@ -9,10 +9,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/oklog/run"
-	"golang.org/x/net/netutil"
 
 	"github.com/okso-io/okso/internal/certfile"
 )
@@ -38,9 +39,61 @@ func listen(flag, addr string, maxConns int) (*httpPart, error) {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if maxConns > 0 {
-		ln = netutil.LimitListener(ln, maxConns)
+		ln = &limitListener{Listener: ln, sem: make(chan struct{}, maxConns), done: make(chan struct{})}
 	}
 	return &httpPart{ln: ln}, nil
+}
+
+// limitListener holds at most cap(sem) connections at once: Accept waits
+// for one to close first. It is netutil.LimitListener's, but for its
+// connections, which keep their socket's SyscallConn: a device tier reads
+// an idle device's socket directly (see the tier's idleConn).
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() { close(l.done) })
+	return err
+}
+
+// limitConn gives its place back when it closes.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// SyscallConn is the socket's, when the connection is one.
+func (c *limitConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }
 
 // handle sets what p serves, and the log of its errors.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 
 	"github.com/okso-io/okso/device/internal/wsframe"
 )
@@ -49,6 +50,17 @@ type idleConn struct {
 	// heartbeat, if set, is called for each of the device's heartbeats
 	// (see wait).
 	heartbeat func()
+	// raw is the socket under Conn, when it is one (readStash).
+	raw syscall.RawConn
+}
+
+// newIdleConn returns an idleConn reading c.
+func newIdleConn(c net.Conn) *idleConn {
+	ic := &idleConn{Conn: c}
+	if sc, ok := c.(syscall.Conn); ok {
+		ic.raw, _ = sc.SyscallConn()
+	}
+	return ic
 }
 
 // Read reads what wait received first, then from the connection.
@@ -87,7 +99,7 @@ func (c *idleConn) wait() error {
 		return nil
 	}
 	for {
-		n, err := c.Conn.Read(c.stash[:])
+		n, err := c.readStash()
 		if err == nil && c.heartbeat != nil && wsframe.IsHeartbeat(c.stash[:n]) {
 			c.heartbeat()
 			continue

@@ -84,7 +84,11 @@ func TestIdleConnHeartbeat(t *testing.T) {
 				t.Fatal(err)
 			}
 			heard := make(chan struct{}, 1)
-			c := &idleConn{Conn: tier, heartbeat: func() { heard <- struct{}{} }}
+			c := newIdleConn(tier)
+			if _, isSocket := tier.(*net.TCPConn); isSocket != (c.raw != nil) {
+				t.Fatalf("socket %v, read raw %v", isSocket, c.raw != nil)
+			}
+			c.heartbeat = func() { heard <- struct{}{} }
 			c.setYield(true)
 			wrote := make(chan error, 1)
 			go func() {
@@ -117,5 +121,60 @@ func TestIdleConnHeartbeat(t *testing.T) {
 				t.Fatal("wait on a connection the device closed: no error")
 			}
 		})
+	}
+}
+
+// TestIdleConnNoWakeUpLost: bytes that come right behind a heartbeat,
+// while wait goes back to waiting, end the wait: over a TCP socket a
+// heartbeat followed at once by a pong, two hundred times.
+func TestIdleConnNoWakeUpLost(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	device, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer device.Close()
+	tier, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tier.Close()
+	c := newIdleConn(tier)
+	c.heartbeat = func() {}
+	c.setYield(true)
+	hb := wsframe.Heartbeat(0x01020304)
+	buf := make([]byte, 64)
+	for i := range 200 {
+		// A wait that missed the pong would block: the deadline fails it.
+		if err := tier.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, _ = device.Write(hb[:])
+			_, _ = device.Write(pong)
+		}()
+		var got []byte
+		for !bytes.HasSuffix(got, pong) {
+			if err := c.wait(); err != nil {
+				t.Fatalf("round %d: wait: %v (read %x so far)", i, err, got)
+			}
+			for {
+				n, err := c.Read(buf)
+				if errors.Is(err, errIdle) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("round %d: read: %v", i, err)
+				}
+				got = append(got, buf[:n]...)
+			}
+		}
+		if !bytes.Equal(got, pong) && !bytes.Equal(got, append(hb[:], pong...)) {
+			t.Fatalf("round %d: read %x, want the pong, after the heartbeat or not", i, got)
+		}
 	}
 }

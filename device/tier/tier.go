@@ -894,7 +894,7 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if brw.Reader.Buffered() == 0 {
 		// The library reads c through what it is handed back: idle
 		// counts the frames from the device's first byte.
-		h.idle = &idleConn{Conn: c}
+		h.idle = newIdleConn(c)
 		brw.Reader = bufio.NewReaderSize(h.idle, sessionBufSize)
 		return h.idle, brw, nil
 	}
