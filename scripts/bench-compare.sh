@@ -38,6 +38,8 @@
 #                      over the measured time of the first okso run of the
 #                      first shape (through --debug-addr) and print its top
 #                      15 entries, flat and cumulative
+#   BENCH_FLEET_PROFILE  a file: the same of the mock fleet's process over
+#                      the same run (the device end of the call path)
 #   GOGC, GOMAXPROCS   given to okso all-in-one and the references alike
 #                      (unset: Go's defaults for all; okso then adapts
 #                      GOMAXPROCS to its load, see --adaptive-procs); the
@@ -68,6 +70,7 @@ done
 PROTOCOL=${BENCH_PROTOCOL-2025-11-25}
 read -r -a OKSO_FLAGS <<<"${BENCH_OKSO_FLAGS:-}"
 PROFILE=${BENCH_PROFILE:-}
+FLEET_PROFILE=${BENCH_FLEET_PROFILE:-}
 SERVER_GOGC=${GOGC:-}
 SERVER_PROCS=${GOMAXPROCS:-}
 unset GOGC GOMAXPROCS # only the servers get them
@@ -93,14 +96,19 @@ server_env=()
 ref_env=("${server_env[@]}")
 
 # --- okso: all-in-one, then the fleet ----------------------------------------------------
-okso= fleet= debug_url=
+okso= fleet= debug_url= fleet_debug_url=
 if has okso; then
 	okso_env=("${server_env[@]}")
 	[ -n "$PROFILE" ] && OKSO_FLAGS+=(--debug-addr 127.0.0.1:0)
+	[ -n "$FLEET_PROFILE" ] && fleet_flags+=(--debug-addr 127.0.0.1:0)
 	start_okso "$NODES" 'sysecho.*' "${OKSO_FLAGS[@]}" || { status=1; exit 1; }
 	if [ -n "$PROFILE" ]; then
 		debug_url=$(wait_for "$work/okso.log" "$okso" '"msg":"debug listener"' 10 | jq -r .debug_url) || { status=1; exit 1; }
 		log "okso profiles at $debug_url"
+	fi
+	if [ -n "$FLEET_PROFILE" ]; then
+		fleet_debug_url=$(wait_for "$work/fleet.log" "$fleet" '"msg":"debug listener"' 10 | jq -r .debug_url) || { status=1; exit 1; }
+		log "the mock fleet's profiles at $fleet_debug_url"
 	fi
 fi
 
@@ -122,7 +130,7 @@ profiled=0
 # run NAME SHAPE ROUND ARGS...: one okso bench run, its JSON in $work, with
 # the CPU per call of the server's processes added.
 run() {
-	local name=$1 shape=$2 round=$3 out b pids_cpu p before=() i prof=
+	local name=$1 shape=$2 round=$3 out b pids_cpu p before=() i prof= fprof=
 	shift 3
 	out=$work/$shape-$name-$round.json
 	log "round $round/$ROUNDS, $shape, $name"
@@ -132,12 +140,19 @@ run() {
 	gosdk) [ "$shape" = raw64 ] && pids_cpu=("$gosdkless") || pids_cpu=("$gosdk") ;;
 	esac
 	for p in "${pids_cpu[@]}"; do before+=("$(cpu "$p")"); done
-	if [ "$name" = okso ] && [ -n "$PROFILE" ] && [ "$profiled" = 0 ]; then
+	if [ "$name" = okso ] && [ "$profiled" = 0 ]; then
 		profiled=1
-		# over the measured time: start it once the warm-up is over
-		(sleep "$(secs "$WARMUP")" && curl -sf -o "$PROFILE" \
-			"${debug_url}profile?seconds=$(awk -v s="$(secs "$DURATION")" 'BEGIN{ s = int(s); print (s < 1 ? 1 : s) }')") &
-		prof=$!
+		# over the measured time: start them once the warm-up is over
+		local psecs
+		psecs=$(awk -v s="$(secs "$DURATION")" 'BEGIN{ s = int(s); print (s < 1 ? 1 : s) }')
+		if [ -n "$PROFILE" ]; then
+			(sleep "$(secs "$WARMUP")" && curl -sf -o "$PROFILE" "${debug_url}profile?seconds=$psecs") &
+			prof=$!
+		fi
+		if [ -n "$FLEET_PROFILE" ]; then
+			(sleep "$(secs "$WARMUP")" && curl -sf -o "$FLEET_PROFILE" "${fleet_debug_url}profile?seconds=$psecs") &
+			fprof=$!
+		fi
 	fi
 	(
 		TIMEFORMAT='%U %S'
@@ -150,6 +165,9 @@ run() {
 	fi
 	if [ -n "$prof" ]; then
 		wait "$prof" || { log "no CPU profile from $debug_url"; status=1; }
+	fi
+	if [ -n "$fprof" ]; then
+		wait "$fprof" || { log "no CPU profile from $fleet_debug_url"; status=1; }
 	fi
 	# CPU per call of each server process, over warm-up and run alike
 	# (calls counted: the measured ones scaled by (warm-up + run) / run).
@@ -272,6 +290,11 @@ if [ -n "$PROFILE" ] && [ -s "$PROFILE" ]; then
 	echo
 	echo "== okso all-in-one's CPU profile over the measured time of its first ${SHAPES[0]} run ($PROFILE)"
 	pprof_tops "$OKSO" "$PROFILE"
+fi
+if [ -n "$FLEET_PROFILE" ] && [ -s "$FLEET_PROFILE" ]; then
+	echo
+	echo "== the mock fleet's CPU profile over the same run ($FLEET_PROFILE)"
+	pprof_tops "$OKSO" "$FLEET_PROFILE"
 fi
 echo
 if has okso; then
