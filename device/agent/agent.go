@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -121,6 +122,13 @@ type Options struct {
 	// instead. A device that sets its own HTTPClient should dial with
 	// [NewDialer].
 	PingInterval time.Duration
+
+	// quick names the handlers, by "cap_id.verb", that this package made
+	// and knows to return at once without blocking (see [quickHandler]),
+	// each with its function's identity: a cmd for one is answered on the
+	// connection's reading goroutine rather than handed to a worker. A
+	// handler put in its place is not quick.
+	quick map[string]uintptr
 }
 
 // probeBeats is how many ping intervals of its tier's silence a device
@@ -261,6 +269,9 @@ type conn struct {
 	// max_frame_bytes): a result that would make a larger cmd_ack is cut
 	// to fit when it can be ([fitter]), and an error otherwise.
 	maxFrame int
+	// debug: the device's log takes debug lines (its level is set once,
+	// so it is asked once per connection rather than once per cmd).
+	debug bool
 }
 
 // heard is when a connection last heard from its tier: any frame, a ping
@@ -398,7 +409,7 @@ func (d *Device) session(ctx context.Context, url string) (ready bool, err error
 	}
 	defer c.CloseNow()
 	c.SetReadLimit(1 << 20)
-	cn := &conn{d: d, c: c, heard: h, beat: *beat, writes: wire.NewWriteGuard(writeTimeout, func() {
+	cn := &conn{d: d, c: c, heard: h, beat: *beat, debug: d.log.Enabled(ctx, slog.LevelDebug), writes: wire.NewWriteGuard(writeTimeout, func() {
 		// The tier stopped reading: the writes fail, the session ends, and
 		// Run reconnects.
 		d.log.Info("the device tier stalled a write: connection dropped", "url", url, "err", c.CloseNow())
@@ -480,6 +491,9 @@ type tool struct {
 	// registered: the capability's kind is an operator's, whose schemas
 	// the agent has not got: the gateway checked the arguments.
 	registered bool
+	// quick: h is one of this package's handlers that return at once
+	// (Options.quick), answered on the reading goroutine.
+	quick bool
 }
 
 // toolTable looks up, once per connection, the handler and the verb of
@@ -495,6 +509,9 @@ func (d *Device) toolTable(projected []string) map[string]*tool {
 			continue
 		}
 		t := &tool{h: h, sh: sh}
+		if pc, ok := d.o.quick[key]; ok && h != nil && sh == nil && reflect.ValueOf(h).Pointer() == pc {
+			t.quick = true
+		}
 		for _, cp := range d.o.Capabilities {
 			if cp.CapID == n.CapID {
 				if k, ok := schemas.LookupKind(cp.Kind); ok {
@@ -587,6 +604,16 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 		if err == nil {
 			switch e.Type {
 			case wire.TypeCmd:
+				var cmd wire.Cmd
+				derr := wire.DecodePayload(e, &cmd)
+				if t := tools[cmd.Tool]; derr == nil && t != nil && t.quick {
+					// A handler that returns at once is answered here, with
+					// no hand-off to a worker and back: nothing it does
+					// could wait on a frame this goroutine would read
+					// meanwhile (no cancel can reach it in time).
+					c.handle(ctx, rctx, e, cmd, nil, tools)
+					continue
+				}
 				hctx, cancel := context.WithCancel(ctx)
 				mu.Lock()
 				cancels[e.MsgID] = cancel
@@ -594,7 +621,7 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 				wg.Add(1)
 				w.Run(func() {
 					defer wg.Done()
-					c.handle(hctx, rctx, e, tools)
+					c.handle(hctx, rctx, e, cmd, derr, tools)
 					mu.Lock()
 					delete(cancels, e.MsgID)
 					mu.Unlock()
@@ -625,19 +652,19 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 	}
 }
 
-// handle runs the cmd e until ctx ends and answers it on wctx, a context
-// of the connection that nothing cancels: not ctx itself, which a cancel
-// may end mid-write, and the WebSocket library would then drop the whole
+// handle runs the cmd e, whose payload decoded to cmd (or failed to with
+// decodeErr), until ctx ends and answers it on wctx, a context of the
+// connection that nothing cancels: not ctx itself, which a cancel may end
+// mid-write, and the WebSocket library would then drop the whole
 // connection.
-func (c *conn) handle(ctx, wctx context.Context, e wire.Envelope, tools map[string]*tool) {
+func (c *conn) handle(ctx, wctx context.Context, e wire.Envelope, cmd wire.Cmd, decodeErr error, tools map[string]*tool) {
 	ack := func(a wire.CmdAck) {
 		if err := c.send(wctx, wire.TypeCmdAck, e.MsgID, a); err != nil {
 			c.d.log.Debug("send cmd_ack", "err", err)
 		}
 	}
 	fail := func(code string) { ack(wire.CmdAck{Error: &wire.AckError{Code: code}}) }
-	var cmd wire.Cmd
-	if err := wire.DecodePayload(e, &cmd); err != nil {
+	if decodeErr != nil {
 		fail(schemas.CodeBadRequest)
 		return
 	}
@@ -659,7 +686,7 @@ func (c *conn) handle(ctx, wctx context.Context, e wire.Envelope, tools map[stri
 		fail(schemas.CodeManifestInvalid)
 		return
 	}
-	if c.d.log.Enabled(ctx, slog.LevelDebug) {
+	if c.debug {
 		c.d.log.Debug("cmd", "tool", cmd.Tool, "request_id", cmd.RequestID)
 	}
 	if t.verb.Stream {
@@ -685,8 +712,12 @@ func (c *conn) handle(ctx, wctx context.Context, e wire.Envelope, tools map[stri
 	if traceparentRe.MatchString(cmd.Traceparent) {
 		ctx = context.WithValue(ctx, traceparentKey{}, cmd.Traceparent)
 	}
-	hctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
+	hctx := ctx
+	if !t.quick { // a quick handler returns at once: no deadline to keep
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(ctx, deadline)
+		defer cancel()
+	}
 	res, err := h(hctx, cmd.Arguments)
 	if err != nil {
 		var be *schemas.Error

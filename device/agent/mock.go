@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
@@ -32,7 +33,9 @@ type EchoResult struct {
 	NodeID       string `json:"node_id"`
 }
 
-// Echo returns the system.echo handler of a node.
+// Echo returns the system.echo handler of a node. It returns at once,
+// so a device answers its cmds on the connection's reading goroutine
+// (see [quickHandler]).
 func Echo(nodeID string) Handler {
 	return func(_ context.Context, args json.RawMessage) (any, error) {
 		now := time.Now().UnixMilli()
@@ -73,6 +76,7 @@ func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
 		Schemas:      set,
 	}, NewMockSampler(seed, nodeID))
+	quickHandler(&o, "echo.invoke")
 	o.Capabilities = append(o.Capabilities, GPIOCapability())
 	maps.Copy(o.Handlers, GPIO(nodeID))
 	return o
@@ -82,7 +86,7 @@ func MockOptions(nodeID string, set *schemas.Set, seed uint64) Options {
 // echo, and the metrics of the host it runs on, named for the host
 // ([HostName]).
 func HostOptions(nodeID string, set *schemas.Set, version string) Options {
-	return withMetrics(Options{
+	o := withMetrics(Options{
 		NodeID:       nodeID,
 		Name:         HostName(),
 		Agent:        schemas.Agent{Name: "okso-agent", Version: version},
@@ -90,6 +94,21 @@ func HostOptions(nodeID string, set *schemas.Set, version string) Options {
 		Handlers:     map[string]Handler{"echo.invoke": Echo(nodeID)},
 		Schemas:      set,
 	}, &HostSampler{})
+	quickHandler(&o, "echo.invoke")
+	return o
+}
+
+// quickHandler marks o's handler of key, one of this package's that
+// returns at once without blocking (echo), as quick: a device answers
+// its cmds on the connection's reading goroutine, without the hand-off
+// to a worker and back that a handler which may block needs (a cancel
+// must be read while it runs). The mark holds the handler's function
+// identity: a handler the caller puts in its place is not quick.
+func quickHandler(o *Options, key string) {
+	if o.quick == nil {
+		o.quick = map[string]uintptr{}
+	}
+	o.quick[key] = reflect.ValueOf(o.Handlers[key]).Pointer()
 }
 
 func withMetrics(o Options, s Sampler) Options {
