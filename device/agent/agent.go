@@ -23,11 +23,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -272,7 +274,15 @@ type conn struct {
 	// debug: the device's log takes debug lines (its level is set once,
 	// so it is asked once per connection rather than once per cmd).
 	debug bool
+	// frame holds the last frame read, its memory reused for the next:
+	// what a frame's envelope shares with it (its payload, a cmd's
+	// arguments) is good until the next recv.
+	frame []byte
 }
+
+// maxKeptFrame bounds the frame buffer a connection keeps between reads:
+// a larger frame's is let go.
+const maxKeptFrame = 64 << 10
 
 // heard is when a connection last heard from its tier: any frame, a ping
 // of the tier's or a pong, on the monotonic clock. It is safe for
@@ -334,9 +344,10 @@ func (c *conn) send(ctx context.Context, typ, inReplyTo string, payload any) err
 // recv reads the next frame. A frame the protocol refuses (binary, not
 // an envelope its schema accepts, or not of the type wanted) ends the
 // connection with 4400, as the tier ends one for such a frame of the
-// device's.
+// device's. The envelope's payload is good until the next recv (see
+// conn.frame).
 func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
-	typ, b, err := c.c.Read(ctx)
+	typ, b, err := c.read(ctx)
 	if err != nil {
 		return wire.Envelope{}, closeErr(err)
 	}
@@ -370,6 +381,38 @@ func (c *conn) recv(ctx context.Context, want string) (wire.Envelope, error) {
 		return wire.Envelope{}, c.refuse(fmt.Errorf("tier sent %s, want %s", e.Type, want))
 	}
 	return e, nil
+}
+
+// read reads the next frame whole into c.frame, as the WebSocket
+// library's Read would into a fresh buffer.
+func (c *conn) read(ctx context.Context) (websocket.MessageType, []byte, error) {
+	typ, r, err := c.c.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	b := c.frame[:0]
+	if b == nil {
+		b = make([]byte, 0, 512) // io.ReadAll's first buffer
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+	if cap(b) <= maxKeptFrame {
+		c.frame = b[:0]
+	} else {
+		c.frame = nil
+	}
+	return typ, b, nil
 }
 
 // refuse closes the connection with 4400 for a frame of the tier's that
@@ -614,6 +657,9 @@ func (c *conn) serve(ctx context.Context, tools map[string]*tool) error {
 					c.handle(ctx, rctx, e, cmd, nil, tools)
 					continue
 				}
+				// The worker runs after the next frame is read into
+				// the memory the arguments share.
+				cmd.Arguments = bytes.Clone(cmd.Arguments)
 				hctx, cancel := context.WithCancel(ctx)
 				mu.Lock()
 				cancels[e.MsgID] = cancel

@@ -330,3 +330,49 @@ func TestDeviceRefusesSmuggledFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerArgumentsOutliveTheFrame: a cmd handed to a worker keeps its
+// arguments while the device reads and answers the next frames (which it
+// reads into the same memory).
+func TestWorkerArgumentsOutliveTheFrame(t *testing.T) {
+	set, err := schemas.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := wire.NewNodeID()
+	echo := schemas.ToolName{KindShort: "sysecho", NodeID: node, CapID: "echo", Verb: "invoke"}.String()
+	started, release := make(chan struct{}), make(chan struct{})
+	o := agent.MockOptions(node, set, 1)
+	o.Handlers["pin.write"] = func(_ context.Context, args json.RawMessage) (any, error) {
+		close(started)
+		<-release
+		return map[string]any{"node_id": node, "args": string(args)}, nil
+	}
+	rt := newRawTier(t, set)
+	o.URLs, o.Token = []string{rt.url}, "token"
+	runStandalone(t, o)
+	tc := rt.accept(t)
+	tc.handshake(t, node, 0, pinWrite(node), echo)
+
+	slow := sendCmd(t, tc, node, 0) // pin.write {"level":1}, on a worker
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("pin.write did not start")
+	}
+	tc.send(t, wire.TypeCmd, "", wire.Cmd{Tool: echo, Arguments: json.RawMessage(`{"message":"` + strings.Repeat("x", 200) + `"}`),
+		DeadlineMs: 2000})
+	var ack wire.CmdAck
+	tc.recv(t, wire.TypeCmdAck, &ack) // the echo's, answered while pin.write waits
+	if !ack.OK {
+		t.Fatalf("echo: %+v", ack)
+	}
+	close(release)
+	ack = recvAck(t, tc, slow)
+	var res struct {
+		Args string `json:"args"`
+	}
+	if err := json.Unmarshal(ack.Result, &res); err != nil || res.Args != `{"level":1}` {
+		t.Fatalf("pin.write saw the arguments %q (%v), want {\"level\":1}", res.Args, err)
+	}
+}
