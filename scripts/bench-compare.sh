@@ -48,6 +48,10 @@
 #   BENCH_OKSO         an okso binary to run instead of building bin/okso
 #                      (an older build, say, against the same references;
 #                      the load generator is always this tree's)
+#   BENCH_OKSO_BASE    a second okso binary (the build before a change, say),
+#                      run as the server "base" with a fleet of its own, in
+#                      each round after okso: okso / base is then a ratio of
+#                      the same round, as the references' are
 # Prints a table of medians over the rounds (calls/s, p50, p99, each
 # server's CPU per call), the okso/reference ratios (the median of each
 # round's), then the errors by code. Exit status 0 when every run
@@ -67,6 +71,18 @@ read -r -a SERVERS <<<"${BENCH_SERVERS:-okso mcpgo gosdk}"
 for s in "${SERVERS[@]}"; do
 	case $s in okso | mcpgo | gosdk) ;; *) echo "BENCH_SERVERS: $s: want okso, mcpgo or gosdk" >&2; exit 2 ;; esac
 done
+BASE_OKSO=${BENCH_OKSO_BASE:-}
+if [ -n "$BASE_OKSO" ]; then
+	BASE_OKSO=$(realpath "$BASE_OKSO") && [ -x "$BASE_OKSO" ] || { echo "BENCH_OKSO_BASE=${BENCH_OKSO_BASE}: not an executable" >&2; exit 2; }
+	# right after okso, or first
+	with_base=()
+	for s in "${SERVERS[@]}"; do
+		with_base+=("$s")
+		[ "$s" = okso ] && with_base+=(base)
+	done
+	[[ " ${with_base[*]} " == *" base "* ]] || with_base=(base "${with_base[@]}")
+	SERVERS=("${with_base[@]}")
+fi
 PROTOCOL=${BENCH_PROTOCOL-2025-11-25}
 read -r -a OKSO_FLAGS <<<"${BENCH_OKSO_FLAGS:-}"
 PROFILE=${BENCH_PROFILE:-}
@@ -88,7 +104,9 @@ go build -o bin/okso . || exit 1
 BENCH=$PWD/bin/okso
 use_okso BENCH_OKSO
 build_refs || exit 1
-want_open_files $((NODES + NODES / 4 + 4096))
+fleets=1
+[ -n "$BASE_OKSO" ] && fleets=2
+want_open_files $((fleets * (NODES + NODES / 4) + 4096))
 
 server_env=()
 [ -n "$SERVER_GOGC" ] && server_env+=("GOGC=$SERVER_GOGC")
@@ -96,7 +114,19 @@ server_env=()
 ref_env=("${server_env[@]}")
 
 # --- okso: all-in-one, then the fleet ----------------------------------------------------
-okso= fleet= debug_url= fleet_debug_url=
+okso= fleet= debug_url= fleet_debug_url= base= base_fleet=
+if has base; then
+	# The base build in a work dir of its own, with a fleet of its own.
+	main_work=$work main_okso=$OKSO
+	work=$work/base OKSO=$BASE_OKSO
+	mkdir -p "$work"
+	okso_env=("${server_env[@]}")
+	start_okso "$NODES" 'sysecho.*' "${OKSO_FLAGS[@]}" || { status=1; exit 1; }
+	base=$okso base_fleet=$fleet base_url=$okso_url base_token=$token
+	work=$main_work OKSO=$main_okso
+	okso= fleet=
+	log "base ($BASE_OKSO): all-in-one pid $base, fleet pid $base_fleet"
+fi
 if has okso; then
 	okso_env=("${server_env[@]}")
 	[ -n "$PROFILE" ] && OKSO_FLAGS+=(--debug-addr 127.0.0.1:0)
@@ -136,6 +166,7 @@ run() {
 	log "round $round/$ROUNDS, $shape, $name"
 	case $name in
 	okso) pids_cpu=("$okso" "$fleet") ;;
+	base) pids_cpu=("$base" "$base_fleet") ;;
 	mcpgo) pids_cpu=("$mcpgo") ;;
 	gosdk) [ "$shape" = raw64 ] && pids_cpu=("$gosdkless") || pids_cpu=("$gosdk") ;;
 	esac
@@ -192,6 +223,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		for s in "${SERVERS[@]}"; do
 			case $s in
 			okso) OKSO_TOKEN=$token run okso "$shape" "$round" --url "$okso_url" --tool 'sysecho.*' "${args[@]}" ;;
+			base) OKSO_TOKEN=$base_token run base "$shape" "$round" --url "$base_url" --tool 'sysecho.*' "${args[@]}" ;;
 			mcpgo) OKSO_TOKEN= run mcpgo "$shape" "$round" --url "$mcpgo_url" --tool echo "${args[@]}" ;;
 			gosdk)
 				u=$gosdk_url
@@ -203,7 +235,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	done
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-for pair in "okso all-in-one:${okso:-}" "mock-fleet:${fleet:-}" "mcp-go:${mcpgo:-}" "go-sdk:${gosdk:-}" "go-sdk stateless:${gosdkless:-}"; do
+for pair in "okso all-in-one:${okso:-}" "mock-fleet:${fleet:-}" "base all-in-one:${base:-}" "base mock-fleet:${base_fleet:-}" "mcp-go:${mcpgo:-}" "go-sdk:${gosdk:-}" "go-sdk stateless:${gosdkless:-}"; do
 	[ -z "${pair##*:}" ] && continue
 	alive "${pair##*:}" || { status=1; log "DIED during the runs: ${pair%%:*}"; }
 done
@@ -239,7 +271,7 @@ label() {
 	c64) echo "64 in flight, 8 sess" ;;
 	esac
 }
-server_name() { case $1 in okso) echo okso ;; mcpgo) echo mcp-go ;; gosdk) echo go-sdk ;; esac; }
+server_name() { case $1 in okso) echo okso ;; base) echo base ;; mcpgo) echo mcp-go ;; gosdk) echo go-sdk ;; esac; }
 
 echo
 echo "== okso vs. bare mcp-go and go-sdk echo servers: medians over $ROUNDS rounds (${DURATION} each after ${WARMUP} warm-up)"
@@ -248,7 +280,7 @@ for shape in "${SHAPES[@]}"; do
 	l=$(label "$shape")
 	for s in "${SERVERS[@]}"; do
 		cpu_us=$(median "$shape" "$s" '.server_cpu_us_per_call[0]')
-		[ "$s" = okso ] && cpu_us="$(num "$cpu_us" %.0f) all-in-one + $(num "$(median "$shape" okso '.server_cpu_us_per_call[1]')" %.0f) fleet"
+		[ "$s" = okso ] || [ "$s" = base ] && cpu_us="$(num "$cpu_us" %.0f) all-in-one + $(num "$(median "$shape" "$s" '.server_cpu_us_per_call[1]')" %.0f) fleet"
 		printf '%-22s %-8s %10s %10s %10s %6s   %s\n' "$l" "$(server_name "$s")" \
 			"$(num "$(median "$shape" "$s" .ok_per_s)" %.0f)" \
 			"$(num "$(median "$shape" "$s" .latency_ms.p50)" %.3fms)" \
@@ -274,6 +306,13 @@ if has okso; then
 		done
 	done
 	echo "  calls/s: higher is better for okso; latency: lower is. Issue 34's target: raw HTTP, okso vs mcp-go >= 0.75"
+	if has base; then
+		echo "  server CPU per call, okso / base, all-in-one then fleet, of each round:"
+		for shape in "${SHAPES[@]}"; do
+			printf '    %-20s %s / %s\n' "$(label "$shape")" "$(round_ratios "$shape" base '.server_cpu_us_per_call[0]' | tr '\n' ' ')" \
+				"$(round_ratios "$shape" base '.server_cpu_us_per_call[1]' | tr '\n' ' ')"
+		done
+	fi
 fi
 echo
 echo "== calls, summed over the rounds (ok, then errors by code)"
@@ -302,6 +341,7 @@ if has okso; then
 	echo "  okso: all-in-one (gateway, tier, embedded NATS) pid $okso + mock-fleet of $NODES devices pid $fleet;"
 	echo "        calls to 'sysecho.*' spread over $tools tools"
 fi
+has base && echo "  base: $BASE_OKSO, all-in-one pid $base + its own mock-fleet of $NODES devices pid $base_fleet"
 has mcpgo && echo "  mcp-go: scripts/refserver-mcpgo (mcp-go $(go list -C scripts/refserver-mcpgo -m -f '{{.Version}}' github.com/mark3labs/mcp-go), stateless, JSON answers)"
 has gosdk && echo "  go-sdk: scripts/refserver (go-sdk $(go list -m -f '{{.Version}}' github.com/modelcontextprotocol/go-sdk)): stateful with SSE answers in c1 and c64, stateless with JSON answers in raw64"
 echo "  protocol ${PROTOCOL:-of the SDK client (its latest)} (raw64: ${PROTOCOL:-2025-11-25}); load generator: okso bench of this tree"
