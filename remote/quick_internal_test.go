@@ -60,6 +60,51 @@ func FuzzQuickAnswer(f *testing.F) {
 	})
 }
 
+// FuzzIsToolError: whatever quickIsToolError accepts, encoding/json's
+// reading of it (decodeIsToolError) answers the same.
+func FuzzIsToolError(f *testing.F) {
+	for _, s := range []string{
+		`{"content":[{"type":"text","text":"x"}],"structuredContent":{"message":"hi"}}`,
+		`{"content":[],"isError":true}`,
+		`{"content":[],"isError":false}`,
+		`{"content":[],"isError":null}`,
+		`{"content":[],"IsError":true}`,
+		`{"content":[],"isError":"true"}`,
+		`{"isError":true,"isError":false}`,
+		`{"content":[{"isError":true}]}`,
+		`{"content":[],"isError":true} x`,
+		`[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		isErr, ok := quickIsToolError(data)
+		if want := decodeIsToolError(data); ok && isErr != want {
+			t.Fatalf("quickIsToolError(%s) = %v; decodeIsToolError = %v", data, isErr, want)
+		}
+	})
+}
+
+// BenchmarkIsToolError: reading a result's isError, one pass and
+// encoding/json's.
+func BenchmarkIsToolError(b *testing.B) {
+	res := []byte(`{"content":[{"type":"text","text":"{\"message\":\"bench-1\"}"}],"structuredContent":{"message":"bench-1"}}`)
+	b.Run("quick", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := quickIsToolError(res); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			decodeIsToolError(res)
+		}
+	})
+}
+
 // BenchmarkAnswer: reading an upstream's answer to a call and its
 // result, one pass and encoding/json's.
 func BenchmarkAnswer(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/okso-io/okso/bus"
+	"github.com/okso-io/okso/internal/jsonscan"
 	"github.com/okso-io/okso/internal/tracing"
 	"github.com/okso-io/okso/schemas"
 )
@@ -240,6 +242,34 @@ func message(code string) string {
 // isToolError reports whether an upstream's CallToolResult is its own
 // error (isError), as the MCP conventions' error.type says it.
 func isToolError(res json.RawMessage) bool {
+	if isErr, ok := quickIsToolError(res); ok {
+		return isErr
+	}
+	return decodeIsToolError(res)
+}
+
+// quickIsToolError is isToolError's one pass over a result of the form
+// every Client returns: a valid object, no key written twice, isError
+// (if there) a boolean written exactly so. ok is false on anything else,
+// which decodeIsToolError then reads; what it accepts, decodeIsToolError
+// answers the same (FuzzIsToolError).
+func quickIsToolError(res json.RawMessage) (isErr, ok bool) {
+	ok = jsonscan.Object(res, func(k, v []byte) bool {
+		if !strings.EqualFold(string(k), "isError") {
+			return true
+		}
+		if string(k) != "isError" { // encoding/json's match, not ours
+			return false
+		}
+		b, plain := jsonscan.Bool(v)
+		isErr = b
+		return plain
+	})
+	return isErr, ok
+}
+
+// decodeIsToolError is isToolError with encoding/json, for every result.
+func decodeIsToolError(res json.RawMessage) bool {
 	var r struct {
 		IsError bool `json:"isError"`
 	}
