@@ -15,7 +15,9 @@
 # of bare HTTP POSTs, each answer checked for its call's echo (okso bench
 # --mode raw); c64 and c1, 64 and 1 calls in flight over MCP client
 # sessions. Prints the medians over the rounds and, for each shape, the
-# median of each round's ratio.
+# median of each round's ratio: of calls/s, and of the CPU per call of
+# the peer and the upstream over okso's and the upstream's (steadier than
+# calls/s on a shared machine).
 #
 # Environment:
 #   BENCH_DURATION   measured time of each run (10s)
@@ -281,21 +283,25 @@ for up in "${UPSTREAMS[@]}"; do
 done
 echo
 echo "== the median of each round's ratio"
-printf '%-8s %-22s %14s %14s %12s %12s\n' upstream "" "okso/direct" "okso/peer" "p50 diff" "peer/direct"
+printf '%-8s %-22s %14s %14s %12s %12s %14s\n' upstream "" "okso/direct" "okso/peer" "p50 diff" "peer/direct" "CPU peer/okso"
+cpu_path='(.proxy_cpu_us_per_call + .upstream_cpu_us_per_call)'
 for up in "${UPSTREAMS[@]}"; do
 	for shape in "${SHAPES[@]}"; do
 		op=$(median "$up" "$shape" okso .latency_ms.p50) dp=$(median "$up" "$shape" direct .latency_ms.p50)
-		vp=- pd=-
+		vp=- pd=- cp=-
 		if [ "$up" = mcpgo ] && [ -n "$peer" ]; then
 			vp=$(round_ratio "$up" "$shape" okso peer .ok_per_s)
 			pd=$(round_ratio "$up" "$shape" peer direct .ok_per_s)
+			cp=$(round_ratio "$up" "$shape" peer okso "$cpu_path")
 		fi
-		printf '%-8s %-22s %14s %14s %12s %12s\n' "$up" "$(label "$shape")" \
+		printf '%-8s %-22s %14s %14s %12s %12s %14s\n' "$up" "$(label "$shape")" \
 			"$(round_ratio "$up" "$shape" okso direct .ok_per_s)" "$vp" \
-			"$(awk -v a="$op" -v b="$dp" 'BEGIN{ if (a == "null" || b == "null") print "-"; else printf "%.3fms", a-b }')" "$pd"
+			"$(awk -v a="$op" -v b="$dp" 'BEGIN{ if (a == "null" || b == "null") print "-"; else printf "%.3fms", a-b }')" "$pd" "$cp"
 	done
 done
 echo "  ratios of calls/s; p50 diff = okso's p50 - the direct p50 at the medians."
+echo "  CPU peer/okso: the peer's CPU per call plus the upstream's, over okso's plus the upstream's (higher: okso"
+echo "  costs less), steadier than calls/s on a shared machine."
 echo "  Issue 34's target: mcpgo, raw HTTP, okso/peer >= 1.5. Earlier ones: 64 in flight okso/direct >= 0.45;"
 echo "  1 in flight p50 diff <= 0.5 ms"
 echo
