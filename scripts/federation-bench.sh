@@ -16,8 +16,10 @@
 # --mode raw); c64 and c1, 64 and 1 calls in flight over MCP client
 # sessions. Prints the medians over the rounds and, for each shape, the
 # median of each round's ratio: of calls/s, and of the CPU per call of
-# the peer and the upstream over okso's and the upstream's (steadier than
-# calls/s on a shared machine).
+# the peer and the upstream over okso's and the upstream's (which says
+# what each path costs rather than how fast it went; on a shared machine
+# it swings with the load as calls/s do, since a process's CPU per call
+# grows when it competes for the cores).
 #
 # Environment:
 #   BENCH_DURATION   measured time of each run (10s)
@@ -301,7 +303,7 @@ for up in "${UPSTREAMS[@]}"; do
 done
 echo "  ratios of calls/s; p50 diff = okso's p50 - the direct p50 at the medians."
 echo "  CPU peer/okso: the peer's CPU per call plus the upstream's, over okso's plus the upstream's (higher: okso"
-echo "  costs less), steadier than calls/s on a shared machine."
+echo "  costs less); it swings with the machine's load as calls/s do."
 echo "  Issue 34's target: mcpgo, raw HTTP, okso/peer >= 1.5. Earlier ones: 64 in flight okso/direct >= 0.45;"
 echo "  1 in flight p50 diff <= 0.5 ms"
 echo
