@@ -31,15 +31,7 @@ func TestDevicePingsOnlySilentTier(t *testing.T) {
 			}
 			return true
 		}})
-	node := wire.NewNodeID()
-	o := agent.MockOptions(node, set, 1)
-	o.URLs, o.Token, o.PingInterval = []string{rt.url}, "unchecked", interval
-	runStandalone(t, o)
-	tc := rt.accept(t)
-	tc.handshake(t, node, time.Now().UnixMilli())
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	tc.c.CloseRead(ctx) // reads on, so that pongs and pings are handled
+	ctx, tc := connectIdle(t, set, rt, interval)
 
 	// Four intervals of the tier pinging every tenth of one.
 	tick := time.NewTicker(interval / 10)
@@ -88,15 +80,7 @@ func TestDeviceHeartbeats(t *testing.T) {
 				heard <- "pong " + string(p)
 			}
 		}})
-	node := wire.NewNodeID()
-	o := agent.MockOptions(node, set, 1)
-	o.URLs, o.Token, o.PingInterval = []string{rt.url}, "unchecked", interval
-	runStandalone(t, o)
-	tc := rt.accept(t)
-	tc.handshake(t, node, time.Now().UnixMilli())
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	tc.c.CloseRead(ctx) // reads on, so that heartbeats and pings are handled
+	connectIdle(t, set, rt, interval)
 
 	next := func() string {
 		t.Helper()
@@ -120,4 +104,21 @@ func TestDeviceHeartbeats(t *testing.T) {
 			t.Fatalf("round %d: the device pinged its tier after %d heartbeats, want a ping only after several", round, beats)
 		}
 	}
+}
+
+// connectIdle runs a mock device with ping interval interval against rt,
+// and has the tier's end read on (so that pings, pongs and heartbeats are
+// handled) until the test ends, which it returns with the connection.
+func connectIdle(t *testing.T, set *schemas.Set, rt *rawTier, interval time.Duration) (context.Context, *tierConn) {
+	t.Helper()
+	node := wire.NewNodeID()
+	o := agent.MockOptions(node, set, 1)
+	o.URLs, o.Token, o.PingInterval = []string{rt.url}, "unchecked", interval
+	runStandalone(t, o)
+	tc := rt.accept(t)
+	tc.handshake(t, node, time.Now().UnixMilli())
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	tc.c.CloseRead(ctx)
+	return ctx, tc
 }

@@ -58,22 +58,7 @@ func TestIdleConn(t *testing.T) {
 // frames the device wrote apart.
 func TestIdleConnHeartbeat(t *testing.T) {
 	pipe := func(t *testing.T) (net.Conn, net.Conn) { return net.Pipe() }
-	socket := func(t *testing.T) (net.Conn, net.Conn) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		device, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tier, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return device, tier
-	}
+	socket := tcpPair
 	for name, connect := range map[string]func(*testing.T) (net.Conn, net.Conn){"pipe": pipe, "socket": socket} {
 		t.Run(name, func(t *testing.T) {
 			device, tier := connect(t)
@@ -128,20 +113,8 @@ func TestIdleConnHeartbeat(t *testing.T) {
 // while wait goes back to waiting, end the wait: over a TCP socket a
 // heartbeat followed at once by a pong, two hundred times.
 func TestIdleConnNoWakeUpLost(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	device, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	device, tier := tcpPair(t)
 	defer device.Close()
-	tier, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer tier.Close()
 	c := newIdleConn(tier)
 	c.heartbeat = func() {}
@@ -177,4 +150,22 @@ func TestIdleConnNoWakeUpLost(t *testing.T) {
 			t.Fatalf("round %d: read %x, want the pong, after the heartbeat or not", i, got)
 		}
 	}
+}
+
+// tcpPair returns the two ends of a TCP connection on 127.0.0.1.
+func tcpPair(t *testing.T) (device, tier net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if device, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if tier, err = ln.Accept(); err != nil {
+		device.Close()
+		t.Fatal(err)
+	}
+	return device, tier
 }
