@@ -29,7 +29,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -277,7 +276,7 @@ type conn struct {
 	// frame holds the last frame read, its memory reused for the next:
 	// what a frame's envelope shares with it (its payload, a cmd's
 	// arguments) is good until the next recv.
-	frame []byte
+	frame bytes.Buffer
 }
 
 // maxKeptFrame bounds the frame buffer a connection keeps between reads:
@@ -390,27 +389,13 @@ func (c *conn) read(ctx context.Context) (websocket.MessageType, []byte, error) 
 	if err != nil {
 		return 0, nil, err
 	}
-	b := c.frame[:0]
-	if b == nil {
-		b = make([]byte, 0, 512) // io.ReadAll's first buffer
+	c.frame.Reset()
+	if _, err := c.frame.ReadFrom(r); err != nil {
+		return 0, nil, err
 	}
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return 0, nil, err
-		}
-	}
-	if cap(b) <= maxKeptFrame {
-		c.frame = b[:0]
-	} else {
-		c.frame = nil
+	b := c.frame.Bytes()
+	if c.frame.Cap() > maxKeptFrame {
+		c.frame = bytes.Buffer{} // b stays good: it is let go, not reused
 	}
 	return typ, b, nil
 }
