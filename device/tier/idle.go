@@ -98,17 +98,23 @@ func (c *idleConn) wait() error {
 	if c.off < c.n {
 		return nil
 	}
+	n, err := c.readStash()
+	c.off, c.n = 0, n
+	if n > 0 {
+		return nil // an error that came with data comes again on the next read
+	}
+	return err
+}
+
+// readConn reads the connection into stash, waiting for it if nothing
+// came yet; a heartbeat read on its own is heard and not returned.
+func (c *idleConn) readConn() (int, error) {
 	for {
-		n, err := c.readStash()
-		if err == nil && c.heartbeat != nil && wsframe.IsHeartbeat(c.stash[:n]) {
-			c.heartbeat()
-			continue
+		n, err := c.Conn.Read(c.stash[:])
+		if err != nil || c.heartbeat == nil || !wsframe.IsHeartbeat(c.stash[:n]) {
+			return n, err
 		}
-		c.off, c.n = 0, n
-		if n > 0 {
-			return nil // an error that came with data comes again on the next read
-		}
-		return err
+		c.heartbeat()
 	}
 }
 

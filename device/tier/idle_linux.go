@@ -18,7 +18,7 @@ import (
 // system calls of an idle device's heartbeat.
 func (c *idleConn) readStash() (int, error) {
 	if c.raw == nil {
-		return c.Conn.Read(c.stash[:])
+		return c.readConn()
 	}
 	var (
 		n    int
