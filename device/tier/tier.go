@@ -194,6 +194,7 @@ type Tier struct {
 	perIP map[string]*rate.Limiter // connection attempts, by source address
 	// handshakes holds a token per handshake in progress (nil: no bound).
 	handshakes chan struct{}
+	storms     storms
 
 	// cancelSub serves the cancel subject of every node: one
 	// subscription (and one goroutine) for the tier rather than one per
@@ -747,6 +748,7 @@ func (t *Tier) endHandshake() {
 	if t.handshakes != nil {
 		<-t.handshakes
 	}
+	t.storms.ended()
 }
 
 // runSession runs a stage of s on this goroutine: the handshake, which
