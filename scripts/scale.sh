@@ -30,6 +30,10 @@
 #   SCALE_FLEET_NICE       the mock fleets' nice value (10): they stand for devices
 #                          on machines of their own, and should not take the CPU
 #                          the tiers, the gateway and NATS need on this one
+#   SCALE_WARM             devices that connect first (N/10, at least 256; 0: none):
+#                          the RSS is read again once they are in, and the
+#                          "marginal" figures are what each of the other N-WARM
+#                          devices adds, without what the first ones bring along
 #   SCALE_FLEET_SIZE       devices per mock-fleet process (20000): a larger N runs
 #                          several, each dialling from its own loopback address
 #                          (127.0.0.2, 127.0.0.3, ...), since one source address
@@ -49,8 +53,11 @@ FLEET_SIZE=${SCALE_FLEET_SIZE:-20000}
 NATS_MODE=${SCALE_NATS:-own}
 FLEET_NICE=${SCALE_FLEET_NICE:-10}
 BASE_IDLE=${SCALE_BASE_IDLE:-20}
+WARM=${SCALE_WARM:-$((N / 10 > 256 ? N / 10 : 256))}
+[ "$WARM" -gt $((N / 2)) ] && WARM=0
 case $NATS_MODE in own | embedded) ;; *) echo "SCALE_NATS: want own or embedded" >&2; exit 2 ;; esac
 case $N in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
+case $WARM in '' | *[!0-9]*) echo "SCALE_WARM: want a number of devices" >&2; exit 2 ;; esac
 
 NAME=scale KEEP=${SCALE_KEEP:-0}
 . scripts/lib.sh
@@ -148,66 +155,92 @@ fi
 # --- the fleet(s) -----------------------------------------------------------------
 # One mock-fleet per FLEET_SIZE devices, each with its own seed (its own
 # node ids) and, when there are several, its own loopback source address.
+# WARM of the N devices connect first, one warm-up fleet per tier, and
+# the processes' RSS is read again once they are in: what the first
+# devices bring along (pools, caches, the heap's growth) is paid once,
+# and the rest of the fleet shows what one device more costs.
 rate_flag=()
 [ -n "${SCALE_CONNECT_RATE:-}" ] && rate_flag=(--connect-rate "$SCALE_CONNECT_RATE")
-nfleets=$(((N + FLEET_SIZE - 1) / FLEET_SIZE))
-[ "$nfleets" -lt "$NTIERS" ] && nfleets=$NTIERS # fleet i dials tier i mod NTIERS
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+[ "$WARM" -gt 0 ] && [ "$WARM" -lt "$NTIERS" ] && WARM=$NTIERS
+nwarm=0
+[ "$WARM" -gt 0 ] && nwarm=$NTIERS
+main=$((N - WARM))
+nmain=$(((main + FLEET_SIZE - 1) / FLEET_SIZE))
+[ "$nmain" -lt "$NTIERS" ] && nmain=$NTIERS # fleet i dials tier i mod NTIERS
+nfleets=$((nwarm + nmain))
 fleets=()
-t0=$(date +%s.%N)
-for ((i = 0; i < nfleets; i++)); do
-	n=$((N / nfleets + (i < N % nfleets ? 1 : 0)))
-	src=()
+start_fleet() { # start_fleet I N: fleet I (seed I+1) with N devices, to tier I mod NTIERS
+	local i=$1 n=$2 src=() url=${device_urls[$(($1 % NTIERS))]}
 	[ "$nfleets" -gt 1 ] && src=(--source-addr "127.0.0.$((i + 2))")
-	url=${device_urls[$((i % NTIERS))]}
 	log "starting mock-fleet $i: -n $n --seed $((i + 1)) ${src[*]} ${rate_flag[*]} to tier $((i % NTIERS))"
 	nice -n "$FLEET_NICE" "$OKSO" mock-fleet -n "$n" --seed "$((i + 1))" --connect "$url" --data-dir "$data" "${src[@]}" "${rate_flag[@]}" \
 		>"$work/fleet$i.out" 2>"$work/fleet$i.log" &
 	fleets+=($!)
 	pids+=($!)
-done
+}
 
 # connected_count: devices of every fleet that got their first announce_ok.
 connected_count() {
 	local i c total=0
-	for ((i = 0; i < nfleets; i++)); do
+	for ((i = 0; i < ${#fleets[@]}; i++)); do
 		c=$(grep '"msg":"mock devices conn' "$work/fleet$i.log" 2>/dev/null | tail -1 | jq -r '.connected // .count // 0' 2>/dev/null)
 		total=$((total + ${c:-0}))
 	done
 	echo "$total"
 }
-all_connected=
-last_print=0
-deadline=$(($(date +%s) + CONNECT_TIMEOUT))
-while :; do
-	done_fleets=0
-	for ((i = 0; i < nfleets; i++)); do
-		grep -q '"msg":"mock devices connected"' "$work/fleet$i.log" 2>/dev/null && done_fleets=$((done_fleets + 1))
+# wait_fleets: until every fleet started says it connected all its devices;
+# false if one exits first or CONNECT_TIMEOUT passes.
+wait_fleets() {
+	local i done_fleets gone f now last_print=0 deadline=$(($(date +%s) + CONNECT_TIMEOUT))
+	while :; do
+		done_fleets=0
+		for ((i = 0; i < ${#fleets[@]}; i++)); do
+			grep -q '"msg":"mock devices connected"' "$work/fleet$i.log" 2>/dev/null && done_fleets=$((done_fleets + 1))
+		done
+		[ "$done_fleets" = "${#fleets[@]}" ] && return 0
+		gone=
+		for f in "${fleets[@]}"; do alive "$f" || gone=1; done
+		if [ -n "$gone" ]; then
+			log "a mock-fleet exited before connecting all its devices"
+			return 1
+		fi
+		now=$(date +%s)
+		if [ "$now" -ge "$deadline" ]; then
+			log "TIMEOUT: not all devices connected within ${CONNECT_TIMEOUT}s"
+			return 1
+		fi
+		if [ $((now - last_print)) -ge 5 ]; then
+			log "progress: $(connected_count)/$N connected, tier RSS $(mb "$(tiers_rss)"), tier fds $(tiers_fds)"
+			last_print=$now
+		fi
+		sleep 0.2
 	done
-	[ "$done_fleets" = "$nfleets" ] && { all_connected=1; break; }
-	gone=
-	for f in "${fleets[@]}"; do alive "$f" || gone=1; done
-	if [ -n "$gone" ]; then
-		log "a mock-fleet exited before connecting all its devices"
-		break
-	fi
-	now=$(date +%s)
-	if [ "$now" -ge "$deadline" ]; then
-		log "TIMEOUT: not all devices connected within ${CONNECT_TIMEOUT}s"
-		break
-	fi
-	if [ $((now - last_print)) -ge 5 ]; then
-		log "progress: $(connected_count)/$N connected, tier RSS $(mb "$(tiers_rss)"), tier fds $(tiers_fds)"
-		last_print=$now
-	fi
-	sleep 0.2
+}
+
+tier_rss_warm=$tier_rss_before gw_rss_warm=$gw_rss_before nats_rss_warm=$nats_rss_before
+if [ "$nwarm" -gt 0 ]; then
+	for ((i = 0; i < nwarm; i++)); do start_fleet "$i" $((WARM / nwarm + (i < WARM % nwarm ? 1 : 0))); done
+	wait_fleets || { status=1; exit 1; }
+	sleep 5 # let the registry writes settle, and the tier give back what the handshakes left
+	tier_rss_warm=$(tiers_rss) gw_rss_warm=$(rss_kb "$gw")
+	[ -n "$nats" ] && nats_rss_warm=$(rss_kb "$nats")
+	log "$WARM warm-up devices in: tier RSS $(mb "$tier_rss_warm"), gateway RSS $(mb "$gw_rss_warm")$([ -n "$nats" ] && echo ", nats-server RSS $(mb "$nats_rss_warm")")"
+fi
+
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+t0=$(date +%s.%N)
+for ((i = nwarm; i < nfleets; i++)); do
+	k=$((i - nwarm))
+	start_fleet "$i" $((main / nmain + (k < main % nmain ? 1 : 0)))
 done
+all_connected=
+wait_fleets && all_connected=1
 t1=$(date +%s.%N)
 connect_wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1fs", b-a}')
 if [ -n "$all_connected" ]; then
-	connect_elapsed=$(for ((i = 0; i < nfleets; i++)); do grep -m1 '"msg":"mock devices connected"' "$work/fleet$i.log" | jq -r .elapsed; done | sort -V | tail -1)
-	log "all $N devices connected: slowest fleet says $connect_elapsed, wall $connect_wall (incl. process start)"
-	connect_summary="$connect_elapsed (wall $connect_wall, $nfleets fleet process(es))"
+	connect_elapsed=$(for ((i = nwarm; i < nfleets; i++)); do grep -m1 '"msg":"mock devices connected"' "$work/fleet$i.log" | jq -r .elapsed; done | sort -V | tail -1)
+	log "all $N devices connected: slowest fleet says $connect_elapsed, wall $connect_wall (incl. process start) for the last $main"
+	connect_summary="$connect_elapsed (wall $connect_wall, $nmain fleet process(es), the $main after the $WARM warm-up devices)"
 else
 	status=1
 	connect_summary="INCOMPLETE after $connect_wall: $(connected_count)/$N connected"
@@ -228,6 +261,13 @@ if [ -n "$nats" ]; then
 	nats_per_node=$(awk -v a="$nats_rss" -v b="$nats_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
 fi
 fleet_per_dev=$(awk -v a="$fleet_rss" -v n="$N" 'BEGIN{printf "%.1f", a/n}')
+# marginal A WARM: KB per device of the last N-WARM devices, from RSS A.
+marginal() { awk -v a="$1" -v b="$2" -v n="$main" 'BEGIN{printf "%.1f", (a-b)/n}'; }
+if [ "$nwarm" -gt 0 ]; then
+	per_conn_m=$(marginal "$tier_rss_after" "$tier_rss_warm")
+	gw_per_node_m=$(marginal "$gw_rss_listed" "$gw_rss_warm")
+	[ -n "$nats" ] && nats_per_node_m=$(marginal "$nats_rss" "$nats_rss_warm")
+fi
 log "after: tier RSS $(mb "$tier_rss_conn") at connect, $(mb "$tier_rss_after") +5s; $per_conn KB/connection; gateway $gw_per_node KB/node; tier fds $tier_fds; fleet RSS $(mb "$fleet_rss")"
 
 # --- idle: the CPU time of every process while nothing is called ----------------------
@@ -258,10 +298,12 @@ if [ "$IDLE" != 0 ]; then
 	# a few times: what an idle connection costs the tier for good.
 	tier_rss_idle=$(tiers_rss)
 	per_conn_idle=$(awk -v a="$tier_rss_idle" -v b="$tier_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+	[ "$nwarm" -gt 0 ] && per_conn_idle_m=$(marginal "$tier_rss_idle" "$tier_rss_warm")
 	log "after idling: tier RSS $(mb "$tier_rss_idle"); $per_conn_idle KB/connection"
 	if [ -n "$nats" ]; then
 		nats_rss_idle=$(rss_kb "$nats")
 		nats_per_node_idle=$(awk -v a="$nats_rss_idle" -v b="$nats_rss_before" -v n="$N" 'BEGIN{printf "%.1f", (a-b)/n}')
+		[ "$nwarm" -gt 0 ] && nats_per_node_idle_m=$(marginal "$nats_rss_idle" "$nats_rss_warm")
 	fi
 fi
 
@@ -376,9 +418,10 @@ row "device tiers" "$NTIERS (each under the descriptor limit, $nofile)"
 row "tier RSS before" "$(mb "$tier_rss_before")"
 row "tier RSS after connect" "$(mb "$tier_rss_conn") (+5s: $(mb "$tier_rss_after"); after calls: $(mb "$tier_rss_calls"))"
 row "tier per connection" "$per_conn KB  ((after+5s - before) / N)"
-[ "$IDLE" != 0 ] && row "" "$per_conn_idle KB after idling ${IDLE}s (keepalives included)"
+[ "$nwarm" -gt 0 ] && row "" "$per_conn_m KB marginal  ((after+5s - with the $WARM warm-up devices) / $main)"
+[ "$IDLE" != 0 ] && row "" "$per_conn_idle KB after idling ${IDLE}s (keepalives included)${per_conn_idle_m:+; $per_conn_idle_m KB marginal}"
 row "tier open fds" "$tier_fds"
-row "gateway per node" "$gw_per_node KB  ((after connect+5s - before) / N)"
+row "gateway per node" "$gw_per_node KB  ((after connect+5s - before) / N)${gw_per_node_m:+; $gw_per_node_m KB marginal}"
 if [ "$IDLE" != 0 ]; then
 	row "idle CPU over ${IDLE}s, tier" "$idle_tier"
 	row "idle CPU, gateway" "$idle_gw"
@@ -388,8 +431,8 @@ fi
 row "fleet RSS" "$(mb "$fleet_rss") ($fleet_per_dev KB/device, $nfleets process(es))"
 row "gateway RSS" "$(mb "$gw_rss_before") before, $(mb "$gw_rss_listed") after connect, $(mb "$gw_rss_after") after calls"
 if [ -n "$nats" ]; then
-	row "nats-server RSS" "$(mb "$nats_rss_before") before, $(mb "$nats_rss") after connect: $nats_per_node KB/node"
-	[ "$IDLE" != 0 ] && row "" "$(mb "$nats_rss_idle") after idling ${IDLE}s: $nats_per_node_idle KB/node"
+	row "nats-server RSS" "$(mb "$nats_rss_before") before, $(mb "$nats_rss") after connect: $nats_per_node KB/node${nats_per_node_m:+; $nats_per_node_m KB marginal}"
+	[ "$IDLE" != 0 ] && row "" "$(mb "$nats_rss_idle") after idling ${IDLE}s: $nats_per_node_idle KB/node${nats_per_node_idle_m:+; $nats_per_node_idle_m KB marginal}"
 fi
 row "MCP connect (initialize)" "$(r mcp_connect) (first request of the token's view)"
 row "tools listed" "$(r list_tools) tools, $(r list_echo) echo ($(r list_attempts) attempt(s), complete after $(r list_ready_after))"
