@@ -17,6 +17,7 @@ import (
 
 	"github.com/okso-io/okso/auth"
 	"github.com/okso-io/okso/device/agent"
+	"github.com/okso-io/okso/internal/rawio"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -52,7 +53,7 @@ type fleetOptions struct {
 func (d *fleetOptions) client() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	dialer := agent.NewDialer(0)
-	t.DialContext = dialer.DialContext
+	t.DialContext = rawio.Dial(dialer)
 	if d == nil {
 		return &http.Client{Transport: t}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/okso-io/okso/internal/certfile"
+	"github.com/okso-io/okso/internal/rawio"
 )
 
 // httpPart is a bound listener and the server that will serve it. Bind
@@ -66,7 +67,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		<-l.sem
 		return nil, err
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	return &limitConn{Conn: rawio.Wrap(c), release: func() { <-l.sem }}, nil
 }
 
 func (l *limitListener) Close() error {

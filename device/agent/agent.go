@@ -45,6 +45,7 @@ import (
 	"github.com/okso-io/okso/device/internal/workers"
 	"github.com/okso-io/okso/device/internal/wsframe"
 	"github.com/okso-io/okso/device/wire"
+	"github.com/okso-io/okso/internal/rawio"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -190,7 +191,7 @@ func New(o Options) (*Device, error) {
 	d := &Device{o: o, log: log.With("node_id", o.NodeID), client: o.HTTPClient}
 	if d.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.DialContext = NewDialer(o.PingInterval).DialContext
+		t.DialContext = rawio.Dial(NewDialer(o.PingInterval))
 		t.TLSClientConfig = o.TLS
 		d.client = &http.Client{Transport: t}
 	}
