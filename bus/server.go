@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
+
+	"github.com/okso-io/okso/internal/rawio"
 )
 
 // ServerOptions configures an embedded NATS server. The zero value runs a
@@ -436,10 +438,22 @@ func ConnectURL(url, name string, o ClientOptions) (*nats.Conn, error) {
 	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second),
 		nats.PingInterval(PingInterval), nats.MaxPingsOutstanding(MaxPingsOutstanding),
-		nats.RetryOnFailedConnect(false)}, auth...)
+		nats.RetryOnFailedConnect(false), nats.SetCustomDialer(&rawDialer{net.Dialer{Timeout: nats.DefaultTimeout}})}, auth...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s as %s: %w", url, name, err)
 	}
 	return nc, nil
+}
+
+// rawDialer dials NATS as nats.go does, for connections whose reads and
+// writes do not wake the runtime's monitor thread (internal/rawio).
+type rawDialer struct{ net.Dialer }
+
+func (d *rawDialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := d.Dialer.Dial(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(c), nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/okso-io/okso/internal/child"
+	"github.com/okso-io/okso/internal/rawio"
 	"github.com/okso-io/okso/schemas"
 )
 
@@ -203,6 +205,7 @@ func DialHTTP(ctx context.Context, o HTTPOptions) (Client, error) {
 		// Every call is a POST to one host: keep a connection for each
 		// call in flight, not net/http's 2, or most calls dial anew.
 		own.MaxIdleConnsPerHost = maxIdleConnsPerUpstream
+		own.DialContext = rawio.Dial(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 		base, c.closeIdle = own, own.CloseIdleConnections
 	}
 	c.http = &httpCaller{url: o.URL, hc: hc, lost: func() { go c.cs.Close() }}
