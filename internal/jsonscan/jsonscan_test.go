@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/okso-io/okso/internal/jsonscan"
@@ -77,7 +78,7 @@ func FuzzFields(f *testing.F) {
 func FuzzObject(f *testing.F) {
 	for _, s := range append(seeds, `{"a":{"b":1,"b":2}}`, `{"a":[{"b":1},{"b":2}]}`, `{"a":"\u0061","\u0061":1}`,
 		`{"a":"\ud800","b":"\x","c":"é\n","d":-0.5E+3,"e":[true,false,null]}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`,
-		`{"a":[1,]}`, `{"a`+"\x7f"+`":1}`, `{"a":"`+"\x01"+`"}`, `{"é":1}`, `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`) {
+		`{"a":[1,]}`, `{"a":1e400}`, `{"a":-1e-400}`, `{"a":[1`+strings.Repeat("0", 309)+`]}`, `{"a`+"\x7f"+`":1}`, `{"a":"`+"\x01"+`"}`, `{"é":1}`, `{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}`) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -102,6 +103,10 @@ func checkScalars(t *testing.T, v []byte) {
 	}
 	if jsonscan.Value(v) {
 		jsonscantest.Agrees(t, v, json.RawMessage(v))
+		var x any // numbers as float64: 1e400 is refused
+		if err := jsonscantest.Strict(v, &x); err != nil {
+			t.Fatalf("Value(%q) is true, but encoding/json (strict) refuses it into an any: %v", v, err)
+		}
 	}
 	if s, ok := jsonscan.String(v); ok {
 		jsonscantest.Agrees(t, v, s)
@@ -238,4 +243,22 @@ func FuzzDepth(f *testing.F) {
 			t.Fatalf("Depth(%q) = %d, encoding/json's tokens %d", doc, got, want)
 		}
 	})
+}
+
+// TestValueRange: a number beyond float64's range is valid JSON, but
+// encoding/json refuses to read it into an any, so Value and Object
+// decline it; one that underflows reads as 0 and is kept.
+func TestValueRange(t *testing.T) {
+	for v, want := range map[string]bool{
+		`1e308`: true, `1.7976931348623157e308`: true, `-1e-400`: true, `1` + strings.Repeat("0", 308): true,
+		`1e400`: false, `-1.7976931348623159e308`: false, `2` + strings.Repeat("0", 308): false,
+		`[1,{"a":1E999}]`: false,
+	} {
+		if got := jsonscan.Value([]byte(v)); got != want {
+			t.Errorf("Value(%.40s…) = %v, want %v", v, got, want)
+		}
+	}
+	if jsonscan.Object([]byte(`{"a":[1e400]}`), nil) {
+		t.Error(`Object({"a":[1e400]}) accepts what encoding/json refuses`)
+	}
 }

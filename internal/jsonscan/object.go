@@ -1,5 +1,10 @@
 package jsonscan
 
+import (
+	"bytes"
+	"strconv"
+)
+
 // Bounds of the objects Object reads; beyond them it declines.
 const (
 	maxDepth      = 32 // nesting of objects and arrays
@@ -64,11 +69,23 @@ func (s *objectScan) value(depth int) bool {
 	case c == 'n':
 		return s.literal("null")
 	case c == '-' || isDigit(c):
+		start := s.i
 		end, ok := NumberEnd(s.b, s.i)
 		s.i = end
-		return ok
+		return ok && fitsFloat(s.b[start:end])
 	}
 	return false
+}
+
+// fitsFloat reports whether the JSON number v is within float64's range,
+// as encoding/json needs to read it into an any (it refuses 1e400). Only
+// one with an exponent, or longer than 308 bytes, can be beyond it.
+func fitsFloat(v []byte) bool {
+	if len(v) <= 308 && bytes.IndexAny(v, "eE") < 0 {
+		return true
+	}
+	_, err := strconv.ParseFloat(string(v), 64)
+	return err == nil
 }
 
 // object reads the object at s.i; f, when not nil, must accept each
