@@ -81,7 +81,7 @@ func (s *objectScan) value(depth int) bool {
 // as encoding/json needs to read it into an any (it refuses 1e400). Only
 // one with an exponent, or longer than 308 bytes, can be beyond it.
 func fitsFloat(v []byte) bool {
-	if len(v) <= 308 && bytes.IndexAny(v, "eE") < 0 {
+	if len(v) <= 308 && !bytes.ContainsAny(v, "eE") {
 		return true
 	}
 	_, err := strconv.ParseFloat(string(v), 64)
