@@ -4,9 +4,9 @@ import (
 	"io"
 	"os"
 	"syscall"
-	"unsafe"
 
 	"github.com/okso-io/okso/device/internal/wsframe"
+	"github.com/okso-io/okso/internal/rawio"
 )
 
 // readStash reads what the device sent into stash, waiting for it if
@@ -27,7 +27,7 @@ func (c *idleConn) readStash() (int, error) {
 	)
 	err := c.raw.Read(func(fd uintptr) bool {
 		for {
-			k, e := rawRead(fd, c.stash[:])
+			k, e := rawio.ReadFD(fd, c.stash[:]) // no system call notice: see package rawio
 			switch {
 			case e == syscall.EINTR:
 				continue
@@ -50,15 +50,4 @@ func (c *idleConn) readStash() (int, error) {
 		return 0, err // closed, or past a deadline
 	}
 	return n, rerr
-}
-
-// rawRead reads the non-blocking socket fd into p without telling the
-// runtime it enters a system call (which could block; this one never
-// does). In an idle process that notice is costly: it wakes the runtime's
-// monitor thread from its deep sleep, which then naps 20 µs and goes
-// back to sleep, two thread switches and three system calls more per
-// heartbeat.
-func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	return int(n), e
 }

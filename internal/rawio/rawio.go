@@ -20,8 +20,6 @@ import (
 // maxRW is the most one read or write asks for, as in Go's internal/poll.
 const maxRW = 1 << 30
 
-var _ net.Conn = (*Conn)(nil)
-
 // Dial returns d's DialContext, whose connections are wrapped ([Wrap]).
 func Dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 )
 
+var _ net.Conn = (*Conn)(nil)
+
 // Conn is a TCP connection whose Read and Write are raw system calls.
 // Everything else is the *net.TCPConn's.
 type Conn struct {
@@ -45,14 +47,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 	)
 	err := c.rc.Read(func(fd uintptr) bool {
 		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			r, e := ReadFD(fd, p)
 			switch e {
 			case syscall.EINTR:
 				continue
 			case syscall.EAGAIN:
 				return false // wait until the socket is readable
 			}
-			n, errno = int(r), e
+			n, errno = r, e
 			return true
 		}
 	})
@@ -109,4 +111,11 @@ func (c *Conn) opError(op string, err error) error {
 		err = oe.Err
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// ReadFD reads the non-blocking socket fd into p (not empty) with a raw
+// system call, for a caller inside a syscall.RawConn's Read.
+func ReadFD(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	return int(n), e
 }
